@@ -1,0 +1,24 @@
+"""autotune: find the fastest way to run a PyTorch model on the hardware in front of it.
+
+Public API: :class:`Workload` (what a model factory may return) and
+:func:`load_config` (apply a tuned configuration in your own training script).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from autotune.workload import Workload
+
+__version__ = "0.1.0"
+__all__ = ["Workload", "load_config", "__version__"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from autotune.config import Config
+
+
+def load_config(path: str, **kwargs: Any) -> "Config":
+    """Read an exported configuration (``autotune export -o best.json``); see :mod:`autotune.config`."""
+    from autotune.config import load_config as _load
+
+    return _load(path, **kwargs)

@@ -1,0 +1,262 @@
+"""A warm fork server for trial processes.
+
+Importing torch costs about 2 s, so a fresh interpreter per trial would dwarf short
+trials. The server is one interpreter (``python -m autotune.forkserver``, in a
+session of its own so a terminal's Ctrl-C does not reach it) that imports torch
+and the worker once, never touches a GPU and never runs a torch op (so no CUDA
+context and no OpenMP pool exist to be broken by ``fork``). For each request it
+forks a child that becomes the leader of a new process group and runs
+:func:`autotune.worker.child_main`; it reaps children and reports their exit
+status. When its parent goes away (EOF on stdin) it kills every live child group
+and exits, so nothing outlives an ``autotune`` process killed with SIGKILL.
+
+Protocol, one JSON object per line: the parent sends
+``{"id", "request", "result_path", "log_path"}``; the server answers
+``{"event": "started", "id", "pid"}`` and later ``{"event": "exited", "pid", "code"}``
+(``code`` negative for a signal, as in :mod:`subprocess`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any
+
+
+# ---------------------------------------------------------------- server side (the warm interpreter)
+
+
+def _child(job: dict[str, Any], keep: set[int]) -> None:
+    """In the forked child: reset what the server set up, then run the trial."""
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_DFL)
+    for fd in keep:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    code = 0
+    try:
+        from autotune import worker
+
+        worker.child_main(job["request"], job["result_path"], job["log_path"])
+    except BaseException:  # noqa: BLE001 - the child must never return into the server loop
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _become_subreaper() -> None:
+    """Orphans of a killed trial (its DataLoader workers) are re-parented to us and reaped here."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+
+
+def serve() -> None:
+    """The server loop: read jobs on stdin, fork, reap, report on stdout."""
+    import autotune.worker  # noqa: F401 - the whole point: import torch once, here
+    import torch._dynamo  # noqa: F401 - about 1 s; imported, never run, so forking stays safe
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _become_subreaper()
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    out = sys.stdout
+    stdin_fd = sys.stdin.fileno()
+    children: set[int] = set()
+    buffer = b""
+
+    def emit(obj: dict[str, Any]) -> None:
+        out.write(json.dumps(obj) + "\n")
+        out.flush()
+
+    def reap() -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid in children:  # else an adopted orphan: reaped, not reported
+                children.discard(pid)
+                emit({"event": "exited", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    emit({"event": "ready", "pid": os.getpid()})
+    while True:
+        try:
+            ready, _, _ = select.select([stdin_fd, wake_r], [], [])
+        except InterruptedError:  # pragma: no cover - PEP 475 retries
+            continue
+        if wake_r in ready:
+            try:
+                os.read(wake_r, 4096)
+            except BlockingIOError:
+                pass
+            reap()
+        if stdin_fd in ready:
+            chunk = os.read(stdin_fd, 65536)
+            if not chunk:  # the parent is gone: take every trial with us
+                for pid in list(children):
+                    try:
+                        os.killpg(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                return
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                if not line.strip():
+                    continue
+                job = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    os.setpgid(0, 0)
+                    _child(job, {stdin_fd, wake_r, wake_w, out.fileno()})
+                try:
+                    os.setpgid(pid, pid)  # both sides set it: no window where the group is missing
+                except OSError:
+                    pass
+                children.add(pid)
+                emit({"event": "started", "id": job["id"], "pid": pid})
+            reap()
+
+
+# ---------------------------------------------------------------- client side (the autotune process)
+
+
+class ForkServerError(RuntimeError):
+    """The fork server died or did not answer."""
+
+
+class ForkServer:
+    """Client of one fork-server process; thread-safe."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._started: dict[int, int] = {}
+        self._exited: dict[int, int] = {}
+        self._next_id = 0
+        self._dead = False
+
+    def start(self) -> None:
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is None and not self._dead:
+                return
+            env = dict(os.environ)
+            root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.getcwd(), env.get("PYTHONPATH")) if p)
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "autotune.forkserver"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
+                start_new_session=True,
+            )
+            self._dead = False
+            self._started.clear()
+            self._exited.clear()
+            ready = self._proc.stdout.readline() if self._proc.stdout else b""
+            if not ready:
+                self._dead = True
+                raise ForkServerError("the trial fork server did not start (is torch importable?)")
+            threading.Thread(target=self._read, args=(self._proc,), name="autotune-forkserver", daemon=True).start()
+
+    def _read(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            msg = json.loads(raw)
+            with self._cond:
+                if msg["event"] == "started":
+                    self._started[msg["id"]] = msg["pid"]
+                elif msg["event"] == "exited":
+                    self._exited[msg["pid"]] = msg["code"]
+                self._cond.notify_all()
+        with self._cond:
+            if proc is self._proc:
+                self._dead = True
+            self._cond.notify_all()
+
+    def spawn(self, request: dict[str, Any], result_path: str, log_path: str) -> int:
+        """Fork a trial process; returns its pid (also its process group id)."""
+        self.start()
+        with self._lock:
+            assert self._proc is not None and self._proc.stdin is not None
+            job_id = self._next_id
+            self._next_id += 1
+            line = json.dumps({"id": job_id, "request": request, "result_path": result_path, "log_path": log_path})
+            try:
+                self._proc.stdin.write(line.encode() + b"\n")
+                self._proc.stdin.flush()
+            except (BrokenPipeError, OSError) as exc:
+                self._dead = True
+                raise ForkServerError(f"the trial fork server is gone: {exc}") from None
+        with self._cond:
+            if not self._cond.wait_for(lambda: job_id in self._started or self._dead, timeout=60):
+                raise ForkServerError("the trial fork server did not answer within 60 s")
+            if job_id not in self._started:
+                raise ForkServerError("the trial fork server died")
+            return self._started.pop(job_id)
+
+    def wait(self, pid: int, timeout: float | None) -> int | None:
+        """The exit code of trial ``pid``, or None if it is still running after ``timeout`` seconds."""
+        with self._cond:
+            self._cond.wait_for(lambda: pid in self._exited or self._dead, timeout=timeout)
+            if pid in self._exited:
+                return self._exited.pop(pid)
+            if self._dead:
+                return -signal.SIGKILL
+            return None
+
+    def close(self) -> None:
+        with self._lock:
+            proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            try:
+                assert proc.stdin is not None
+                proc.stdin.close()  # EOF: the server kills live trials and exits
+                proc.wait(timeout=5)
+            except Exception:  # noqa: BLE001
+                proc.kill()
+
+
+_server: ForkServer | None = None
+
+
+def get() -> ForkServer:
+    """The process-wide fork server (started on first use, closed at exit)."""
+    global _server
+    if _server is None:
+        _server = ForkServer()
+        atexit.register(_server.close)
+    return _server
+
+
+if __name__ == "__main__":
+    serve()

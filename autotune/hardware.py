@@ -1,0 +1,128 @@
+"""The machine a trial runs on: device resolution, the hardware/software fingerprint, and known peak FLOP/s."""
+
+from __future__ import annotations
+
+import platform
+from typing import Any
+
+import torch
+
+from autotune.errors import DeviceError
+from autotune.knobs import cpu_count
+
+# Dense peak FLOP/s per GPU by precision class (vendor datasheets, no sparsity).
+# Matched by substring of torch.cuda.get_device_name(), most specific first.
+PEAK_FLOPS: tuple[tuple[str, dict[str, float]], ...] = (
+    ("H100 PCIe", {"fp32": 51.2e12, "tf32": 378e12, "bf16": 756e12}),
+    ("H100 NVL", {"fp32": 60e12, "tf32": 418e12, "bf16": 835e12}),
+    ("H100", {"fp32": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12}),
+    ("H200", {"fp32": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12}),
+    ("GH200", {"fp32": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12}),
+    ("A100", {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12}),
+    ("A10G", {"fp32": 31.2e12, "tf32": 62.5e12, "bf16": 125e12}),
+    ("A10", {"fp32": 31.2e12, "tf32": 62.5e12, "bf16": 125e12}),
+    ("L40S", {"fp32": 91.6e12, "tf32": 183e12, "bf16": 362e12}),
+    ("L4", {"fp32": 30.3e12, "tf32": 60e12, "bf16": 121e12}),
+    ("V100", {"fp32": 15.7e12, "tf32": 15.7e12, "bf16": 125e12}),
+    ("RTX 4090", {"fp32": 82.6e12, "tf32": 82.6e12, "bf16": 165.2e12}),
+)
+PRECISION_CLASS = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "bf16"}
+
+
+def peak_flops(device_name: str | None, precision: str) -> float | None:
+    """The device's dense peak for this precision, or None for a device not in the table (CPUs included)."""
+    if not device_name:
+        return None
+    for pattern, peaks in PEAK_FLOPS:
+        if pattern in device_name:
+            return peaks.get(PRECISION_CLASS.get(precision, "fp32"))
+    return None
+
+
+def check_device(device: str) -> str:
+    """Validate a ``--device`` string (cpu, cuda, cuda:N) against this machine; returns it normalised."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise DeviceError(f"--device {device!r}: not a device (expected cpu, cuda or cuda:N)") from None
+    if dev.type == "cpu":
+        return "cpu"
+    if dev.type != "cuda":
+        raise DeviceError(f"--device {device!r}: only cpu and cuda devices are supported")
+    count = torch.cuda.device_count()
+    if count == 0:
+        raise DeviceError(f"--device {device!r}: this machine has no CUDA device (use --device cpu)")
+    index = dev.index or 0
+    if index >= count:
+        raise DeviceError(f"--device {device!r}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
+    return f"cuda:{index}"
+
+
+def default_device() -> str:
+    return "cuda:0" if torch.cuda.device_count() > 0 else "cpu"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _driver_version() -> str | None:
+    try:
+        with open("/proc/driver/nvidia/version") as fh:
+            first = fh.readline()
+        for token in first.split():
+            if token.count(".") >= 1 and token.replace(".", "").isdigit():
+                return token
+    except OSError:
+        pass
+    return None
+
+
+def fingerprint(device: str) -> dict[str, Any]:
+    """What the measurements depend on. Call it where trials run (it may start CUDA)."""
+    dev = torch.device(device)
+    info: dict[str, Any] = {
+        "device_type": dev.type,
+        "device_name": _cpu_model(),
+        "device_count": 1,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "driver": None,
+        "python": platform.python_version(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": cpu_count(),
+    }
+    if dev.type == "cuda":
+        info["device_name"] = torch.cuda.get_device_name(dev)
+        info["device_count"] = torch.cuda.device_count()
+        info["capability"] = ".".join(map(str, torch.cuda.get_device_capability(dev)))
+        info["driver"] = _driver_version()
+    return info
+
+
+IDENTITY_KEYS = ("device_type", "device_name", "device_count", "torch", "cuda", "cpu_model", "cpu_count")
+
+
+def identity(fp: dict[str, Any]) -> dict[str, Any]:
+    """The part of a fingerprint whose change makes measurements incomparable."""
+    return {k: fp.get(k) for k in IDENTITY_KEYS}
+
+
+def differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Human lines for each identity field that differs."""
+    a, b = identity(stored), identity(current)
+    return [f"{k}: {a[k]} (stored) vs {b[k]} (here)" for k in IDENTITY_KEYS if a[k] != b[k]]
+
+
+def short(fp: dict[str, Any]) -> str:
+    name = fp.get("device_name") or "?"
+    count = fp.get("device_count") or 1
+    dev = f"{count}x {name}" if fp.get("device_type") == "cuda" and count > 1 else name
+    return f"{dev}, torch {fp.get('torch')}, {fp.get('cpu_count')} cpus"

@@ -1,0 +1,309 @@
+"""The measurement protocol: warm-up to a steady step time, timed windows, peak memory, profile, FLOPs.
+
+Runs inside the trial process. Timing is host wall-clock with the device
+synchronised at window edges; throughput is the median over windows, with the
+coefficient of variation across them as its spread. Memory on CUDA is the
+caching allocator's peak after a reset; on CPU the peak resident memory of the
+trial's whole process tree (DataLoader workers counted by their unique pages).
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import psutil
+import torch
+
+from autotune.plan import Plan, Stepper
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How long and how carefully a trial measures."""
+
+    windows: int = 5
+    window_s: float = 0.5
+    min_warmup_steps: int = 3
+    min_warmup_s: float = 0.3
+    max_warmup_steps: int = 200
+    max_warmup_s: float = 15.0
+    steady_tolerance: float = 0.10
+    profile_steps: int = 3
+    count_flops: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def quick(cls) -> Settings:
+        """For tests and smoke runs: short windows, fewer of them."""
+        return cls(windows=3, window_s=0.08, min_warmup_steps=2, min_warmup_s=0.0, max_warmup_s=3.0, profile_steps=2)
+
+
+class NonFinite(Exception):
+    """The loss (or a parameter) became NaN or Inf."""
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def cv(values: list[float]) -> float:
+    """Coefficient of variation (population standard deviation over mean); 0 for fewer than 2 values."""
+    if len(values) < 2:
+        return 0.0
+    mean = statistics.fmean(values)
+    return statistics.pstdev(values) / mean if mean else 0.0
+
+
+# ---------------------------------------------------------------- memory
+
+
+class MemoryMonitor:
+    """Peak resident memory of this process (exact, from the kernel) and of its children.
+
+    Children (DataLoader workers, compile workers) are sampled by a background thread,
+    counted by their unique pages; the thread runs only when the trial will have
+    children (``watch_children``), so it steals no CPU from a plain step.
+    """
+
+    def __init__(self, interval_s: float = 0.05) -> None:
+        self.interval_s = interval_s
+        self.proc = psutil.Process()
+        self.peak_tree = 0
+        self.peak_children = 0
+        self.max_children = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="autotune-memory", daemon=True)
+
+    def start(self, watch_children: bool = True) -> MemoryMonitor:
+        self.sample()
+        if watch_children:
+            self._thread.start()
+        return self
+
+    def sample(self) -> None:
+        try:
+            rss = self.proc.memory_info().rss
+            children = self.proc.children(recursive=True)
+        except psutil.Error:
+            return
+        child_mem = 0
+        for child in children:
+            try:
+                child_mem += child.memory_full_info().uss
+            except psutil.Error:
+                continue
+        self.max_children = max(self.max_children, len(children))
+        self.peak_children = max(self.peak_children, child_mem)
+        self.peak_tree = max(self.peak_tree, rss + child_mem)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=1.0)
+        self.sample()
+        self_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return {
+            "peak_tree_rss_bytes": max(self.peak_tree, self_peak),
+            "peak_self_rss_bytes": self_peak,
+            "peak_children_uss_bytes": self.peak_children,
+            "max_child_processes": self.max_children,
+        }
+
+
+# ---------------------------------------------------------------- the step loop
+
+
+@dataclass
+class StepLoop:
+    """Fetches batches, copies them to the device and runs the step; keeps time and a non-finite flag."""
+
+    plan: Plan
+    stepper: Stepper
+    batches: Iterator[Any]
+    data_s: float = 0.0
+    steps: int = 0
+    _bad: torch.Tensor | None = None
+
+    def one(self, stepper: Stepper | None = None) -> None:
+        t0 = time.perf_counter()
+        host = [next(self.batches) for _ in range(self.plan.accumulation)]
+        self.data_s += time.perf_counter() - t0
+        out = (stepper or self.stepper)([self.plan.to_device(b) for b in host])
+        finite = torch.isfinite(out.detach()).all() if out.is_floating_point() else torch.ones((), dtype=torch.bool)
+        self._bad = ~finite if self._bad is None else (self._bad | ~finite)
+        self.steps += 1
+
+    def check_finite(self) -> None:
+        """Raises NonFinite when any step so far produced a non-finite loss (synchronises)."""
+        if self._bad is not None and bool(self._bad):
+            raise NonFinite("the loss became NaN or Inf")
+
+    def timed(self, n: int = 1, stepper: Stepper | None = None) -> float:
+        synchronize(self.plan.device)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            self.one(stepper)
+        synchronize(self.plan.device)
+        return time.perf_counter() - t0
+
+
+def check_parameters(model: torch.nn.Module) -> None:
+    for name, p in model.named_parameters():
+        if p.is_floating_point() and not bool(torch.isfinite(p).all()):
+            raise NonFinite(f"parameter {name} became NaN or Inf")
+
+
+# ---------------------------------------------------------------- profile
+
+
+def summarise_profile(prof: Any, device_type: str, top: int = 10) -> dict[str, Any]:
+    events = prof.key_averages()
+    use_device = device_type == "cuda"
+
+    def self_time(evt: Any) -> float:
+        if use_device:
+            return float(getattr(evt, "self_device_time_total", 0) or getattr(evt, "self_cuda_time_total", 0) or 0)
+        return float(evt.self_cpu_time_total or 0)
+
+    rows = [(evt.key, self_time(evt), evt.count) for evt in events]
+    total = sum(t for _, t, _ in rows) or 1.0
+    rows.sort(key=lambda r: r[1], reverse=True)
+    h2d = sum(t for name, t, _ in rows if "Memcpy HtoD" in name or "HtoD" in name)
+    return {
+        "clock": "device" if use_device else "cpu",
+        "total_self_us": total,
+        "top_ops": [
+            {"name": name, "self_us": round(t, 1), "calls": calls, "share": round(t / total, 4)}
+            for name, t, calls in rows[:top]
+            if t > 0
+        ],
+        "h2d_copy_us": round(h2d, 1) if use_device else None,
+    }
+
+
+def profile_steps(loop: StepLoop, steps: int) -> dict[str, Any]:
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if loop.plan.device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    synchronize(loop.plan.device)
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(steps):
+            loop.one()
+        synchronize(loop.plan.device)
+    return summarise_profile(prof, loop.plan.device.type)
+
+
+# ---------------------------------------------------------------- FLOPs
+
+
+def count_flops(loop: StepLoop, eager: Stepper) -> float | None:
+    """FLOPs of one step (forward and backward), counted on the eager model; runs one real step."""
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+    except ImportError:  # pragma: no cover - very old torch
+        return None
+    counter = FlopCounterMode(display=False)
+    with counter:
+        loop.one(eager)
+    total = counter.get_total_flops()
+    return float(total) if total else None
+
+
+# ---------------------------------------------------------------- the protocol
+
+
+@dataclass
+class Measurement:
+    time_to_first_step_s: float
+    warmup_steps: int
+    window_samples_per_s: list[float]
+    window_steps: int
+    data_wait_share: float
+    phases_s: dict[str, float] = field(default_factory=dict)
+    flops_per_step: float | None = None
+    profile: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def samples_per_s(self) -> float:
+        return statistics.median(self.window_samples_per_s)
+
+
+def run_protocol(
+    loop: StepLoop,
+    settings: Settings,
+    eager: Stepper | None = None,
+    on_memory_checkpoint: Callable[[], None] | None = None,
+) -> Measurement:
+    """First step, warm-up to steady, timed windows, profile. Raises NonFinite."""
+    phases: dict[str, float] = {}
+    samples = loop.plan.samples_per_step
+
+    first = loop.timed(1)
+    phases["first_step"] = first
+    loop.check_finite()
+
+    flops = None
+    warm_start = time.perf_counter()
+    if settings.count_flops and eager is not None:
+        flops = count_flops(loop, eager)
+    times: list[float] = []
+    while True:
+        times.append(loop.timed(1))
+        elapsed = time.perf_counter() - warm_start
+        if len(times) >= settings.min_warmup_steps and elapsed >= settings.min_warmup_s:
+            last = times[-3:]
+            med = statistics.median(last)
+            if med > 0 and (max(last) - min(last)) / med <= settings.steady_tolerance:
+                break
+        if len(times) >= settings.max_warmup_steps or elapsed >= settings.max_warmup_s:
+            break
+    loop.check_finite()
+    phases["warmup"] = time.perf_counter() - warm_start
+
+    step_s = statistics.median(times[-3:])
+    per_window = max(1, math.ceil(settings.window_s / max(step_s, 1e-6)))
+    data_before = loop.data_s
+    timed_start = time.perf_counter()
+    windows: list[float] = []
+    wall = 0.0
+    for _ in range(settings.windows):
+        elapsed = loop.timed(per_window)
+        wall += elapsed
+        windows.append(per_window * samples / elapsed)
+    loop.check_finite()
+    phases["timed"] = time.perf_counter() - timed_start
+    data_share = (loop.data_s - data_before) / wall if wall > 0 else 0.0
+
+    if on_memory_checkpoint is not None:
+        on_memory_checkpoint()
+
+    profile: dict[str, Any] = {}
+    if settings.profile_steps > 0:
+        prof_start = time.perf_counter()
+        profile = profile_steps(loop, settings.profile_steps)
+        phases["profile"] = time.perf_counter() - prof_start
+        loop.check_finite()
+    profile["data_wait_share"] = round(data_share, 4)
+    return Measurement(
+        time_to_first_step_s=first,
+        warmup_steps=len(times),
+        window_samples_per_s=windows,
+        window_steps=per_window,
+        data_wait_share=data_share,
+        phases_s=phases,
+        flops_per_step=flops,
+        profile=profile,
+    )

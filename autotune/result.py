@@ -1,0 +1,72 @@
+"""The result of one trial: a typed outcome and the measured figures, as a dataclass that round-trips JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Mapping
+
+OK = "ok"
+OOM = "oom"
+NAN = "nan"
+ERROR = "error"
+TIMEOUT = "timeout"
+CRASHED = "crashed"
+NOT_APPLICABLE = "not_applicable"
+INTERRUPTED = "interrupted"
+
+OUTCOMES = (OK, OOM, NAN, ERROR, TIMEOUT, CRASHED, NOT_APPLICABLE, INTERRUPTED)
+FAILURES = (OOM, NAN, ERROR, TIMEOUT, CRASHED, NOT_APPLICABLE)
+
+
+@dataclass
+class TrialResult:
+    """What one trial measured. Figures are None when the trial did not get that far."""
+
+    outcome: str
+    config: dict[str, Any] = field(default_factory=dict)
+    not_applicable: dict[str, str] = field(default_factory=dict)
+    samples_per_s: float | None = None
+    samples_per_s_cv: float | None = None
+    window_samples_per_s: list[float] = field(default_factory=list)
+    step_time_s: float | None = None
+    samples_per_step: int | None = None
+    peak_memory_bytes: int | None = None
+    memory: dict[str, Any] = field(default_factory=dict)
+    time_to_first_step_s: float | None = None
+    warmup_steps: int | None = None
+    timed_steps: int | None = None
+    flops_per_sample: float | None = None
+    achieved_flops: float | None = None
+    mfu: float | None = None
+    profile: dict[str, Any] = field(default_factory=dict)
+    phases_s: dict[str, float] = field(default_factory=dict)
+    wall_s: float | None = None
+    overhead_s: float | None = None
+    device: str | None = None
+    error: dict[str, Any] | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == OK
+
+    @property
+    def user_error(self) -> bool:
+        """True when the trial failed because of the user's input (a bad spec or factory)."""
+        return bool(self.error and self.error.get("user"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, default=str)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrialResult:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    @classmethod
+    def failure(cls, outcome: str, message: str, **error: Any) -> TrialResult:
+        return cls(outcome=outcome, error={"message": message, **error})

@@ -1,0 +1,175 @@
+"""The parent side of a trial: start an isolated worker process, enforce its timeout, type its outcome.
+
+Trials are forked from a warm fork server (:mod:`autotune.forkserver`): a separate
+interpreter that imported torch and the worker once and never touched a GPU or
+started a thread pool. Each trial is a fresh fork of it (tens of milliseconds instead of the ~2 s a new
+interpreter needs to import torch), becomes the leader of a new process group,
+sets its environment-level knobs before anything reads them, and writes one JSON
+result. The runner kills the whole group on timeout or interrupt, so DataLoader
+workers never outlive their trial, and turns every ending (JSON, crash, signal,
+timeout) into a :class:`~autotune.result.TrialResult`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from typing import Any, Mapping
+
+from autotune import forkserver
+from autotune import result as R
+from autotune.errors import SpecError, WorkloadError
+from autotune.measure import Settings
+from autotune.workload import WorkloadSpec
+
+def warm_up() -> None:
+    """Start the fork server now (it imports torch once; about 2 s) rather than on the first trial."""
+    forkserver.get().start()
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL every process of a process group; quiet if it is already gone."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover
+        return True
+    return True
+
+
+def _tail(path: str, lines: int = 20) -> list[str]:
+    try:
+        with open(path, errors="replace") as fh:
+            return fh.read()[-8000:].splitlines()[-lines:]
+    except OSError:
+        return []
+
+
+class Runner:
+    """Runs trials (and workload probes) in isolated processes."""
+
+    def __init__(
+        self,
+        spec: WorkloadSpec,
+        device: str = "cpu",
+        timeout_s: float = 300.0,
+        settings: Settings | None = None,
+        global_batch: int | None = None,
+    ) -> None:
+        self.spec = spec
+        self.device = device
+        self.timeout_s = timeout_s
+        self.settings = settings or Settings()
+        self.global_batch = global_batch
+        self._current: Any = None
+
+    # ------------------------------------------------------------ processes
+
+    def _spawn(self, request: Mapping[str, Any], timeout_s: float) -> tuple[str, dict[str, Any] | None, int | None, list[str], float]:
+        """Run one child; returns (status, payload, exitcode, log tail, wall seconds)."""
+        server = forkserver.get()
+        request = {**request, "sys_path": list(sys.path), "cwd": os.getcwd()}
+        with tempfile.TemporaryDirectory(prefix="autotune-trial-") as tmp:
+            result_path = os.path.join(tmp, "result.json")
+            log_path = os.path.join(tmp, "output.log")
+            start = time.perf_counter()
+            pid = server.spawn(dict(request), result_path, log_path)
+            self._current = pid
+            status = "done"
+            try:
+                exitcode = server.wait(pid, timeout_s)
+                if exitcode is None:
+                    status = "timeout"
+                    kill_group(pid)
+                    exitcode = server.wait(pid, 30)
+            except BaseException:
+                kill_group(pid)
+                server.wait(pid, 30)
+                raise
+            finally:
+                self._current = None
+                # Whatever the trial left in its group (DataLoader workers, grandchildren) goes too.
+                kill_group(pid)
+            wall = time.perf_counter() - start
+            payload = None
+            if os.path.exists(result_path):
+                with open(result_path) as fh:
+                    payload = json.load(fh)
+            return status, payload, exitcode, _tail(log_path), wall
+
+    def stop(self) -> None:
+        """Kill the running trial's process group (from a signal handler or another thread)."""
+        pid = self._current
+        if pid is not None:
+            kill_group(pid)
+
+    # ------------------------------------------------------------ public
+
+    def probe(self, timeout_s: float = 120.0) -> dict[str, Any]:
+        """Build the workload in a child and return its context, fingerprint and facts; raises on user errors."""
+        request = {"kind": "probe", "spec": self.spec.to_dict(), "device": self.device}
+        status, payload, exitcode, log, _ = self._spawn(request, timeout_s)
+        if payload and payload.get("ok"):
+            return payload["probe"]
+        if payload and payload["error"].get("user"):
+            message = payload["error"]["message"]
+            raise (SpecError if payload["error"]["type"] == "SpecError" else WorkloadError)(message)
+        if status == "timeout":
+            raise WorkloadError(f"building the workload took more than {timeout_s:.0f} s")
+        detail = payload["error"]["message"] if payload else describe_exit(exitcode, log)
+        raise WorkloadError(f"building the workload failed: {detail}")
+
+    def measure(self, config: Mapping[str, Any]) -> R.TrialResult:
+        """Measure one configuration in an isolated process; every ending becomes a TrialResult."""
+        request = {
+            "kind": "trial",
+            "spec": self.spec.to_dict(),
+            "device": self.device,
+            "config": dict(config),
+            "settings": self.settings.to_dict(),
+            "global_batch": self.global_batch,
+        }
+        status, payload, exitcode, log, wall = self._spawn(request, self.timeout_s)
+        if status == "timeout":
+            result = R.TrialResult.failure(
+                R.TIMEOUT, f"the trial ran past its {self.timeout_s:g} s timeout and was killed", stderr_tail=log
+            )
+        elif payload is not None:
+            result = R.TrialResult.from_dict(payload)
+            if result.error is not None and result.outcome != R.OK:
+                result.error.setdefault("stderr_tail", log)
+        elif exitcode is not None and exitcode < 0:
+            result = R.TrialResult.failure(R.CRASHED, describe_exit(exitcode, log), signal=-exitcode, stderr_tail=log)
+        else:
+            result = R.TrialResult.failure(R.ERROR, describe_exit(exitcode, log), exitcode=exitcode, stderr_tail=log)
+        if not result.config:
+            result.config = dict(config)
+        result.device = self.device
+        inner = sum(result.phases_s.values()) if result.phases_s else 0.0
+        result.wall_s = wall
+        result.overhead_s = wall - inner if result.ok else None
+        return result
+
+
+def describe_exit(exitcode: int | None, log: list[str]) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        extra = " (the kernel's OOM killer sends SIGKILL)" if -exitcode == signal.SIGKILL else ""
+        return f"the trial process was killed by {name}{extra}"
+    last = next((line for line in reversed(log) if line.strip()), "")
+    return f"the trial process exited with code {exitcode} without a result" + (f": {last}" if last else "")

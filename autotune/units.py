@@ -1,0 +1,84 @@
+"""Parsing and printing of sizes (``20GiB``) and durations (``2h``) for the command line and reports."""
+
+from __future__ import annotations
+
+import re
+
+from autotune.errors import AutotuneError
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+_TIME_UNITS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+
+
+def parse_size(text: str, option: str = "size") -> int:
+    """'20GiB', '512MB', '1e9' -> bytes."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = match.group(2).lower() if match else None
+    if not match or unit not in _SIZE_UNITS:
+        raise AutotuneError(f"{option} {text!r}: expected a size such as 20GiB, 512MB or 1e9")
+    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def parse_duration(text: str, option: str = "duration") -> float:
+    """'2h', '90m', '45s', '1h30m', '300' -> seconds."""
+    parts = re.findall(r"([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)", str(text))
+    joined = "".join(f"{n}{u}" for n, u in parts)
+    if not parts or joined != re.sub(r"\s+", "", str(text)) or any(u.lower() not in _TIME_UNITS for _, u in parts):
+        raise AutotuneError(f"{option} {text!r}: expected a duration such as 2h, 90m, 45s or 1h30m")
+    total = sum(float(n) * _TIME_UNITS[u.lower()] for n, u in parts)
+    if total <= 0:
+        raise AutotuneError(f"{option} {text!r}: must be positive")
+    return total
+
+
+def format_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, sec = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes}m{sec:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def format_rate(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if x >= 1e4:
+        return f"{x:,.0f}"
+    return f"{x:.1f}"
+
+
+def format_flops(x: float | None) -> str:
+    if not x:
+        return "-"
+    for unit, size in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+        if x >= size:
+            return f"{x / size:.2f} {unit}"
+    return f"{x:.0f} FLOP"

@@ -1,0 +1,352 @@
+"""The workload contract: turn ``module:attr`` specs into what a training step needs.
+
+A user's factory returns an ``nn.Module`` or a :class:`Workload` (model, dataset or
+one example sample, loss, optimizer factory, task). This module imports specs with a
+clear error for every way one can be wrong, fills in defaults (synthetic data,
+cross-entropy or mean loss, AdamW), and knows how to split a batch into model inputs
+and a target and how to get a loss out of whatever the model returns.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import os
+import sys
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from autotune.errors import SpecError, WorkloadError
+
+TASKS = ("train", "infer")
+
+
+@dataclass
+class Workload:
+    """Everything a step needs. Return one from your factory to control more than the model.
+
+    ``dataset`` yields single samples (tensors, tuples or dicts of tensors); when it is
+    None, ``example`` (one sample, without the batch dimension) is used to make
+    synthetic data of the same shapes and dtypes. ``loss_fn(output, target)`` turns
+    the model's output into a scalar; ``optimizer(params)`` builds the optimizer.
+    ``batch_size`` fixes the batch size (it is then not searched).
+    """
+
+    model: nn.Module
+    dataset: Dataset | None = None
+    example: Any = None
+    loss_fn: Callable[[Any, Any], torch.Tensor] | None = None
+    optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None
+    task: str = "train"
+    collate_fn: Callable[[list[Any]], Any] | None = None
+    batch_size: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """How to build a workload: picklable, stored with a study."""
+
+    model: str
+    data: str | None = None
+    model_args: tuple[tuple[str, Any], ...] = ()
+    input_shape: tuple[int, ...] | None = None
+    num_classes: int | None = None
+    task: str | None = None  # overrides the workload's own task
+    synthetic_size: int = 1 << 16
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "data": self.data,
+            "model_args": {k: v for k, v in self.model_args},
+            "input_shape": list(self.input_shape) if self.input_shape else None,
+            "num_classes": self.num_classes,
+            "task": self.task,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> WorkloadSpec:
+        return cls(
+            model=d["model"],
+            data=d.get("data"),
+            model_args=tuple(sorted((d.get("model_args") or {}).items())),
+            input_shape=tuple(d["input_shape"]) if d.get("input_shape") else None,
+            num_classes=d.get("num_classes"),
+            task=d.get("task"),
+        )
+
+
+# ---------------------------------------------------------------- spec parsing
+
+
+def parse_model_args(items: Iterable[str]) -> tuple[tuple[str, Any], ...]:
+    """``key=value`` strings into keyword arguments (values as Python literals when they parse)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise SpecError(f"--model-arg {item!r}: expected key=value")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if not key.isidentifier():
+            raise SpecError(f"--model-arg {item!r}: {key!r} is not a valid argument name")
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw
+        out[key] = value
+    return tuple(sorted(out.items()))
+
+
+def parse_shape(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        shape = tuple(int(p) for p in text.replace("x", ",").split(",") if p.strip())
+    except ValueError:
+        raise SpecError(f"--input-shape {text!r}: expected comma-separated integers, e.g. 3,32,32") from None
+    if not shape or any(d <= 0 for d in shape):
+        raise SpecError(f"--input-shape {text!r}: expected positive integers, e.g. 3,32,32")
+    return shape
+
+
+def _user_frame(exc: BaseException) -> str:
+    """'file:line' of the innermost frame of the traceback outside torch and autotune."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    skip = (os.sep + "torch" + os.sep, os.sep + "autotune" + os.sep + "workload.py", "<frozen ")
+    for frame in reversed(frames):
+        if not any(s in frame.filename for s in skip):
+            return f" (at {frame.filename}:{frame.lineno})"
+    return ""
+
+
+def import_spec(spec: str, option: str = "--model") -> Any:
+    """Import ``module:attr`` and return the attribute; SpecError for every failure."""
+    if not isinstance(spec, str) or spec.count(":") != 1:
+        raise SpecError(f"{option} {spec!r}: expected module:attribute, e.g. autotune.examples:cnn")
+    module_name, attr = (p.strip() for p in spec.split(":"))
+    if not module_name or not attr:
+        raise SpecError(f"{option} {spec!r}: expected module:attribute, e.g. autotune.examples:cnn")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise SpecError(f"{option} {spec!r}: no module named {missing!r}") from None
+        raise SpecError(
+            f"{option} {spec!r}: importing {module_name!r} failed: "
+            f"{type(exc).__name__}: {exc}{_user_frame(exc)}"
+        ) from None
+    except Exception as exc:  # the user's module raised while importing
+        raise SpecError(
+            f"{option} {spec!r}: importing {module_name!r} failed: "
+            f"{type(exc).__name__}: {exc}{_user_frame(exc)}"
+        ) from None
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise SpecError(f"{option} {spec!r}: module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _call_factory(factory: Any, spec: str, option: str, kwargs: Mapping[str, Any]) -> Any:
+    if isinstance(factory, (nn.Module, Workload, Dataset)):
+        if kwargs:
+            raise WorkloadError(f"{option} {spec!r} is an object, not a factory: it takes no --model-arg")
+        return factory
+    if not callable(factory):
+        raise WorkloadError(f"{option} {spec!r} is a {type(factory).__name__}, not a factory")
+    try:
+        return factory(**kwargs)
+    except TypeError as exc:
+        try:
+            inspect.signature(factory).bind(**kwargs)
+        except TypeError:
+            raise WorkloadError(f"{option} {spec!r}: bad arguments: {exc}") from None
+        raise WorkloadError(f"{option} {spec!r} raised TypeError: {exc}{_user_frame(exc)}") from None
+    except Exception as exc:
+        raise WorkloadError(f"{option} {spec!r} raised {type(exc).__name__}: {exc}{_user_frame(exc)}") from None
+
+
+# ---------------------------------------------------------------- synthetic data
+
+
+def _random_like(sample: Any, gen: torch.Generator) -> Any:
+    if isinstance(sample, torch.Tensor):
+        if sample.dtype == torch.bool:
+            return torch.randint(0, 2, sample.shape, generator=gen).bool()
+        if not sample.is_floating_point() and not sample.is_complex():
+            high = max(int(sample.max().item()) + 1, 2) if sample.numel() else 2
+            return torch.randint(0, high, sample.shape, generator=gen, dtype=sample.dtype)
+        return torch.randn(sample.shape, generator=gen, dtype=sample.dtype)
+    if isinstance(sample, (tuple, list)):
+        return type(sample)(_random_like(s, gen) for s in sample)
+    if isinstance(sample, dict):
+        return {k: _random_like(v, gen) for k, v in sample.items()}
+    return sample
+
+
+class SyntheticDataset(Dataset):
+    """Random samples shaped like an example sample; a small pool, cycled, so items cost nothing."""
+
+    def __init__(self, example: Any, length: int = 1 << 16, pool: int = 64, seed: int = 0) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        self.pool = [_random_like(example, gen) for _ in range(pool)]
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> Any:
+        return self.pool[index % len(self.pool)]
+
+
+# ---------------------------------------------------------------- building
+
+
+def build(spec: WorkloadSpec) -> Workload:
+    """Import and call the factories of ``spec`` and return a complete Workload."""
+    factory = import_spec(spec.model, "--model")
+    made = _call_factory(factory, spec.model, "--model", dict(spec.model_args))
+    if isinstance(made, nn.Module):
+        workload = Workload(model=made)
+    elif isinstance(made, Workload):
+        workload = made
+        if not isinstance(workload.model, nn.Module):
+            raise WorkloadError(
+                f"--model {spec.model!r} returned a Workload whose model is a "
+                f"{type(workload.model).__name__}, not an nn.Module"
+            )
+    else:
+        raise WorkloadError(
+            f"--model {spec.model!r} returned {type(made).__name__}; "
+            "expected an nn.Module or an autotune.Workload"
+        )
+    if spec.task:
+        workload.task = spec.task
+    if workload.task not in TASKS:
+        raise WorkloadError(f"task {workload.task!r} is not one of {', '.join(TASKS)}")
+    if spec.data:
+        data_factory = import_spec(spec.data, "--data")
+        dataset = _call_factory(data_factory, spec.data, "--data", {})
+        if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
+            raise WorkloadError(
+                f"--data {spec.data!r} returned {type(dataset).__name__}; expected a map-style Dataset"
+            )
+        workload.dataset = dataset
+    if workload.dataset is None:
+        example = workload.example
+        if example is None:
+            example = _example_from_shapes(workload.model, spec)
+        workload.example = example
+        workload.dataset = SyntheticDataset(example, length=spec.synthetic_size)
+    elif workload.example is None:
+        try:
+            workload.example = workload.dataset[0]
+        except Exception as exc:
+            raise WorkloadError(
+                f"the dataset's first sample could not be read: {type(exc).__name__}: {exc}{_user_frame(exc)}"
+            ) from None
+    return workload
+
+
+def _example_from_shapes(model: nn.Module, spec: WorkloadSpec) -> Any:
+    if spec.input_shape:
+        x = torch.zeros(spec.input_shape)
+    elif isinstance(getattr(model, "example_input", None), torch.Tensor):
+        x = model.example_input  # type: ignore[assignment]
+    else:
+        raise WorkloadError(
+            f"--model {spec.model!r} gives no data: pass --data, or --input-shape "
+            "(and --num-classes for a classifier), or give the module an example_input tensor"
+        )
+    if spec.num_classes:
+        return (x, torch.tensor(spec.num_classes - 1))
+    return x
+
+
+def input_rank(example: Any) -> int | None:
+    """Rank of the first model input once batched (a (3,32,32) sample gives 4)."""
+    inputs, _ = split_batch(example)
+    for item in inputs:
+        if isinstance(item, torch.Tensor):
+            return item.dim() + 1
+    if isinstance(inputs, dict):
+        for item in inputs.values():
+            if isinstance(item, torch.Tensor):
+                return item.dim() + 1
+    return None
+
+
+# ---------------------------------------------------------------- step helpers
+
+
+def split_batch(batch: Any) -> tuple[Any, Any]:
+    """A batch into (model inputs, target). Inputs are a tuple (positional) or a dict (keywords)."""
+    if isinstance(batch, dict):
+        return batch, batch
+    if isinstance(batch, (tuple, list)):
+        if len(batch) >= 2:
+            return tuple(batch[:-1]), batch[-1]
+        return tuple(batch), None
+    return (batch,), None
+
+
+def call_model(model: Callable[..., Any], inputs: Any) -> Any:
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    return model(*inputs)
+
+
+def main_tensor(output: Any) -> torch.Tensor:
+    """The tensor that stands for the output: itself, the first of a tuple, logits of a dict/object."""
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, (tuple, list)) and output:
+        return main_tensor(output[0])
+    if isinstance(output, dict):
+        if "logits" in output:
+            return output["logits"]
+        for value in output.values():
+            if isinstance(value, torch.Tensor):
+                return value
+    logits = getattr(output, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    raise WorkloadError(f"the model returned {type(output).__name__}; no tensor found in it")
+
+
+def _output_loss(output: Any) -> torch.Tensor | None:
+    if isinstance(output, dict) and isinstance(output.get("loss"), torch.Tensor):
+        return output["loss"]
+    loss = getattr(output, "loss", None)
+    return loss if isinstance(loss, torch.Tensor) else None
+
+
+def default_loss(output: Any, target: Any) -> torch.Tensor:
+    """The output's ``.loss``; cross-entropy for integer targets; MSE for matching float targets; else a mean."""
+    loss = _output_loss(output)
+    if loss is not None:
+        return loss
+    pred = main_tensor(output)
+    if isinstance(target, dict):
+        target = target.get("labels")
+    if isinstance(target, torch.Tensor):
+        if not target.is_floating_point() and pred.dim() >= 2 and pred.shape[:-1] == target.shape:
+            return nn.functional.cross_entropy(pred.reshape(-1, pred.shape[-1]).float(), target.reshape(-1))
+        if target.is_floating_point() and target.shape == pred.shape:
+            return nn.functional.mse_loss(pred.float(), target.float())
+    return pred.float().mean()
+
+
+def default_optimizer(params: Iterable[nn.Parameter], **kwargs: Any) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(params, lr=1e-4, **kwargs)

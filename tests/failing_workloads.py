@@ -1,0 +1,93 @@
+"""Workloads that fail on purpose, for the runner's and the study's tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from autotune import Workload
+
+
+class _Tiny(nn.Module):
+    def __init__(self, mode: str = "ok") -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 4)
+        self.mode = mode
+        self.example_input = torch.zeros(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.mode == "oom":
+            torch.empty(1 << 50, dtype=torch.uint8)  # far more than any machine has
+        if self.mode == "sleep":
+            time.sleep(3600)
+        if self.mode == "abort":
+            os.kill(os.getpid(), signal.SIGABRT)
+        if self.mode == "exit":
+            os._exit(3)
+        y = self.lin(x)
+        if self.mode == "nan":
+            y = y * float("nan")
+        return y
+
+
+def tiny() -> nn.Module:
+    return _Tiny("ok")
+
+
+def oom() -> nn.Module:
+    return _Tiny("oom")
+
+
+def nan() -> nn.Module:
+    return _Tiny("nan")
+
+
+def abort() -> nn.Module:
+    return _Tiny("abort")
+
+
+def hard_exit() -> nn.Module:
+    return _Tiny("exit")
+
+
+class _SlowData(Dataset):
+    def __len__(self) -> int:
+        return 1 << 16
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.zeros(8), torch.tensor(i % 4)
+
+
+def sleeper() -> Workload:
+    """Sleeps forever in forward, with two DataLoader workers alive (they must die with it)."""
+    return Workload(model=_Tiny("sleep"), dataset=_SlowData())
+
+
+class _PidData(Dataset):
+    """Records the pid of each process that loads an item; each DataLoader worker holds ``hold_mb`` MiB."""
+
+    def __init__(self, folder: str, hold_mb: int = 0) -> None:
+        self.folder = folder
+        self.hold_mb = hold_mb
+        self._held: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return 1 << 16
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        in_worker = torch.utils.data.get_worker_info() is not None
+        if self._held is None and self.hold_mb and in_worker:
+            self._held = torch.ones(self.hold_mb << 20, dtype=torch.uint8)  # touched: really resident
+        open(os.path.join(self.folder, f"{os.getpid()}.pid"), "w").close()
+        return torch.zeros(8), torch.tensor(i % 4)
+
+
+def pid_data(folder: str, hold_mb: int = 0) -> Workload:
+    return Workload(model=nn.Linear(8, 4), dataset=_PidData(folder, hold_mb))
+
+

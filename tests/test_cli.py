@@ -1,0 +1,98 @@
+"""The CLI, in-process with click's CliRunner: measure, knobs, and every bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from autotune.cli import main
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_knobs_table_and_json():
+    res = invoke("knobs")
+    assert res.exit_code == 0 and "precision" in res.output and "cuda_allocator" in res.output
+    rows = json.loads(invoke("knobs", "--json").output)
+    assert {r["name"] for r in rows} >= {"precision", "compile", "pin_memory"}
+
+
+@pytest.mark.parametrize("example", ["cnn", "mlp", "transformer"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_measure_examples_json(example, precision):
+    res = invoke("measure", "--model", f"autotune.examples:{example}", "--set", f"precision={precision}",
+                 "--set", "batch_size=16", "--quick", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    for key in ("outcome", "samples_per_s", "samples_per_s_cv", "peak_memory_bytes", "time_to_first_step_s",
+                "config", "not_applicable", "profile", "error"):
+        assert key in doc
+    assert doc["outcome"] == "ok" and doc["samples_per_s"] > 0 and doc["peak_memory_bytes"] > 0
+    assert doc["config"]["precision"] == precision and doc["config"]["batch_size"] == 16
+    assert doc["profile"]["top_ops"]
+
+
+def test_measure_human_output_and_not_applicable():
+    res = invoke("measure", "--model", "autotune.examples:mlp", "--set", "pin_memory=on", "--quick")
+    assert res.exit_code == 0, res.output
+    assert "throughput" in res.output and "samples/s" in res.output
+    assert "not applicable  pin_memory: needs a CUDA device" in res.output
+
+
+def test_measure_repeat_reports_spread():
+    res = invoke("measure", "--model", "autotune.examples:mlp", "--repeat", "2", "--quick", "--json")
+    doc = json.loads(res.output)
+    assert len(doc["runs"]) == 2 and doc["samples_per_s_cv_across_runs"] is not None
+    assert doc["runs"][0]["notes"]["pid"] != doc["runs"][1]["notes"]["pid"]  # separate processes
+
+
+def test_measure_failure_exits_non_zero():
+    res = CliRunner().invoke(main, ["measure", "--model", "failing_workloads:nan", "--quick"])
+    assert res.exit_code == 1 and "outcome" in res.output and "nan" in res.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--model", "autotune.examples.cnn"], "expected module:attribute"),
+        (["--model", "surely_missing_pkg:x"], "no module named 'surely_missing_pkg'"),
+        (["--model", "autotune.examples:nope"], "has no attribute 'nope'"),
+        (["--model", "autotune.examples:cnn", "--set", "precison=bf16"], "unknown knob 'precison'"),
+        (["--model", "autotune.examples:cnn", "--set", "precision=fp8"], "not one of"),
+        (["--model", "autotune.examples:cnn", "--set", "num_workers=999"], "out of range"),
+        (["--model", "autotune.examples:cnn", "--set", "batch_size=-3"], "out of range"),
+        (["--model", "autotune.examples:cnn", "--device", "cuda:7"], "cuda:7"),
+        (["--model", "autotune.examples:cnn", "--trial-timeout", "soon"], "expected a duration"),
+        (["--model", "torch.nn:Identity"], "gives no data"),
+    ],
+)
+def test_bad_input_one_line_no_traceback(args, message):
+    res = CliRunner().invoke(main, ["measure", *args])
+    assert res.exit_code == 2, res.output
+    assert message in res.output
+    assert "Traceback" not in res.output
+    assert res.output.strip().count("\n") == 0  # one line
+
+
+def test_user_module_errors(user_module):
+    name = user_module(
+        """
+        import torch
+        def boom():
+            raise ValueError("my factory is broken")
+        def number():
+            return 3
+        """
+    )
+    broken_import = user_module("import surely_missing_dependency_xyz\n")
+    for spec, message in (
+        (f"{name}:boom", "raised ValueError: my factory is broken"),
+        (f"{name}:number", "returned int; expected an nn.Module or an autotune.Workload"),
+        (f"{broken_import}:net", "surely_missing_dependency_xyz"),
+    ):
+        res = CliRunner().invoke(main, ["measure", "--model", spec, "--quick"])
+        assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output

@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from autotune import knobs
+from autotune.errors import KnobError
+from autotune.examples import SmallResNet, TinyLM
+from autotune.plan import NotApplicableAtRuntime, Plan, checkpoint_blocks, infinite
+
+CPU = knobs.Context(device_type="cpu", task="train", input_rank=4)
+
+
+def plan(**overrides) -> Plan:
+    cfg = knobs.resolve(overrides, CPU).config
+    return Plan.from_config(cfg, "cpu", "train")
+
+
+def test_loader_kwargs_follow_knobs():
+    assert plan().loader_kwargs() == {"batch_size": 32, "num_workers": 0, "pin_memory": False, "drop_last": True}
+    kw = plan(num_workers=2, prefetch_factor=4, persistent_workers=True, batch_size=16).loader_kwargs()
+    assert kw["num_workers"] == 2 and kw["prefetch_factor"] == 4 and kw["persistent_workers"] is True
+    assert kw["batch_size"] == 16
+
+
+def test_environment_and_threads():
+    p = plan(threads=1)
+    assert p.environment()["OMP_NUM_THREADS"] == "1"
+    cuda = Plan({"cuda_allocator": "expandable_segments", "batch_size": 8}, torch.device("cpu"))
+    assert cuda.environment()["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+
+
+def test_channels_last_reaches_model_and_inputs():
+    p = plan(memory_format="channels_last")
+    model = p.prepare_model(SmallResNet())
+    assert model.stem[0].weight.is_contiguous(memory_format=torch.channels_last)
+    x = p.to_device((torch.zeros(2, 3, 8, 8), torch.zeros(2, dtype=torch.long)))
+    assert x[0].is_contiguous(memory_format=torch.channels_last)
+
+
+def test_activation_checkpointing_wraps_blocks_and_keeps_gradients():
+    torch.manual_seed(0)
+    ref = TinyLM(vocab=32, dim=16, depth=2, seq_len=8)
+    ck = TinyLM(vocab=32, dim=16, depth=2, seq_len=8)
+    ck.load_state_dict(ref.state_dict())
+    p = plan(activation_checkpointing=True)
+    ck = p.prepare_model(ck)
+    assert p.notes["checkpointed_blocks"] == 2
+    x = torch.randint(0, 32, (2, 8))
+    ref(x).sum().backward()
+    ck(x).sum().backward()
+    assert torch.allclose(ref.head.weight.grad, ck.head.weight.grad, atol=1e-5)
+
+
+def test_checkpointing_without_blocks_is_not_applicable():
+    assert checkpoint_blocks(nn.Linear(2, 2)) == []
+    with pytest.raises(NotApplicableAtRuntime):
+        plan(activation_checkpointing=True).prepare_model(nn.Linear(2, 2))
+
+
+def test_optimizer_impl_rebuilds_with_same_hyperparameters():
+    model = nn.Linear(4, 4)
+    p = plan(optimizer_impl="foreach")
+    opt = p.build_optimizer(model, lambda ps: torch.optim.AdamW(ps, lr=0.123, weight_decay=0.5))
+    assert opt.param_groups[0]["foreach"] is True
+    assert opt.param_groups[0]["lr"] == 0.123 and opt.param_groups[0]["weight_decay"] == 0.5
+    with pytest.raises(NotApplicableAtRuntime):
+        plan(optimizer_impl="fused").build_optimizer(model, _NoImpl)
+
+
+class _NoImpl(torch.optim.SGD):
+    def __init__(self, params):  # a user optimizer that takes no implementation switch
+        super().__init__(params, lr=0.1)
+
+
+def test_bf16_step_autocasts_and_trains():
+    p = plan(precision="bf16")
+    model = p.prepare_model(nn.Linear(4, 3))
+    opt = p.build_optimizer(model)
+    seen = {}
+
+    def loss_fn(out, target):
+        seen["dtype"] = out.dtype
+        return nn.functional.cross_entropy(out.float(), target)
+
+    step = p.stepper(model, opt, loss_fn)
+    before = model.weight.detach().clone()
+    step([(torch.randn(8, 4), torch.randint(0, 3, (8,)))])
+    assert seen["dtype"] == torch.bfloat16
+    assert not torch.equal(before, model.weight)
+
+
+def test_global_batch_sets_accumulation():
+    cfg = knobs.resolve({"batch_size": 16}, CPU).config
+    assert Plan.from_config(cfg, "cpu", "train", global_batch=64).accumulation == 4
+    with pytest.raises(KnobError, match="does not divide"):
+        Plan.from_config(cfg, "cpu", "train", global_batch=40)
+
+
+def test_infinite_cycles_and_rejects_empty():
+    it = infinite([1, 2])
+    assert [next(it) for _ in range(5)] == [1, 2, 1, 2, 1]
+    with pytest.raises(KnobError, match="smaller than one batch"):
+        next(infinite([]))
+
+
+def test_infer_step_runs_in_inference_mode():
+    p = Plan.from_config(knobs.resolve({}, knobs.Context(task="infer")).config, "cpu", "infer")
+    model = p.prepare_model(nn.Linear(4, 2))
+    assert not model.training
+    out = p.stepper(model, None)([(torch.randn(3, 4),)])
+    assert out.is_inference()

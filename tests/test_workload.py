@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotune import Workload
+from autotune.errors import SpecError, WorkloadError
+from autotune.workload import (
+    SyntheticDataset,
+    WorkloadSpec,
+    build,
+    default_loss,
+    import_spec,
+    input_rank,
+    parse_model_args,
+    parse_shape,
+    split_batch,
+)
+
+
+def test_spec_without_colon():
+    with pytest.raises(SpecError, match="expected module:attribute"):
+        import_spec("autotune.examples.cnn")
+
+
+def test_missing_module_and_attribute():
+    with pytest.raises(SpecError, match="no module named 'surely_missing_pkg'"):
+        import_spec("surely_missing_pkg.models:net")
+    with pytest.raises(SpecError, match="has no attribute 'nope'"):
+        import_spec("autotune.examples:nope")
+
+
+def test_import_error_inside_user_module_shows_users_error(user_module):
+    name = user_module("import surely_missing_dependency_xyz\n")
+    with pytest.raises(SpecError) as info:
+        import_spec(f"{name}:net")
+    msg = str(info.value)
+    assert "surely_missing_dependency_xyz" in msg and "importing" in msg and f"{name}.py:1" in msg
+    name = user_module("raise ValueError('bad config in user code')\n")
+    with pytest.raises(SpecError, match="ValueError: bad config in user code"):
+        import_spec(f"{name}:net")
+
+
+def test_factory_raises_or_returns_wrong_type(user_module):
+    name = user_module(
+        """
+        def boom():
+            raise RuntimeError("factory exploded")
+        def number():
+            return 42
+        """
+    )
+    with pytest.raises(WorkloadError, match="raised RuntimeError: factory exploded"):
+        build(WorkloadSpec(f"{name}:boom"))
+    with pytest.raises(WorkloadError, match="returned int; expected an nn.Module or an autotune.Workload"):
+        build(WorkloadSpec(f"{name}:number"))
+
+
+def test_bare_module_needs_data():
+    with pytest.raises(WorkloadError, match="gives no data"):
+        build(WorkloadSpec("torch.nn:Identity"))
+
+
+def test_input_shape_and_num_classes_make_synthetic_pairs():
+    w = build(WorkloadSpec("autotune.examples:SmallResNet", input_shape=(3, 16, 16), num_classes=10))
+    x, y = w.dataset[0]
+    assert x.shape == (3, 16, 16) and y.dtype == torch.long and 0 <= int(y) < 10
+    assert input_rank(w.example) == 4
+
+
+def test_model_args_and_shapes():
+    assert parse_model_args(["width=16", "name=abc", "flag=True"]) == (("flag", True), ("name", "abc"), ("width", 16))
+    with pytest.raises(SpecError):
+        parse_model_args(["width"])
+    assert parse_shape("3,32,32") == (3, 32, 32)
+    with pytest.raises(SpecError):
+        parse_shape("3,a")
+    w = build(WorkloadSpec("autotune.examples:cnn", model_args=(("width", 8),)))
+    assert w.model.stem[0].out_channels == 8
+
+
+def test_split_batch_shapes():
+    x, y = torch.zeros(2, 3), torch.zeros(2, dtype=torch.long)
+    assert split_batch((x, y))[1] is y
+    assert split_batch(x)[1] is None
+    d = {"input_ids": x, "labels": y}
+    assert split_batch(d) == (d, d)
+
+
+def test_default_loss_variants():
+    logits = torch.randn(4, 5, requires_grad=True)
+    target = torch.tensor([0, 1, 2, 3])
+    assert torch.allclose(default_loss(logits, target), torch.nn.functional.cross_entropy(logits, target))
+    lm = torch.randn(2, 3, 7)
+    assert default_loss(lm, torch.zeros(2, 3, dtype=torch.long)).dim() == 0
+
+    class Out:
+        loss = torch.tensor(1.5)
+
+    assert default_loss(Out(), None).item() == 1.5
+    assert default_loss({"loss": torch.tensor(2.0)}, None).item() == 2.0
+    assert default_loss(torch.ones(3), None).item() == 1.0
+    assert default_loss(torch.ones(3), torch.zeros(3)).item() == 1.0  # MSE
+
+
+def test_synthetic_dataset_matches_example_structure():
+    ds = SyntheticDataset({"ids": torch.full((5,), 9), "mask": torch.ones(5, dtype=torch.bool)}, length=10)
+    item = ds[3]
+    assert set(item) == {"ids", "mask"} and item["ids"].dtype == torch.long and int(item["ids"].max()) < 10
+    assert len(ds) == 10
+
+
+def test_workload_dataclass_task_validation(user_module):
+    name = user_module(
+        """
+        import torch
+        from autotune import Workload
+        def bad_task():
+            return Workload(model=torch.nn.Linear(2, 2), example=torch.zeros(2), task="fly")
+        """
+    )
+    with pytest.raises(WorkloadError, match="task 'fly'"):
+        build(WorkloadSpec(f"{name}:bad_task"))
+    assert isinstance(build(WorkloadSpec("autotune.examples:cnn")), Workload)
