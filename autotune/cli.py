@@ -237,5 +237,360 @@ def measure(
         sys.exit(1)
 
 
+# ---------------------------------------------------------------- run
+
+
+def _storage_for(study: str, url: str | None) -> str:
+    from autotune import storage
+
+    return url or storage.default_url(study)
+
+
+def _trial_line(rec: Any, baseline: float | None) -> str:
+    from autotune.result import OK
+
+    head = f"#{rec.number:<4} {rec.role:<8} "
+    if rec.outcome == OK and rec.samples_per_s:
+        speed = f"{rec.samples_per_s / baseline:5.2f}x" if baseline else "   - "
+        spread = f" ±{100 * rec.cv:.1f}%" if rec.cv is not None else ""
+        body = f"{'ok':<8} {format_rate(rec.samples_per_s):>9} samples/s{spread:<7} {format_bytes(rec.peak_memory_bytes):>10} {speed}"
+    else:
+        body = f"{rec.outcome:<8} {(rec.error or '')[:60]}"
+    tags = []
+    if rec.duplicate_of is not None:
+        tags.append(f"(already measured as #{rec.duplicate_of})")
+    if rec.cut_short:
+        tags.append("(cut short: dominated)")
+    return f"{head}{body}  {knobs.short(rec.config)} {' '.join(tags)}".rstrip()
+
+
+class Progress:
+    """A progress bar (on a terminal) and one line per finished trial."""
+
+    def __init__(self, total: int, budget_s: float | None, done: int) -> None:
+        import time
+
+        self.total = total
+        self.budget_s = budget_s
+        self.start = time.monotonic()
+        self.done = done
+        self.baseline: float | None = None
+        self.best: float | None = None
+        self.console = console()
+        self.bar: Any = None
+        self.task: Any = None
+        if sys.stdout.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
+
+            self.bar = RichProgress(
+                TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                TextColumn("{task.fields[info]}"), console=self.console, transient=True,
+            )
+            self.task = self.bar.add_task("trials", total=total, completed=done, info="")
+            self.bar.start()
+
+    def info(self) -> str:
+        import time
+
+        parts = []
+        if self.budget_s is not None:
+            left = max(0.0, self.budget_s - (time.monotonic() - self.start))
+            parts.append(f"budget left {format_duration(left)}")
+        if self.best:
+            parts.append(f"best {format_rate(self.best)} samples/s")
+            if self.baseline:
+                parts.append(f"{self.best / self.baseline:.2f}x baseline")
+        return ", ".join(parts)
+
+    def __call__(self, rec: Any) -> None:
+        from autotune.result import OK
+
+        if rec.role == "baseline" and rec.outcome == OK:
+            self.baseline = rec.samples_per_s
+        if rec.outcome == OK and rec.samples_per_s and (self.best is None or rec.samples_per_s > self.best):
+            self.best = rec.samples_per_s
+        if rec.duplicate_of is None:
+            self.done += 1
+        line = _trial_line(rec, self.baseline)
+        if self.bar is not None:
+            self.bar.console.print(line, markup=False, highlight=False)
+            self.bar.update(self.task, completed=min(self.done, self.total), info=self.info())
+        else:
+            click.echo(line)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+@main.command()
+@workload_options
+@click.option("--space", "space_name", default="default", show_default=True, help="A search space: a name in search_spaces/ or a TOML path.")
+@click.option("--study", "study_name", default=None, help="Study name (default: derived from --model).")
+@click.option("--storage", default=None, help="Optuna storage URL (default: sqlite:///studies/<study>.db).")
+@click.option("--trials", type=click.IntRange(1, 100000), default=30, show_default=True, help="Measured configurations the study should hold; a resumed study goes on to this total.")
+@click.option("--time-budget", default=None, help="Stop starting trials after this long (e.g. 2h, 30m).")
+@click.option("--max-memory", default=None, help="Peak-memory budget, a real constraint (e.g. 20GiB).")
+@click.option("--global-batch", type=int, default=None, help="Keep this effective batch constant (gradient accumulation).")
+@click.option("--sampler", type=click.Choice(["tpe", "gp", "random", "nsga2"]), default="tpe", show_default=True)
+@click.option("--seed", type=int, default=None, help="Sampler seed.")
+@click.option("--quick", is_flag=True, help="Short measurement windows (smoke runs; noisier figures).")
+@click.option("--no-early-stop", is_flag=True, help="Never cut a dominated trial short.")
+def run(
+    model: str,
+    data: str | None,
+    model_args: tuple[str, ...],
+    input_shape: str | None,
+    num_classes: int | None,
+    task: str | None,
+    device: str | None,
+    trial_timeout: str,
+    space_name: str,
+    study_name: str | None,
+    storage: str | None,
+    trials: int,
+    time_budget: str | None,
+    max_memory: str | None,
+    global_batch: int | None,
+    sampler: str,
+    seed: int | None,
+    quick: bool,
+    no_early_stop: bool,
+) -> None:
+    """Tune a model: search the knob space; resume the study if it exists."""
+    import signal
+
+    from autotune import space as spaces
+    from autotune import storage as stores
+    from autotune import study as S
+    from autotune.errors import SpaceError
+    from autotune.measure import Settings
+    from autotune.runner import Runner
+    from autotune.units import parse_size
+
+    spec = make_spec(model, data, model_args, input_shape, num_classes, task)
+    timeout = parse_duration(trial_timeout, "--trial-timeout")
+    budget = parse_duration(time_budget, "--time-budget") if time_budget else None
+    memory = parse_size(max_memory, "--max-memory") if max_memory else None
+    if global_batch is not None and global_batch <= 0:
+        raise KnobError("--global-batch must be positive")
+    space = spaces.load(space_name)
+    dev = resolve_device(device)
+    name = study_name or stores.default_study_name(model)
+    url = _storage_for(name, storage)
+    stores.open_storage(url)  # an unreachable storage fails before any measurement
+
+    runner = Runner(spec, device=dev, timeout_s=timeout, settings=Settings.quick() if quick else Settings(), global_batch=global_batch)
+    probe = runner.probe()
+    ctx = knobs.Context.from_dict(probe["context"])
+    base = S.base_config(ctx, space.fixed, probe["workload"].get("batch_size"))
+    effective = spaces.effective(space, ctx, base)
+    if global_batch:
+        if global_batch % base["batch_size"]:
+            raise KnobError(f"--global-batch {global_batch} is not a multiple of the baseline batch size {base['batch_size']}")
+        dim = effective.search.get("batch_size")
+        if dim is not None:
+            divisors = tuple(v for v in dim.values() if global_batch % v == 0)
+            effective.search["batch_size"] = spaces.Dimension("batch_size", divisors)
+    if not effective.search:
+        raise SpaceError(f"{space.path}: none of its knobs applies to this workload on {dev}: nothing to tune")
+
+    attrs = {
+        "workload": spec.to_dict(),
+        "space": space.to_dict(),
+        "space_hash": space.hash(),
+        "fingerprint": probe["fingerprint"],
+        "device": dev,
+        "context": probe["context"],
+        "global_batch": global_batch,
+    }
+    study, created = stores.create_or_check(name, url, attrs, S.make_sampler(sampler, seed))
+    stored_memory = study.user_attrs.get("max_memory_bytes")
+    if created:
+        study.set_user_attr("max_memory_bytes", memory)
+    elif memory is not None and memory != stored_memory:
+        raise StudyError_(name, f"its --max-memory is {format_bytes(stored_memory) if stored_memory else 'unset'}")
+    memory = memory if created else stored_memory
+    recovered = stores.recover_stale(study, grace_s=2 * timeout + 60)
+
+    options = S.Options(trials=trials, time_budget_s=budget, max_memory_bytes=memory, early_stop=not no_early_stop)
+    done = len([t for t in study.get_trials(deepcopy=False) if S.is_measured(t)])
+    click.echo(
+        f"{'new' if created else 'resuming'} study {name!r} in {url}: {done} measured, target {trials}; "
+        f"space {space.name} ({effective.size()} configurations here: {', '.join(effective.search)}); device {dev}"
+    )
+    if recovered:
+        click.echo(f"re-queued trial(s) left running by a stopped process: {', '.join(map(str, recovered))}")
+    progress = Progress(trials, budget, done)
+    tuner = S.Tuner(study, effective, ctx, base, runner.measure, options, on_trial=progress)
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        summary = tuner.run()
+    except KeyboardInterrupt:
+        progress.close()
+        click.echo(f"stopped: the running trial is recorded as interrupted and will be measured again. Run the same command to continue.", err=True)
+        sys.exit(130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        progress.close()
+    click.echo(f"done: {summary.reason}; {summary.new} new measurements in {format_duration(summary.elapsed_s)}")
+    _print_status(study, url)
+
+
+def StudyError_(name: str, why: str) -> Exception:
+    from autotune.errors import StudyError
+
+    return StudyError(f"study {name!r} was made with another setup: {why}; pass the same value, or start a new study with --study {name}-2")
+
+
+# ---------------------------------------------------------------- list / status / export
+
+
+def _status_doc(study: Any) -> dict[str, Any]:
+    from autotune import storage as stores
+    from autotune import study as S
+
+    doc = stores.summary(study)
+    base = S.baseline_trial(study)
+    base_rate = base.values[0] if base else None
+    rows = []
+    for t in S.front(study):
+        res = t.user_attrs.get("result", {})
+        rows.append(
+            {
+                "trial": t.number,
+                "role": t.user_attrs.get("role"),
+                "changes": knobs.differs_from_default(t.user_attrs.get("config", {})),
+                "samples_per_s": t.values[0],
+                "samples_per_s_cv": res.get("samples_per_s_cv"),
+                "peak_memory_bytes": int(t.values[1]),
+                "speedup": t.values[0] / base_rate if base_rate else None,
+                "mfu": res.get("mfu"),
+            }
+        )
+    failures: dict[str, dict[str, Any]] = {}
+    for t in study.get_trials(deepcopy=False):
+        outcome = t.user_attrs.get("outcome")
+        if outcome in (None, "ok") or t.user_attrs.get("duplicate_of") is not None:
+            continue
+        entry = failures.setdefault(outcome, {"count": 0, "trials": [], "example": ""})
+        entry["count"] += 1
+        entry["trials"].append(t.number)
+        entry["example"] = entry["example"] or (t.user_attrs.get("error") or {}).get("message", "")
+    doc.update({"front": rows, "failures": failures, "device": study.user_attrs.get("device"),
+                "max_memory_bytes": study.user_attrs.get("max_memory_bytes"), "space": (study.user_attrs.get("space") or {}).get("name")})
+    return doc
+
+
+def _print_status(study: Any, url: str) -> None:
+    from rich.table import Table
+
+    from autotune import hardware
+
+    doc = _status_doc(study)
+    out = console()
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(doc["outcomes"].items(), key=lambda kv: -kv[1]))
+    out.print(f"study {doc['study']} ({url})", markup=False)
+    out.print(f"workload {doc['workload'].get('model')}  device {doc['device']}  {hardware.short(doc['fingerprint'])}", markup=False)
+    out.print(f"trials {doc['trials']}: {counts or 'none'}", markup=False)
+    if doc["baseline_samples_per_s"]:
+        out.print(f"baseline {format_rate(doc['baseline_samples_per_s'])} samples/s; best {format_rate(doc['best_samples_per_s'])} samples/s ({doc['speedup']:.2f}x)", markup=False)
+    table = Table(title="Pareto front: throughput vs peak memory", title_justify="left")
+    for col in ("trial", "knobs that differ from the defaults", "samples/s", "peak memory", "speed-up"):
+        table.add_column(col, overflow="fold")
+    for row in doc["front"]:
+        spread = f" ± {100 * row['samples_per_s_cv']:.1f}%" if row["samples_per_s_cv"] is not None else ""
+        changes = " ".join(f"{k}={knobs.KNOBS[k].format(v)}" for k, v in row["changes"].items()) or "defaults"
+        speed = f"{row['speedup']:.2f}x" if row["speedup"] else "-"
+        table.add_row(f"#{row['trial']}", changes, f"{format_rate(row['samples_per_s'])}{spread}", format_bytes(row["peak_memory_bytes"]), speed)
+    out.print(table)
+    if doc["failures"]:
+        out.print("failures:", markup=False)
+        for outcome, entry in doc["failures"].items():
+            trials = ", ".join(f"#{n}" for n in entry["trials"][:8]) + (" ..." if len(entry["trials"]) > 8 else "")
+            out.print(f"  {outcome}: {entry['count']} ({trials}) {entry['example'][:100]}", markup=False)
+
+
+@main.command("list")
+@click.option("--storage", default=None, help="A storage URL (default: every studies/*.db).")
+@click.option("--json", "as_json", is_flag=True)
+def list_cmd(storage: str | None, as_json: bool) -> None:
+    """List studies: trials done, best samples/s, fingerprint."""
+    import optuna
+
+    from autotune import hardware
+    from autotune import storage as stores
+
+    urls = [storage] if storage else [f"sqlite:///{p}" for p in sorted(stores.STUDIES_DIR.glob("*.db"))]
+    docs = []
+    for url in urls:
+        store = stores.open_storage(url)
+        for name in stores.study_names(store):
+            doc = stores.summary(optuna.load_study(study_name=name, storage=store))
+            doc["storage"] = url
+            docs.append(doc)
+    if as_json:
+        click.echo(json.dumps(docs, indent=2, default=str))
+        return
+    if not docs:
+        click.echo("no studies" + (f" in {storage}" if storage else " in studies/"))
+        return
+    from rich.table import Table
+
+    table = Table()
+    for col in ("study", "trials", "best samples/s", "speed-up", "machine", "storage"):
+        table.add_column(col, overflow="fold")
+    for d in docs:
+        speed = f"{d['speedup']:.2f}x" if d["speedup"] else "-"
+        table.add_row(d["study"], str(d["trials"]), format_rate(d["best_samples_per_s"]), speed, hardware.short(d["fingerprint"]), d["storage"])
+    console().print(table)
+
+
+@main.command()
+@click.argument("study_name")
+@click.option("--storage", default=None, help="Storage URL (default: sqlite:///studies/<study>.db).")
+@click.option("--json", "as_json", is_flag=True)
+def status(study_name: str, storage: str | None, as_json: bool) -> None:
+    """Progress, failures and the Pareto front of a study."""
+    from autotune import storage as stores
+
+    url = _storage_for(study_name, storage)
+    study = stores.load(study_name, url)
+    if as_json:
+        click.echo(json.dumps(_status_doc(study), indent=2, default=str))
+    else:
+        _print_status(study, url)
+
+
+@main.command()
+@click.argument("study_name")
+@click.option("--pick", type=click.Choice(["fastest", "smallest", "balanced"]), default="fastest", show_default=True)
+@click.option("--max-memory", default=None, help="Only front points within this peak memory (e.g. 20GiB).")
+@click.option("--storage", default=None, help="Storage URL (default: sqlite:///studies/<study>.db).")
+@click.option("-o", "--output", default=None, help="Write the JSON here (default: print it).")
+def export(study_name: str, pick: str, max_memory: str | None, storage: str | None, output: str | None) -> None:
+    """Export a configuration of the front as JSON, for autotune.load_config()."""
+    from autotune import config as C
+    from autotune import storage as stores
+    from autotune.units import parse_size
+
+    url = _storage_for(study_name, storage)
+    study = stores.load(study_name, url)
+    doc = C.export(study, pick, parse_size(max_memory, "--max-memory") if max_memory else None, url)
+    if output is None:
+        click.echo(json.dumps(doc, indent=2, default=str))
+        return
+    path = C.write(doc, output)
+    speed = f", {doc['speedup']:.2f}x the baseline" if doc["speedup"] else ""
+    click.echo(
+        f"wrote {path}: trial #{doc['study']['trial']} ({pick}), {format_rate(doc['measured']['samples_per_s'])} samples/s, "
+        f"{format_bytes(doc['measured']['peak_memory_bytes'])}{speed}; {knobs.short(doc['knobs'])}"
+    )
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -193,6 +193,7 @@ class Knob:
     when: tuple[Condition, ...] = ()
     value_when: Mapping[Any, tuple[Condition, ...]] = field(default_factory=dict)
     torch_default: str = ""  # what PyTorch does when nobody sets it, in words
+    recipe: Any = None  # the tuning guides' "every trick on" value; None: leave at the default
 
     @property
     def is_range(self) -> bool:
@@ -205,8 +206,8 @@ class Knob:
     def bounds(self, ctx: Context | None = None) -> tuple[int, int]:
         assert self.low is not None and self.high is not None
         high = self.high
-        if high == CPUS:
-            high = (ctx.cpu_count if ctx else cpu_count())
+        if high == CPUS:  # without a context (a space file, say) any machine's count is allowed
+            high = ctx.cpu_count if ctx else 1024
         return self.low, int(high)
 
     def default_for(self, ctx: Context | None = None) -> Any:
@@ -293,6 +294,7 @@ REGISTRY: tuple[Knob, ...] = (
         choices=("fp32", "tf32", "bf16", "fp16"),
         value_when={"tf32": (OnDevice("cuda"),), "fp16": (OnDevice("cuda"),)},
         torch_default="fp32, no autocast",
+        recipe="bf16",
     ),
     Knob(
         "compile",
@@ -306,6 +308,7 @@ REGISTRY: tuple[Knob, ...] = (
             "max-autotune-no-cudagraphs": (OnDevice("cuda"),),
         },
         torch_default="eager",
+        recipe="default",
     ),
     Knob(
         "memory_format",
@@ -315,6 +318,7 @@ REGISTRY: tuple[Knob, ...] = (
         choices=("contiguous", "channels_last"),
         when=(InputRank(4),),
         torch_default="contiguous (NCHW)",
+        recipe="channels_last",
     ),
     Knob(
         "batch_size",
@@ -334,6 +338,7 @@ REGISTRY: tuple[Knob, ...] = (
         low=0,
         high=CPUS,
         torch_default="0 (load in the main process)",
+        recipe=4,
     ),
     Knob(
         "prefetch_factor",
@@ -344,6 +349,7 @@ REGISTRY: tuple[Knob, ...] = (
         high=8,
         when=(KnobAbove("num_workers", 0),),
         torch_default="2",
+        recipe=2,
     ),
     Knob(
         "persistent_workers",
@@ -353,6 +359,7 @@ REGISTRY: tuple[Knob, ...] = (
         choices=(False, True),
         when=(KnobAbove("num_workers", 0),),
         torch_default="off",
+        recipe=True,
     ),
     Knob(
         "pin_memory",
@@ -362,6 +369,7 @@ REGISTRY: tuple[Knob, ...] = (
         choices=(False, True),
         when=(OnDevice("cuda"),),
         torch_default="off",
+        recipe=True,
     ),
     Knob(
         "activation_checkpointing",
@@ -380,6 +388,7 @@ REGISTRY: tuple[Knob, ...] = (
         choices=(False, True),
         when=(OnDevice("cuda"),),
         torch_default="off",
+        recipe=True,
     ),
     Knob(
         "optimizer_impl",
@@ -390,6 +399,7 @@ REGISTRY: tuple[Knob, ...] = (
         when=(ForTask("train"),),
         value_when={"foreach": (OptimizerSupports("foreach"),), "fused": (OptimizerSupports("fused"),)},
         torch_default="default (foreach on CUDA where possible)",
+        recipe="fused",
     ),
     Knob(
         "threads",
@@ -492,3 +502,17 @@ def short(config: Mapping[str, Any], ctx: Context | None = None) -> str:
     if not diff:
         return "defaults"
     return " ".join(f"{k}={KNOBS[k].format(v)}" for k, v in diff.items())
+
+
+def recipe(ctx: Context, base: Mapping[str, Any]) -> dict[str, Any]:
+    """The tuning guides' "every trick on" configuration, as far as it applies here."""
+    config = dict(base)
+    for knob in REGISTRY:
+        if knob.recipe is None:
+            continue
+        value = knob.recipe
+        if knob.is_range:
+            low, high = knob.bounds(ctx)
+            value = max(low, min(high, int(value)))
+        config[knob.name] = value
+    return resolve(config, ctx).config

@@ -36,6 +36,8 @@ class Settings:
     steady_tolerance: float = 0.10
     profile_steps: int = 3
     count_flops: bool = True
+    cut_after_windows: int = 2  # a dominated trial may stop after this many timed windows
+    cut_margin: float = 0.25  # ... when a front point is this much faster at no more memory
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -104,6 +106,10 @@ class MemoryMonitor:
         self.max_children = max(self.max_children, len(children))
         self.peak_children = max(self.peak_children, child_mem)
         self.peak_tree = max(self.peak_tree, rss + child_mem)
+
+    def peak_so_far(self) -> int:
+        self_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return max(self.peak_tree, self_peak + self.peak_children)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -235,6 +241,7 @@ class Measurement:
     phases_s: dict[str, float] = field(default_factory=dict)
     flops_per_step: float | None = None
     profile: dict[str, Any] = field(default_factory=dict)
+    cut_short: bool = False
 
     @property
     def samples_per_s(self) -> float:
@@ -246,8 +253,13 @@ def run_protocol(
     settings: Settings,
     eager: Stepper | None = None,
     on_memory_checkpoint: Callable[[], None] | None = None,
+    dominated: Callable[[float], bool] | None = None,
 ) -> Measurement:
-    """First step, warm-up to steady, timed windows, profile. Raises NonFinite."""
+    """First step, warm-up to steady, timed windows, profile. Raises NonFinite.
+
+    ``dominated(median_so_far)`` is asked after ``settings.cut_after_windows`` windows;
+    when it says yes the remaining windows and the profile are skipped (``cut_short``).
+    """
     phases: dict[str, float] = {}
     samples = loop.plan.samples_per_step
 
@@ -279,10 +291,15 @@ def run_protocol(
     timed_start = time.perf_counter()
     windows: list[float] = []
     wall = 0.0
+    cut = False
     for _ in range(settings.windows):
         elapsed = loop.timed(per_window)
         wall += elapsed
         windows.append(per_window * samples / elapsed)
+        if dominated is not None and len(windows) >= settings.cut_after_windows and len(windows) < settings.windows:
+            if dominated(statistics.median(windows)):
+                cut = True
+                break
     loop.check_finite()
     phases["timed"] = time.perf_counter() - timed_start
     data_share = (loop.data_s - data_before) / wall if wall > 0 else 0.0
@@ -291,7 +308,7 @@ def run_protocol(
         on_memory_checkpoint()
 
     profile: dict[str, Any] = {}
-    if settings.profile_steps > 0:
+    if settings.profile_steps > 0 and not cut:
         prof_start = time.perf_counter()
         profile = profile_steps(loop, settings.profile_steps)
         phases["profile"] = time.perf_counter() - prof_start
@@ -306,4 +323,5 @@ def run_protocol(
         phases_s=phases,
         flops_per_step=flops,
         profile=profile,
+        cut_short=cut,
     )

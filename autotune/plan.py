@@ -187,12 +187,17 @@ class Plan:
     def build_optimizer(
         self,
         model: nn.Module,
-        factory: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
+        factory: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | torch.optim.Optimizer | None = None,
     ) -> torch.optim.Optimizer | None:
+        """The optimizer (from a factory, or an instance already built on the model's parameters)
+        with the configured implementation (foreach/fused: rebuilt with the same hyperparameters)."""
         if self.task != "train":
             return None
-        params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = (factory or default_optimizer)(params)
+        if isinstance(factory, torch.optim.Optimizer):
+            optimizer = factory
+        else:
+            params = [p for p in model.parameters() if p.requires_grad]
+            optimizer = (factory or default_optimizer)(params)
         impl = self.config.get("optimizer_impl", "default")
         if impl == "default":
             return optimizer
@@ -223,8 +228,10 @@ class Plan:
             kwargs["persistent_workers"] = bool(self.config.get("persistent_workers", False))
         return kwargs
 
-    def make_loader(self, dataset: Dataset, collate_fn: Callable[[list[Any]], Any] | None = None) -> DataLoader:
-        kwargs = self.loader_kwargs()
+    def make_loader(
+        self, dataset: Dataset, collate_fn: Callable[[list[Any]], Any] | None = None, **overrides: Any
+    ) -> DataLoader:
+        kwargs = {**self.loader_kwargs(), **overrides}
         if collate_fn is not None:
             kwargs["collate_fn"] = collate_fn
         if kwargs["pin_memory"]:
@@ -286,26 +293,35 @@ class Stepper:
         return self.infer(batches)
 
     def train(self, batches: list[Any]) -> torch.Tensor:
-        assert self.optimizer is not None
         loss = torch.zeros(())
         for batch in batches:
-            inputs, target = split_batch(batch)
-            with self.plan.autocast():
-                output = call_model(self.model, inputs)
-                loss = self.loss_fn(output, target)
-            if self.plan.accumulation > 1:
-                loss = loss / self.plan.accumulation
-            if self.scaler is not None:
-                self.scaler.scale(loss).backward()
-            else:
-                loss.backward()
+            loss = self.micro(batch)
+        self.finish()
+        return loss
+
+    def micro(self, batch: Any) -> torch.Tensor:
+        """Forward and backward of one micro-batch (already on the device); returns the detached loss."""
+        inputs, target = split_batch(batch)
+        with self.plan.autocast():
+            output = call_model(self.model, inputs)
+            loss = self.loss_fn(output, target)
+        if self.plan.accumulation > 1:
+            loss = loss / self.plan.accumulation
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        return loss.detach()
+
+    def finish(self) -> None:
+        """The optimizer step after the micro-batches of one step, then zero_grad(set_to_none=True)."""
+        assert self.optimizer is not None
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
 
     def infer(self, batches: list[Any]) -> torch.Tensor:
         out = torch.zeros(())

@@ -18,7 +18,7 @@ import signal
 import sys
 import tempfile
 import time
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from autotune import forkserver
 from autotune import result as R
@@ -131,8 +131,12 @@ class Runner:
         detail = payload["error"]["message"] if payload else describe_exit(exitcode, log)
         raise WorkloadError(f"building the workload failed: {detail}")
 
-    def measure(self, config: Mapping[str, Any]) -> R.TrialResult:
-        """Measure one configuration in an isolated process; every ending becomes a TrialResult."""
+    def measure(self, config: Mapping[str, Any], dominators: Sequence[tuple[float, float]] = ()) -> R.TrialResult:
+        """Measure one configuration in an isolated process; every ending becomes a TrialResult.
+
+        ``dominators`` ((samples/s, peak bytes) of the current front) let the trial stop
+        early when one of them clearly dominates it (see measure.Settings.cut_margin).
+        """
         request = {
             "kind": "trial",
             "spec": self.spec.to_dict(),
@@ -140,6 +144,7 @@ class Runner:
             "config": dict(config),
             "settings": self.settings.to_dict(),
             "global_batch": self.global_batch,
+            "dominators": [list(d) for d in dominators],
         }
         status, payload, exitcode, log, wall = self._spawn(request, self.timeout_s)
         if status == "timeout":

@@ -143,7 +143,19 @@ def run(request: Mapping[str, Any]) -> R.TrialResult:
                 peak["reserved"] = torch.cuda.max_memory_reserved(device)
                 peak["allocated"] = torch.cuda.max_memory_allocated(device)
 
-        m = run_protocol(loop, settings, eager=eager, on_memory_checkpoint=memory_checkpoint)
+        dominators = [(float(t), float(mem)) for t, mem in request.get("dominators") or []]
+
+        def dominated(median_so_far: float) -> bool:
+            """A front point at least cut_margin faster that needs no more memory than this trial already has."""
+            if device.type == "cuda":
+                used = float(torch.cuda.max_memory_reserved(device))
+            else:
+                used = float(monitor.peak_so_far())
+            return any(t >= median_so_far * (1 + settings.cut_margin) and mem <= used for t, mem in dominators)
+
+        m = run_protocol(
+            loop, settings, eager=eager, on_memory_checkpoint=memory_checkpoint, dominated=dominated if dominators else None
+        )
         if plan.task == "train":
             check_parameters(eager_model)
         samples = plan.samples_per_step
@@ -159,6 +171,8 @@ def run(request: Mapping[str, Any]) -> R.TrialResult:
         result.profile = m.profile
         result.phases_s = m.phases_s
         result.notes.update(plan.notes)
+        if m.cut_short:
+            result.notes["cut_short"] = True
         result.notes["accumulation"] = plan.accumulation
         if m.flops_per_step:
             result.flops_per_sample = m.flops_per_step / samples

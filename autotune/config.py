@@ -1,0 +1,256 @@
+"""Exported configurations: pick a point of a study's front, write it as JSON, and apply it in a user's script.
+
+``autotune export STUDY --pick fastest -o best.json`` writes a versioned JSON
+document (knob values, measured figures with spread, speed-up over the baseline,
+workload spec, fingerprint, study and trial). In a training script::
+
+    import autotune
+    cfg = autotune.load_config("best.json")        # warns when hardware/software differ
+    model, loader, step = cfg.apply(model, dataset, optimizer)
+    for batch in loader:
+        loss = step(batch)
+
+``apply`` goes through the same :class:`~autotune.plan.Plan` as the trial worker,
+so what runs is what was measured: environment and backend flags, model transforms
+(device, channels-last, activation checkpointing, compile), the optimizer's
+implementation, DataLoader arguments, autocast/GradScaler and gradient accumulation.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import optuna
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from autotune import __version__, hardware, knobs
+from autotune import study as S
+from autotune.errors import ConfigError, StudyError
+from autotune.plan import Plan, Stepper
+
+SCHEMA = "autotune.config/1"
+PICKS = ("fastest", "smallest", "balanced")
+
+
+class HardwareMismatchWarning(UserWarning):
+    """The configuration was measured on other hardware or software than this."""
+
+
+# ---------------------------------------------------------------- export
+
+
+def pick_trial(study: optuna.Study, pick: str, max_memory_bytes: int | None = None) -> optuna.trial.FrozenTrial:
+    """A front trial: the fastest, the smallest, or the balanced one (nearest the ideal point, normalised)."""
+    if pick not in PICKS:
+        raise StudyError(f"--pick {pick!r}: expected one of {', '.join(PICKS)}")
+    candidates = S.front(study)
+    if max_memory_bytes is not None:
+        candidates = [t for t in candidates if t.values[1] <= max_memory_bytes]
+    if not candidates:
+        why = " within the --max-memory budget" if max_memory_bytes is not None else ""
+        raise StudyError(f"study {study.study_name!r} has no successful trial{why} to export; run more trials first")
+    if pick == "fastest":
+        return max(candidates, key=lambda t: (t.values[0], -t.values[1]))
+    if pick == "smallest":
+        return min(candidates, key=lambda t: (t.values[1], -t.values[0]))
+    t_lo, t_hi = min(t.values[0] for t in candidates), max(t.values[0] for t in candidates)
+    m_lo, m_hi = min(t.values[1] for t in candidates), max(t.values[1] for t in candidates)
+
+    def distance(t: optuna.trial.FrozenTrial) -> float:
+        speed_gap = (t_hi - t.values[0]) / (t_hi - t_lo) if t_hi > t_lo else 0.0
+        mem_gap = (t.values[1] - m_lo) / (m_hi - m_lo) if m_hi > m_lo else 0.0
+        return speed_gap**2 + mem_gap**2
+
+    return min(candidates, key=distance)
+
+
+def export(study: optuna.Study, pick: str, max_memory_bytes: int | None = None, storage_url: str | None = None) -> dict[str, Any]:
+    trial = pick_trial(study, pick, max_memory_bytes)
+    res = trial.user_attrs.get("result", {})
+    base = S.baseline_trial(study)
+    base_res = base.user_attrs.get("result", {}) if base else {}
+    attrs = study.user_attrs
+    return {
+        "schema": SCHEMA,
+        "autotune_version": __version__,
+        "exported_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "pick": pick,
+        "knobs": trial.user_attrs["config"],
+        "not_applicable": trial.user_attrs.get("not_applicable", {}),
+        "measured": {
+            "samples_per_s": trial.values[0],
+            "samples_per_s_cv": res.get("samples_per_s_cv"),
+            "window_samples_per_s": res.get("window_samples_per_s"),
+            "peak_memory_bytes": int(trial.values[1]),
+            "time_to_first_step_s": res.get("time_to_first_step_s"),
+            "step_time_s": res.get("step_time_s"),
+            "samples_per_step": res.get("samples_per_step"),
+            "mfu": res.get("mfu"),
+        },
+        "baseline": {
+            "trial": base.number if base else None,
+            "samples_per_s": base.values[0] if base else None,
+            "samples_per_s_cv": base_res.get("samples_per_s_cv"),
+            "peak_memory_bytes": int(base.values[1]) if base else None,
+        },
+        "speedup": trial.values[0] / base.values[0] if base and base.values[0] else None,
+        "workload": attrs.get("workload"),
+        "device": attrs.get("device"),
+        "global_batch": attrs.get("global_batch"),
+        "task": (attrs.get("context") or {}).get("task", "train"),
+        "context": attrs.get("context"),
+        "fingerprint": attrs.get("fingerprint"),
+        "study": {"name": study.study_name, "storage": storage_url, "trial": trial.number},
+    }
+
+
+def write(doc: Mapping[str, Any], path: str | Path) -> Path:
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+# ---------------------------------------------------------------- load and apply
+
+
+@dataclass
+class Applied:
+    """What :meth:`Config.apply` returns; unpacks as ``model, loader, step``."""
+
+    model: nn.Module
+    loader: DataLoader | None
+    step: Callable[[Any], torch.Tensor]
+    optimizer: torch.optim.Optimizer | None
+
+    def __iter__(self):  # model, loader, step = cfg.apply(...)
+        return iter((self.model, self.loader, self.step))
+
+
+@dataclass
+class TrainStep:
+    """One call per batch from the loader: copy to the device, forward and backward under the
+    configured precision, and the optimizer step every ``accumulation`` batches."""
+
+    plan: Plan
+    stepper: Stepper
+    calls: int = 0
+
+    def __call__(self, batch: Any) -> torch.Tensor:
+        loss = self.stepper.micro(self.plan.to_device(batch))
+        self.calls += 1
+        if self.calls % self.plan.accumulation == 0:
+            self.stepper.finish()
+        return loss
+
+
+@dataclass
+class InferStep:
+    plan: Plan
+    stepper: Stepper
+
+    def __call__(self, batch: Any) -> torch.Tensor:
+        return self.stepper.infer([self.plan.to_device(batch)])
+
+
+@dataclass
+class Config:
+    """A loaded configuration: the knob values and where they were measured."""
+
+    knobs: dict[str, Any]
+    task: str = "train"
+    device: str = "cpu"
+    global_batch: int | None = None
+    doc: dict[str, Any] = field(default_factory=dict)
+
+    def plan(self, device: str | torch.device | None = None) -> Plan:
+        return Plan.from_config(self.knobs, device or self.device, self.task, self.global_batch)
+
+    def apply(
+        self,
+        model: nn.Module,
+        dataset: Dataset | None = None,
+        optimizer: torch.optim.Optimizer | Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
+        *,
+        loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        device: str | torch.device | None = None,
+        shuffle: bool = False,
+        **loader_kwargs: Any,
+    ) -> Applied:
+        """Apply every knob to your model, dataset and optimizer.
+
+        ``optimizer`` is an optimizer built on ``model``'s parameters (kept, or rebuilt with
+        the same hyperparameters when the configuration picks foreach/fused kernels) or a
+        factory ``params -> optimizer`` (default AdamW). Returns ``(model, loader, step)``
+        where ``step(batch)`` runs one training (or inference) step on a loader batch and
+        returns the loss (or the output).
+        """
+        plan = self.plan(device)
+        _apply_process(plan)
+        model = plan.prepare_model(model)
+        opt = plan.build_optimizer(model, optimizer) if plan.task == "train" else None
+        loader = plan.make_loader(dataset, collate_fn, shuffle=shuffle, **loader_kwargs) if dataset is not None else None
+        stepper = plan.stepper(model, opt, loss_fn)
+        step: Callable[[Any], torch.Tensor] = TrainStep(plan, stepper) if plan.task == "train" else InferStep(plan, stepper)
+        return Applied(model, loader, step, opt)
+
+
+def _apply_process(plan: Plan) -> None:
+    """Process-level knobs in a process that may already have started CUDA."""
+    wanted = plan.environment().get("PYTORCH_CUDA_ALLOC_CONF")
+    if wanted and torch.cuda.is_available() and torch.cuda.is_initialized():
+        try:
+            torch.cuda.memory._set_allocator_settings(wanted)
+        except Exception:  # noqa: BLE001
+            warnings.warn(
+                f"CUDA started before the configuration was applied: set PYTORCH_CUDA_ALLOC_CONF={wanted} "
+                "in the environment before starting Python",
+                HardwareMismatchWarning,
+                stacklevel=3,
+            )
+    plan.apply_process()
+
+
+def load_config(path: str | Path, device: str | None = None, check_hardware: bool = True) -> Config:
+    """Read an exported configuration; warns (HardwareMismatchWarning) when this machine differs."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise ConfigError(f"{path}: not an autotune configuration (expected schema {SCHEMA!r}, found {doc.get('schema') if isinstance(doc, dict) else None!r})")
+    try:
+        values = knobs.validate_config(doc["knobs"])
+    except (KeyError, knobs.KnobError) as exc:
+        raise ConfigError(f"{path}: bad knob values: {exc}") from None
+    target = device or doc.get("device") or "cpu"
+    if torch.device(target).type == "cuda" and not torch.cuda.is_available():
+        warnings.warn(f"{path} was measured on {target}, but this machine has no CUDA device: using the CPU", HardwareMismatchWarning, stacklevel=2)
+        target = "cpu"
+    if check_hardware and doc.get("fingerprint"):
+        diffs = hardware.differences(doc["fingerprint"], hardware.fingerprint(target))
+        if diffs:
+            warnings.warn(
+                f"{path} was measured on other hardware/software; its figures may not hold here: " + "; ".join(diffs),
+                HardwareMismatchWarning,
+                stacklevel=2,
+            )
+    stored_ctx = doc.get("context") or {"device_type": "cpu", "task": doc.get("task", "train")}
+    ctx = knobs.Context.from_dict({**stored_ctx, "device_type": torch.device(target).type})
+    resolved = knobs.resolve(values, ctx)  # CUDA-only values fall back on a CPU
+    return Config(knobs=resolved.config, task=doc.get("task", "train"), device=target, global_batch=doc.get("global_batch"), doc=doc)

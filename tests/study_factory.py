@@ -1,0 +1,317 @@
+"""A realistic fake autotune study, written through Optuna into real storage, for tests and benchmarks.
+
+``make_study`` records trials exactly as docs/storage.md says autotune does
+(study and trial user attributes, the two objectives, the ``failed`` and
+``memory`` constraints), with figures from a small made-up performance model
+of a CNN on a 2-core CPU instead of real measurements: trial 0 is the baseline
+(PyTorch defaults), trial 1 the recipe (every trick on), then search trials,
+a few failures (oom, nan, error, interrupted) and one duplicate answered from
+the cache.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.trial import TrialState
+
+from autotune import knobs
+
+MiB = 1024**2
+GiB = 1024**3
+
+#: The searched knobs, as ``space.search`` stores them.
+SEARCH: dict[str, dict[str, Any]] = {
+    "precision": {"choices": ["fp32", "bf16"]},
+    "compile": {"choices": ["off", "default"]},
+    "memory_format": {"choices": ["contiguous", "channels_last"]},
+    "batch_size": {"low": 16, "high": 256, "step": 16},
+    "num_workers": {"choices": [0, 1, 2]},
+    "persistent_workers": {"choices": [False, True]},
+    "activation_checkpointing": {"choices": [False, True]},
+    "optimizer_impl": {"choices": ["default", "foreach", "fused"]},
+    "threads": {"choices": [1, 2]},
+}
+FIXED: dict[str, Any] = {}
+CONTEXT = knobs.Context(device_type="cpu", task="train", input_rank=4, torch_version=(2, 13), cpu_count=2)
+#: Memory at which the made-up device runs out.
+CAPACITY = 2 * GiB
+RECIPE = {
+    "precision": "bf16",
+    "compile": "default",
+    "memory_format": "channels_last",
+    "batch_size": 128,
+    "num_workers": 2,
+    "persistent_workers": True,
+    "activation_checkpointing": False,
+    "optimizer_impl": "fused",
+    "threads": 2,
+}
+FAILURE_MESSAGES = {
+    "oom": ("OutOfMemoryError", "CPU out of memory: tried to allocate 512.00 MiB (2.00 GiB total)"),
+    "nan": ("FloatingPointError", "loss is nan at step 7"),
+    "error": ("RuntimeError", "mat1 and mat2 shapes cannot be multiplied (32x512 and 256x10)"),
+    "interrupted": ("KeyboardInterrupt", "trial interrupted (SIGINT)"),
+}
+
+
+def storage_url(path_or_url: str | Path) -> str:
+    """A storage URL: given as is when it has a scheme, else a SQLite file path."""
+    text = str(path_or_url)
+    return text if "://" in text else f"sqlite:///{Path(text).resolve()}"
+
+
+def distributions() -> dict[str, BaseDistribution]:
+    """Optuna distributions of the searched knobs."""
+    out: dict[str, BaseDistribution] = {}
+    for name, spec in SEARCH.items():
+        if "choices" in spec:
+            out[name] = CategoricalDistribution(spec["choices"])
+        else:
+            out[name] = IntDistribution(spec["low"], spec["high"], step=spec.get("step", 1))
+    return out
+
+
+def make_study(
+    path_or_url: str | Path | optuna.storages.BaseStorage,
+    n_trials: int = 40,
+    seed: int = 0,
+    name: str = "demo",
+    with_failures: bool = True,
+    max_memory_bytes: int | None = None,
+) -> optuna.Study:
+    """Write a fake study of ``n_trials`` trials (baseline and recipe included) and return it.
+
+    ``path_or_url`` is a SQLite file path, any storage URL or a storage object
+    (``optuna.storages.InMemoryStorage()`` for speed). The same seed gives
+    the same study. With ``with_failures`` (and at least 8 trials) it holds at
+    least one oom, nan, error and interrupted trial; it always holds one duplicate
+    when there are at least 6 trials. ``max_memory_bytes`` is stored as the
+    ``--max-memory`` budget and makes bigger trials infeasible.
+    """
+    rng = random.Random(seed)
+    # Trials are asked and told in memory, the way autotune records them, then copied
+    # into the target storage in one go: telling 200 trials straight into SQLite costs
+    # ~20 s of commits, the copy a few.
+    memory = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(
+        storage=memory,
+        study_name=name,
+        directions=["maximize", "minimize"],
+        sampler=optuna.samplers.RandomSampler(seed=seed),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(["samples_per_s", "peak_memory_bytes"])
+    for key, value in _study_attrs(max_memory_bytes).items():
+        study.set_user_attr(key, value)
+    _record_trials(study, n_trials, rng, with_failures, max_memory_bytes)
+    target = path_or_url if isinstance(path_or_url, optuna.storages.BaseStorage) else storage_url(path_or_url)
+    optuna.copy_study(from_study_name=name, from_storage=memory, to_storage=target)
+    return optuna.load_study(study_name=name, storage=target)
+
+
+def _record_trials(
+    study: optuna.Study, n_trials: int, rng: random.Random, with_failures: bool, max_memory_bytes: int | None
+) -> None:
+    """Ask and tell ``n_trials`` trials the way autotune's study loop records them."""
+    dists = distributions()
+    defaults = knobs.defaults(CONTEXT)
+    baseline = {k: defaults[k] for k in SEARCH}
+    forced = {3: "oom", 5: "nan", 7: "error", 9: "interrupted"} if with_failures and n_trials >= 8 else {}
+    measured: dict[str, tuple[int, dict[str, Any], list[float]]] = {}  # config_key -> (number, attrs, values)
+    first_search_ok: dict[str, Any] | None = None
+    for index in range(n_trials):
+        role = "baseline" if index == 0 else "recipe" if index == 1 else "search"
+        if role == "baseline":
+            study.enqueue_trial(baseline)
+        elif role == "recipe":
+            study.enqueue_trial(RECIPE)
+        elif index == 4:
+            study.enqueue_trial(first_search_ok or baseline)  # asked again: answered from the cache
+        trial = study.ask(dists)
+        resolved = knobs.resolve(trial.params, CONTEXT)
+        key = resolved.key()
+        trial.set_user_attr("role", role)
+        trial.set_user_attr("config", resolved.config)
+        trial.set_user_attr("config_key", key)
+        trial.set_user_attr("not_applicable", resolved.not_applicable)
+
+        if key in measured and role == "search":
+            number, attrs, values = measured[key]
+            trial.set_user_attr("outcome", attrs["outcome"])
+            trial.set_user_attr("result", attrs["result"])
+            trial.set_user_attr("duplicate_of", number)
+            trial.set_user_attr("duration_s", 0.0)
+            _constrain(trial, ok=True, peak=values[1], budget=max_memory_bytes)
+            study.tell(trial, values)
+            continue
+
+        outcome = forced.get(index, "ok")
+        if outcome == "ok" and role == "search" and with_failures and rng.random() < 0.08:
+            outcome = rng.choice(["oom", "nan", "error"])
+        speed, peak = _model(resolved.config, rng)
+        if outcome == "ok" and peak > CAPACITY:
+            outcome = "oom"
+        duration = round(6.0 + 14.0 * rng.random() + (25.0 if resolved.config["compile"] != "off" else 0.0), 2)
+        trial.set_user_attr("duration_s", duration)
+        trial.set_user_attr("outcome", outcome)
+
+        if outcome == "interrupted":
+            etype, message = FAILURE_MESSAGES[outcome]
+            trial.set_user_attr("error", {"type": etype, "message": message})
+            trial.set_user_attr("result", {})
+            study.tell(trial, state=TrialState.FAIL)
+            continue
+        if outcome != "ok":
+            etype, message = FAILURE_MESSAGES[outcome]
+            known_peak = {"oom": CAPACITY, "nan": peak}.get(outcome)
+            result = {"peak_memory_bytes": known_peak, "memory": {}, "notes": {}}
+            trial.set_user_attr("error", {"type": etype, "message": message})
+            trial.set_user_attr("result", result)
+            _constrain(trial, ok=False, peak=None, budget=max_memory_bytes)
+            study.tell(trial, [0.0, float(CAPACITY)])
+            continue
+
+        result = _result(resolved.config, speed, peak, duration, rng)
+        trial.set_user_attr("result", result)
+        _constrain(trial, ok=True, peak=peak, budget=max_memory_bytes)
+        values = [result["samples_per_s"], float(peak)]
+        study.tell(trial, values)
+        measured[key] = (trial.number, {"outcome": "ok", "result": result}, values)
+        if role == "search" and first_search_ok is None:
+            first_search_ok = dict(trial.params)
+
+
+def add_failed_trial(
+    study: optuna.Study,
+    outcome: str = "error",
+    message: str = "boom",
+    error_type: str = "RuntimeError",
+    config: dict[str, Any] | None = None,
+) -> int:
+    """Record one more failed search trial (e.g. with a hostile error message); returns its number."""
+    trial = study.ask()
+    resolved = knobs.resolve(config or {}, CONTEXT)
+    trial.set_user_attr("role", "search")
+    trial.set_user_attr("config", resolved.config)
+    trial.set_user_attr("config_key", resolved.key())
+    trial.set_user_attr("not_applicable", resolved.not_applicable)
+    trial.set_user_attr("outcome", outcome)
+    trial.set_user_attr("error", {"type": error_type, "message": message})
+    trial.set_user_attr("result", {})
+    trial.set_user_attr("duration_s", 1.5)
+    _constrain(trial, ok=False, peak=None, budget=None)
+    study.tell(trial, [0.0, float(CAPACITY)])
+    return trial.number
+
+
+# ---------------------------------------------------------------- internals
+
+
+def _study_attrs(max_memory_bytes: int | None) -> dict[str, Any]:
+    import torch
+
+    import autotune
+
+    return {
+        "autotune_version": autotune.__version__,
+        "workload": {
+            "model": "autotune.examples:cnn",
+            "data": None,
+            "model_args": {"width": 32},
+            "input_shape": [3, 64, 64],
+            "num_classes": 10,
+            "task": "train",
+        },
+        "space": {"name": "cpu", "path": "search_spaces/cpu.toml", "search": SEARCH, "fixed": FIXED},
+        "space_hash": "3f2a9c1d0b7e",
+        "fingerprint": {
+            "device_type": "cpu",
+            "device_name": "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz",
+            "device_count": 1,
+            "torch": torch.__version__,
+            "cuda": None,
+            "driver": None,
+            "python": "3.11.7",
+            "cpu_model": "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz",
+            "cpu_count": 2,
+        },
+        "device": "cpu",
+        "context": CONTEXT.to_dict(),
+        "max_memory_bytes": max_memory_bytes,
+        "global_batch": None,
+        "created_at": "2025-11-22T11:00:00+00:00",
+    }
+
+
+def _constrain(trial: optuna.Trial, ok: bool, peak: float | None, budget: int | None) -> None:
+    trial.set_constraint("failed", 0.0 if ok else 1.0)
+    trial.set_constraint("memory", (peak - budget) / budget if ok and budget and peak is not None else 0.0)
+
+
+def _model(config: dict[str, Any], rng: random.Random) -> tuple[float, int]:
+    """Made-up samples/s and peak memory of one configuration."""
+    bs = config["batch_size"]
+    speed = 420.0 * min(bs / 32, 6.0) ** 0.22
+    speed *= {"fp32": 1.0, "bf16": 1.35}[config["precision"]]
+    speed *= 1.22 if config["compile"] != "off" else 1.0
+    speed *= 0.94 if config["memory_format"] == "channels_last" else 1.0
+    speed *= {0: 0.82, 1: 0.97, 2: 1.0}[config["num_workers"]]
+    speed *= 0.78 if config["activation_checkpointing"] else 1.0
+    speed *= {"default": 1.0, "foreach": 1.03, "fused": 1.05}[config["optimizer_impl"]]
+    speed *= {1: 0.58, 2: 1.0}[config["threads"]]
+    speed *= rng.gauss(1.0, 0.03)
+    act = bs * 7.5 * MiB * (0.55 if config["precision"] == "bf16" else 1.0)
+    act *= 0.4 if config["activation_checkpointing"] else 1.0
+    peak = 260 * MiB + act + (60 * MiB if config["compile"] != "off" else 0) + config["num_workers"] * 70 * MiB
+    return max(speed, 1.0), int(peak * rng.gauss(1.0, 0.01))
+
+
+def _result(config: dict[str, Any], speed: float, peak: int, duration: float, rng: random.Random) -> dict[str, Any]:
+    """The ``result`` user attribute of an ok trial, every documented figure filled in."""
+    bs = config["batch_size"]
+    windows = [round(speed * rng.gauss(1.0, 0.02), 2) for _ in range(5)]
+    mean = sum(windows) / len(windows)
+    cv = math.sqrt(sum((w - mean) ** 2 for w in windows) / len(windows)) / mean
+    flops_per_sample = 3 * 1.2e9
+    achieved = flops_per_sample * speed
+    data_wait = {0: 0.18, 1: 0.05, 2: 0.02}[config["num_workers"]] * rng.uniform(0.8, 1.2)
+    ops = [
+        ("aten::convolution_backward", 0.34),
+        ("aten::mkldnn_convolution", 0.22),
+        ("aten::native_batch_norm", 0.09),
+        ("aten::addmm", 0.06),
+        ("Optimizer.step#SGD.step", {"default": 0.08, "foreach": 0.05, "fused": 0.03}[config["optimizer_impl"]]),
+        ("aten::copy_", 0.04 if config["precision"] == "bf16" else 0.01),
+    ]
+    step_us = bs / speed * 1e6
+    top_ops = [
+        {"name": op, "self_us": round(step_us * share, 1), "calls": 10 * (i + 1), "share": round(share * rng.uniform(0.9, 1.1), 4)}
+        for i, (op, share) in enumerate(ops)
+    ]
+    ttfs = round(0.8 + (22.0 if config["compile"] != "off" else 0.0) * rng.uniform(0.9, 1.1), 2)
+    return {
+        "samples_per_s": round(speed, 3),
+        "samples_per_s_cv": round(cv, 4),
+        "window_samples_per_s": windows,
+        "step_time_s": round(bs / speed, 5),
+        "samples_per_step": bs,
+        "peak_memory_bytes": peak,
+        "memory": {"rss_peak_bytes": peak, "rss_before_bytes": 180 * MiB},
+        "time_to_first_step_s": ttfs,
+        "flops_per_sample": flops_per_sample,
+        "achieved_flops": achieved,
+        "mfu": round(achieved / 2.0e12, 4),
+        "profile": {"top_ops": top_ops, "data_wait_share": round(data_wait, 4), "h2d_copy_us": 0.0},
+        "phases_s": {"spawn": 0.4, "build": 1.1, "warmup": ttfs, "measure": round(duration * 0.6, 2)},
+        "wall_s": duration,
+        "overhead_s": round(duration * 0.15, 2),
+        "notes": {},
+    }
