@@ -592,5 +592,35 @@ def export(study_name: str, pick: str, max_memory: str | None, storage: str | No
     )
 
 
+@main.command()
+@click.argument("study_name")
+@click.option("--storage", default=None, help="Storage URL (default: sqlite:///studies/<study>.db).")
+@click.option("-o", "--output", default=None, help="Where to write the page (default: dashboards/<study>.html).")
+@click.option("--watch", "watch_s", default=None, help="Rewrite the page every N seconds while a study runs elsewhere (the page reloads itself).")
+def dashboard(study_name: str, storage: str | None, output: str | None, watch_s: str | None) -> None:
+    """Write a self-contained HTML dashboard of a study (plotly, works offline)."""
+    from pathlib import Path
+
+    from autotune import report
+    from autotune import storage as stores
+
+    url = _storage_for(study_name, storage)
+
+    def load() -> Any:
+        return stores.load(study_name, url)
+
+    out = Path(output) if output else report.default_path(study_name)
+    if watch_s is None:
+        path = report.write_dashboard(load(), out)
+        click.echo(f"wrote {path}")
+        return
+    seconds = parse_duration(watch_s, "--watch")
+    click.echo(f"writing {out} every {seconds:g}s; Ctrl-C to stop")
+    try:
+        report.watch(load, out, seconds)
+    except KeyboardInterrupt:
+        click.echo("stopped")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

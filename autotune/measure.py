@@ -73,10 +73,12 @@ class MemoryMonitor:
 
     Children (DataLoader workers, compile workers) are sampled by a background thread,
     counted by their unique pages; the thread runs only when the trial will have
-    children (``watch_children``), so it steals no CPU from a plain step.
+    children (``watch_children``), so it steals no CPU from a plain step. Reading a
+    child's unique pages costs the kernel ~5 ms, so children are sampled twice a
+    second: about 1% of one core per DataLoader worker.
     """
 
-    def __init__(self, interval_s: float = 0.05) -> None:
+    def __init__(self, interval_s: float = 0.5) -> None:
         self.interval_s = interval_s
         self.proc = psutil.Process()
         self.peak_tree = 0

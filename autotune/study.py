@@ -306,38 +306,39 @@ class Tuner:
                 summary.reason = "time budget spent"
                 break
             trial = self.study.ask()
-            self.study._storage.set_trial_system_attr(trial._trial_id, "autotune:owner", storage.owner())
             role = trial.user_attrs.get("role", "search")
-            params = self.suggest(trial)
-            resolved = knobs.resolve({**self.base, **params}, self.ctx)
-            hit = cache.get(resolved.key())
-            if hit is not None:
-                rec = self.record_duplicate(trial, role, resolved, hit)
-                summary.duplicates += 1
-                summary.records.append(rec)
-                if self.on_trial:
-                    self.on_trial(rec)
+            params: dict[str, Any] = {}
+            try:
+                self.study._storage.set_trial_system_attr(trial._trial_id, "autotune:owner", storage.owner())
+                params = self.suggest(trial)
+                resolved = knobs.resolve({**self.base, **params}, self.ctx)
+                hit = cache.get(resolved.key())
+                if hit is not None:
+                    rec = self.record_duplicate(trial, role, resolved, hit)
+                    summary.duplicates += 1
+                else:
+                    dominators = self._dominators() if opts.early_stop and role == "search" else []
+                    result = self.evaluate(resolved.config, dominators)
+                    rec = self.record(trial, role, resolved, result)
+            except KeyboardInterrupt:
+                if self.study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
+                    self.interrupted(trial, role, params or dict(trial.params))
+                raise
+            summary.records.append(rec)
+            if self.on_trial:
+                self.on_trial(rec)
+            if rec.duplicate_of is not None:
                 repeats += 1
                 if repeats >= opts.max_repeats:
                     summary.reason = f"space exhausted: the sampler repeated measured configurations {repeats} times in a row"
                     break
                 continue
             repeats = 0
-            dominators = self._dominators() if opts.early_stop and role == "search" else []
-            try:
-                result = self.evaluate(resolved.config, dominators)
-            except KeyboardInterrupt:
-                self.interrupted(trial, role, params)
-                raise
-            rec = self.record(trial, role, resolved, result)
             cache[resolved.key()] = self.study._storage.get_trial(trial._trial_id)
             summary.measured += 1
             summary.new += 1
-            summary.records.append(rec)
             if role == "baseline" and rec.outcome == R.OK:
                 baseline = cache[resolved.key()]
-            if self.on_trial:
-                self.on_trial(rec)
         summary.elapsed_s = time.monotonic() - start
         ok = [t for t in self.measured() if t.user_attrs.get("outcome") == R.OK]
         summary.best = max((t.values[0] for t in ok), default=None)

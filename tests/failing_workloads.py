@@ -91,3 +91,18 @@ def pid_data(folder: str, hold_mb: int = 0) -> Workload:
     return Workload(model=nn.Linear(8, 4), dataset=_PidData(folder, hold_mb))
 
 
+
+
+class _Slow(_Tiny):
+    def __init__(self, delay: float) -> None:
+        super().__init__("ok")
+        self.delay = delay
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(self.delay)
+        return super().forward(x)
+
+
+def slow(delay: float = 0.1) -> nn.Module:
+    """A tiny model whose step takes at least ``delay`` seconds: trials last long enough to be interrupted."""
+    return _Slow(delay)

@@ -96,3 +96,18 @@ def test_user_module_errors(user_module):
     ):
         res = CliRunner().invoke(main, ["measure", "--model", spec, "--quick"])
         assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
+
+
+def test_dashboard_command(tmp_path):
+    from study_factory import make_study
+
+    url = f"sqlite:///{tmp_path}/demo.db"
+    make_study(url, n_trials=12, name="demo")
+    out = tmp_path / "page.html"
+    res = CliRunner().invoke(main, ["dashboard", "demo", "--storage", url, "-o", str(out)])
+    assert res.exit_code == 0 and str(out) in res.output
+    assert out.stat().st_size > 100_000 and "demo" in out.read_text()
+    res = CliRunner().invoke(main, ["dashboard", "nosuch", "--storage", url])
+    assert res.exit_code == 2 and "no study 'nosuch'" in res.output
+    res = CliRunner().invoke(main, ["dashboard", "demo", "--storage", url, "--watch", "never"])
+    assert res.exit_code == 2 and "expected a duration" in res.output

@@ -1,0 +1,218 @@
+"""`autotune run`, `status`, `list` end to end: real trials, a real SQLite file, real signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+from click.testing import CliRunner
+
+from autotune.cli import main
+
+TESTS = Path(__file__).parent
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def mlp_study(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("run")
+    url = f"sqlite:///{folder}/mlp.db"
+    res = invoke("run", "--model", "autotune.examples:mlp", "--space", "cpu", "--study", "mlp", "--storage", url,
+                 "--trials", "12", "--quick", "--seed", "0")
+    assert res.exit_code == 0, res.output
+    return url, res.output
+
+
+def test_study_of_twelve_trials(mlp_study):
+    url, output = mlp_study
+    study = optuna.load_study(study_name="mlp", storage=url)
+    measured = [t for t in study.trials if "outcome" in t.user_attrs and t.user_attrs.get("duplicate_of") is None]
+    assert len(measured) == 12
+    assert study.trials[0].user_attrs["role"] == "baseline" and study.trials[0].user_attrs["outcome"] == "ok"
+    front = [t for t in study.best_trials if t.user_attrs.get("duplicate_of") is None]
+    assert front and all(t.user_attrs["outcome"] == "ok" for t in front)
+    keys = [t.user_attrs["config_key"] for t in measured]
+    assert len(keys) == len(set(keys)), "a configuration was measured twice"
+    assert study.metric_names == ["samples_per_s", "peak_memory_bytes"]
+    assert "#0    baseline ok" in output and "Pareto front" in output
+
+
+def test_second_run_adds_trials(mlp_study):
+    url, _ = mlp_study
+    res = invoke("run", "--model", "autotune.examples:mlp", "--space", "cpu", "--study", "mlp", "--storage", url,
+                 "--trials", "14", "--quick", "--seed", "0")
+    assert res.exit_code == 0, res.output
+    assert "resuming study 'mlp'" in res.output and "12 measured, target 14" in res.output
+    study = optuna.load_study(study_name="mlp", storage=url)
+    measured = [t for t in study.trials if "outcome" in t.user_attrs and t.user_attrs.get("duplicate_of") is None]
+    assert len(measured) == 14
+
+
+def test_status_and_list(mlp_study):
+    url, _ = mlp_study
+    res = invoke("status", "mlp", "--storage", url)
+    assert res.exit_code == 0 and "Pareto front" in res.output and "baseline" in res.output
+    doc = json.loads(invoke("status", "mlp", "--storage", url, "--json").output)
+    assert doc["front"] and doc["outcomes"]["ok"] >= 12 and doc["front"][0]["speedup"] > 0
+    listing = json.loads(invoke("list", "--storage", url, "--json").output)
+    assert listing[0]["study"] == "mlp" and listing[0]["best_samples_per_s"] > 0
+    assert "mlp" in invoke("list", "--storage", url).output
+
+
+def test_refuses_another_space(mlp_study, tmp_path):
+    url, _ = mlp_study
+    before = len(optuna.load_study(study_name="mlp", storage=url).trials)
+    other = tmp_path / "other.toml"
+    other.write_text("[search]\nprecision = ['fp32', 'bf16']\n")
+    res = CliRunner().invoke(main, ["run", "--model", "autotune.examples:mlp", "--space", str(other), "--study", "mlp",
+                                    "--storage", url, "--trials", "20", "--quick"])
+    assert res.exit_code == 2 and "search space differs" in res.output and "--study mlp-2" in res.output
+    assert len(optuna.load_study(study_name="mlp", storage=url).trials) == before
+
+
+def test_refuses_another_fingerprint(mlp_study):
+    url, _ = mlp_study
+    study = optuna.load_study(study_name="mlp", storage=url)
+    real = study.user_attrs["fingerprint"]
+    study.set_user_attr("fingerprint", {**real, "device_name": "NVIDIA H100 80GB HBM3", "torch": "2.0.0"})
+    try:
+        before = len(study.trials)
+        res = CliRunner().invoke(main, ["run", "--model", "autotune.examples:mlp", "--space", "cpu", "--study", "mlp",
+                                        "--storage", url, "--trials", "20", "--quick"])
+        assert res.exit_code == 2 and "hardware/software differ" in res.output and "torch: 2.0.0 (stored)" in res.output
+        assert len(optuna.load_study(study_name="mlp", storage=url).trials) == before
+    finally:
+        study.set_user_attr("fingerprint", real)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--space", "nosuchspace"], "no such space"),
+        (["--storage", "sqlite:////nonexistent/dir/x.db"], "does not exist"),
+        (["--storage", "postgresql://autotune@127.0.0.1:1/none"], "storage 'postgresql://autotune@127.0.0.1:1/none'"),
+        (["--storage", "NOTADB"], "cannot be opened"),
+        (["--storage", "nonsense"], "expected a URL"),
+        (["--max-memory", "lots"], "expected a size"),
+        (["--time-budget", "forever"], "expected a duration"),
+        (["--global-batch", "100"], "not a multiple"),
+    ],
+)
+def test_run_bad_input(tmp_path, args, message):
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not an SQLite database" * 100)
+    args = [f"sqlite:///{junk}" if a == "NOTADB" else a for a in args]
+    before = junk.read_bytes()
+    res = CliRunner().invoke(main, ["run", "--model", "autotune.examples:mlp", "--space", "cpu", "--quick",
+                                    "--storage", f"sqlite:///{tmp_path}/x.db", *args])
+    assert res.exit_code == 2, res.output
+    assert message in res.output and "Traceback" not in res.output
+    assert junk.read_bytes() == before  # nothing stored is touched
+
+
+def test_malformed_space_file_via_cli(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[search]\nprecision = ['fp32', 'fp8']\n")
+    res = CliRunner().invoke(main, ["run", "--model", "autotune.examples:mlp", "--space", str(bad),
+                                    "--storage", f"sqlite:///{tmp_path}/x.db"])
+    assert res.exit_code == 2 and str(bad) in res.output and "precision" in res.output and "fp8" in res.output
+
+
+# ---------------------------------------------------------------- real signals
+
+
+def _start(tmp_path: Path, study: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "autotune.cli", "run", "--model", "failing_workloads:slow", "--space", "cpu",
+           "--study", study, "--storage", f"sqlite:///{tmp_path}/{study}.db", "--trials", "8", "--quick", "--seed", "1",
+           "--no-early-stop"]
+    return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for_running(tmp_path: Path, study: str, min_done: int, pid: int, timeout: float = 120) -> optuna.Study:
+    """Until ``min_done`` trials finished and a trial process is measuring the next one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            s = optuna.load_study(study_name=study, storage=f"sqlite:///{tmp_path}/{study}.db")
+            states = [t.state for t in s.get_trials(deepcopy=False)]
+            done = sum(1 for t in s.get_trials(deepcopy=False) if "outcome" in t.user_attrs)
+            server = [p for p in _trial_processes(pid) if "autotune.forkserver" in " ".join(p.cmdline())]
+            trial_running = bool(server and server[0].children())
+            if done >= min_done and optuna.trial.TrialState.RUNNING in states and trial_running:
+                return s
+        except Exception:  # noqa: BLE001 - not created yet
+            pass
+        time.sleep(0.2)
+    raise AssertionError("the study never reached a running trial")
+
+
+def _trial_processes(parent_pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(parent_pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _finish(tmp_path: Path, study: str) -> optuna.Study:
+    res = _start(tmp_path, study)
+    out, _ = res.communicate(timeout=300)
+    assert res.returncode == 0, out
+    return optuna.load_study(study_name=study, storage=f"sqlite:///{tmp_path}/{study}.db")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_records_and_resume_remeasures(tmp_path, sig):
+    name = f"int{int(sig)}"
+    proc = _start(tmp_path, name)
+    _wait_for_running(tmp_path, name, min_done=2, pid=proc.pid)
+    descendants = _trial_processes(proc.pid)
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    assert "recorded as interrupted" in out and "Traceback" not in out
+    time.sleep(0.5)
+    assert not [p for p in descendants if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], "trial processes survive"
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path}/{name}.db")
+    stopped = [t for t in study.trials if t.user_attrs.get("outcome") == "interrupted"]
+    assert len(stopped) == 1 and stopped[0].state == optuna.trial.TrialState.FAIL
+    study = _finish(tmp_path, name)
+    again = [t for t in study.trials if t.user_attrs.get("requeued_from") == stopped[0].number]
+    assert again and again[0].user_attrs["outcome"] == "ok"
+    measured = [t for t in study.trials if "outcome" in t.user_attrs and t.user_attrs["outcome"] != "interrupted" and t.user_attrs.get("duplicate_of") is None]
+    assert len(measured) == 8
+
+
+def test_sigkill_loses_nothing_finished(tmp_path):
+    name = "killed"
+    proc = _start(tmp_path, name)
+    study = _wait_for_running(tmp_path, name, min_done=2, pid=proc.pid)
+    descendants = _trial_processes(proc.pid)
+    finished = {t.number: t.values for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE}
+    proc.kill()
+    proc.communicate(timeout=60)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and [p for p in descendants if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]:
+        time.sleep(0.1)
+    assert not [p for p in descendants if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], "the fork server or trial outlived kill -9"
+    res = _start(tmp_path, name)
+    out, _ = res.communicate(timeout=300)
+    assert res.returncode == 0, out
+    assert "re-queued trial(s) left running" in out
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path}/{name}.db")
+    for number, values in finished.items():
+        assert study.trials[number].values == values  # nothing finished was lost
+    stale = [t for t in study.trials if t.user_attrs.get("outcome") == "interrupted"]
+    assert len(stale) == 1
+    assert any(t.user_attrs.get("requeued_from") == stale[0].number and t.user_attrs.get("outcome") == "ok" for t in study.trials)

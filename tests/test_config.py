@@ -1,0 +1,135 @@
+"""Export a study's pick as JSON, load it, and apply it in a plain training loop as a user would."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+import warnings
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import autotune
+import autotune.examples
+import autotune.workload
+from autotune import config as C
+from autotune.cli import main
+from autotune.errors import ConfigError, StudyError
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """A small real study of the mlp example (real trials, normal measurement windows)."""
+    folder = tmp_path_factory.mktemp("cfg")
+    url = f"sqlite:///{folder}/mlp.db"
+    res = CliRunner().invoke(
+        main,
+        ["run", "--model", "autotune.examples:mlp", "--space", "cpu", "--study", "mlp", "--storage", url,
+         "--trials", "4", "--seed", "3", "--no-early-stop"],
+        catch_exceptions=False,
+    )
+    assert res.exit_code == 0, res.output
+    return url, folder
+
+
+def export(url, folder, *args):
+    out = folder / "best.json"
+    res = CliRunner().invoke(main, ["export", "mlp", "--storage", url, "-o", str(out), *args], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return out, json.loads(out.read_text())
+
+
+def test_export_document(study):
+    url, folder = study
+    path, doc = export(url, folder, "--pick", "fastest")
+    assert doc["schema"] == C.SCHEMA and doc["pick"] == "fastest"
+    for key in ("knobs", "measured", "baseline", "speedup", "workload", "fingerprint", "study"):
+        assert key in doc
+    assert doc["measured"]["samples_per_s"] > 0 and doc["measured"]["samples_per_s_cv"] is not None
+    assert doc["study"]["name"] == "mlp" and isinstance(doc["study"]["trial"], int)
+    assert doc["workload"]["model"] == "autotune.examples:mlp"
+    assert doc["speedup"] >= 1.0 - 1e-9  # the fastest of the front is at least the baseline
+    _, small = export(url, folder, "--pick", "smallest")
+    assert small["measured"]["peak_memory_bytes"] <= doc["measured"]["peak_memory_bytes"]
+    _, balanced = export(url, folder, "--pick", "balanced")
+    assert balanced["measured"]["samples_per_s"] > 0
+
+
+def test_export_errors(study):
+    url, folder = study
+    res = CliRunner().invoke(main, ["export", "mlp", "--storage", url, "--max-memory", "1KiB"])
+    assert res.exit_code == 2 and "no successful trial within the --max-memory budget" in res.output
+    res = CliRunner().invoke(main, ["export", "nosuch", "--storage", url])
+    assert res.exit_code == 2 and "no study 'nosuch'" in res.output and "mlp" in res.output
+
+
+def test_load_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        autotune.load_config(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="not JSON"):
+        autotune.load_config(bad)
+    bad.write_text(json.dumps({"schema": "other/9"}))
+    with pytest.raises(ConfigError, match="not an autotune configuration"):
+        autotune.load_config(bad)
+    bad.write_text(json.dumps({"schema": C.SCHEMA, "knobs": {"precision": "fp99"}}))
+    with pytest.raises(ConfigError, match="bad knob values"):
+        autotune.load_config(bad)
+
+
+def test_load_config_warns_on_other_hardware(study):
+    url, folder = study
+    path, doc = export(url, folder)
+    doc["fingerprint"]["torch"] = "1.0.0"
+    path.write_text(json.dumps(doc))
+    with pytest.warns(C.HardwareMismatchWarning, match="torch: 1.0.0"):
+        autotune.load_config(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        autotune.load_config(path, check_hardware=False)
+
+
+def test_apply_sets_every_knob(tmp_path):
+    path = tmp_path / "c.json"
+    knobs = {"precision": "bf16", "memory_format": "channels_last", "batch_size": 8, "num_workers": 1,
+             "persistent_workers": True, "optimizer_impl": "foreach", "threads": 1}
+    path.write_text(json.dumps({"schema": C.SCHEMA, "knobs": knobs, "context": {"device_type": "cpu", "task": "train", "input_rank": 4}}))
+    cfg = autotune.load_config(path)
+    model = autotune.examples.SmallResNet(width=8)
+    dataset = autotune.examples.images(length=64, size=16)
+    model, loader, step = cfg.apply(model, dataset, torch.optim.AdamW(model.parameters(), lr=1e-3))
+    assert model.stem[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert loader.batch_size == 8 and loader.num_workers == 1 and loader.persistent_workers
+    assert torch.get_num_threads() == 1
+    batch = next(iter(loader))
+    before = model.head.weight.detach().clone()
+    loss = step(batch)
+    assert torch.isfinite(loss) and not torch.equal(before, model.head.weight)
+
+
+def test_user_loop_matches_the_study(study):
+    """A plain loop with the exported config runs at the speed the study measured (within the spread)."""
+    url, folder = study
+    path, doc = export(url, folder, "--pick", "fastest")
+    cfg = autotune.load_config(path)
+    model = autotune.examples.mlp()
+    dataset = autotune.workload.SyntheticDataset(model.example_input)
+    model, loader, step = cfg.apply(model, dataset, torch.optim.AdamW(model.parameters(), lr=1e-4))
+    batches = iter(loader)
+    batch_size = cfg.knobs["batch_size"]
+    for _ in range(10):  # warm-up
+        step(next(batches))
+    windows = []
+    for _ in range(5):
+        start, n = time.perf_counter(), 0
+        while time.perf_counter() - start < 0.5:
+            step(next(batches))
+            n += 1
+        windows.append(n * batch_size / (time.perf_counter() - start))
+    mine = statistics.median(windows)
+    theirs = doc["measured"]["samples_per_s"]
+    spread = 3 * (doc["measured"]["samples_per_s_cv"] or 0) + 3 * statistics.pstdev(windows) / statistics.fmean(windows)
+    assert abs(mine / theirs - 1) <= max(spread, 0.25), (mine, theirs, spread)

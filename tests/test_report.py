@@ -1,0 +1,342 @@
+"""The dashboard (autotune.report): every info function on a stored study, escaping, the page, watch."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+
+import optuna
+import pytest
+from study_factory import CAPACITY, MiB, add_failed_trial, make_study, storage_url
+
+from autotune import knobs, report
+from autotune.errors import AutotuneError
+
+HOSTILE_NAME = "<script>alert(1)</script>"
+HOSTILE_MESSAGE = "bad input <img src=x onerror=alert(1)> & more"
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    """A 40-trial study in a real SQLite file, loaded back as the CLI would."""
+    path = tmp_path_factory.mktemp("report") / "demo.db"
+    make_study(path, n_trials=40, seed=0)
+    url = storage_url(path)
+    return url, optuna.load_study(study_name="demo", storage=url)
+
+
+@pytest.fixture(scope="module")
+def snap(stored):
+    return report.snapshot(stored[1])
+
+
+def ok_measured(study):
+    return [t for t in study.trials if t.user_attrs.get("outcome") == "ok" and "duplicate_of" not in t.user_attrs]
+
+
+def assert_json(info):
+    json.dumps(info, allow_nan=False)
+
+
+def test_snapshot_reads_every_trial(stored, snap):
+    _, study = stored
+    assert [r["number"] for r in snap.rows] == [t.number for t in study.trials]
+    assert {r["outcome"] for r in snap.rows} >= {"ok", "oom", "nan", "error", "interrupted"}
+    assert any(r["duplicate_of"] is not None for r in snap.rows)
+    expected = {t.number for t in study.best_trials if "duplicate_of" not in t.user_attrs}
+    assert set(snap.front) == expected and snap.front
+    speeds = [snap.by_number()[n]["samples_per_s"] for n in snap.front]
+    assert speeds == sorted(speeds, reverse=True)
+
+
+def test_header_info(stored, snap):
+    _, study = stored
+    info = report.header_info(snap)
+    assert_json(info)
+    assert info["name"] == "demo"
+    assert info["workload"]["model"] == "autotune.examples:cnn"
+    assert info["fingerprint"]["cpu_count"] == 2 and info["fingerprint"]["torch"] and info["fingerprint"]["device_name"]
+    assert sum(info["outcomes"].values()) + info["duplicates"] == len(study.trials)
+    assert info["total_time_s"] == pytest.approx(sum(t.user_attrs.get("duration_s", 0.0) for t in study.trials))
+    assert info["baseline"]["number"] == 0 and info["baseline"]["config_text"] == "defaults"
+    best = max(t.values[0] for t in ok_measured(study))
+    assert info["best_speedup"] == pytest.approx(best / study.trials[0].values[0])
+    assert info["best"]["samples_per_s"] == pytest.approx(best)
+
+
+def test_pareto_info(stored, snap):
+    _, study = stored
+    info = report.pareto_info(study)  # takes a study as well as a snapshot
+    assert_json(info)
+    assert {p["number"] for p in info["points"]} == {t.number for t in ok_measured(study)}
+    assert set(info["front"]) == set(snap.front)
+    memories = [next(p for p in info["points"] if p["number"] == n)["peak_memory_bytes"] for n in info["front"]]
+    assert memories == sorted(memories)  # joined left to right
+    assert all(p["on_front"] == (p["number"] in info["front"]) for p in info["points"])
+    outcomes = {f["outcome"] for f in info["failed"]}
+    assert outcomes >= {"oom", "nan", "error", "interrupted"}
+    oom = next(f for f in info["failed"] if f["outcome"] == "oom" and f["number"] == 3)
+    assert oom["peak_memory_bytes"] == CAPACITY  # known memory is kept; unknown ones go to the edge
+    assert info["edge_memory_bytes"] > max(p["peak_memory_bytes"] for p in info["points"])
+    assert {label["role"] for label in info["labels"]} == {"baseline", "recipe"}
+    assert info["max_memory_bytes"] is None and info["memory_unit"] in ("MiB", "GiB")
+    baseline = next(p for p in info["points"] if p["role"] == "baseline")
+    assert baseline["speedup"] == pytest.approx(1.0)
+
+
+def test_pareto_with_memory_budget():
+    budget = 700 * MiB
+    study = make_study(optuna.storages.InMemoryStorage(), n_trials=30, seed=1, max_memory_bytes=budget)
+    info = report.pareto_info(study)
+    assert info["max_memory_bytes"] == budget
+    over = [p for p in info["points"] if not p["feasible"]]
+    assert over and all(p["peak_memory_bytes"] > budget for p in over)
+    assert all(p["feasible"] for p in info["points"] if p["on_front"])
+    fig = report.pareto_figure(info)
+    assert any(shape.x0 == pytest.approx(budget / info["memory_scale"]) for shape in fig.layout.shapes)
+
+
+def test_front_table_info(snap):
+    info = report.front_table_info(snap)
+    assert_json(info)
+    assert [r["number"] for r in info["rows"]] == snap.front
+    defaults = knobs.defaults(knobs.Context.from_dict(snap.attrs["context"]))
+    baseline = snap.baseline()["samples_per_s"]
+    for row in info["rows"]:
+        assert row["speedup"] == pytest.approx(row["samples_per_s"] / baseline)
+        config = snap.by_number()[row["number"]]["config"]
+        assert set(row["changes"]) == {k for k, v in config.items() if defaults[k] != v}
+    assert info["has_mfu"]
+
+
+def test_knob_effects_info(stored, snap):
+    _, study = stored
+    info = report.knob_effects_info(snap)
+    assert_json(info)
+    names = [k["name"] for k in info["knobs"]]
+    assert set(names) == set(study.user_attrs["space"]["search"])
+    assert names == sorted(names, key=knobs.NAMES.index)
+    n_ok = len(ok_measured(study))
+    for knob in info["knobs"]:
+        assert sum(len(v["numbers"]) for v in knob["values"]) == n_ok
+        for v in knob["values"]:
+            assert len(v["samples_per_s"]) == len(v["peak_memory_bytes"]) == len(v["numbers"])
+    by_name = {k["name"]: k for k in info["knobs"]}
+    assert [v["value"] for v in by_name["precision"]["values"]] == ["fp32", "bf16"]
+    assert {v["value"] for v in by_name["activation_checkpointing"]["values"]} <= {"off", "on"}
+
+
+def test_importance_info(snap):
+    info = report.importance_info(snap)
+    assert_json(info)
+    assert info["note"] is None
+    assert set(info["samples_per_s"]) <= set(report.searched_knobs(snap)) and info["samples_per_s"]
+    assert sum(info["samples_per_s"].values()) == pytest.approx(1.0, abs=1e-6)
+    assert max(info["peak_memory_bytes"], key=info["peak_memory_bytes"].get) == "batch_size"
+
+
+def test_importance_with_too_few_trials_is_a_note():
+    study = make_study(optuna.storages.InMemoryStorage(), n_trials=3, with_failures=False)
+    info = report.importance_info(study)
+    assert info["samples_per_s"] == {} and "at least" in info["note"]
+    assert "Knob importance needs" in report.render_html(study)
+
+
+def test_parallel_info(snap):
+    info = report.parallel_info(snap)
+    assert_json(info)
+    n = len(info["numbers"])
+    assert n == len(snap.measured_ok()) == len(info["samples_per_s"]) == len(info["peak_memory_bytes"])
+    dims = {d["name"]: d for d in info["dimensions"]}
+    assert dims["batch_size"]["ticktext"] is None  # a range: numeric axis
+    assert dims["precision"]["ticktext"] == ["fp32", "bf16"]
+    assert dims["threads"]["ticktext"] == ["1", "2"]  # searched as choices: categorical
+    for d in info["dimensions"]:
+        assert len(d["values"]) == n
+
+
+def test_hypervolume_2d():
+    assert report.hypervolume_2d([], 5.0) == 0.0
+    assert report.hypervolume_2d([(10.0, 2.0)], 5.0) == pytest.approx(30.0)
+    two = [(10.0, 2.0), (20.0, 4.0)]
+    assert report.hypervolume_2d(two, 5.0) == pytest.approx(3 * 10 + 1 * 10)
+    assert report.hypervolume_2d(two + [(5.0, 3.0), (30.0, 6.0), (0.0, 1.0)], 5.0) == pytest.approx(40.0)
+
+
+def test_history_info(stored, snap):
+    _, study = stored
+    info = report.history_info(snap)
+    assert_json(info)
+    finished = [t.number for t in study.trials if t.state.is_finished()]
+    assert info["numbers"] == finished and len(info["durations"]) == len(finished)
+    assert info["metric"] == "speedup" and info["best_so_far"][0] == pytest.approx(1.0)
+    assert all(a <= b for a, b in zip(info["best_so_far"], info["best_so_far"][1:]))
+    assert all(a <= b + 1e-9 for a, b in zip(info["hypervolume"], info["hypervolume"][1:]))
+    ref = info["reference"]["peak_memory_bytes"]
+    assert ref == pytest.approx(1.1 * max(t.values[1] for t in ok_measured(study)))
+    front = [(snap.by_number()[n]["samples_per_s"], snap.by_number()[n]["peak_memory_bytes"]) for n in snap.front]
+    assert info["hypervolume"][-1] == pytest.approx(report.hypervolume_2d(front, ref))
+    assert 0 < info["hypervolume_share"][-1] <= 1
+    assert {d["outcome"] for d in info["durations"]} >= {"ok", "oom", "interrupted"}
+
+
+def test_profile_info(snap):
+    info = report.profile_info(snap)
+    assert_json(info)
+    assert [t["number"] for t in info["trials"]] == snap.front
+    assert 0 < len(info["ops"]) <= report.MAX_OPS
+    for t in info["trials"]:
+        assert set(t["ops"]) == set(info["ops"])
+        assert t["other_share"] == pytest.approx(max(0.0, 1 - sum(t["ops"].values())))
+        assert 0 <= t["data_wait_share"] <= 1
+
+
+def test_failures_info(stored):
+    _, study = stored
+    info = report.failures_info(study)
+    assert_json(info)
+    failed = [t.number for t in study.trials if t.user_attrs.get("outcome") != "ok"]
+    assert [r["number"] for r in info["rows"]] == failed
+    oom = next(r for r in info["rows"] if r["outcome"] == "oom")
+    assert oom["error_type"] == "OutOfMemoryError" and "out of memory" in oom["error_message"]
+    assert set(info["by_outcome"]) >= {"oom", "nan", "error", "interrupted"}
+
+
+# ---------------------------------------------------------------- the page
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """A stored study whose name, error message and workload spec hold HTML."""
+    path = tmp_path_factory.mktemp("hostile") / "hostile.db"
+    study = make_study(path, n_trials=10, name=HOSTILE_NAME)
+    add_failed_trial(study, message=HOSTILE_MESSAGE, error_type="<b>Err</b>")
+    study.set_user_attr("workload", {**study.user_attrs["workload"], "model": "evil:<iframe src=x>"})
+    return optuna.load_study(study_name=HOSTILE_NAME, storage=storage_url(path))
+
+
+def test_page_escapes_user_strings(hostile):
+    page = report.render_html(hostile)
+    assert HOSTILE_NAME not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<img src=x onerror=alert(1)>" not in page
+    assert "&lt;img src=x onerror=alert(1)&gt; &amp; more" in page
+    assert "<iframe" not in page and "&lt;iframe src=x&gt;" in page
+    assert "<b>Err</b>" not in page
+    # Only the page's own four script elements, and nothing in the embedded JSON can close one.
+    assert len(re.findall(r"<script[\s>]", page)) == 4
+    assert page.count("</script>") == 4
+    data = re.search(r'<script type="application/json" id="autotune-figures">(.*?)</script>', page, re.DOTALL).group(1)
+    assert "<" not in data and ">" not in data and "&" not in data
+    figures = json.loads(data)
+    texts = json.dumps(figures)
+    assert "<img" not in texts and "<script>" not in texts  # plotly labels and hovers are escaped too
+    assert "&lt;img src=x onerror=alert(1)&gt;" in texts
+
+
+def test_script_json_cannot_close_the_tag():
+    text = report.script_json({"a": "</script><script>alert(1)</script>", "b": "x & y", "c": "\u2028"})
+    assert "<" not in text and ">" not in text and "&" not in text and "\u2028" not in text
+    assert json.loads(text) == {"a": "</script><script>alert(1)</script>", "b": "x & y", "c": "\u2028"}
+
+
+def test_optuna_reads_the_stored_study(stored):
+    url, _ = stored
+    study = optuna.load_study(study_name="demo", storage=url)
+    assert study.metric_names == ["samples_per_s", "peak_memory_bytes"]
+    assert study.trials[0].user_attrs["role"] == "baseline" and study.trials[1].user_attrs["role"] == "recipe"
+    assert study.trials[3].constraints == {"failed": 1.0, "memory": 0.0}
+    assert all(t.user_attrs["outcome"] == "ok" for t in study.best_trials)
+    fig = optuna.visualization.plot_pareto_front(study)
+    assert len(fig.data) >= 1
+
+
+def test_write_dashboard(stored, tmp_path):
+    _, study = stored
+    target = tmp_path / "deep" / "er" / "demo.html"
+    assert report.write_dashboard(study, str(target)) == target
+    page = target.read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and "http-equiv" not in page
+    assert page.count("plotly.js v") == 1  # embedded once
+    assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=", page)  # nothing to fetch
+    assert [p.name for p in target.parent.iterdir()] == ["demo.html"]  # no temp file left
+    report.write_dashboard(study, target, refresh_s=7.4)
+    assert '<meta http-equiv="refresh" content="7">' in target.read_text(encoding="utf-8")
+
+
+def test_write_dashboard_into_a_folder_and_unwritable_paths(hostile, tmp_path):
+    written = report.write_dashboard(hostile, tmp_path)
+    assert written.parent == tmp_path and written.name == "script_alert_1_script.html"
+    assert report.default_path("my/model:v2") == report.DASHBOARDS_DIR / "my_model_v2.html"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(AutotuneError, match="cannot write the dashboard"):
+        report.write_dashboard(hostile, blocker / "page.html")
+
+
+def test_running_trials_are_counted_not_drawn(tmp_path):
+    study = make_study(optuna.storages.InMemoryStorage(), n_trials=12)
+    running = study.ask()
+    running.set_user_attr("role", "search")
+    snap = report.snapshot(study)
+    assert report.header_info(snap)["outcomes"]["running"] == 1
+    assert running.number not in report.history_info(snap)["numbers"]
+    assert running.number not in [f["number"] for f in report.pareto_info(snap)["failed"]]
+    assert running.number not in [r["number"] for r in report.failures_info(snap)["rows"]]
+    report.render_html(snap)
+
+
+def test_a_200_trial_page_is_quick(tmp_path):
+    study = make_study(optuna.storages.InMemoryStorage(), n_trials=200, seed=3)
+    start = time.perf_counter()
+    path = report.write_dashboard(study, tmp_path / "big.html")
+    elapsed = time.perf_counter() - start
+    page = path.read_text(encoding="utf-8")
+    assert "<h2>Failures</h2>" in page and 'id="front-table"' in page
+    assert elapsed < 30  # ~1 s here; the benchmark tracks the real figure
+
+
+def test_empty_and_foreign_studies_render(tmp_path):
+    empty = optuna.create_study(directions=["maximize", "minimize"])
+    assert "No finished trial yet." in report.render_html(empty)
+    foreign = optuna.create_study(direction="maximize")  # not an autotune study at all
+    foreign.optimize(
+        lambda t: t.suggest_float("x", 0, 1) + (t.suggest_categorical("c", ["a", "<b>"]) == "a"), n_trials=6
+    )
+    foreign.enqueue_trial({"c": "<b>"})
+    failing = foreign.ask({"c": optuna.distributions.CategoricalDistribution(["a", "<b>"])})
+    foreign.tell(failing, state=optuna.trial.TrialState.FAIL)
+    page = report.render_html(foreign)
+    assert "Knobs against samples/s" in page and "c=<b>" not in page and "c=&lt;b&gt;" in page
+    nan_study = optuna.create_study(directions=["maximize", "minimize"])
+    t = nan_study.ask()
+    t.set_user_attr("outcome", "ok")
+    t.set_user_attr("result", {"samples_per_s": math.inf, "peak_memory_bytes": "lots", "profile": "oops"})
+    nan_study.tell(t, [1.0, 2.0])
+    report.render_html(nan_study)
+
+
+def test_watch_rewrites_until_told(stored, tmp_path):
+    _, study = stored
+    target = tmp_path / "live.html"
+    loads = []
+
+    def load():
+        loads.append(1)
+        if len(loads) == 2:
+            raise RuntimeError("database is locked")  # a later failure keeps the old page
+        return study
+
+    report.watch(load, target, interval_s=0.01, iterations=3)
+    assert len(loads) == 3 and 'content="1"' in target.read_text(encoding="utf-8")
+
+    calls = []
+    report.watch(lambda: study, target, interval_s=0.01, stop=lambda: calls.append(1) or len(calls) >= 2)
+    assert len(calls) == 2
+
+    with pytest.raises(RuntimeError):
+        report.watch(lambda: (_ for _ in ()).throw(RuntimeError("no such study")), tmp_path / "x.html", interval_s=1)
+    with pytest.raises(ValueError):
+        report.watch(lambda: study, target, interval_s=0)

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import pytest
+
+from autotune import knobs, space
+from autotune.errors import SpaceError
+
+CPU4 = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
+
+
+@pytest.mark.parametrize("name", ["default", "cnn", "transformer", "inference", "cpu"])
+def test_builtin_spaces_load(name):
+    s = space.load(name)
+    assert s.search and s.name == name
+    assert all(k in knobs.KNOBS for k in s.search)
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "space.toml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[search]\nprecison = ['bf16']\n", "unknown knob 'precison'"),
+        ("[search]\nprecision = ['bf17']\n", "'bf17' is not one of"),
+        ("[search]\nprecision = ['bf16'\n", "TOML syntax error"),
+        ("[search]\nbatch_size = { low = 64, high = 8 }\n", "low 64 is above high 8"),
+        ("[search]\nprecision = { low = 1, high = 2 }\n", "takes a list of values, not a range"),
+        ("[search]\nprecision = []\n", "empty"),
+        ("[search]\nprecision = ['bf16']\n[fixed]\nprecision = 'fp32'\n", "both searched and fixed"),
+        ("[search]\n", "names no knob"),
+        ("[serch]\nprecision = ['bf16']\n", "unknown table"),
+        ("[search]\nprecision = ['bf16']\n[fixed]\nnum_workers = -1\n", "out of range"),
+    ],
+)
+def test_malformed_space_files_name_file_and_knob(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(SpaceError) as info:
+        space.load(path)
+    assert message in str(info.value) and path in str(info.value)
+
+
+def test_toml_syntax_error_names_the_line(tmp_path):
+    path = write(tmp_path, "[search]\nprecision = ['bf16']\ncompile = off\n")
+    with pytest.raises(SpaceError, match="line 3"):
+        space.load(path)
+
+
+def test_missing_space():
+    with pytest.raises(SpaceError, match="no such space; built-in spaces: cnn, cpu, default"):
+        space.load("nonexistent")
+    with pytest.raises(SpaceError, match="no such file"):
+        space.load("missing/dir/space.toml")
+
+
+def test_effective_drops_what_does_not_apply_and_keeps_defaults():
+    s = space.load("default")
+    base = knobs.defaults(CPU4)
+    eff = space.effective(s, CPU4, base)
+    assert "pin_memory" not in eff.search and "cudnn_benchmark" not in eff.search
+    assert eff.search["precision"].choices == ("fp32", "bf16")  # tf32/fp16 are CUDA-only
+    assert eff.search["num_workers"].choices == (0, 2)  # 4 and 8 exceed this context's 2 CPUs
+    assert eff.search["batch_size"].contains(32)  # the baseline's batch size is a candidate
+    flat = space.effective(s, knobs.Context(device_type="cpu", input_rank=2, cpu_count=2), base)
+    assert "memory_format" not in flat.search
+
+
+def test_hash_ignores_location_but_not_content(tmp_path):
+    a = space.load("cpu")
+    b = space.load(write(tmp_path, (space.SPACES_DIR / "cpu.toml").read_text()))
+    assert a.hash() == b.hash()
+    c = space.load(write(tmp_path, "[search]\nprecision = ['fp32', 'bf16']\n"))
+    assert c.hash() != a.hash()
+    assert space.Space.from_dict(a.to_dict()).hash() == a.hash()
+
+
+def test_range_dimension():
+    s = space.parse({"search": {"batch_size": {"low": 8, "high": 60, "step": 16}}}, "x.toml", "x")
+    dim = s.search["batch_size"]
+    assert dim.values() == [8, 24, 40, 56]
+    assert dim.with_value(32).contains(32)

@@ -1,0 +1,171 @@
+"""The study loop with a cheap fake objective (the real worker is tested in test_runner/test_cli_run)."""
+
+from __future__ import annotations
+
+import os
+import statistics
+
+import optuna
+import pytest
+
+from autotune import knobs, space, storage
+from autotune import result as R
+from autotune import study as S
+
+CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
+SPACE = space.parse(
+    {
+        "search": {
+            "precision": ["fp32", "bf16"],
+            "memory_format": ["contiguous", "channels_last"],
+            "batch_size": {"low": 16, "high": 256, "step": 16},
+            "num_workers": [0, 1, 2],
+            "prefetch_factor": [2, 4],
+            "optimizer_impl": ["default", "foreach", "fused"],
+        }
+    },
+    "test.toml",
+    "test",
+)
+
+
+def fake(calls: list, fail=lambda c: False):
+    def evaluate(config, dominators):
+        calls.append(dict(config))
+        if fail(config):
+            return R.TrialResult.failure(R.OOM, "fake out of memory")
+        bs = config["batch_size"]
+        speed = bs * (2.0 if config["precision"] == "bf16" else 1.0) * (1 + 0.1 * config["num_workers"])
+        speed *= 0.8 if config["memory_format"] == "channels_last" else 1.0
+        mem = int(bs * 1e6 * (0.6 if config["precision"] == "bf16" else 1.0))
+        return R.TrialResult(outcome=R.OK, samples_per_s=speed, samples_per_s_cv=0.01, peak_memory_bytes=mem, wall_s=0.01)
+
+    return evaluate
+
+
+def make(tmp_path, name="s", sampler="tpe", seed=0, url=None):
+    url = url or f"sqlite:///{tmp_path}/{name}.db"
+    attrs = {"workload": {"model": "x:y"}, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
+             "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
+    study, _ = storage.create_or_check(name, url, attrs, S.make_sampler(sampler, seed))
+    base = S.base_config(CTX, SPACE.fixed, None)
+    eff = space.effective(SPACE, CTX, base)
+    return study, eff, base, url
+
+
+def test_study_runs_resumes_and_never_measures_twice(tmp_path):
+    calls: list = []
+    study, eff, base, url = make(tmp_path)
+    summary = S.Tuner(study, eff, CTX, base, fake(calls), S.Options(trials=12)).run()
+    assert summary.measured == 12 and len(calls) == 12
+    trials = study.get_trials()
+    assert trials[0].user_attrs["role"] == "baseline" and trials[0].user_attrs["config"] == base
+    assert trials[1].user_attrs["role"] == "recipe"
+    assert trials[1].user_attrs["config"]["precision"] == "bf16" and trials[1].user_attrs["config"]["optimizer_impl"] == "fused"
+    front = S.front(study)
+    assert front and all(t.user_attrs["outcome"] == "ok" for t in front)
+    # a second run (a fresh process would load the study the same way) adds trials to the same study
+    again = optuna.load_study(study_name="s", storage=url)
+    summary = S.Tuner(again, eff, CTX, base, fake(calls), S.Options(trials=16)).run()
+    assert summary.new == 4 and len(S.Tuner(again, eff, CTX, base, fake(calls)).measured()) == 16
+    keys = [knobs.resolve(c, CTX).key() for c in calls]
+    assert len(keys) == len(set(keys)), "a configuration was measured twice"
+
+
+def test_duplicates_are_answered_from_the_cache(tmp_path):
+    tiny = space.parse({"search": {"precision": ["fp32", "bf16"]}}, "t.toml", "t")
+    calls: list = []
+    study, _, base, _ = make(tmp_path)
+    eff = space.effective(tiny, CTX, base)
+    summary = S.Tuner(study, eff, CTX, base, fake(calls), S.Options(trials=10, max_repeats=5)).run()
+    assert len(calls) == 2 and summary.measured == 2
+    assert "space exhausted" in summary.reason
+    dups = [t for t in study.get_trials() if t.user_attrs.get("duplicate_of") is not None]
+    assert len(dups) == 5 and all(t.values == study.trials[t.user_attrs["duplicate_of"]].values for t in dups)
+
+
+def test_failures_never_reach_the_front(tmp_path):
+    study, eff, base, _ = make(tmp_path)
+    calls: list = []
+    S.Tuner(study, eff, CTX, base, fake(calls, fail=lambda c: c["batch_size"] >= 128), S.Options(trials=20)).run()
+    failed = [t for t in study.get_trials() if t.user_attrs.get("outcome") == R.OOM]
+    assert failed, "the fake failure region was never sampled"
+    assert all(t.constraints["failed"] == 1.0 for t in failed)
+    assert all(t.user_attrs["error"]["message"] == "fake out of memory" for t in failed)
+    assert not {t.number for t in failed} & {t.number for t in study.best_trials}
+
+
+def test_max_memory_is_a_real_constraint(tmp_path):
+    study, eff, base, _ = make(tmp_path)
+    budget = 100_000_000  # 100 MB: batch sizes above ~100 (fp32) or ~166 (bf16) violate it
+    S.Tuner(study, eff, CTX, base, fake([]), S.Options(trials=20, max_memory_bytes=budget)).run()
+    assert S.front(study)
+    assert all(t.values[1] <= budget for t in S.front(study))
+    over = [t for t in study.get_trials() if t.user_attrs.get("outcome") == "ok" and t.values[1] > budget]
+    assert all(t.constraints["memory"] > 0 for t in over)
+
+
+def _failing_measured(failures_as: str, seed: int, tmp_path) -> int:
+    study, eff, base, _ = make(tmp_path, name=f"{failures_as}{seed}", seed=seed, url="sqlite:///:memory:")
+    fail = lambda c: c["precision"] == "bf16" or c["batch_size"] >= 160  # noqa: E731 - most of the space
+    calls: list = []
+    S.Tuner(study, eff, CTX, base, fake(calls, fail), S.Options(trials=30, failures_as=failures_as, max_repeats=1000)).run()
+    return sum(1 for c in calls if fail(c))
+
+
+def test_failure_feedback_beats_fail_state(tmp_path):
+    """Failures told as violated constraints steer the sampler away; told as FAIL they are ignored."""
+    seeds = range(3)
+    constraint = [_failing_measured("constraint", s, tmp_path) for s in seeds]
+    fail_state = [_failing_measured("fail", s, tmp_path) for s in seeds]
+    assert statistics.median(constraint) < statistics.median(fail_state), (constraint, fail_state)
+
+
+def test_interrupted_trial_is_requeued_and_measured_again(tmp_path):
+    study, eff, base, url = make(tmp_path)
+    calls: list = []
+    inner = fake(calls)
+
+    def evaluate(config, dominators):
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return inner(config, dominators)
+
+    with pytest.raises(KeyboardInterrupt):
+        S.Tuner(study, eff, CTX, base, evaluate, S.Options(trials=8)).run()
+    stopped = next(t for t in study.get_trials() if t.user_attrs.get("outcome") == "interrupted")
+    assert stopped.state == optuna.trial.TrialState.FAIL and stopped.user_attrs["outcome"] == "interrupted"
+    calls_before = len(calls)
+    S.Tuner(study, eff, CTX, base, fake(calls), S.Options(trials=8)).run()
+    resumed = study.get_trials()[stopped.number + 1]
+    assert resumed.params == stopped.params and resumed.user_attrs["outcome"] == "ok"
+    assert len(calls) - calls_before == 5
+
+
+def test_stale_running_trial_is_recovered(tmp_path):
+    study, eff, base, url = make(tmp_path)
+    S.Tuner(study, eff, CTX, base, fake([]), S.Options(trials=3)).run()
+    trial = study.ask({"precision": optuna.distributions.CategoricalDistribution(["fp32", "bf16"])})
+    dead = os.fork()
+    if dead == 0:
+        os._exit(0)
+    os.waitpid(dead, 0)
+    study._storage.set_trial_system_attr(trial._trial_id, "autotune:owner", {"host": storage.socket.gethostname(), "pid": dead, "started": 0})
+    assert storage.recover_stale(study, grace_s=60) == [trial.number]
+    assert study.get_trials()[trial.number].user_attrs["outcome"] == "interrupted"
+    waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert len(waiting) == 1 and waiting[0].system_attrs["fixed_params"] == trial.params
+
+
+def test_live_running_trial_of_another_process_is_left_alone(tmp_path):
+    study, *_ = make(tmp_path)
+    trial = study.ask()
+    study._storage.set_trial_system_attr(trial._trial_id, "autotune:owner", {"host": storage.socket.gethostname(), "pid": os.getppid(), "started": 0})
+    assert storage.recover_stale(study, grace_s=60) == []
+
+
+def test_samplers_by_name():
+    for name in S.SAMPLERS:
+        assert S.make_sampler(name, seed=1) is not None
+    with pytest.raises(Exception, match="expected one of"):
+        S.make_sampler("magic")
