@@ -14,7 +14,7 @@ from typing import Any, Callable
 import click
 
 from autotune import knobs
-from autotune.errors import AutotuneError, KnobError
+from autotune.errors import AutotuneError, KnobError, StudyError
 from autotune.units import format_bytes, format_duration, format_flops, format_rate, parse_duration
 
 
@@ -70,6 +70,13 @@ def make_spec(model: str, data: str | None, model_args: tuple[str, ...], input_s
     if num_classes is not None and num_classes < 2:
         raise KnobError("--num-classes must be at least 2")
     return spec
+
+
+def workload_from(options: dict[str, Any]) -> tuple[Any, str, float]:
+    """The workload spec, device and trial timeout from the shared workload options."""
+    spec = make_spec(options["model"], options["data"], options["model_args"], options["input_shape"], options["num_classes"], options["task"])
+    timeout = parse_duration(options["trial_timeout"], "--trial-timeout")
+    return spec, resolve_device(options["device"]), timeout
 
 
 def resolve_device(device: str | None) -> str:
@@ -171,29 +178,13 @@ def _print_result(res: Any) -> None:
 @click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True, help="Measure N times, each in a new process, and report the spread.")
 @click.option("--quick", is_flag=True, help="Short windows (for smoke tests; noisier figures).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def measure(
-    model: str,
-    data: str | None,
-    model_args: tuple[str, ...],
-    input_shape: str | None,
-    num_classes: int | None,
-    task: str | None,
-    device: str | None,
-    trial_timeout: str,
-    assignments: tuple[str, ...],
-    global_batch: int | None,
-    repeat: int,
-    quick: bool,
-    as_json: bool,
-) -> None:
+def measure(assignments: tuple[str, ...], global_batch: int | None, repeat: int, quick: bool, as_json: bool, **workload: Any) -> None:
     """Measure one configuration of a model in an isolated process."""
     from autotune.measure import Settings, cv
     from autotune.runner import Runner
 
-    spec = make_spec(model, data, model_args, input_shape, num_classes, task)
+    spec, dev, timeout = workload_from(workload)
     config = knobs.parse_assignments(assignments)
-    timeout = parse_duration(trial_timeout, "--trial-timeout")
-    dev = resolve_device(device)
     if global_batch is not None and global_batch <= 0:
         raise KnobError("--global-batch must be positive")
     runner = Runner(spec, device=dev, timeout_s=timeout, settings=Settings.quick() if quick else Settings(), global_batch=global_batch)
@@ -325,7 +316,7 @@ class Progress:
 
 @main.command()
 @workload_options
-@click.option("--space", "space_name", default="default", show_default=True, help="A search space: a name in search_spaces/ or a TOML path.")
+@click.option("--space", "space_name", default=None, help="A search space: a name in search_spaces/ or a TOML path (default: 'default' on a GPU, 'cpu' on a CPU).")
 @click.option("--study", "study_name", default=None, help="Study name (default: derived from --model).")
 @click.option("--storage", default=None, help="Optuna storage URL (default: sqlite:///studies/<study>.db).")
 @click.option("--trials", type=click.IntRange(1, 100000), default=30, show_default=True, help="Measured configurations the study should hold; a resumed study goes on to this total.")
@@ -337,15 +328,7 @@ class Progress:
 @click.option("--quick", is_flag=True, help="Short measurement windows (smoke runs; noisier figures).")
 @click.option("--no-early-stop", is_flag=True, help="Never cut a dominated trial short.")
 def run(
-    model: str,
-    data: str | None,
-    model_args: tuple[str, ...],
-    input_shape: str | None,
-    num_classes: int | None,
-    task: str | None,
-    device: str | None,
-    trial_timeout: str,
-    space_name: str,
+    space_name: str | None,
     study_name: str | None,
     storage: str | None,
     trials: int,
@@ -356,6 +339,7 @@ def run(
     seed: int | None,
     quick: bool,
     no_early_stop: bool,
+    **workload: Any,
 ) -> None:
     """Tune a model: search the knob space; resume the study if it exists."""
     import signal
@@ -368,15 +352,13 @@ def run(
     from autotune.runner import Runner
     from autotune.units import parse_size
 
-    spec = make_spec(model, data, model_args, input_shape, num_classes, task)
-    timeout = parse_duration(trial_timeout, "--trial-timeout")
+    spec, dev, timeout = workload_from(workload)
     budget = parse_duration(time_budget, "--time-budget") if time_budget else None
     memory = parse_size(max_memory, "--max-memory") if max_memory else None
     if global_batch is not None and global_batch <= 0:
         raise KnobError("--global-batch must be positive")
-    space = spaces.load(space_name)
-    dev = resolve_device(device)
-    name = study_name or stores.default_study_name(model)
+    space = spaces.load(space_name or ("cpu" if dev == "cpu" else "default"))
+    name = study_name or stores.default_study_name(spec.model)
     url = _storage_for(name, storage)
     stores.open_storage(url)  # an unreachable storage fails before any measurement
 
@@ -409,7 +391,8 @@ def run(
     if created:
         study.set_user_attr("max_memory_bytes", memory)
     elif memory is not None and memory != stored_memory:
-        raise StudyError_(name, f"its --max-memory is {format_bytes(stored_memory) if stored_memory else 'unset'}")
+        was = format_bytes(stored_memory) if stored_memory else "no budget"
+        raise StudyError(f"study {name!r} was made with --max-memory {was}; pass the same value, or start a new study with --study {name}-2")
     memory = memory if created else stored_memory
     recovered = stores.recover_stale(study, grace_s=2 * timeout + 60)
 
@@ -439,12 +422,6 @@ def run(
         progress.close()
     click.echo(f"done: {summary.reason}; {summary.new} new measurements in {format_duration(summary.elapsed_s)}")
     _print_status(study, url)
-
-
-def StudyError_(name: str, why: str) -> Exception:
-    from autotune.errors import StudyError
-
-    return StudyError(f"study {name!r} was made with another setup: {why}; pass the same value, or start a new study with --study {name}-2")
 
 
 # ---------------------------------------------------------------- list / status / export

@@ -158,3 +158,15 @@ class SyntheticImages(Dataset):
 def images(length: int = 1 << 16, size: int = 32) -> Dataset:
     """A CPU-bound image dataset for the cnn example: ``--data autotune.examples:images``."""
     return SyntheticImages(length=length, size=size)
+
+
+def resnet50(num_classes: int = 1000, image_size: int = 224) -> Workload:
+    """torchvision's ResNet-50 (needs the ``vision`` extra: pip install -e '.[vision]')."""
+    try:
+        import torchvision
+    except Exception as exc:  # noqa: BLE001 - a broken torchvision raises all sorts
+        from autotune.errors import WorkloadError
+
+        raise WorkloadError(f"autotune.examples:resnet50 needs torchvision ({type(exc).__name__}: {exc})") from None
+    example = (torch.zeros(3, image_size, image_size), torch.tensor(num_classes - 1))
+    return Workload(model=torchvision.models.resnet50(num_classes=num_classes), example=example, task="train")

@@ -96,6 +96,13 @@ def test_refuses_another_fingerprint(mlp_study):
         study.set_user_attr("fingerprint", real)
 
 
+def test_refuses_another_memory_budget(mlp_study):
+    url, _ = mlp_study
+    res = CliRunner().invoke(main, ["run", "--model", "autotune.examples:mlp", "--space", "cpu", "--study", "mlp",
+                                    "--storage", url, "--trials", "20", "--quick", "--max-memory", "1GiB"])
+    assert res.exit_code == 2 and "--max-memory no budget" in res.output
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -1,0 +1,119 @@
+"""The CUDA path measured on a real GPU: defaults vs recipe vs a tuned study, repeatability, and the guides' claims.
+
+    python benchmarks/gpu_report.py [--device cuda:0] [--trials 30] [--examples cnn transformer resnet50]
+
+Writes benchmarks/results/gpu_<device-name>.json and .md (a markdown table for the
+README). Every figure carries the device name and torch version. On a machine
+without CUDA it runs on the CPU (for a dry run; CUDA-only claims say n/a).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import tempfile
+from pathlib import Path
+
+from autotune import hardware, knobs, space
+from autotune import storage as stores
+from autotune import study as S
+from autotune.measure import cv
+from autotune.runner import Runner, warm_up
+from autotune.workload import WorkloadSpec
+
+EXAMPLES = {
+    "cnn": ("autotune.examples:cnn", "cnn"),
+    "transformer": ("autotune.examples:transformer", "transformer"),
+    "resnet50": ("autotune.examples:resnet50", "cnn"),
+}
+CLAIMS = {  # name: (configuration A, configuration B); the claim is B faster than A
+    "bf16 autocast vs fp32": ({}, {"precision": "bf16"}),
+    "fp16 autocast + GradScaler vs fp32": ({}, {"precision": "fp16"}),
+    "tf32 vs fp32": ({}, {"precision": "tf32"}),
+    "channels_last (bf16) vs contiguous (bf16)": ({"precision": "bf16"}, {"precision": "bf16", "memory_format": "channels_last"}),
+    "torch.compile vs eager (bf16)": ({"precision": "bf16"}, {"precision": "bf16", "compile": "default"}),
+    "compile reduce-overhead vs eager (bf16)": ({"precision": "bf16"}, {"precision": "bf16", "compile": "reduce-overhead"}),
+    "pin_memory vs not (4 workers)": ({"num_workers": 4}, {"num_workers": 4, "pin_memory": True}),
+    "cudnn.benchmark vs not": ({}, {"cudnn_benchmark": True}),
+}
+
+
+def row(res) -> dict:
+    return {"outcome": res.outcome, "samples_per_s": res.samples_per_s, "cv": res.samples_per_s_cv,
+            "peak_memory_bytes": res.peak_memory_bytes, "mfu": res.mfu, "time_to_first_step_s": res.time_to_first_step_s,
+            "config": res.config, "not_applicable": res.not_applicable}
+
+
+def study_best(spec: WorkloadSpec, runner: Runner, space_name: str, trials: int, probe: dict, folder: Path) -> dict:
+    ctx = knobs.Context.from_dict(probe["context"])
+    sp = space.load(space_name)
+    base = S.base_config(ctx, sp.fixed, probe["workload"].get("batch_size"))
+    eff = space.effective(sp, ctx, base)
+    url = f"sqlite:///{folder}/{re.sub(r'[^a-z0-9]+', '-', spec.model)}.db"
+    attrs = {"workload": spec.to_dict(), "space": sp.to_dict(), "space_hash": sp.hash(), "fingerprint": probe["fingerprint"],
+             "device": runner.device, "context": probe["context"], "global_batch": None}
+    study, _ = stores.create_or_check("gpu", url, attrs, S.make_sampler("tpe", 0))
+    summary = S.Tuner(study, eff, ctx, base, runner.measure, S.Options(trials=trials),
+                      on_trial=lambda r: print(f"   #{r.number} {r.outcome} {r.samples_per_s or 0:.1f}/s {knobs.short(r.config)}")).run()
+    front = S.front(study)
+    best = max(front, key=lambda t: t.values[0])
+    return {"trials": summary.measured, "best_config": best.user_attrs["config"], "best": best.user_attrs["result"] | {"samples_per_s": best.values[0]},
+            "front": [{"config": t.user_attrs["config"], "samples_per_s": t.values[0], "peak_memory_bytes": t.values[1]} for t in front]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--trials", type=int, default=30)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--examples", nargs="*", default=list(EXAMPLES))
+    args = ap.parse_args()
+    device = hardware.check_device(args.device) if args.device else hardware.default_device()
+    warm_up()
+    out: dict = {"device": device, "examples": {}}
+    md = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.examples:
+            model, space_name = EXAMPLES[name]
+            spec = WorkloadSpec(model)
+            runner = Runner(spec, device=device, timeout_s=900)
+            try:
+                probe = runner.probe()
+            except Exception as exc:  # noqa: BLE001 - e.g. torchvision missing
+                print(f"== {name}: skipped: {exc}")
+                continue
+            out["fingerprint"] = probe["fingerprint"]
+            ctx = knobs.Context.from_dict(probe["context"])
+            print(f"== {name} on {hardware.short(probe['fingerprint'])}")
+            defaults = [runner.measure({}) for _ in range(args.repeat)]
+            rates = [r.samples_per_s for r in defaults if r.ok]
+            recipe = runner.measure(knobs.recipe(ctx, knobs.defaults(ctx)))
+            tuned = study_best(spec, runner, space_name, args.trials, probe, Path(tmp))
+            base = statistics.median(rates)
+            ex = {"defaults": row(defaults[0]) | {"samples_per_s": base}, "repeat_cv": cv(rates), "recipe": row(recipe),
+                  "study": tuned, "claims": {}}
+            for claim, (a, b) in CLAIMS.items():
+                ra, rb = runner.measure(a), runner.measure(b)
+                applicable = ra.ok and rb.ok and not rb.not_applicable
+                ex["claims"][claim] = {"a": row(ra), "b": row(rb),
+                                       "speedup": rb.samples_per_s / ra.samples_per_s if applicable else None}
+                print(f"   {claim}: {ex['claims'][claim]['speedup'] and round(ex['claims'][claim]['speedup'], 2)}")
+            out["examples"][name] = ex
+            gpu = probe["fingerprint"]["device_name"]
+            best = tuned["best"]
+            md.append(f"| {name} | {gpu} | {base:.0f} | {recipe.samples_per_s or 0:.0f} ({(recipe.samples_per_s or 0) / base:.2f}x) | "
+                      f"{best['samples_per_s']:.0f} ({best['samples_per_s'] / base:.2f}x) | {100 * cv(rates):.2f}% | "
+                      f"{'-' if best.get('mfu') is None else f'{100 * best['mfu']:.1f}%'} |")
+    tag = re.sub(r"[^A-Za-z0-9]+", "-", out.get("fingerprint", {}).get("device_name", device)).strip("-").lower()
+    results = Path(__file__).resolve().parent / "results"
+    results.mkdir(exist_ok=True)
+    (results / f"gpu_{tag}.json").write_text(json.dumps(out, indent=1, default=str))
+    header = ["| example | device | defaults samples/s | recipe | tuned (study) | repeat CV | MFU (tuned) |", "|---|---|---|---|---|---|---|"]
+    (results / f"gpu_{tag}.md").write_text("\n".join(header + md) + f"\n\ntorch {out.get('fingerprint', {}).get('torch')}\n")
+    print("\n".join(header + md))
+
+
+if __name__ == "__main__":
+    main()

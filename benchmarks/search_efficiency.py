@@ -1,0 +1,163 @@
+"""Search efficiency, tabular: replay samplers against fully measured grids.
+
+    python benchmarks/measure_grid.py cnn mlp        # once: measures every configuration
+    python benchmarks/search_efficiency.py [--seeds 20] [--trials 40]
+
+For each example grid (benchmarks/data/grid_<example>.json) and each sampler, runs
+the real study loop (autotune.study.Tuner: baseline and recipe seeds, failure
+feedback, de-duplication) with a lookup in the table instead of a measurement,
+over many seeds, and prints:
+
+- the median (and min) share of the grid's best throughput reached after 10, 20
+  and 40 measured configurations;
+- the median hypervolume of the front after 40, as a share of the grid's;
+- early stopping: the share of trial time it saves and the hypervolume kept,
+  replaying the stored timed windows (a trial is cut after its first two windows
+  when a front point is 25% faster with no more memory).
+
+Results are also written to benchmarks/results/search_efficiency.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import optuna
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from grids import GRIDS  # noqa: E402
+
+from autotune import knobs, space  # noqa: E402
+from autotune import result as R  # noqa: E402
+from autotune import study as S  # noqa: E402
+from autotune.measure import Settings  # noqa: E402
+from autotune.report import hypervolume_2d  # noqa: E402
+
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+
+SAMPLERS = {
+    "tpe (default)": lambda seed: S.make_sampler("tpe", seed),
+    "tpe-independent": lambda seed: optuna.samplers.TPESampler(seed=seed),
+    "gp": lambda seed: S.make_sampler("gp", seed),
+    "nsga2": lambda seed: S.make_sampler("nsga2", seed),
+    "random": lambda seed: S.make_sampler("random", seed),
+}
+CHECKPOINTS = (10, 20, 40)
+
+
+def load_table(name: str) -> tuple[dict, dict[str, dict]]:
+    doc = json.loads((HERE / "data" / f"grid_{name}.json").read_text())
+    return doc, {row["config_key"]: row for row in doc["rows"]}
+
+
+def replay(name: str, table: dict[str, dict], make_sampler, seed: int, trials: int, early_stop: bool) -> dict:
+    grid = GRIDS[name]
+    ctx = grid["context"]
+    sp = space.parse({"search": grid["search"]}, f"grid-{name}", name)
+    base = S.base_config(ctx, {}, None)
+    eff = space.effective(sp, ctx, base)
+    study = optuna.create_study(directions=S.storage.DIRECTIONS, sampler=make_sampler(seed))
+    settings = Settings()
+    spent = {"s": 0.0}
+    curve: list[float] = []
+
+    def evaluate(config, dominators):
+        row = table[knobs.resolve(config, ctx).key()]
+        if row["outcome"] != R.OK:
+            spent["s"] += row["wall_s"] or 0.0
+            return R.TrialResult.failure(row["outcome"], "from the table")
+        windows = list(row["window_samples_per_s"])
+        wall = row["wall_s"]
+        cut = False
+        if dominators and len(windows) > settings.cut_after_windows:
+            first = statistics.median(windows[: settings.cut_after_windows])
+            if any(t >= first * (1 + settings.cut_margin) and m <= row["peak_memory_bytes"] for t, m in dominators):
+                timed = row["phases_s"].get("timed", 0.0)
+                skipped = timed * (1 - settings.cut_after_windows / len(windows)) + row["phases_s"].get("profile", 0.0)
+                wall -= skipped
+                windows = windows[: settings.cut_after_windows]
+                cut = True
+        spent["s"] += wall
+        rate = statistics.median(windows)
+        return R.TrialResult(
+            outcome=R.OK, samples_per_s=rate, samples_per_s_cv=row["samples_per_s_cv"], window_samples_per_s=windows,
+            peak_memory_bytes=row["peak_memory_bytes"], wall_s=wall, notes={"cut_short": cut},
+        )
+
+    def on_trial(rec):
+        if rec.duplicate_of is None:
+            true = table[knobs.resolve(rec.config, ctx).key()]
+            value = true["samples_per_s"] if true["outcome"] == R.OK else 0.0
+            curve.append(max(curve[-1] if curve else 0.0, value))
+
+    tuner = S.Tuner(study, eff, ctx, base, evaluate, S.Options(trials=trials, early_stop=early_stop, max_repeats=200), on_trial)
+    summary = tuner.run()
+    found = [table[t.user_attrs["config_key"]] for t in tuner.measured() if t.user_attrs.get("outcome") == R.OK]
+    return {"curve": curve, "found": found, "spent_s": spent["s"], "reason": summary.reason}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--trials", type=int, default=40)
+    parser.add_argument("--examples", nargs="*", default=list(GRIDS))
+    parser.add_argument("--samplers", nargs="*", default=list(SAMPLERS))
+    args = parser.parse_args()
+    out: dict = {"seeds": args.seeds, "trials": args.trials, "examples": {}}
+    for name in args.examples:
+        doc, table = load_table(name)
+        ok = [r for r in doc["rows"] if r["outcome"] == R.OK]
+        best = max(r["samples_per_s"] for r in ok)
+        ref = 1.1 * max(r["peak_memory_bytes"] for r in ok)
+        grid_hv = hypervolume_2d([(r["samples_per_s"], r["peak_memory_bytes"]) for r in ok], ref)
+        base_key = knobs.resolve(S.base_config(GRIDS[name]["context"], {}, None), GRIDS[name]["context"]).key()
+        print(f"\n== {name}: {len(doc['rows'])} configurations, grid best {best:.1f} samples/s "
+              f"({best / table[base_key]['samples_per_s']:.2f}x the defaults), {doc['fingerprint']['cpu_model']}")
+        print(f"{'sampler':18s} " + " ".join(f"best@{c:<3d} (min)   " for c in CHECKPOINTS) + " HV@40   time/run")
+        ex: dict = {"grid_size": len(doc["rows"]), "grid_best": best, "samplers": {}}
+        for label in args.samplers:
+            shares = {c: [] for c in CHECKPOINTS}
+            hvs = []
+            t0 = time.perf_counter()
+            for seed in range(args.seeds):
+                run = replay(name, table, SAMPLERS[label], seed, args.trials, early_stop=False)
+                for c in CHECKPOINTS:
+                    curve = run["curve"]
+                    shares[c].append((curve[min(c, len(curve)) - 1] if curve else 0.0) / best)
+                hvs.append(hypervolume_2d([(r["samples_per_s"], r["peak_memory_bytes"]) for r in run["found"]], ref) / grid_hv)
+            per_run = (time.perf_counter() - t0) / args.seeds
+            row = {f"best_share_at_{c}": {"median": statistics.median(shares[c]), "min": min(shares[c])} for c in CHECKPOINTS}
+            row["hypervolume_share_at_end"] = statistics.median(hvs)
+            ex["samplers"][label] = row
+            print(f"{label:18s} " + " ".join(f"{100 * statistics.median(shares[c]):5.1f}% ({100 * min(shares[c]):5.1f}%)" for c in CHECKPOINTS)
+                  + f"  {100 * statistics.median(hvs):5.1f}%  {per_run:.1f}s")
+        # early stopping, default sampler, same seeds
+        saved, kept, same_best = [], [], []
+        for seed in range(args.seeds):
+            off = replay(name, table, SAMPLERS["tpe (default)"], seed, args.trials, early_stop=False)
+            on = replay(name, table, SAMPLERS["tpe (default)"], seed, args.trials, early_stop=True)
+            saved.append(1 - on["spent_s"] / off["spent_s"])
+            hv_on = hypervolume_2d([(r["samples_per_s"], r["peak_memory_bytes"]) for r in on["found"]], ref)
+            hv_off = hypervolume_2d([(r["samples_per_s"], r["peak_memory_bytes"]) for r in off["found"]], ref)
+            kept.append(hv_on / hv_off if hv_off else 1.0)
+            same_best.append(max(r["samples_per_s"] for r in on["found"]) / max(r["samples_per_s"] for r in off["found"]))
+        ex["early_stop"] = {"time_saved_median": statistics.median(saved), "hypervolume_kept_median": statistics.median(kept),
+                            "best_kept_median": statistics.median(same_best), "best_kept_min": min(same_best)}
+        print(f"early stop (tpe): saves {100 * statistics.median(saved):.1f}% of trial time (median), keeps "
+              f"{100 * statistics.median(kept):.1f}% of the front's hypervolume and {100 * statistics.median(same_best):.1f}% "
+              f"of the best throughput (min {100 * min(same_best):.1f}%)")
+        out["examples"][name] = ex
+    results = HERE / "results"
+    results.mkdir(exist_ok=True)
+    (results / "search_efficiency.json").write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

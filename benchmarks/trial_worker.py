@@ -1,0 +1,112 @@
+"""Figures of the trial worker (issue: measure one configuration), on the CPU examples.
+
+    python benchmarks/trial_worker.py [--repeat 5]
+
+Prints and writes benchmarks/results/trial_worker_<device>.json:
+- per-trial overhead: wall time of a whole trial minus its first, warm-up, timed and
+  profiled steps (what the isolation, workload build and reporting cost);
+- repeatability: the same configuration measured in N separate processes, the
+  coefficient of variation of their throughputs (the `autotune measure --repeat N` figure);
+- the speed-up of the best of a handful of hand-picked configurations over the PyTorch
+  defaults, all measured in this one run, interleaved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from autotune import hardware, knobs
+from autotune.measure import cv
+from autotune.runner import Runner, warm_up
+from autotune.workload import WorkloadSpec
+
+EXAMPLES = {
+    "cnn": (WorkloadSpec("autotune.examples:cnn"), [
+        {"precision": "bf16"},
+        {"precision": "bf16", "memory_format": "channels_last"},
+        {"precision": "bf16", "batch_size": 128},
+        {"batch_size": 128},
+        {"precision": "bf16", "batch_size": 128, "optimizer_impl": "fused"},
+    ]),
+    "mlp": (WorkloadSpec("autotune.examples:mlp"), [
+        {"precision": "bf16"},
+        {"batch_size": 128},
+        {"precision": "bf16", "batch_size": 128},
+        {"precision": "bf16", "batch_size": 128, "optimizer_impl": "fused"},
+        {"batch_size": 256, "threads": 1},
+    ]),
+    "transformer": (WorkloadSpec("autotune.examples:transformer"), [
+        {"precision": "bf16"},
+        {"batch_size": 64},
+        {"precision": "bf16", "batch_size": 64},
+        {"precision": "bf16", "batch_size": 64, "optimizer_impl": "fused"},
+        {"precision": "bf16", "batch_size": 64, "activation_checkpointing": True},
+    ]),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--examples", nargs="*", default=list(EXAMPLES))
+    args = parser.parse_args()
+    device = hardware.check_device(args.device) if args.device else hardware.default_device()
+    t0 = time.perf_counter()
+    warm_up()
+    print(f"fork server ready in {time.perf_counter() - t0:.2f} s (imports torch once)")
+    out = {"device": device, "examples": {}}
+    for name in args.examples:
+        spec, picks = EXAMPLES[name]
+        runner = Runner(spec, device=device, timeout_s=600)
+        probe = runner.probe()
+        out["fingerprint"] = probe["fingerprint"]
+        defaults = [runner.measure({}) for _ in range(args.repeat)]
+        rates = [r.samples_per_s for r in defaults]
+        overheads = [r.overhead_s for r in defaults]
+        walls = [r.wall_s for r in defaults]
+        # hand-picked configurations, interleaved with more default runs: one run, same conditions
+        picked = []
+        base_again = []
+        for cfg in picks:
+            picked.append((cfg, runner.measure(cfg)))
+            base_again.append(runner.measure({}).samples_per_s)
+        base = statistics.median(rates + base_again)
+        ok = [(c, r) for c, r in picked if r.ok]
+        best_cfg, best = max(ok, key=lambda cr: cr[1].samples_per_s)
+        ex = {
+            "overhead_s": {"median": statistics.median(overheads), "min": min(overheads), "max": max(overheads)},
+            "trial_wall_s_median": statistics.median(walls),
+            "repeat": args.repeat,
+            "defaults_samples_per_s": rates,
+            "repeat_cv": cv(rates),
+            "within_trial_cv_median": statistics.median(r.samples_per_s_cv for r in defaults),
+            "picks": [{"config": c, "outcome": r.outcome, "samples_per_s": r.samples_per_s, "cv": r.samples_per_s_cv,
+                       "peak_memory_bytes": r.peak_memory_bytes, "mfu": r.mfu} for c, r in picked],
+            "best_pick": best_cfg,
+            "best_speedup": best.samples_per_s / base,
+            "defaults_median_all": base,
+        }
+        out["examples"][name] = ex
+        print(f"\n== {name} on {device} ({hardware.short(probe['fingerprint'])})")
+        print(f"per-trial overhead: median {ex['overhead_s']['median']:.3f} s (min {min(overheads):.3f}, max {max(overheads):.3f}) "
+              f"of a {ex['trial_wall_s_median']:.2f} s trial")
+        print(f"repeatability: {args.repeat} processes, defaults {statistics.median(rates):.1f} samples/s, CV across processes "
+              f"{100 * cv(rates):.2f}% (within-trial window CV median {100 * ex['within_trial_cv_median']:.2f}%)")
+        for cfg, r in picked:
+            rate = f"{r.samples_per_s:9.1f}" if r.ok else f"{r.outcome:>9s}"
+            print(f"  {knobs.short({**knobs.defaults(), **cfg}):70s} {rate} samples/s  {(r.samples_per_s or 0) / base:5.2f}x")
+        print(f"best hand-picked: {knobs.short({**knobs.defaults(), **best_cfg})}: {ex['best_speedup']:.2f}x the defaults "
+              f"({base:.1f} samples/s, median of {len(rates) + len(base_again)} default runs in this run)")
+    results = Path(__file__).resolve().parent / "results"
+    results.mkdir(exist_ok=True)
+    tag = "cpu" if device == "cpu" else "gpu"
+    (results / f"trial_worker_{tag}.json").write_text(json.dumps(out, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

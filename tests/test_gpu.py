@@ -1,0 +1,114 @@
+"""The CUDA path on a real GPU (pytest -m gpu). Skips cleanly without CUDA."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from autotune import knobs
+from autotune import result as R
+from autotune.examples import SmallResNet
+from autotune.plan import Plan
+from autotune.runner import Runner
+from autotune.workload import WorkloadSpec
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+CUDA = knobs.Context(device_type="cuda", task="train", input_rank=4)
+
+
+def plan(**cfg) -> Plan:
+    return Plan.from_config(knobs.resolve(cfg, CUDA).config, "cuda:0", "train")
+
+
+def test_backend_flags_reach_torch():
+    plan(cudnn_benchmark=True, precision="tf32").apply_process()
+    assert torch.backends.cudnn.benchmark is True and torch.backends.cuda.matmul.allow_tf32 is True
+    plan(cudnn_benchmark=False, precision="fp32").apply_process()
+    assert torch.backends.cudnn.benchmark is False and torch.backends.cuda.matmul.allow_tf32 is False
+
+
+def test_pinned_batches_and_non_blocking_copies():
+    p = plan(pin_memory=True, num_workers=1)
+    ds = torch.utils.data.TensorDataset(torch.randn(64, 3, 8, 8), torch.zeros(64, dtype=torch.long))
+    batch = next(iter(p.make_loader(ds)))
+    assert batch[0].is_pinned()
+    on_gpu = p.to_device(batch)
+    assert on_gpu[0].is_cuda
+
+
+def test_channels_last_model_and_autocast_dtype():
+    for precision, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        p = plan(memory_format="channels_last", precision=precision)
+        model = p.prepare_model(SmallResNet(width=8))
+        assert model.stem[0].weight.is_contiguous(memory_format=torch.channels_last)
+        x = p.to_device(torch.randn(4, 3, 16, 16))
+        with p.autocast():
+            assert model.stem[0](x).dtype == dtype
+        assert (p.make_scaler() is not None) == (precision == "fp16")
+
+
+@pytest.mark.parametrize("example", ["cnn", "transformer", "mlp"])
+def test_fp16_with_grad_scaler_trains_without_nan(example):
+    res = Runner(WorkloadSpec(f"autotune.examples:{example}"), device="cuda:0").measure({"precision": "fp16"})
+    assert res.outcome == R.OK, res.error
+    assert res.not_applicable == {}
+
+
+def test_every_cuda_knob_in_one_trial():
+    cfg = {"precision": "bf16", "memory_format": "channels_last", "cudnn_benchmark": True, "pin_memory": True,
+           "num_workers": 2, "cuda_allocator": "expandable_segments", "optimizer_impl": "fused", "compile": "default"}
+    res = Runner(WorkloadSpec("autotune.examples:cnn"), device="cuda:0").measure(cfg)
+    assert res.outcome == R.OK, res.error
+    assert res.not_applicable == {} and res.config["pin_memory"] is True
+    assert res.memory["peak_reserved_bytes"] >= res.memory["peak_allocated_bytes"] > 0
+    assert res.mfu is None or 0 < res.mfu < 1
+
+
+def test_cuda_oom_is_classified():
+    res = Runner(WorkloadSpec("autotune.examples:transformer"), device="cuda:0").measure({"batch_size": 65536})
+    assert res.outcome == R.OOM, res.error
+
+
+def test_memory_figure_agrees_with_allocator():
+    cfg = knobs.resolve({"batch_size": 64}, CUDA).config
+    res = Runner(WorkloadSpec("autotune.examples:cnn"), device="cuda:0").measure(cfg)
+    assert res.ok
+    # independently: the same step in this process
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    p = Plan.from_config(cfg, "cuda:0", "train")
+    model = p.prepare_model(SmallResNet())
+    step = p.stepper(model, p.build_optimizer(model))
+    batch = p.to_device((torch.randn(64, 3, 32, 32), torch.randint(0, 10, (64,))))
+    for _ in range(5):
+        step([batch])
+    torch.cuda.synchronize()
+    independent = torch.cuda.max_memory_reserved()
+    assert abs(res.peak_memory_bytes - independent) / independent < 0.25, (res.peak_memory_bytes, independent)
+
+
+def test_expandable_segments_reaches_the_trial_environment(user_module):
+    name = user_module(
+        """
+        import os, torch
+        from torch import nn
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = nn.Linear(4, 2)
+                self.example_input = torch.zeros(4)
+            def forward(self, x):
+                assert os.environ.get("PYTORCH_CUDA_ALLOC_CONF") == "expandable_segments:True"
+                return self.lin(x)
+        def net():
+            return M()
+        """
+    )
+    res = Runner(WorkloadSpec(f"{name}:net"), device="cuda:0").measure({"cuda_allocator": "expandable_segments"})
+    assert res.ok, res.error
