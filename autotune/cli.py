@@ -323,10 +323,11 @@ class Progress:
 @click.option("--time-budget", default=None, help="Stop starting trials after this long (e.g. 2h, 30m).")
 @click.option("--max-memory", default=None, help="Peak-memory budget, a real constraint (e.g. 20GiB).")
 @click.option("--global-batch", type=int, default=None, help="Keep this effective batch constant (gradient accumulation).")
-@click.option("--sampler", type=click.Choice(["tpe", "gp", "random", "nsga2"]), default="tpe", show_default=True)
+@click.option("--sampler", type=click.Choice(["gp", "tpe", "random", "nsga2"]), default="gp", show_default=True, help="gp (default: best in benchmarks/search_efficiency.py), tpe, nsga2 or random.")
 @click.option("--seed", type=int, default=None, help="Sampler seed.")
 @click.option("--quick", is_flag=True, help="Short measurement windows (smoke runs; noisier figures).")
 @click.option("--no-early-stop", is_flag=True, help="Never cut a dominated trial short.")
+@click.option("--confirm", type=click.IntRange(0, 10), default=2, show_default=True, help="At the end, re-measure the baseline and the 3 fastest front configurations N times each (the figures become medians).")
 def run(
     space_name: str | None,
     study_name: str | None,
@@ -339,6 +340,7 @@ def run(
     seed: int | None,
     quick: bool,
     no_early_stop: bool,
+    confirm: int,
     **workload: Any,
 ) -> None:
     """Tune a model: search the knob space; resume the study if it exists."""
@@ -396,7 +398,7 @@ def run(
     memory = memory if created else stored_memory
     recovered = stores.recover_stale(study, grace_s=2 * timeout + 60)
 
-    options = S.Options(trials=trials, time_budget_s=budget, max_memory_bytes=memory, early_stop=not no_early_stop)
+    options = S.Options(trials=trials, time_budget_s=budget, max_memory_bytes=memory, early_stop=not no_early_stop, confirm_times=confirm)
     done = len([t for t in study.get_trials(deepcopy=False) if S.is_measured(t)])
     click.echo(
         f"{'new' if created else 'resuming'} study {name!r} in {url}: {done} measured, target {trials}; "
@@ -405,7 +407,12 @@ def run(
     if recovered:
         click.echo(f"re-queued trial(s) left running by a stopped process: {', '.join(map(str, recovered))}")
     progress = Progress(trials, budget, done)
-    tuner = S.Tuner(study, effective, ctx, base, runner.measure, options, on_trial=progress)
+
+    def on_confirm(trial: Any, rate: float | None) -> None:
+        again = f"{format_rate(rate)} samples/s" if rate is not None else "failed"
+        progress.console.print(f"confirm #{trial.number:<4} {again} (first measured {format_rate(trial.values[0])})", markup=False, highlight=False)
+
+    tuner = S.Tuner(study, effective, ctx, base, runner.measure, options, on_trial=progress, on_confirm=on_confirm)
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -432,8 +439,9 @@ def _status_doc(study: Any) -> dict[str, Any]:
     from autotune import study as S
 
     doc = stores.summary(study)
+    confirmed = S.confirmations(study)
     base = S.baseline_trial(study)
-    base_rate = base.values[0] if base else None
+    base_rate = S.figure(base, confirmed) if base else None
     rows = []
     for t in S.front(study):
         res = t.user_attrs.get("result", {})
@@ -442,7 +450,8 @@ def _status_doc(study: Any) -> dict[str, Any]:
                 "trial": t.number,
                 "role": t.user_attrs.get("role"),
                 "changes": knobs.differs_from_default(t.user_attrs.get("config", {})),
-                "samples_per_s": t.values[0],
+                "samples_per_s": S.figure(t, confirmed),
+                "measurements": 1 + len(confirmed.get(t.number, [])),
                 "samples_per_s_cv": res.get("samples_per_s_cv"),
                 "peak_memory_bytes": int(t.values[1]),
                 "speedup": t.values[0] / base_rate if base_rate else None,
@@ -481,6 +490,7 @@ def _print_status(study: Any, url: str) -> None:
         table.add_column(col, overflow="fold")
     for row in doc["front"]:
         spread = f" ± {100 * row['samples_per_s_cv']:.1f}%" if row["samples_per_s_cv"] is not None else ""
+        spread += f" (median of {row['measurements']})" if row["measurements"] > 1 else ""
         changes = " ".join(f"{k}={knobs.KNOBS[k].format(v)}" for k, v in row["changes"].items()) or "defaults"
         speed = f"{row['speedup']:.2f}x" if row["speedup"] else "-"
         table.add_row(f"#{row['trial']}", changes, f"{format_rate(row['samples_per_s'])}{spread}", format_bytes(row["peak_memory_bytes"]), speed)

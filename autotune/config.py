@@ -57,8 +57,9 @@ def pick_trial(study: optuna.Study, pick: str, max_memory_bytes: int | None = No
     if not candidates:
         why = " within the --max-memory budget" if max_memory_bytes is not None else ""
         raise StudyError(f"study {study.study_name!r} has no successful trial{why} to export; run more trials first")
+    confirmed = S.confirmations(study)
     if pick == "fastest":
-        return max(candidates, key=lambda t: (t.values[0], -t.values[1]))
+        return max(candidates, key=lambda t: (S.figure(t, confirmed), -t.values[1]))
     if pick == "smallest":
         return min(candidates, key=lambda t: (t.values[1], -t.values[0]))
     t_lo, t_hi = min(t.values[0] for t in candidates), max(t.values[0] for t in candidates)
@@ -75,6 +76,7 @@ def pick_trial(study: optuna.Study, pick: str, max_memory_bytes: int | None = No
 def export(study: optuna.Study, pick: str, max_memory_bytes: int | None = None, storage_url: str | None = None) -> dict[str, Any]:
     trial = pick_trial(study, pick, max_memory_bytes)
     res = trial.user_attrs.get("result", {})
+    confirmed = S.confirmations(study)
     base = S.baseline_trial(study)
     base_res = base.user_attrs.get("result", {}) if base else {}
     attrs = study.user_attrs
@@ -86,7 +88,9 @@ def export(study: optuna.Study, pick: str, max_memory_bytes: int | None = None, 
         "knobs": trial.user_attrs["config"],
         "not_applicable": trial.user_attrs.get("not_applicable", {}),
         "measured": {
-            "samples_per_s": trial.values[0],
+            "samples_per_s": S.figure(trial, confirmed),
+            "first_measurement_samples_per_s": trial.values[0],
+            "confirmations_samples_per_s": confirmed.get(trial.number, []),
             "samples_per_s_cv": res.get("samples_per_s_cv"),
             "window_samples_per_s": res.get("window_samples_per_s"),
             "peak_memory_bytes": int(trial.values[1]),
@@ -97,11 +101,11 @@ def export(study: optuna.Study, pick: str, max_memory_bytes: int | None = None, 
         },
         "baseline": {
             "trial": base.number if base else None,
-            "samples_per_s": base.values[0] if base else None,
+            "samples_per_s": S.figure(base, confirmed) if base else None,
             "samples_per_s_cv": base_res.get("samples_per_s_cv"),
             "peak_memory_bytes": int(base.values[1]) if base else None,
         },
-        "speedup": trial.values[0] / base.values[0] if base and base.values[0] else None,
+        "speedup": S.figure(trial, confirmed) / S.figure(base, confirmed) if base and base.values[0] else None,
         "workload": attrs.get("workload"),
         "device": attrs.get("device"),
         "global_batch": attrs.get("global_batch"),

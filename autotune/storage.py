@@ -210,16 +210,20 @@ def summary(study: optuna.Study) -> dict[str, Any]:
             continue
         outcome = t.user_attrs.get("outcome") or t.state.name.lower()
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
-    ok = [t for t in trials if t.user_attrs.get("outcome") == "ok" and t.values]
-    best = max((t.values[0] for t in ok), default=None)
+    from autotune.study import confirmations, figure
+
+    confirmed = confirmations(study)
+    ok = [t for t in trials if t.user_attrs.get("outcome") == "ok" and t.values and t.user_attrs.get("duplicate_of") is None]
+    best = max((figure(t, confirmed) for t in ok), default=None)
     baseline = next((t for t in ok if t.user_attrs.get("role") == "baseline"), None)
+    base = figure(baseline, confirmed) if baseline else None
     return {
         "study": study.study_name,
         "trials": sum(outcomes.values()),
         "outcomes": outcomes,
         "best_samples_per_s": best,
-        "baseline_samples_per_s": baseline.values[0] if baseline else None,
-        "speedup": (best / baseline.values[0]) if (best and baseline and baseline.values[0]) else None,
+        "baseline_samples_per_s": base,
+        "speedup": (best / base) if (best and base) else None,
         "fingerprint": study.user_attrs.get("fingerprint", {}),
         "workload": study.user_attrs.get("workload", {}),
     }

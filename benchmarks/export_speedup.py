@@ -2,9 +2,10 @@
 
     python benchmarks/export_speedup.py [--trials 20]
 
-For each example: a study of N trials (the `cpu` space), `export --pick fastest`,
-then in this same run the defaults and the exported configuration are measured
-again alternately (3 trials each, isolated processes) and their medians compared.
+For each example: a study of N trials (the `cpu` space, confirmation on, as
+`autotune run` does), `export --pick fastest`, then in this same run the defaults
+and the exported configuration are measured again alternately (3 trials each,
+isolated processes) and their medians compared.
 It also times the exported configuration applied in a plain training loop written
 as a user would (autotune.load_config + cfg.apply) and compares it with the study's
 figure. Writes benchmarks/results/export_speedup.json.
@@ -65,7 +66,7 @@ def run_study(name: str, spec: WorkloadSpec, runner: Runner, trials: int, folder
     url = f"sqlite:///{folder}/{name}.db"
     attrs = {"workload": spec.to_dict(), "space": sp.to_dict(), "space_hash": sp.hash(), "fingerprint": probe["fingerprint"],
              "device": "cpu", "context": probe["context"], "global_batch": None}
-    study, _ = stores.create_or_check(name, url, attrs, S.make_sampler("tpe", 0))
+    study, _ = stores.create_or_check(name, url, attrs, S.make_sampler(S.DEFAULT_SAMPLER, 0))
     S.Tuner(study, eff, ctx, base, runner.measure, S.Options(trials=trials)).run()
     return study, url
 

@@ -43,9 +43,9 @@ from autotune.report import hypervolume_2d  # noqa: E402
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 
 SAMPLERS = {
-    "tpe (default)": lambda seed: S.make_sampler("tpe", seed),
+    "gp (default)": lambda seed: S.make_sampler("gp", seed),
+    "tpe": lambda seed: S.make_sampler("tpe", seed),
     "tpe-independent": lambda seed: optuna.samplers.TPESampler(seed=seed),
-    "gp": lambda seed: S.make_sampler("gp", seed),
     "nsga2": lambda seed: S.make_sampler("nsga2", seed),
     "random": lambda seed: S.make_sampler("random", seed),
 }
@@ -97,7 +97,7 @@ def replay(name: str, table: dict[str, dict], make_sampler, seed: int, trials: i
             value = true["samples_per_s"] if true["outcome"] == R.OK else 0.0
             curve.append(max(curve[-1] if curve else 0.0, value))
 
-    tuner = S.Tuner(study, eff, ctx, base, evaluate, S.Options(trials=trials, early_stop=early_stop, max_repeats=200), on_trial)
+    tuner = S.Tuner(study, eff, ctx, base, evaluate, S.Options(trials=trials, early_stop=early_stop, max_repeats=200, confirm_times=0), on_trial)
     summary = tuner.run()
     found = [table[t.user_attrs["config_key"]] for t in tuner.measured() if t.user_attrs.get("outcome") == R.OK]
     return {"curve": curve, "found": found, "spent_s": spent["s"], "reason": summary.reason}
@@ -138,21 +138,25 @@ def main() -> None:
             ex["samplers"][label] = row
             print(f"{label:18s} " + " ".join(f"{100 * statistics.median(shares[c]):5.1f}% ({100 * min(shares[c]):5.1f}%)" for c in CHECKPOINTS)
                   + f"  {100 * statistics.median(hvs):5.1f}%  {per_run:.1f}s")
-        # early stopping, default sampler, same seeds
-        saved, kept, same_best = [], [], []
-        for seed in range(args.seeds):
-            off = replay(name, table, SAMPLERS["tpe (default)"], seed, args.trials, early_stop=False)
-            on = replay(name, table, SAMPLERS["tpe (default)"], seed, args.trials, early_stop=True)
-            saved.append(1 - on["spent_s"] / off["spent_s"])
-            hv_on = hypervolume_2d([(r["samples_per_s"], r["peak_memory_bytes"]) for r in on["found"]], ref)
-            hv_off = hypervolume_2d([(r["samples_per_s"], r["peak_memory_bytes"]) for r in off["found"]], ref)
-            kept.append(hv_on / hv_off if hv_off else 1.0)
-            same_best.append(max(r["samples_per_s"] for r in on["found"]) / max(r["samples_per_s"] for r in off["found"]))
-        ex["early_stop"] = {"time_saved_median": statistics.median(saved), "hypervolume_kept_median": statistics.median(kept),
-                            "best_kept_median": statistics.median(same_best), "best_kept_min": min(same_best)}
-        print(f"early stop (tpe): saves {100 * statistics.median(saved):.1f}% of trial time (median), keeps "
-              f"{100 * statistics.median(kept):.1f}% of the front's hypervolume and {100 * statistics.median(same_best):.1f}% "
-              f"of the best throughput (min {100 * min(same_best):.1f}%)")
+        # early stopping, with the default sampler and with TPE, same seeds
+        ex["early_stop"] = {}
+        for label in ("gp (default)", "tpe"):
+            if label not in args.samplers:
+                continue
+            saved, kept, same_best = [], [], []
+            for seed in range(args.seeds):
+                off = replay(name, table, SAMPLERS[label], seed, args.trials, early_stop=False)
+                on = replay(name, table, SAMPLERS[label], seed, args.trials, early_stop=True)
+                saved.append(1 - on["spent_s"] / off["spent_s"])
+                hv_on = hypervolume_2d([(r["samples_per_s"], r["peak_memory_bytes"]) for r in on["found"]], ref)
+                hv_off = hypervolume_2d([(r["samples_per_s"], r["peak_memory_bytes"]) for r in off["found"]], ref)
+                kept.append(hv_on / hv_off if hv_off else 1.0)
+                same_best.append(max(r["samples_per_s"] for r in on["found"]) / max(r["samples_per_s"] for r in off["found"]))
+            ex["early_stop"][label] = {"time_saved_median": statistics.median(saved), "hypervolume_kept_median": statistics.median(kept),
+                                       "best_kept_median": statistics.median(same_best), "best_kept_min": min(same_best)}
+            print(f"early stop ({label}): saves {100 * statistics.median(saved):.1f}% of trial time (median), keeps "
+                  f"{100 * statistics.median(kept):.1f}% of the front's hypervolume and {100 * statistics.median(same_best):.1f}% "
+                  f"of the best throughput (min {100 * min(same_best):.1f}%)")
         out["examples"][name] = ex
     results = HERE / "results"
     results.mkdir(exist_ok=True)

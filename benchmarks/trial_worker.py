@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -49,6 +51,39 @@ EXAMPLES = {
 }
 
 
+CONTROL = """
+import statistics, sys, time, torch
+from torch.utils.data import default_collate
+from autotune.workload import WorkloadSpec, build, default_loss, split_batch, call_model
+w = build(WorkloadSpec(sys.argv[1]))
+model, opt = w.model, torch.optim.AdamW(w.model.parameters(), lr=1e-4)
+batch = default_collate([w.dataset[i] for i in range(32)])
+def step():
+    inputs, target = split_batch(batch)
+    default_loss(call_model(model, inputs), target).backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+for _ in range(20):
+    step()
+windows = []
+for _ in range(5):
+    start, n = time.perf_counter(), 0
+    while time.perf_counter() - start < 0.5:
+        step()
+        n += 1
+    windows.append(32 * n / (time.perf_counter() - start))
+print(statistics.median(windows))
+"""
+
+
+def control_cv(model: str, n: int) -> tuple[float, list[float]]:
+    """The machine's own repeatability for this model: a plain PyTorch loop (no autotune, one fixed
+    batch, no DataLoader) of the default configuration, in n fresh processes."""
+    rates = [float(subprocess.run([sys.executable, "-c", CONTROL, model], capture_output=True, text=True, check=True).stdout)
+             for _ in range(n)]
+    return cv(rates), rates
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
@@ -59,7 +94,7 @@ def main() -> None:
     t0 = time.perf_counter()
     warm_up()
     print(f"fork server ready in {time.perf_counter() - t0:.2f} s (imports torch once)")
-    out = {"device": device, "examples": {}}
+    out: dict = {"device": device, "examples": {}}
     for name in args.examples:
         spec, picks = EXAMPLES[name]
         runner = Runner(spec, device=device, timeout_s=600)
@@ -85,6 +120,7 @@ def main() -> None:
             "defaults_samples_per_s": rates,
             "repeat_cv": cv(rates),
             "within_trial_cv_median": statistics.median(r.samples_per_s_cv for r in defaults),
+            "control_cv": control_cv(spec.model, args.repeat)[0] if device == "cpu" else None,
             "picks": [{"config": c, "outcome": r.outcome, "samples_per_s": r.samples_per_s, "cv": r.samples_per_s_cv,
                        "peak_memory_bytes": r.peak_memory_bytes, "mfu": r.mfu} for c, r in picked],
             "best_pick": best_cfg,
@@ -97,6 +133,9 @@ def main() -> None:
               f"of a {ex['trial_wall_s_median']:.2f} s trial")
         print(f"repeatability: {args.repeat} processes, defaults {statistics.median(rates):.1f} samples/s, CV across processes "
               f"{100 * cv(rates):.2f}% (within-trial window CV median {100 * ex['within_trial_cv_median']:.2f}%)")
+        if ex["control_cv"] is not None:
+            print(f"control: a plain PyTorch loop of the same model in {args.repeat} fresh processes: CV {100 * ex['control_cv']:.2f}% "
+                  "(the machine's own floor)")
         for cfg, r in picked:
             rate = f"{r.samples_per_s:9.1f}" if r.ok else f"{r.outcome:>9s}"
             print(f"  {knobs.short({**knobs.defaults(), **cfg}):70s} {rate} samples/s  {(r.samples_per_s or 0) / base:5.2f}x")
