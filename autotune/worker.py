@@ -139,6 +139,7 @@ def run(request: Mapping[str, Any]) -> R.TrialResult:
         peak: dict[str, int] = {}
 
         def memory_checkpoint() -> None:
+            monitor.sample()  # DataLoader workers are alive now; the periodic samples may have missed their peak
             if device.type == "cuda":
                 peak["reserved"] = torch.cuda.max_memory_reserved(device)
                 peak["allocated"] = torch.cuda.max_memory_allocated(device)
