@@ -422,7 +422,7 @@ def run(
         summary = tuner.run()
     except KeyboardInterrupt:
         progress.close()
-        click.echo(f"stopped: the running trial is recorded as interrupted and will be measured again. Run the same command to continue.", err=True)
+        click.echo("stopped: the running trial is recorded as interrupted and will be measured again. Run the same command to continue.", err=True)
         sys.exit(130)
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -103,9 +103,9 @@ def main() -> None:
             out["examples"][name] = ex
             gpu = probe["fingerprint"]["device_name"]
             best = tuned["best"]
+            mfu = "-" if best.get("mfu") is None else f"{100 * best['mfu']:.1f}%"
             md.append(f"| {name} | {gpu} | {base:.0f} | {recipe.samples_per_s or 0:.0f} ({(recipe.samples_per_s or 0) / base:.2f}x) | "
-                      f"{best['samples_per_s']:.0f} ({best['samples_per_s'] / base:.2f}x) | {100 * cv(rates):.2f}% | "
-                      f"{'-' if best.get('mfu') is None else f'{100 * best['mfu']:.1f}%'} |")
+                      f"{best['samples_per_s']:.0f} ({best['samples_per_s'] / base:.2f}x) | {100 * cv(rates):.2f}% | {mfu} |")
     tag = re.sub(r"[^A-Za-z0-9]+", "-", out.get("fingerprint", {}).get("device_name", device)).strip("-").lower()
     results = Path(__file__).resolve().parent / "results"
     results.mkdir(exist_ok=True)

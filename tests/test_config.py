@@ -16,7 +16,7 @@ import autotune.examples
 import autotune.workload
 from autotune import config as C
 from autotune.cli import main
-from autotune.errors import ConfigError, StudyError
+from autotune.errors import ConfigError
 
 
 @pytest.fixture(scope="module")
