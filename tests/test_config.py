@@ -131,5 +131,11 @@ def test_user_loop_matches_the_study(study):
         windows.append(n * batch_size / (time.perf_counter() - start))
     mine = statistics.median(windows)
     theirs = doc["measured"]["samples_per_s"]
-    spread = 3 * (doc["measured"]["samples_per_s_cv"] or 0) + 3 * statistics.pstdev(windows) / statistics.fmean(windows)
-    assert abs(mine / theirs - 1) <= max(spread, 0.25), (mine, theirs, spread)
+    # The study's figure is the median of measurements in separate processes (first + confirmations):
+    # its spread is the larger of the spread across those processes and across its windows.
+    runs = [doc["measured"]["first_measurement_samples_per_s"], *doc["measured"]["confirmations_samples_per_s"]]
+    across = statistics.pstdev(runs) / statistics.fmean(runs) if len(runs) > 1 else 0.0
+    study_spread = max(across, doc["measured"]["samples_per_s_cv"] or 0.0)
+    spread = 3 * study_spread + 3 * statistics.pstdev(windows) / statistics.fmean(windows)
+    assert len(runs) == 3  # the exported best was confirmed twice
+    assert abs(mine / theirs - 1) <= max(spread, 0.25), (mine, theirs, runs, spread)
