@@ -106,3 +106,20 @@ class _Slow(_Tiny):
 def slow(delay: float = 0.1) -> nn.Module:
     """A tiny model whose step takes at least ``delay`` seconds: trials last long enough to be interrupted."""
     return _Slow(delay)
+
+
+class _EnvCheck(_Tiny):
+    """Fails its step unless the trial process sees ``var=value`` (and ``threads`` intra-op threads)."""
+
+    def __init__(self, var: str, value: str, threads: int) -> None:
+        super().__init__("ok")
+        self.var, self.value, self.threads = var, value, threads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        assert os.environ.get(self.var) == self.value, f"{self.var}={os.environ.get(self.var)!r}"
+        assert not self.threads or torch.get_num_threads() == self.threads, torch.get_num_threads()
+        return super().forward(x)
+
+
+def env_check(var: str, value: str, threads: int = 0) -> nn.Module:
+    return _EnvCheck(var, value, threads)

@@ -92,22 +92,9 @@ def test_memory_figure_agrees_with_allocator():
     assert abs(res.peak_memory_bytes - independent) / independent < 0.25, (res.peak_memory_bytes, independent)
 
 
-def test_expandable_segments_reaches_the_trial_environment(user_module):
-    name = user_module(
-        """
-        import os, torch
-        from torch import nn
-        class M(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.lin = nn.Linear(4, 2)
-                self.example_input = torch.zeros(4)
-            def forward(self, x):
-                assert os.environ.get("PYTORCH_CUDA_ALLOC_CONF") == "expandable_segments:True"
-                return self.lin(x)
-        def net():
-            return M()
-        """
+def test_expandable_segments_reaches_the_trial_environment():
+    args = (("value", "expandable_segments:True"), ("var", "PYTORCH_CUDA_ALLOC_CONF"))
+    res = Runner(WorkloadSpec("failing_workloads:env_check", model_args=args), device="cuda:0").measure(
+        {"cuda_allocator": "expandable_segments"}
     )
-    res = Runner(WorkloadSpec(f"{name}:net"), device="cuda:0").measure({"cuda_allocator": "expandable_segments"})
     assert res.ok, res.error

@@ -115,25 +115,10 @@ def test_probe_reports_context_and_user_errors(quick):
         Runner(WorkloadSpec("torch.nn:Identity")).probe()
 
 
-def test_env_knob_reaches_the_trial_process(quick, user_module):
-    name = user_module(
-        """
-        import os, torch
-        from torch import nn
-        class M(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.lin = nn.Linear(4, 2)
-                self.example_input = torch.zeros(4)
-            def forward(self, x):
-                assert os.environ["OMP_NUM_THREADS"] == "1", os.environ.get("OMP_NUM_THREADS")
-                assert torch.get_num_threads() == 1
-                return self.lin(x)
-        def net():
-            return M()
-        """
-    )
+def test_env_knob_reaches_the_trial_process(quick):
     before = os.environ.get("OMP_NUM_THREADS")
-    res = run(f"{name}:net", quick, {"threads": 1})
+    args = (("threads", 1), ("value", "1"), ("var", "OMP_NUM_THREADS"))
+    res = run("failing_workloads:env_check", quick, {"threads": 1}, model_args=args)
     assert res.ok, res.error
     assert os.environ.get("OMP_NUM_THREADS") == before  # the parent's environment is untouched
+    assert run("failing_workloads:env_check", quick, {"threads": 2}, model_args=args).outcome == R.ERROR
