@@ -1064,6 +1064,10 @@ class _Page:
     def add(self, markup: str) -> None:
         self.parts.append(markup)
 
+    def section(self, anchor: str, title: str, parts: list[str]) -> None:
+        """One ``<section>`` with its heading and body parts."""
+        self.add(f'<section id="{anchor}"><h2>{title}</h2>' + "".join(parts) + "</section>")
+
     def figure(self, fig: go.Figure, css: str = "plot") -> str:
         fig_id = f"fig-{len(self.figures) + 1}"
         self.figures.append({"id": fig_id, "json": plotly.io.to_json(fig, validate=False)})
@@ -1213,7 +1217,7 @@ def render_html(study: optuna.Study | Snapshot, refresh_s: float | None = None) 
 
     pareto = pareto_info(snap)
     unit, scale = pareto["memory_unit"], pareto["memory_scale"]
-    section = ['<section id="front"><h2>Pareto front: samples/s against peak memory</h2>']
+    section: list[str] = []
     if pareto["points"] or pareto["failed"]:
         section.append(page.figure(pareto_figure(pareto)))
         section.append(
@@ -1223,11 +1227,10 @@ def render_html(study: optuna.Study | Snapshot, refresh_s: float | None = None) 
         section.append(_note("No finished trial yet."))
     section.append("<h3>The front</h3>")
     section.append(_front_table_html(front_table_info(snap)))
-    section.append("</section>")
-    page.add("".join(section))
+    page.section("front", "Pareto front: samples/s against peak memory", section)
 
     effects = knob_effects_info(snap)
-    section = ['<section id="knobs"><h2>What each knob does</h2>']
+    section = []
     shown = [k for k in effects["knobs"] if k["values"]]
     if shown:
         section.append('<div class="grid">')
@@ -1252,11 +1255,10 @@ def render_html(study: optuna.Study | Snapshot, refresh_s: float | None = None) 
         section.append('<p class="hint">Drag along an axis to filter the lines.</p>')
     else:
         section.append(_note("No ok trial with searched knobs yet."))
-    section.append("</section>")
-    page.add("".join(section))
+    page.section("knobs", "What each knob does", section)
 
     history = history_info(snap)
-    section = ['<section id="history"><h2>History</h2>']
+    section = []
     if history["numbers"]:
         section.append(page.figure(history_figure(history)))
         ref = history["reference"]["peak_memory_bytes"]
@@ -1267,17 +1269,17 @@ def render_html(study: optuna.Study | Snapshot, refresh_s: float | None = None) 
         section.append(page.figure(duration_figure(history)))
     else:
         section.append(_note("No finished trial yet."))
-    section.append("</section>")
-    page.add("".join(section))
+    page.section("history", "History", section)
 
     prof = profile_info(snap)
-    section = ['<section id="time"><h2>Where time goes on the front</h2>']
-    section.append(page.figure(profile_figure(prof)) if prof["trials"] else _note("No profile for the front trials."))
-    section.append("</section>")
-    page.add("".join(section))
+    page.section(
+        "time",
+        "Where time goes on the front",
+        [page.figure(profile_figure(prof)) if prof["trials"] else _note("No profile for the front trials.")],
+    )
 
     failures = failures_info(snap)
-    page.add(f'<section id="failures"><h2>Failures</h2>{_failures_html(failures)}</section>')
+    page.section("failures", "Failures", [_failures_html(failures)])
 
     refresh = f'<meta http-equiv="refresh" content="{max(1, round(refresh_s))}">' if refresh_s else ""
     generated = time.strftime("%Y-%m-%d %H:%M:%S")
