@@ -237,14 +237,20 @@ def _storage_for(study: str, url: str | None) -> str:
     return url or storage.default_url(study)
 
 
-def _trial_line(rec: Any, baseline: float | None) -> str:
+def _shown(url: str) -> str:
+    """A storage URL as printed or written anywhere: its password masked."""
+    from autotune import storage
+
+    return storage.redact(url)
+
+
+def _trial_line(rec: Any) -> str:
     from autotune.result import OK
 
     head = f"#{rec.number:<4} {rec.role:<8} "
     if rec.outcome == OK and rec.samples_per_s:
-        speed = f"{rec.samples_per_s / baseline:5.2f}x" if baseline else "   - "
-        spread = f" ±{100 * rec.cv:.1f}%" if rec.cv is not None else ""
-        body = f"{'ok':<8} {format_rate(rec.samples_per_s):>9} samples/s{spread:<7} {format_bytes(rec.peak_memory_bytes):>10} {speed}"
+        speed = rec.speedup.text() if rec.speedup else "-"
+        body = f"{'ok':<8} {format_rate(rec.samples_per_s):>9} samples/s {format_bytes(rec.peak_memory_bytes):>10}  {speed:<18}"
     else:
         body = f"{rec.outcome:<8} {(rec.error or '')[:60]}"
     tags = []
@@ -265,8 +271,6 @@ class Progress:
         self.budget_s = budget_s
         self.start = time.monotonic()
         self.done = done
-        self.baseline: float | None = None
-        self.best: float | None = None
         self.console = console()
         self.bar: Any = None
         self.task: Any = None
@@ -287,27 +291,26 @@ class Progress:
         if self.budget_s is not None:
             left = max(0.0, self.budget_s - (time.monotonic() - self.start))
             parts.append(f"budget left {format_duration(left)}")
-        if self.best:
-            parts.append(f"best {format_rate(self.best)} samples/s")
-            if self.baseline:
-                parts.append(f"{self.best / self.baseline:.2f}x baseline")
         return ", ".join(parts)
 
-    def __call__(self, rec: Any) -> None:
-        from autotune.result import OK
-
-        if rec.role == "baseline" and rec.outcome == OK:
-            self.baseline = rec.samples_per_s
-        if rec.outcome == OK and rec.samples_per_s and (self.best is None or rec.samples_per_s > self.best):
-            self.best = rec.samples_per_s
-        if rec.duplicate_of is None:
-            self.done += 1
-        line = _trial_line(rec, self.baseline)
+    def print(self, line: str) -> None:
         if self.bar is not None:
             self.bar.console.print(line, markup=False, highlight=False)
-            self.bar.update(self.task, completed=min(self.done, self.total), info=self.info())
         else:
             click.echo(line)
+
+    def __call__(self, rec: Any) -> None:
+        if rec.duplicate_of is None:
+            self.done += 1
+        self.print(_trial_line(rec))
+        if self.bar is not None:
+            self.bar.update(self.task, completed=min(self.done, self.total), info=self.info())
+
+    def repeat(self, what: str, number: int, rate: float | None) -> None:
+        """A re-measurement: the baseline's noise floor, or a round of the final race."""
+        again = f"{format_rate(rate)} samples/s" if rate is not None else "failed"
+        label = "noise floor: baseline" if what == "floor" else "race"
+        self.print(f"{label} #{number} measured again in a new process: {again}")
 
     def close(self) -> None:
         if self.bar is not None:
@@ -327,7 +330,7 @@ class Progress:
 @click.option("--seed", type=int, default=None, help="Sampler seed.")
 @click.option("--quick", is_flag=True, help="Short measurement windows (smoke runs; noisier figures).")
 @click.option("--no-early-stop", is_flag=True, help="Never cut a dominated trial short.")
-@click.option("--confirm", type=click.IntRange(0, 10), default=2, show_default=True, help="At the end, re-measure the baseline and the 3 fastest front configurations N times each (the figures become medians).")
+@click.option("--confirm", type=click.IntRange(0, 50), default=8, show_default=True, help="Rounds of the final race at most: the configurations tied with the fastest and the baseline measured again, interleaved, until they separate (0: no race; claims then rest on single measurements).")
 def run(
     space_name: str | None,
     study_name: str | None,
@@ -398,21 +401,17 @@ def run(
     memory = memory if created else stored_memory
     recovered = stores.recover_stale(study, grace_s=2 * timeout + 60)
 
-    options = S.Options(trials=trials, time_budget_s=budget, max_memory_bytes=memory, early_stop=not no_early_stop, confirm_times=confirm)
+    options = S.Options(trials=trials, time_budget_s=budget, max_memory_bytes=memory, early_stop=not no_early_stop, race_rounds=confirm)
     done = len([t for t in study.get_trials(deepcopy=False) if S.is_measured(t)])
     click.echo(
-        f"{'new' if created else 'resuming'} study {name!r} in {url}: {done} measured, target {trials}; "
+        f"{'new' if created else 'resuming'} study {name!r} in {_shown(url)}: {done} measured, target {trials}; "
         f"space {space.name} ({effective.size()} configurations here: {', '.join(effective.search)}); device {dev}"
     )
     if recovered:
-        click.echo(f"re-queued trial(s) left running by a stopped process: {', '.join(map(str, recovered))}")
+        n = len(recovered)
+        click.echo(f"re-queued {n} trial{'s' if n > 1 else ''} left running by a stopped process: {', '.join(f'#{t}' for t in recovered)}")
     progress = Progress(trials, budget, done)
-
-    def on_confirm(trial: Any, rate: float | None) -> None:
-        again = f"{format_rate(rate)} samples/s" if rate is not None else "failed"
-        progress.console.print(f"confirm #{trial.number:<4} {again} (first measured {format_rate(trial.values[0])})", markup=False, highlight=False)
-
-    tuner = S.Tuner(study, effective, ctx, base, runner.measure, options, on_trial=progress, on_confirm=on_confirm)
+    tuner = S.Tuner(study, effective, ctx, base, runner.measure, options, on_trial=progress, on_repeat=progress.repeat)
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -427,7 +426,12 @@ def run(
     finally:
         signal.signal(signal.SIGTERM, previous)
         progress.close()
-    click.echo(f"done: {summary.reason}; {summary.new} new measurements in {format_duration(summary.elapsed_s)}")
+    race = summary.race
+    raced = f"; race: {race.rounds} rounds, {race.measurements} measurements ({race.stopped})" if race else ""
+    click.echo(
+        f"done: {summary.reason}; {summary.new} new configurations and {summary.repeats} repeat measurements "
+        f"in {format_duration(summary.elapsed_s)}{raced}"
+    )
     _print_status(study, url)
 
 
@@ -436,28 +440,11 @@ def run(
 
 def _status_doc(study: Any) -> dict[str, Any]:
     from autotune import storage as stores
-    from autotune import study as S
+    from autotune.evidence import Evidence
 
-    doc = stores.summary(study)
-    confirmed = S.confirmations(study)
-    base = S.baseline_trial(study)
-    base_rate = S.figure(base, confirmed) if base else None
-    rows = []
-    for t in S.front(study):
-        res = t.user_attrs.get("result", {})
-        rows.append(
-            {
-                "trial": t.number,
-                "role": t.user_attrs.get("role"),
-                "changes": knobs.differs_from_default(t.user_attrs.get("config", {})),
-                "samples_per_s": S.figure(t, confirmed),
-                "measurements": 1 + len(confirmed.get(t.number, [])),
-                "samples_per_s_cv": res.get("samples_per_s_cv"),
-                "peak_memory_bytes": int(t.values[1]),
-                "speedup": t.values[0] / base_rate if base_rate else None,
-                "mfu": res.get("mfu"),
-            }
-        )
+    ev = Evidence.of(study)
+    doc = stores.summary(study, ev)
+    doc.update(ev.to_dict())
     failures: dict[str, dict[str, Any]] = {}
     for t in study.get_trials(deepcopy=False):
         outcome = t.user_attrs.get("outcome")
@@ -467,7 +454,7 @@ def _status_doc(study: Any) -> dict[str, Any]:
         entry["count"] += 1
         entry["trials"].append(t.number)
         entry["example"] = entry["example"] or (t.user_attrs.get("error") or {}).get("message", "")
-    doc.update({"front": rows, "failures": failures, "device": study.user_attrs.get("device"),
+    doc.update({"failures": failures, "device": study.user_attrs.get("device"), "time_spent_s": ev.time_spent()["wall_s"],
                 "max_memory_bytes": study.user_attrs.get("max_memory_bytes"), "space": (study.user_attrs.get("space") or {}).get("name")})
     return doc
 
@@ -480,26 +467,24 @@ def _print_status(study: Any, url: str) -> None:
     doc = _status_doc(study)
     out = console()
     counts = ", ".join(f"{k} {v}" for k, v in sorted(doc["outcomes"].items(), key=lambda kv: -kv[1]))
-    out.print(f"study {doc['study']} ({url})", markup=False)
+    out.print(f"study {doc['study']} ({_shown(url)})", markup=False)
     out.print(f"workload {doc['workload'].get('model')}  device {doc['device']}  {hardware.short(doc['fingerprint'])}", markup=False)
-    out.print(f"trials {doc['trials']}: {counts or 'none'}", markup=False)
-    if doc["baseline_samples_per_s"]:
-        out.print(f"baseline {format_rate(doc['baseline_samples_per_s'])} samples/s; best {format_rate(doc['best_samples_per_s'])} samples/s ({doc['speedup']:.2f}x)", markup=False)
-    table = Table(title="Pareto front: throughput vs peak memory", title_justify="left")
-    for col in ("trial", "knobs that differ from the defaults", "samples/s", "peak memory", "speed-up"):
+    out.print(f"trials {doc['trials']}: {counts or 'none'}; time spent {format_duration(doc['time_spent_s'])}", markup=False)
+    out.print(doc["noise_text"], markup=False)
+    table = Table(title="Pareto front: throughput vs peak memory (speed-up over the defaults, 90% interval)", title_justify="left")
+    for col in ("trial", "knobs that differ from the defaults", "samples/s", "processes", "peak memory", "speed-up"):
         table.add_column(col, overflow="fold")
     for row in doc["front"]:
-        spread = f" ± {100 * row['samples_per_s_cv']:.1f}%" if row["samples_per_s_cv"] is not None else ""
-        spread += f" (median of {row['measurements']})" if row["measurements"] > 1 else ""
         changes = " ".join(f"{k}={knobs.KNOBS[k].format(v)}" for k, v in row["changes"].items()) or "defaults"
-        speed = f"{row['speedup']:.2f}x" if row["speedup"] else "-"
-        table.add_row(f"#{row['trial']}", changes, f"{format_rate(row['samples_per_s'])}{spread}", format_bytes(row["peak_memory_bytes"]), speed)
+        speed = row["speedup"]["text"] if row["speedup"] else "-"
+        table.add_row(f"#{row['trial']}", changes, format_rate(row["samples_per_s"]), str(row["processes"]), format_bytes(row["peak_memory_bytes"]), speed)
     out.print(table)
     if doc["failures"]:
         out.print("failures:", markup=False)
         for outcome, entry in doc["failures"].items():
             trials = ", ".join(f"#{n}" for n in entry["trials"][:8]) + (" ..." if len(entry["trials"]) > 8 else "")
             out.print(f"  {outcome}: {entry['count']} ({trials}) {entry['example'][:100]}", markup=False)
+    out.print(f"verdict: {doc['verdict']['text']}", markup=False)
 
 
 @main.command("list")
@@ -518,22 +503,23 @@ def list_cmd(storage: str | None, as_json: bool) -> None:
         store = stores.open_storage(url)
         for name in stores.study_names(store):
             doc = stores.summary(optuna.load_study(study_name=name, storage=store))
-            doc["storage"] = url
+            doc["storage"] = _shown(url)
             docs.append(doc)
     if as_json:
         click.echo(json.dumps(docs, indent=2, default=str))
         return
     if not docs:
-        click.echo("no studies" + (f" in {storage}" if storage else " in studies/"))
+        click.echo("no studies" + (f" in {_shown(storage)}" if storage else " in studies/"))
         return
     from rich.table import Table
 
     table = Table()
-    for col in ("study", "trials", "best samples/s", "speed-up", "machine", "storage"):
+    for col in ("study", "trials", "recommended samples/s", "speed-up (90%)", "verdict", "machine", "storage"):
         table.add_column(col, overflow="fold")
     for d in docs:
-        speed = f"{d['speedup']:.2f}x" if d["speedup"] else "-"
-        table.add_row(d["study"], str(d["trials"]), format_rate(d["best_samples_per_s"]), speed, hardware.short(d["fingerprint"]), d["storage"])
+        speed = d["speedup"]["text"] if d["speedup"] else "-"
+        table.add_row(d["study"], str(d["trials"]), format_rate(d["best_samples_per_s"]), speed, d["verdict"].replace("_", " "),
+                      hardware.short(d["fingerprint"]), d["storage"])
     console().print(table)
 
 
@@ -559,7 +545,8 @@ def status(study_name: str, storage: str | None, as_json: bool) -> None:
 @click.option("--max-memory", default=None, help="Only front points within this peak memory (e.g. 20GiB).")
 @click.option("--storage", default=None, help="Storage URL (default: sqlite:///studies/<study>.db).")
 @click.option("-o", "--output", default=None, help="Write the JSON here (default: print it).")
-def export(study_name: str, pick: str, max_memory: str | None, storage: str | None, output: str | None) -> None:
+@click.option("--allow-no-gain", is_flag=True, help="With --pick fastest: export the fastest-looking configuration even when nothing beats the defaults beyond the noise (the verdict is recorded).")
+def export(study_name: str, pick: str, max_memory: str | None, storage: str | None, output: str | None, allow_no_gain: bool) -> None:
     """Export a configuration of the front as JSON, for autotune.load_config()."""
     from autotune import config as C
     from autotune import storage as stores
@@ -567,16 +554,18 @@ def export(study_name: str, pick: str, max_memory: str | None, storage: str | No
 
     url = _storage_for(study_name, storage)
     study = stores.load(study_name, url)
-    doc = C.export(study, pick, parse_size(max_memory, "--max-memory") if max_memory else None, url)
+    doc = C.export(study, pick, parse_size(max_memory, "--max-memory") if max_memory else None, _shown(url), allow_no_gain=allow_no_gain)
     if output is None:
         click.echo(json.dumps(doc, indent=2, default=str))
         return
     path = C.write(doc, output)
-    speed = f", {doc['speedup']:.2f}x the baseline" if doc["speedup"] else ""
+    speed = f", {doc['speedup']['text']} the defaults (90% interval)" if doc["speedup"] else ""
     click.echo(
-        f"wrote {path}: trial #{doc['study']['trial']} ({pick}), {format_rate(doc['measured']['samples_per_s'])} samples/s, "
-        f"{format_bytes(doc['measured']['peak_memory_bytes'])}{speed}; {knobs.short(doc['knobs'])}"
+        f"wrote {path}: trial #{doc['study']['trial']} ({pick}), {format_rate(doc['measured']['samples_per_s'])} samples/s "
+        f"from {doc['measured']['processes']} processes, {format_bytes(doc['measured']['peak_memory_bytes'])}{speed}; {knobs.short(doc['knobs'])}"
     )
+    if doc["verdict"]["state"] != "gain" or doc["verdict"]["winner"] != doc["study"]["trial"]:
+        click.echo(f"verdict: {doc['verdict']['text']}")
 
 
 @main.command()

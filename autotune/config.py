@@ -32,11 +32,12 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from autotune import __version__, hardware, knobs
-from autotune import study as S
+from autotune.evidence import Evidence
 from autotune.errors import ConfigError, StudyError
 from autotune.plan import Plan, Stepper
 
-SCHEMA = "autotune.config/1"
+SCHEMA = "autotune.config/2"  # /2: speedup became a claim with its interval
+SCHEMAS = ("autotune.config/1", SCHEMA)  # what load_config reads
 PICKS = ("fastest", "smallest", "balanced")
 
 
@@ -47,38 +48,56 @@ class HardwareMismatchWarning(UserWarning):
 # ---------------------------------------------------------------- export
 
 
-def pick_trial(study: optuna.Study, pick: str, max_memory_bytes: int | None = None) -> optuna.trial.FrozenTrial:
-    """A front trial: the fastest, the smallest, or the balanced one (nearest the ideal point, normalised)."""
+def pick_trial(study: optuna.Study, pick: str, max_memory_bytes: int | None = None, allow_no_gain: bool = False) -> optuna.trial.FrozenTrial:
+    """A configuration to export.
+
+    ``fastest`` is the verdict's winner (:meth:`Evidence.verdict`: raced through the noise,
+    the simplest among the tied); when nothing beats the defaults beyond the noise it is
+    refused, unless ``allow_no_gain`` (then the fastest-looking one, its verdict recorded).
+    ``smallest`` and ``balanced`` pick on the front by memory.
+    """
     if pick not in PICKS:
         raise StudyError(f"--pick {pick!r}: expected one of {', '.join(PICKS)}")
-    candidates = S.front(study)
-    if max_memory_bytes is not None:
-        candidates = [t for t in candidates if t.values[1] <= max_memory_bytes]
+    ev = Evidence.of(study) if max_memory_bytes is None else Evidence(study.get_trials(deepcopy=False), study.user_attrs, max_memory_bytes)
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    candidates = [ev.configs[n] for n in ev.front()]
     if not candidates:
         why = " within the --max-memory budget" if max_memory_bytes is not None else ""
         raise StudyError(f"study {study.study_name!r} has no successful trial{why} to export; run more trials first")
-    confirmed = S.confirmations(study)
     if pick == "fastest":
-        return max(candidates, key=lambda t: (S.figure(t, confirmed), -t.values[1]))
+        verdict = ev.verdict()
+        if verdict.state == "gain" and verdict.winner is not None:
+            return trials[verdict.winner]
+        if not allow_no_gain:
+            raise StudyError(f"{verdict.text}. Nothing to export; pass --allow-no-gain to export the fastest anyway")
+        return trials[verdict.leader if verdict.leader is not None else candidates[0].number]
     if pick == "smallest":
-        return min(candidates, key=lambda t: (t.values[1], -t.values[0]))
-    t_lo, t_hi = min(t.values[0] for t in candidates), max(t.values[0] for t in candidates)
-    m_lo, m_hi = min(t.values[1] for t in candidates), max(t.values[1] for t in candidates)
+        return trials[min(candidates, key=lambda c: (c.peak_memory_bytes, -c.samples_per_s)).number]
+    t_lo, t_hi = min(c.samples_per_s for c in candidates), max(c.samples_per_s for c in candidates)
+    m_lo, m_hi = min(c.peak_memory_bytes for c in candidates), max(c.peak_memory_bytes for c in candidates)
 
-    def distance(t: optuna.trial.FrozenTrial) -> float:
-        speed_gap = (t_hi - t.values[0]) / (t_hi - t_lo) if t_hi > t_lo else 0.0
-        mem_gap = (t.values[1] - m_lo) / (m_hi - m_lo) if m_hi > m_lo else 0.0
+    def distance(c: Any) -> float:
+        speed_gap = (t_hi - c.samples_per_s) / (t_hi - t_lo) if t_hi > t_lo else 0.0
+        mem_gap = (c.peak_memory_bytes - m_lo) / (m_hi - m_lo) if m_hi > m_lo else 0.0
         return speed_gap**2 + mem_gap**2
 
-    return min(candidates, key=distance)
+    return trials[min(candidates, key=distance).number]
 
 
-def export(study: optuna.Study, pick: str, max_memory_bytes: int | None = None, storage_url: str | None = None) -> dict[str, Any]:
-    trial = pick_trial(study, pick, max_memory_bytes)
+def export(
+    study: optuna.Study,
+    pick: str,
+    max_memory_bytes: int | None = None,
+    storage_url: str | None = None,
+    allow_no_gain: bool = False,
+) -> dict[str, Any]:
+    """The exported document of a picked configuration, with the study's figures for it (see module docstring)."""
+    trial = pick_trial(study, pick, max_memory_bytes, allow_no_gain)
+    ev = Evidence.of(study)
     res = trial.user_attrs.get("result", {})
-    confirmed = S.confirmations(study)
-    base = S.baseline_trial(study)
-    base_res = base.user_attrs.get("result", {}) if base else {}
+    c = ev.configs[trial.number]
+    base = ev.baseline
+    speedup = ev.speedup(trial.number)
     attrs = study.user_attrs
     return {
         "schema": SCHEMA,
@@ -88,11 +107,11 @@ def export(study: optuna.Study, pick: str, max_memory_bytes: int | None = None, 
         "knobs": trial.user_attrs["config"],
         "not_applicable": trial.user_attrs.get("not_applicable", {}),
         "measured": {
-            "samples_per_s": S.figure(trial, confirmed),
+            "samples_per_s": c.samples_per_s,
+            "processes": c.processes,
+            "measurements_samples_per_s": [v for _, v in c.claim],
             "first_measurement_samples_per_s": trial.values[0],
-            "confirmations_samples_per_s": confirmed.get(trial.number, []),
-            "samples_per_s_cv": res.get("samples_per_s_cv"),
-            "window_samples_per_s": res.get("window_samples_per_s"),
+            "samples_per_s_cv_within_process": res.get("samples_per_s_cv"),
             "peak_memory_bytes": int(trial.values[1]),
             "time_to_first_step_s": res.get("time_to_first_step_s"),
             "step_time_s": res.get("step_time_s"),
@@ -101,11 +120,13 @@ def export(study: optuna.Study, pick: str, max_memory_bytes: int | None = None, 
         },
         "baseline": {
             "trial": base.number if base else None,
-            "samples_per_s": S.figure(base, confirmed) if base else None,
-            "samples_per_s_cv": base_res.get("samples_per_s_cv"),
-            "peak_memory_bytes": int(base.values[1]) if base else None,
+            "samples_per_s": base.samples_per_s if base else None,
+            "processes": base.processes if base else None,
+            "peak_memory_bytes": base.peak_memory_bytes if base else None,
         },
-        "speedup": S.figure(trial, confirmed) / S.figure(base, confirmed) if base and base.values[0] else None,
+        "speedup": speedup.to_dict() if speedup else None,
+        "noise": ev.noise.to_dict(),
+        "verdict": ev.verdict().to_dict(),
         "workload": attrs.get("workload"),
         "device": attrs.get("device"),
         "global_batch": attrs.get("global_batch"),
@@ -236,7 +257,7 @@ def load_config(path: str | Path, device: str | None = None, check_hardware: boo
         raise ConfigError(f"{path}: no such file") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not JSON: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+    if not isinstance(doc, dict) or doc.get("schema") not in SCHEMAS:
         raise ConfigError(f"{path}: not an autotune configuration (expected schema {SCHEMA!r}, found {doc.get('schema') if isinstance(doc, dict) else None!r})")
     try:
         values = knobs.validate_config(doc["knobs"])

@@ -42,6 +42,7 @@ from plotly.subplots import make_subplots
 
 from autotune import knobs
 from autotune.errors import AutotuneError
+from autotune.evidence import Evidence
 from autotune.units import format_bytes, format_duration, format_rate
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class Snapshot:
     front: list[int]  # numbers of the front trials, by samples/s, fastest first
     trials: list[FrozenTrial] = field(repr=False, default_factory=list)
     defaults: dict[str, Any] = field(default_factory=dict)
+    evidence: Evidence | None = field(repr=False, default=None)
 
     @classmethod
     def of(cls, study: optuna.Study | Snapshot) -> Snapshot:
@@ -107,9 +109,10 @@ class Snapshot:
         return None
 
     def best(self) -> dict[str, Any] | None:
-        """The fastest ok trial within the memory budget."""
-        rows = [r for r in self.measured_ok() if r["feasible"]]
-        return max(rows, key=lambda r: r["samples_per_s"]) if rows else None
+        """The verdict's recommendation (the fastest-looking one when nothing beats the defaults beyond the noise)."""
+        verdict = self.evidence.verdict() if self.evidence else None
+        number = (verdict.winner if verdict.state == "gain" else verdict.leader) if verdict else None
+        return self.by_number().get(number) if number is not None else None
 
 
 def snapshot(study: optuna.Study) -> Snapshot:
@@ -118,18 +121,19 @@ def snapshot(study: optuna.Study) -> Snapshot:
     attrs = dict(study.user_attrs)
     defaults = _knob_defaults(attrs)
     rows = [_row(t, defaults) for t in trials]
-    ok_rows = {
-        r["number"]: r
-        for r in rows
-        if r["outcome"] == OK and r["duplicate_of"] is None and r["samples_per_s"] is not None
-    }
-    try:
-        best = [t.number for t in study.best_trials]
-    except Exception as exc:  # noqa: BLE001 - a study of another shape: compute the front ourselves
-        log.debug("best_trials failed (%s); computing the front", exc)
-        best = _front_numbers([r for r in ok_rows.values() if r["feasible"]])
-    front = sorted((n for n in best if n in ok_rows), key=lambda n: -ok_rows[n]["samples_per_s"])
-    return Snapshot(study.study_name, attrs, rows, front, list(trials), defaults)
+    ev = Evidence(trials, attrs)
+    for r in rows:
+        # Every figure of a measured configuration is the evidence's (autotune/evidence.py):
+        # the same samples/s and speed-up as status, export and the run's summary.
+        if r["number"] in ev.configs and r["duplicate_of"] is None and r["outcome"] == OK:
+            s = ev.speedup(r["number"])
+            r["first_samples_per_s"] = r["samples_per_s"]
+            r["samples_per_s"] = ev.samples_per_s(r["number"])
+            r["processes"] = ev.configs[r["number"]].processes
+            r["speedup"] = s.estimate if s else None
+            r["speedup_text"] = s.text() if s else "-"
+    front = ev.front()
+    return Snapshot(study.study_name, attrs, rows, front, list(trials), defaults, ev)
 
 
 def _knob_defaults(attrs: Mapping[str, Any]) -> dict[str, Any]:
@@ -192,24 +196,6 @@ def _outcome_from_state(t: FrozenTrial) -> str:
     return {TrialState.FAIL: "error", TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}.get(
         t.state, t.state.name.lower()
     )
-
-
-def _front_numbers(rows: Sequence[Mapping[str, Any]]) -> list[int]:
-    """Non-dominated rows (max samples/s, min memory), for studies where best_trials cannot tell."""
-    out = []
-    for r in rows:
-        s, m = r["samples_per_s"], r["peak_memory_bytes"] or 0.0
-        dominated = any(
-            (o["samples_per_s"] >= s and (o["peak_memory_bytes"] or 0.0) <= m)
-            and (o["samples_per_s"] > s or (o["peak_memory_bytes"] or 0.0) < m)
-            for o in rows
-        )
-        if not dominated:
-            out.append(r["number"])
-    return out
-
-
-# ---------------------------------------------------------------- small helpers
 
 
 def _num(x: Any) -> float | None:
@@ -371,9 +357,8 @@ def header_info(study: optuna.Study | Snapshot) -> dict[str, Any]:
     outcomes = Counter(r["outcome"] for r in snap.rows if r["duplicate_of"] is None)
     baseline = snap.baseline()
     best = snap.best()
-    speedup = (
-        best["samples_per_s"] / baseline["samples_per_s"] if best and baseline and baseline["samples_per_s"] else None
-    )
+    ev = snap.evidence or Evidence([], {})
+    verdict = ev.verdict()
 
     def figures(r: Mapping[str, Any] | None) -> dict[str, Any] | None:
         if r is None:
@@ -382,7 +367,7 @@ def header_info(study: optuna.Study | Snapshot) -> dict[str, Any]:
             "number": r["number"],
             "role": r["role"],
             "samples_per_s": r["samples_per_s"],
-            "samples_per_s_cv": r["samples_per_s_cv"],
+            "processes": r.get("processes"),
             "peak_memory_bytes": r["peak_memory_bytes"],
             "mfu": r["mfu"],
             "time_to_first_step_s": r["time_to_first_step_s"],
@@ -418,10 +403,15 @@ def header_info(study: optuna.Study | Snapshot) -> dict[str, Any]:
         "n_trials": len(snap.rows),
         "outcomes": dict(sorted(outcomes.items(), key=lambda kv: (kv[0] != OK, -kv[1], kv[0]))),
         "duplicates": sum(1 for r in snap.rows if r["duplicate_of"] is not None),
-        "total_time_s": sum(r["duration_s"] or 0.0 for r in snap.rows),
+        "total_time_s": ev.time_spent()["wall_s"] or sum(r["duration_s"] or 0.0 for r in snap.rows),
+        "trial_time_s": sum(r["duration_s"] or 0.0 for r in snap.rows),
         "baseline": figures(baseline),
         "best": figures(best),
-        "best_speedup": speedup,
+        "best_speedup": verdict.speedup.estimate if verdict.speedup else None,
+        "best_speedup_text": verdict.speedup.text() if verdict.speedup else "-",
+        "verdict": _plain(verdict.to_dict()),
+        "noise": _plain(ev.noise.to_dict()),
+        "noise_text": ev.noise.text(),
         "front_size": len(snap.front),
     }
 
@@ -429,8 +419,6 @@ def header_info(study: optuna.Study | Snapshot) -> dict[str, Any]:
 def pareto_info(study: optuna.Study | Snapshot) -> dict[str, Any]:
     """Every measured trial in (peak memory, samples/s), the front, failures by outcome, labels and the budget."""
     snap = Snapshot.of(study)
-    baseline = snap.baseline()
-    base_speed = baseline["samples_per_s"] if baseline else None
     front = set(snap.front)
     points = []
     for r in snap.measured_ok():
@@ -442,7 +430,9 @@ def pareto_info(study: optuna.Study | Snapshot) -> dict[str, Any]:
                 "samples_per_s_cv": r["samples_per_s_cv"],
                 "peak_memory_bytes": r["peak_memory_bytes"],
                 "mfu": r["mfu"],
-                "speedup": r["samples_per_s"] / base_speed if base_speed else None,
+                "processes": r.get("processes", 1),
+                "speedup": r.get("speedup"),
+                "speedup_text": r.get("speedup_text", "-"),
                 "on_front": r["number"] in front,
                 "feasible": r["feasible"],
                 "changes": r["changes"],
@@ -503,9 +493,9 @@ def front_table_info(study: optuna.Study | Snapshot) -> dict[str, Any]:
                 "samples_per_s": r["samples_per_s"],
                 "samples_per_s_cv": r["samples_per_s_cv"],
                 "peak_memory_bytes": r["peak_memory_bytes"],
-                "speedup": r["samples_per_s"] / baseline["samples_per_s"]
-                if baseline and baseline["samples_per_s"]
-                else None,
+                "processes": r.get("processes", 1),
+                "speedup": r.get("speedup"),
+                "speedup_text": r.get("speedup_text", "-"),
                 "mfu": r["mfu"],
                 "data_wait_share": _num(profile.get("data_wait_share")),
                 "time_to_first_step_s": r["time_to_first_step_s"],
@@ -629,7 +619,7 @@ def history_info(study: optuna.Study | Snapshot) -> dict[str, Any]:
     best: float | None = None
     for r in finished:
         if r["outcome"] == OK and r["duplicate_of"] is None and r["feasible"] and r["samples_per_s"] is not None:
-            best = max(best or 0.0, r["samples_per_s"])
+            best = max(best or 0.0, r.get("first_samples_per_s") or r["samples_per_s"])  # the search as it went
             if r["peak_memory_bytes"] is not None:
                 points.append((r["samples_per_s"], r["peak_memory_bytes"]))
         volume = hypervolume_2d(points, ref) if ref else 0.0
@@ -722,12 +712,12 @@ def _layout(fig: go.Figure, height: int, **kwargs: Any) -> go.Figure:
 
 def _point_hover(p: Mapping[str, Any], unit: str, scale: float) -> str:
     lines = [f"<b>#{p['number']}</b> {_t(p['role'])}" + (" · on the front" if p.get("on_front") else "")]
-    cv = f" ±{_pct(p['samples_per_s_cv'])}" if p.get("samples_per_s_cv") is not None else ""
+    runs = p.get("processes") or 1
     memory = "-" if p["peak_memory_bytes"] is None else f"{p['peak_memory_bytes'] / scale:.2f} {unit}"
-    lines.append(f"{format_rate(p['samples_per_s'])} samples/s{cv} · {memory}")
+    lines.append(f"{format_rate(p['samples_per_s'])} samples/s ({runs} process{'es' if runs > 1 else ''}) · {memory}")
     extra = []
     if p.get("speedup") is not None:
-        extra.append(f"{_speedup_text(p['speedup'])} over baseline")
+        extra.append(f"{_t(p.get('speedup_text') or _speedup_text(p['speedup']))} the defaults (90%)")
     if p.get("mfu") is not None:
         extra.append(f"MFU {_pct(p['mfu'])}")
     if not p.get("feasible", True):
@@ -928,7 +918,7 @@ def parallel_figure(info: Mapping[str, Any], memory_unit: str, memory_scale: flo
 def history_figure(info: Mapping[str, Any]) -> go.Figure:
     """Best speed-up (or samples/s) so far and the front's hypervolume so far, by trial number."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    label = "best speed-up so far" if info["metric"] == "speedup" else "best samples/s so far"
+    label = "best single (search) measurement so far / baseline" if info["metric"] == "speedup" else "best samples/s so far"
     fig.add_trace(
         go.Scatter(
             x=info["numbers"],
@@ -1112,19 +1102,19 @@ def _header_html(h: Mapping[str, Any]) -> str:
     def figures(r: Mapping[str, Any] | None) -> str:
         if not r:
             return "not measured"
-        cv = f" ±{_pct(r['samples_per_s_cv'])}" if r.get("samples_per_s_cv") is not None else ""
+        runs = f" from {r['processes']} processes" if (r.get("processes") or 1) > 1 else ", 1 process"
         mfu = f", MFU {_pct(r['mfu'])}" if r.get("mfu") is not None else ""
-        return f"{format_rate(r['samples_per_s'])} samples/s{cv}, {format_bytes(r['peak_memory_bytes'])}{mfu} (#{r['number']})"
+        return f"{format_rate(r['samples_per_s'])} samples/s{runs}, {format_bytes(r['peak_memory_bytes'])}{mfu} (#{r['number']})"
 
-    speedup = _speedup_text(h["best_speedup"]) if h["best_speedup"] is not None else "-"
+    speedup = h.get("best_speedup_text") or "-"
     budget = f", memory budget {format_bytes(h['max_memory_bytes'])}" if h["max_memory_bytes"] else ""
     cards = [
         ("workload", model, f"data {data}; " + ", ".join(b for b in workload_bits if b)),
         ("machine", device, ", ".join(b for b in machine_bits if b)),
         ("trials", str(h["n_trials"]), outcomes),
-        ("time spent", format_duration(h["total_time_s"]), f"search space {h['space'] or '-'}{budget}"),
+        ("time spent", format_duration(h["total_time_s"]), f"search space {h['space'] or '-'}{budget}; {h['noise_text']}"),
         ("baseline", figures(base), "PyTorch defaults"),
-        ("best speed-up", speedup, figures(best) + (f": {best['config_text']}" if best else "")),
+        ("speed-up (90% interval)", speedup, figures(best) + (f": {best['config_text']}" if best else "")),
     ]
     card_html = "".join(
         f'<div class="card"><div class="label">{_e(label)}</div><div class="value">{_e(value)}</div><div class="sub">{_e(sub)}</div></div>'
@@ -1139,7 +1129,8 @@ def _header_html(h: Mapping[str, Any]) -> str:
         )
         if x
     )
-    return f'<header><h1>autotune study <span class="name">{_e(h["name"])}</span></h1><p class="meta">{meta}</p><div class="cards">{card_html}</div></header>'
+    verdict = f'<p class="verdict" id="verdict">{_e(h["verdict"]["text"])}</p>'
+    return f'<header><h1>autotune study <span class="name">{_e(h["name"])}</span></h1><p class="meta">{meta}</p><div class="cards">{card_html}</div>{verdict}</header>'
 
 
 def _front_table_html(info: Mapping[str, Any]) -> str:
@@ -1149,9 +1140,9 @@ def _front_table_html(info: Mapping[str, Any]) -> str:
         ("#", "num"),
         ("role", "text"),
         ("samples/s", "num"),
-        ("± CV", "num"),
+        ("processes", "num"),
         ("peak memory", "num"),
-        ("speed-up", "num"),
+        ("speed-up (90%)", "num"),
     ]
     if info["has_mfu"]:
         cols.append(("MFU", "num"))
@@ -1163,9 +1154,9 @@ def _front_table_html(info: Mapping[str, Any]) -> str:
             (r["number"], f"#{r['number']}"),
             (r["role"], r["role"]),
             (r["samples_per_s"], format_rate(r["samples_per_s"])),
-            (r["samples_per_s_cv"], _pct(r["samples_per_s_cv"])),
+            (r["processes"], str(r["processes"])),
             (r["peak_memory_bytes"], format_bytes(r["peak_memory_bytes"])),
-            (r["speedup"], _speedup_text(r["speedup"])),
+            (r["speedup"], r["speedup_text"]),
         ]
         if info["has_mfu"]:
             cells.append((r["mfu"], _pct(r["mfu"])))
@@ -1399,6 +1390,7 @@ h3 { font-size: 15px; margin: 20px 0 8px; font-weight: 600; }
 .meta, .hint, .note, .dim { color: var(--dim); }
 .hint { font-size: 12px; margin: 4px 0 0; }
 .note { font-style: italic; }
+.verdict { margin: 14px 0 0; padding: 10px 14px; border-left: 4px solid #2a9d8f; background: #f1f8f7; }
 .cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(220px, 1fr)); gap: 12px; margin-top: 12px; }
 .card { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 10px 14px; }
 .card .label { font-size: 11px; text-transform: uppercase; letter-spacing: .05em; color: var(--dim); }

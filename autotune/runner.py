@@ -117,8 +117,12 @@ class Runner:
 
     # ------------------------------------------------------------ public
 
-    def probe(self, timeout_s: float = 120.0) -> dict[str, Any]:
-        """Build the workload in a child and return its context, fingerprint and facts; raises on user errors."""
+    def probe(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """Build the workload in a child and return its context, fingerprint and facts; raises on user errors.
+
+        Bounded by the trial timeout (``--trial-timeout``): building the workload is part of every trial.
+        """
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
         request = {"kind": "probe", "spec": self.spec.to_dict(), "device": self.device}
         status, payload, exitcode, log, _ = self._spawn(request, timeout_s)
         if payload and payload.get("ok"):
@@ -127,15 +131,18 @@ class Runner:
             message = payload["error"]["message"]
             raise (SpecError if payload["error"]["type"] == "SpecError" else WorkloadError)(message)
         if status == "timeout":
-            raise WorkloadError(f"building the workload took more than {timeout_s:.0f} s")
+            raise WorkloadError(f"building the workload took more than {timeout_s:g} s (--trial-timeout) and was stopped")
         detail = payload["error"]["message"] if payload else describe_exit(exitcode, log)
         raise WorkloadError(f"building the workload failed: {detail}")
 
-    def measure(self, config: Mapping[str, Any], dominators: Sequence[tuple[float, float]] = ()) -> R.TrialResult:
+    def measure(
+        self, config: Mapping[str, Any], dominators: Sequence[tuple[float, float]] = (), cut_margin: float | None = None
+    ) -> R.TrialResult:
         """Measure one configuration in an isolated process; every ending becomes a TrialResult.
 
         ``dominators`` ((samples/s, peak bytes) of the current front) let the trial stop
-        early when one of them clearly dominates it (see measure.Settings.cut_margin).
+        early when one of them is ``cut_margin`` faster at no more memory (default:
+        measure.Settings.cut_margin; the study passes one never below its noise floor).
         """
         request = {
             "kind": "trial",
@@ -145,6 +152,7 @@ class Runner:
             "settings": self.settings.to_dict(),
             "global_batch": self.global_batch,
             "dominators": [list(d) for d in dominators],
+            "cut_margin": cut_margin,
         }
         status, payload, exitcode, log, wall = self._spawn(request, self.timeout_s)
         if status == "timeout":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import re
 import socket
 import warnings
 from pathlib import Path
@@ -32,6 +33,58 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 logging.getLogger("sqlalchemy").setLevel(logging.ERROR)
 
 
+MASK = "***"
+_SECRET_KEYS = ("password", "passwd", "pwd")
+# scheme:[//]user:PASSWORD@ (the password may hold '@'; the host part ends at '/' or a blank)
+_USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*:/{0,3}[^\s:/@'\"]*:)(?P<secret>[^\s/'\"]*)@")
+# password=... in a query string or a libpq DSN, quoted or not
+_KEYVALUE = re.compile(r"(?i)\b(?P<head>(?:%s)\s*=\s*)(?P<secret>'(?:[^'\\]|\\.)*'|[^\s&;'\"]*)" % "|".join(_SECRET_KEYS))
+
+
+def redact(url: str) -> str:
+    """``url`` with its password masked (``***``): the only form of a storage URL that a user,
+    a log, an error message or a stored document may see.
+
+    Uses SQLAlchemy's own rendering of a URL with the password hidden, and also masks a
+    ``password=`` in the query string. Never raises: a ``journal:`` path, a SQLite URL or a
+    string that is no URL comes back unchanged except for whatever looks like a password.
+    """
+    text = str(url)
+    try:
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(text)
+        if parsed.password is not None:
+            text = parsed.render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - not a URL SQLAlchemy can parse: patterns only
+        pass
+    return redact_message(text)
+
+
+def redact_message(text: str, url: str | None = None) -> str:
+    """``text`` (an exception's message, say) with passwords masked: those of ``url`` wherever
+    they appear, and anything shaped like ``scheme://user:password@`` or ``password=...``."""
+    for secret in _secrets(url) if url else ():
+        text = text.replace(secret, MASK)
+    text = _USERINFO.sub(lambda m: m["head"] + MASK + "@", text)
+    return _KEYVALUE.sub(lambda m: m["head"] + MASK, text)
+
+
+def _secrets(url: str) -> list[str]:
+    """The password(s) in ``url``, as written and decoded; too short to replace safely: left to the patterns."""
+    from urllib.parse import unquote
+
+    found = [m["secret"] for m in _USERINFO.finditer(url)] + [m["secret"].strip("'") for m in _KEYVALUE.finditer(url)]
+    found += [unquote(s) for s in found]
+    try:
+        from sqlalchemy.engine import make_url
+
+        found.append(make_url(url).password or "")
+    except Exception:  # noqa: BLE001 - not a URL: the patterns found what there is
+        pass
+    return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)
+
+
 def default_url(study: str) -> str:
     return f"sqlite:///{STUDIES_DIR / (study + '.db')}"
 
@@ -47,25 +100,46 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
         raw = url[len("journal:") :]
         path = Path(raw[2:] if raw.startswith("//") else raw)  # journal:///abs/file.log or journal:rel/file.log
         if not path.parent.is_dir():
-            raise StorageError(f"storage {url!r}: folder {path.parent} does not exist")
+            raise StorageError(f"storage {redact(url)!r}: folder {path.parent} does not exist")
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
         return JournalStorage(JournalFileBackend(str(path)))
     if "://" not in url:
-        raise StorageError(f"storage {url!r}: expected a URL such as sqlite:///studies/x.db or postgresql://user@host/db")
+        raise StorageError(f"storage {redact(url)!r}: expected a URL such as sqlite:///studies/x.db or postgresql://user@host/db")
     if url.startswith("sqlite:///"):
         db_path = Path(url[len("sqlite:///") :])
         if str(db_path).startswith(str(STUDIES_DIR)) and not db_path.is_absolute():
             db_path.parent.mkdir(parents=True, exist_ok=True)
         if not db_path.parent.is_dir():
-            raise StorageError(f"storage {url!r}: folder {db_path.parent} does not exist")
+            raise StorageError(f"storage {redact(url)!r}: folder {db_path.parent} does not exist")
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+        return optuna.storages.RDBStorage(_with_installed_driver(url), engine_kwargs=_engine_kwargs(url))
     except ImportError as exc:
-        raise StorageError(f"storage {url!r}: a database driver is missing ({exc}); for PostgreSQL: pip install -e '.[postgres]'") from None
+        raise StorageError(f"storage {redact(url)!r}: a database driver is missing ({exc}); for PostgreSQL: pip install -e '.[postgres]'") from None
     except Exception as exc:  # sqlalchemy errors, bad URLs, unreachable servers
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        raise StorageError(f"storage {url!r} cannot be opened: {reason}") from None
+        reason = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise StorageError(f"storage {redact(url)!r} cannot be opened: {redact_message(reason, url)}") from None
+
+
+def _with_installed_driver(url: str) -> str:
+    """``postgresql://`` with the driver that is installed.
+
+    SQLAlchemy 2.1 made psycopg (3) the default driver of ``postgresql://`` where 2.0 used
+    psycopg2; with only psycopg2 installed (the ``postgres`` extra), name it explicitly.
+    """
+    import importlib.util
+
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+        if parsed.drivername != "postgresql" or importlib.util.find_spec(parsed.get_dialect().driver):
+            return url
+        if importlib.util.find_spec("psycopg2"):
+            return parsed.set(drivername="postgresql+psycopg2").render_as_string(hide_password=False)
+    except Exception:  # noqa: BLE001 - RDBStorage reports what is wrong with the URL
+        pass
+    return url
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:
@@ -80,7 +154,7 @@ def study_names(storage: optuna.storages.BaseStorage) -> list[str]:
     try:
         return [s.study_name for s in storage.get_all_studies()]
     except Exception as exc:  # noqa: BLE001
-        raise StorageError(f"cannot read studies: {exc}") from None
+        raise StorageError(f"cannot read studies: {redact_message(str(exc))}") from None
 
 
 def load(name: str, url: str) -> optuna.Study:
@@ -89,7 +163,7 @@ def load(name: str, url: str) -> optuna.Study:
     names = study_names(storage)
     if name not in names:
         hint = f"; studies there: {', '.join(names)}" if names else "; it holds no study"
-        raise StudyError(f"no study {name!r} in {url}{hint}")
+        raise StudyError(f"no study {name!r} in {redact(url)}{hint}")
     return optuna.load_study(study_name=name, storage=storage)
 
 
@@ -128,7 +202,7 @@ def check_matches(study: optuna.Study, attrs: Mapping[str, Any], url: str) -> No
     """Refuse a run whose space, fingerprint, workload or device differ from the stored study's."""
     stored = study.user_attrs
     if "fingerprint" not in stored:
-        raise StudyError(f"study {study.study_name!r} in {url} was not made by autotune; choose another --study name")
+        raise StudyError(f"study {study.study_name!r} in {redact(url)} was not made by autotune; choose another --study name")
     if len(study.directions) != 2:
         raise StudyError(f"study {study.study_name!r} has {len(study.directions)} objectives; autotune studies have 2")
     new_name = f"{study.study_name}-2"
@@ -201,8 +275,11 @@ def recover_stale(study: optuna.Study, grace_s: float) -> list[int]:
 # ---------------------------------------------------------------- summaries
 
 
-def summary(study: optuna.Study) -> dict[str, Any]:
-    """Counts by outcome, the baseline and the best, for ``autotune list``."""
+def summary(study: optuna.Study, evidence: Any = None) -> dict[str, Any]:
+    """Counts by outcome and the verdict's figures, for ``autotune list`` (figures from :mod:`autotune.evidence`)."""
+    from autotune.evidence import Evidence
+
+    ev = evidence or Evidence.of(study)
     trials = study.get_trials(deepcopy=False)
     outcomes: dict[str, int] = {}
     for t in trials:
@@ -210,20 +287,16 @@ def summary(study: optuna.Study) -> dict[str, Any]:
             continue
         outcome = t.user_attrs.get("outcome") or t.state.name.lower()
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
-    from autotune.study import confirmations, figure
-
-    confirmed = confirmations(study)
-    ok = [t for t in trials if t.user_attrs.get("outcome") == "ok" and t.values and t.user_attrs.get("duplicate_of") is None]
-    best = max((figure(t, confirmed) for t in ok), default=None)
-    baseline = next((t for t in ok if t.user_attrs.get("role") == "baseline"), None)
-    base = figure(baseline, confirmed) if baseline else None
+    verdict = ev.verdict()
+    shown = verdict.winner if verdict.state == "gain" else verdict.leader
     return {
         "study": study.study_name,
         "trials": sum(outcomes.values()),
         "outcomes": outcomes,
-        "best_samples_per_s": best,
-        "baseline_samples_per_s": base,
-        "speedup": (best / base) if (best and base) else None,
+        "best_samples_per_s": ev.samples_per_s(shown) if shown is not None else None,
+        "baseline_samples_per_s": ev.baseline.samples_per_s if ev.baseline else None,
+        "speedup": verdict.speedup.to_dict() if verdict.speedup else None,
+        "verdict": verdict.state,
         "fingerprint": study.user_attrs.get("fingerprint", {}),
         "workload": study.user_attrs.get("workload", {}),
     }

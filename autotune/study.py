@@ -4,8 +4,10 @@ One coordinator process asks Optuna for configurations and tells it the results;
 every measurement runs in an isolated trial process (:mod:`autotune.runner`).
 What this module decides:
 
-- the first trials are the PyTorch defaults (the baseline, trial 0) and the guides'
-  "every trick on" recipe;
+- the baseline (PyTorch's defaults) is measured first, then again in separate
+  processes for the study's noise floor (:mod:`autotune.race`), then the guides'
+  "every trick on" recipe; seeds are queued just in time, so a resumed study
+  always measures its baseline first;
 - a failed trial (oom, nan, error, timeout, crashed, not_applicable) is told as a
   COMPLETE trial with pessimistic values and a violated constraint, so every
   sampler learns to avoid its region (Optuna's samplers ignore FAIL trials) and it
@@ -13,36 +15,47 @@ What this module decides:
 - a configuration already measured is answered from the stored result, and a
   sampler that keeps repeating itself ends the study ("space exhausted");
 - ``--max-memory`` is a real constraint, not a penalty;
-- a search trial that is clearly dominated by the current front after a few timed
-  windows is cut short (Optuna's pruners do not work with two objectives);
+- a search trial clearly dominated by the current front after a few timed windows
+  is cut short, by a margin never below the noise floor (Optuna's pruners do not
+  work with two objectives);
+- at the end the race (:mod:`autotune.race`) re-measures the leaders against the
+  baseline, and :class:`autotune.evidence.Evidence` gives the verdict;
 - Ctrl-C/SIGTERM record the running trial as interrupted and queue it again, so a
   later run measures it.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
-import statistics
+import os
+import socket
 import time
+import uuid
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
-
-import warnings
 
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from autotune import knobs, storage
+from autotune import knobs, race, storage
 from autotune import result as R
 from autotune.errors import AutotuneError
+from autotune.evidence import SESSION, Evidence, Verdict, is_measured
 from autotune.space import Space
+from autotune.stats import Ratio
 
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 SAMPLERS = ("tpe", "gp", "random", "nsga2")
 DEFAULT_SAMPLER = "gp"  # from benchmarks/search_efficiency.py: best share of the grid optimum after 20 trials
+DEFAULT_RACE_ROUNDS = 8
 
-Evaluate = Callable[[Mapping[str, Any], Sequence[tuple[float, float]]], R.TrialResult]
+#: ``evaluate(config, dominators, cut_margin)`` measures one configuration in a fresh process.
+Evaluate = Callable[[Mapping[str, Any], Sequence[tuple[float, float]], "float | None"], R.TrialResult]
+
+__all__ = ["Options", "Summary", "TrialRecord", "Tuner", "base_config", "baseline_trial", "front", "is_measured", "make_sampler"]
 
 
 def make_sampler(name: str, seed: int | None = None, n_startup_trials: int = 8) -> optuna.samplers.BaseSampler:
@@ -71,9 +84,11 @@ class Options:
     max_memory_bytes: int | None = None
     max_repeats: int = 30
     early_stop: bool = True
+    cut_margin: float = 0.25  # the least margin to cut a dominated trial short; raised to the noise floor
     failures_as: str = "constraint"  # "fail": Optuna's FAIL state (only to measure the difference)
-    confirm_top: int = 3  # at the end, re-measure the baseline and this many of the fastest front trials ...
-    confirm_times: int = 2  # ... this many times each (0: never), against the winner's curse
+    floor_repeats: int = race.FLOOR_REPEATS  # the baseline again in this many processes, early
+    race_rounds: int = DEFAULT_RACE_ROUNDS  # at most this many rounds of the final race (--confirm; 0: none)
+    race_candidates: int = race.MAX_CANDIDATES
 
 
 @dataclass
@@ -86,7 +101,7 @@ class TrialRecord:
     outcome: str
     samples_per_s: float | None
     peak_memory_bytes: int | None
-    cv: float | None = None
+    speedup: Ratio | None = None
     duplicate_of: int | None = None
     error: str | None = None
     duration_s: float | None = None
@@ -100,38 +115,17 @@ class Summary:
     new: int
     duplicates: int
     elapsed_s: float
-    baseline: float | None = None
-    best: float | None = None
+    repeats: int = 0  # re-measurements (noise floor and race) taken by this run
+    race: race.RaceReport | None = None
+    verdict: Verdict | None = None
     records: list[TrialRecord] = field(default_factory=list)
-
-    @property
-    def speedup(self) -> float | None:
-        return self.best / self.baseline if self.best and self.baseline else None
-
-
-def is_measured(t: FrozenTrial) -> bool:
-    """A trial that measured a configuration (not a cache answer, not interrupted)."""
-    return (
-        t.state == TrialState.COMPLETE
-        or (t.state == TrialState.FAIL and t.user_attrs.get("outcome") not in (None, R.INTERRUPTED))
-    ) and t.user_attrs.get("duplicate_of") is None and "outcome" in t.user_attrs
 
 
 def front(study: optuna.Study) -> list[FrozenTrial]:
-    """The Pareto front: feasible ok trials, not duplicates, sorted by throughput."""
-    trials = [t for t in study.best_trials if t.user_attrs.get("outcome") == R.OK and t.user_attrs.get("duplicate_of") is None]
-    return sorted(trials, key=lambda t: -t.values[0])
-
-
-def confirmations(study: optuna.Study) -> dict[int, list[float]]:
-    """Re-measurements of trials (trial number -> samples/s), kept on the study (finished trials are read-only)."""
-    return {int(k): list(v) for k, v in (study.user_attrs.get("confirmations") or {}).items()}
-
-
-def figure(t: FrozenTrial, confirmed: Mapping[int, list[float]] | None = None) -> float:
-    """A trial's throughput: the median of its first measurement and its confirmations."""
-    again = (confirmed or {}).get(t.number) or []
-    return statistics.median([t.values[0], *again]) if again else t.values[0]
+    """The Pareto front by the evidence's figures: feasible ok trials, fastest first."""
+    numbers = Evidence.of(study).front()
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    return [trials[n] for n in numbers]
 
 
 def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
@@ -139,6 +133,25 @@ def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
         if t.user_attrs.get("role") == "baseline" and t.user_attrs.get("outcome") == R.OK and t.user_attrs.get("duplicate_of") is None:
             return t
     return None
+
+
+class Session:
+    """This run's wall time, kept on the study (``session:<id>``) so every view reports the same time spent."""
+
+    def __init__(self, study: optuna.Study) -> None:
+        self.study = study
+        self.key = f"{SESSION}{uuid.uuid4().hex[:8]}"
+        self.start = time.monotonic()
+        self.started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.start
+
+    def save(self) -> None:
+        self.study.set_user_attr(
+            self.key, {"host": socket.gethostname(), "pid": os.getpid(), "started": self.started, "elapsed_s": round(self.elapsed_s, 3)}
+        )
 
 
 class Tuner:
@@ -153,7 +166,7 @@ class Tuner:
         evaluate: Evaluate,
         options: Options | None = None,
         on_trial: Callable[[TrialRecord], None] | None = None,
-        on_confirm: Callable[[FrozenTrial, float | None], None] | None = None,
+        on_repeat: race.OnMeasure | None = None,
     ) -> None:
         self.study = study
         self.space = space
@@ -162,7 +175,7 @@ class Tuner:
         self.evaluate = evaluate
         self.options = options or Options()
         self.on_trial = on_trial
-        self.on_confirm = on_confirm
+        self.on_repeat = on_repeat
 
     # ------------------------------------------------------------ seeds
 
@@ -182,9 +195,24 @@ class Tuner:
             recipe[name] = value
         return [("baseline", baseline), ("recipe", recipe)]
 
+    def _seeded(self, role: str) -> bool:
+        """A trial of this role is queued, running, or has been answered (measured, failed, or a cache answer)."""
+        for t in self.study.get_trials(deepcopy=False):
+            if t.user_attrs.get("role") != role:
+                continue
+            if t.state in (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE):
+                return True
+            if t.state == TrialState.FAIL and t.user_attrs.get("outcome") not in (None, R.INTERRUPTED):
+                return True
+        return False
+
     def enqueue_seeds(self) -> None:
-        for role, params in self.seed_params():
-            self.study.enqueue_trial(params, user_attrs={"role": role})
+        """Queue the next seed, just in time: the baseline first; the recipe once the baseline is measured."""
+        seeds = dict(self.seed_params())
+        if not self._seeded("baseline"):
+            self.study.enqueue_trial(seeds["baseline"], user_attrs={"role": "baseline"})
+        elif baseline_measured(self.study) and not self._seeded("recipe"):
+            self.study.enqueue_trial(seeds["recipe"], user_attrs={"role": "recipe"})
 
     # ------------------------------------------------------------ sampling
 
@@ -214,9 +242,6 @@ class Tuner:
     def _pessimistic_memory(self) -> float:
         peaks = [t.values[1] for t in self.measured() if t.user_attrs.get("outcome") == R.OK and t.values]
         return 2.0 * max(peaks) if peaks else float(1 << 40)
-
-    def _dominators(self) -> list[tuple[float, float]]:
-        return [(t.values[0], t.values[1]) for t in front(self.study)]
 
     def _tell(self, trial: Trial, ok: bool, values: list[float] | None, memory_violation: float) -> None:
         if not ok and self.options.failures_as == "fail":
@@ -264,7 +289,7 @@ class Tuner:
             outcome=attrs["outcome"],
             samples_per_s=result.samples_per_s if ok else None,
             peak_memory_bytes=result.peak_memory_bytes if ok else None,
-            cv=result.samples_per_s_cv,
+            speedup=Evidence.of(self.study).speedup(trial.number) if ok else None,
             error=(error or {}).get("message"),
             duration_s=result.wall_s,
             cut_short=bool(result.notes.get("cut_short")),
@@ -282,13 +307,15 @@ class Tuner:
             self.study.tell(trial, state=TrialState.FAIL)
         else:
             self._tell(trial, ok, list(hit.values), hit.constraints.get("memory", 0.0) if ok else 0.0)
+        ev = Evidence.of(self.study)
         return TrialRecord(
             number=trial.number,
             role=role,
             config=resolved.config,
             outcome=hit.user_attrs.get("outcome", "?"),
-            samples_per_s=hit.values[0] if ok and hit.values else None,
+            samples_per_s=ev.samples_per_s(hit.number) if ok else None,
             peak_memory_bytes=int(hit.values[1]) if ok and hit.values else None,
+            speedup=ev.speedup(hit.number) if ok else None,
             duplicate_of=hit.number,
         )
 
@@ -301,90 +328,86 @@ class Tuner:
 
     # ------------------------------------------------------------ the loop
 
-    def confirm(self) -> list[tuple[FrozenTrial, float | None]]:
-        """Re-measure the baseline and the fastest front trials, interleaved, in fresh processes.
+    def _repeat(self, config: Mapping[str, Any]) -> R.TrialResult:
+        return self.evaluate(config, (), None)
 
-        The fastest of many noisy measurements is biased upwards (the winner's curse); the
-        exported figures and speed-ups use the median of the first measurement and these.
-        """
-        opts = self.options
-        base = baseline_trial(self.study)
-        top = sorted(front(self.study), key=lambda t: -t.values[0])[: opts.confirm_top]
-        targets = ([base] if base else []) + [t for t in top if base is None or t.number != base.number]
-        done: list[tuple[FrozenTrial, float | None]] = []
-        for round_ in range(opts.confirm_times):
-            for t in targets:
-                stored = confirmations(self.study)
-                if len(stored.get(t.number, [])) > round_:
-                    continue
-                res = self.evaluate(t.user_attrs["config"], [])
-                rate = res.samples_per_s if res.ok else None
-                if rate is not None:
-                    stored.setdefault(t.number, []).append(rate)
-                    self.study.set_user_attr("confirmations", {str(k): v for k, v in stored.items()})
-                done.append((t, rate))
-        return done
+    def _on_repeat(self, what: str, number: int, rate: float | None) -> None:
+        self._repeats += 1
+        if self.on_repeat:
+            self.on_repeat(what, number, rate)
 
     def run(self) -> Summary:
-        start = time.monotonic()
+        session = Session(self.study)
         opts = self.options
-        if not self.study.get_trials(deepcopy=False):
-            self.enqueue_seeds()
+        self._repeats = 0
         cache = self._cache()
-        baseline = baseline_trial(self.study)
         summary = Summary(reason="", measured=len(self.measured()), new=0, duplicates=0, elapsed_s=0.0)
         repeats = 0
-        while True:
-            if summary.measured >= opts.trials:
-                summary.reason = f"the study holds {summary.measured} measured configurations (--trials {opts.trials})"
-                break
-            if opts.time_budget_s is not None and time.monotonic() - start >= opts.time_budget_s:
-                summary.reason = "time budget spent"
-                break
-            trial = self.study.ask()
-            role = trial.user_attrs.get("role", "search")
-            params: dict[str, Any] = {}
-            try:
-                self.study._storage.set_trial_system_attr(trial._trial_id, "autotune:owner", storage.owner())
-                params = self.suggest(trial)
-                resolved = knobs.resolve({**self.base, **params}, self.ctx)
-                hit = cache.get(resolved.key())
-                if hit is not None:
-                    rec = self.record_duplicate(trial, role, resolved, hit)
-                    summary.duplicates += 1
-                else:
-                    dominators = self._dominators() if opts.early_stop and role == "search" else []
-                    result = self.evaluate(resolved.config, dominators)
-                    rec = self.record(trial, role, resolved, result)
-            except KeyboardInterrupt:
-                if self.study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
-                    self.interrupted(trial, role, params or dict(trial.params))
-                raise
-            summary.records.append(rec)
-            if self.on_trial:
-                self.on_trial(rec)
-            if rec.duplicate_of is not None:
-                repeats += 1
-                if repeats >= opts.max_repeats:
-                    summary.reason = f"space exhausted: the sampler repeated measured configurations {repeats} times in a row"
+        try:
+            while True:
+                if opts.floor_repeats and race.floor_missing(self.study, opts.floor_repeats):
+                    race.measure_floor(self.study, self._repeat, opts.floor_repeats, self._on_repeat)
+                    session.save()
+                if summary.measured >= opts.trials:
+                    summary.reason = f"the study holds {summary.measured} measured configurations (--trials {opts.trials})"
                     break
-                continue
-            repeats = 0
-            cache[resolved.key()] = self.study._storage.get_trial(trial._trial_id)
-            summary.measured += 1
-            summary.new += 1
-            if role == "baseline" and rec.outcome == R.OK:
-                baseline = cache[resolved.key()]
-        if opts.confirm_times > 0:
-            for t, rate in self.confirm():
-                if self.on_confirm:
-                    self.on_confirm(t, rate)
-        summary.elapsed_s = time.monotonic() - start
-        confirmed = confirmations(self.study)
-        ok = [t for t in self.measured() if t.user_attrs.get("outcome") == R.OK]
-        summary.best = max((figure(t, confirmed) for t in ok), default=None)
-        summary.baseline = figure(baseline, confirmed) if baseline else None
+                if opts.time_budget_s is not None and session.elapsed_s >= opts.time_budget_s:
+                    summary.reason = "time budget spent"
+                    break
+                self.enqueue_seeds()
+                rec, resolved, trial_id = self._one_trial(cache)
+                session.save()
+                summary.records.append(rec)
+                if self.on_trial:
+                    self.on_trial(rec)
+                if rec.duplicate_of is not None:
+                    summary.duplicates += 1
+                    repeats += 1
+                    if repeats >= opts.max_repeats:
+                        summary.reason = f"space exhausted: the sampler repeated measured configurations {repeats} times in a row"
+                        break
+                    continue
+                repeats = 0
+                cache[resolved.key()] = self.study._storage.get_trial(trial_id)
+                summary.measured += 1
+                summary.new += 1
+            if opts.race_rounds > 0:
+                summary.race = race.run_race(self.study, self._repeat, opts.race_rounds, opts.race_candidates, on_measure=self._on_repeat)
+        finally:
+            session.save()
+        summary.elapsed_s = session.elapsed_s
+        summary.repeats = self._repeats
+        summary.verdict = Evidence.of(self.study).verdict()
         return summary
+
+    def _one_trial(self, cache: Mapping[str, FrozenTrial]) -> tuple[TrialRecord, knobs.Resolved, int]:
+        trial = self.study.ask()
+        role = trial.user_attrs.get("role", "search")
+        params: dict[str, Any] = {}
+        try:
+            self.study._storage.set_trial_system_attr(trial._trial_id, "autotune:owner", storage.owner())
+            params = self.suggest(trial)
+            resolved = knobs.resolve({**self.base, **params}, self.ctx)
+            hit = cache.get(resolved.key())
+            if hit is not None:
+                return self.record_duplicate(trial, role, resolved, hit), resolved, trial._trial_id
+            dominators: list[tuple[float, float]] = []
+            margin = None
+            if self.options.early_stop and role == "search":
+                ev = Evidence.of(self.study)
+                dominators = [(ev.configs[n].samples_per_s, float(ev.configs[n].peak_memory_bytes)) for n in ev.front()]
+                margin = ev.cut_margin(self.options.cut_margin)
+            result = self.evaluate(resolved.config, dominators, margin)
+            return self.record(trial, role, resolved, result), resolved, trial._trial_id
+        except KeyboardInterrupt:
+            if self.study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
+                self.interrupted(trial, role, params or dict(trial.params))
+            raise
+
+
+def baseline_measured(study: optuna.Study) -> bool:
+    """The baseline trial has been measured (successfully or not)."""
+    return any(t.user_attrs.get("role") == "baseline" and is_measured(t) for t in study.get_trials(deepcopy=False))
 
 
 def base_config(ctx: knobs.Context, fixed: Mapping[str, Any], batch_size: int | None) -> dict[str, Any]:

@@ -145,14 +145,15 @@ def run(request: Mapping[str, Any]) -> R.TrialResult:
                 peak["allocated"] = torch.cuda.max_memory_allocated(device)
 
         dominators = [(float(t), float(mem)) for t, mem in request.get("dominators") or []]
+        margin = float(request.get("cut_margin") or settings.cut_margin)  # the study's, never below its noise
 
         def dominated(median_so_far: float) -> bool:
-            """A front point at least cut_margin faster that needs no more memory than this trial already has."""
+            """A front point at least ``margin`` faster that needs no more memory than this trial already has."""
             if device.type == "cuda":
                 used = float(torch.cuda.max_memory_reserved(device))
             else:
                 used = float(monitor.peak_so_far())
-            return any(t >= median_so_far * (1 + settings.cut_margin) and mem <= used for t, mem in dominators)
+            return any(t >= median_so_far * (1 + margin) and mem <= used for t, mem in dominators)
 
         m = run_protocol(
             loop, settings, eager=eager, on_memory_checkpoint=memory_checkpoint, dominated=dominated if dominators else None

@@ -29,7 +29,7 @@ def mlp_study(tmp_path_factory):
     folder = tmp_path_factory.mktemp("run")
     url = f"sqlite:///{folder}/mlp.db"
     res = invoke("run", "--model", "autotune.examples:mlp", "--space", "cpu", "--study", "mlp", "--storage", url,
-                 "--trials", "12", "--quick", "--seed", "0")
+                 "--trials", "12", "--quick", "--seed", "0", "--confirm", "3")
     assert res.exit_code == 0, res.output
     return url, res.output
 
@@ -51,7 +51,7 @@ def test_study_of_twelve_trials(mlp_study):
 def test_second_run_adds_trials(mlp_study):
     url, _ = mlp_study
     res = invoke("run", "--model", "autotune.examples:mlp", "--space", "cpu", "--study", "mlp", "--storage", url,
-                 "--trials", "14", "--quick", "--seed", "0")
+                 "--trials", "14", "--quick", "--seed", "0", "--confirm", "3")
     assert res.exit_code == 0, res.output
     assert "resuming study 'mlp'" in res.output and "12 measured, target 14" in res.output
     study = optuna.load_study(study_name="mlp", storage=url)
@@ -64,7 +64,8 @@ def test_status_and_list(mlp_study):
     res = invoke("status", "mlp", "--storage", url)
     assert res.exit_code == 0 and "Pareto front" in res.output and "baseline" in res.output
     doc = json.loads(invoke("status", "mlp", "--storage", url, "--json").output)
-    assert doc["front"] and doc["outcomes"]["ok"] >= 12 and doc["front"][0]["speedup"] > 0
+    assert doc["front"] and doc["outcomes"]["ok"] >= 12 and doc["front"][0]["speedup"]["estimate"] > 0
+    assert doc["verdict"]["text"] and doc["noise"]["df"] >= 2 and "noise between processes here" in res.output
     listing = json.loads(invoke("list", "--storage", url, "--json").output)
     assert listing[0]["study"] == "mlp" and listing[0]["best_samples_per_s"] > 0
     assert "mlp" in invoke("list", "--storage", url).output
@@ -143,7 +144,7 @@ def _start(tmp_path: Path, study: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "autotune.cli", "run", "--model", "failing_workloads:slow", "--space", "cpu",
            "--study", study, "--storage", f"sqlite:///{tmp_path}/{study}.db", "--trials", "8", "--quick", "--seed", "1",
-           "--no-early-stop"]
+           "--no-early-stop", "--confirm", "2"]
     return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -216,10 +217,30 @@ def test_sigkill_loses_nothing_finished(tmp_path):
     res = _start(tmp_path, name)
     out, _ = res.communicate(timeout=300)
     assert res.returncode == 0, out
-    assert "re-queued trial(s) left running" in out
+    assert "re-queued 1 trial left running by a stopped process: #" in out
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path}/{name}.db")
     for number, values in finished.items():
         assert study.trials[number].values == values  # nothing finished was lost
     stale = [t for t in study.trials if t.user_attrs.get("outcome") == "interrupted"]
     assert len(stale) == 1
     assert any(t.user_attrs.get("requeued_from") == stale[0].number and t.user_attrs.get("outcome") == "ok" for t in study.trials)
+
+
+def test_sigkill_during_the_baseline_resumes_with_the_baseline_first(tmp_path):
+    """kill -9 while the baseline is measured: the resumed run says what it re-queued, measures the
+    baseline before anything else, and quotes every later trial against it."""
+    name = "killed0"
+    proc = _start(tmp_path, name)
+    _wait_for_running(tmp_path, name, min_done=0, pid=proc.pid)
+    proc.kill()
+    proc.communicate(timeout=60)
+    res = _start(tmp_path, name)
+    out, _ = res.communicate(timeout=300)
+    assert res.returncode == 0, out
+    assert "re-queued 1 trial left running by a stopped process: #0" in out
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path}/{name}.db")
+    measured = [t for t in study.trials if t.user_attrs.get("outcome") not in (None, "interrupted")]
+    assert measured[0].user_attrs["role"] == "baseline"
+    assert measured[1].user_attrs["role"] == "recipe"
+    lines = [line for line in out.splitlines() if line.startswith("#") and " ok " in line]
+    assert lines and all("x" in line.split("samples/s")[1] for line in lines), out  # a speed-up on every ok line

@@ -1,0 +1,365 @@
+"""What a study claims: every figure any view shows, computed in one place from all its measurements.
+
+A configuration's *figure* (samples/s), the processes behind it, its *speed-up*
+over the baseline with a 90% interval, the study's *noise floor*, the Pareto
+*front* and the final *verdict* all come from :class:`Evidence`. The run's summary
+and table, ``status`` (and ``--json``), ``list``, ``export`` and the dashboard read
+them from here and nowhere else, so one configuration never shows two speed-ups.
+
+Where the measurements come from (docs/storage.md):
+
+- a trial's own measurement (its first objective value), round ``search-<n>``;
+- re-measurements kept as study user attributes ``measurement:<round>:<trial>``:
+  the baseline's noise-floor repeats (``floor-<k>``) and the race's rounds
+  (``race-<id>-<k>``, the baseline measured in every round, interleaved);
+- ``confirmations`` of studies made before the race existed (rounds ``confirm-<k>``).
+
+A configuration's claim rests on its re-measurements when it has any, and drops
+its first measurement then: a configuration reaches the race *because* its first
+measurement was high, so that one is biased upwards (the winner's curse). The
+baseline was never selected, so all of its measurements count.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune import knobs
+from autotune import result as R
+from autotune import stats
+from autotune.stats import Measurement, Noise, Ratio
+
+MEASUREMENT = "measurement:"
+RACE = "race:"
+SESSION = "session:"
+
+
+def measurement_key(round_id: str, trial: int) -> str:
+    return f"{MEASUREMENT}{round_id}:{trial}"
+
+
+def record_measurement(study: optuna.Study, trial: int, round_id: str, result: R.TrialResult) -> float | None:
+    """Store one re-measurement of a trial's configuration; returns its samples/s (None when it failed)."""
+    ok = result.ok and result.samples_per_s is not None and math.isfinite(result.samples_per_s) and result.samples_per_s > 0
+    rate = float(result.samples_per_s) if ok else None  # type: ignore[arg-type]
+    study.set_user_attr(
+        measurement_key(round_id, trial),
+        {
+            "samples_per_s": rate,
+            "outcome": result.outcome if ok or not result.ok else R.ERROR,
+            "peak_memory_bytes": result.peak_memory_bytes if ok else None,
+            "at": dt.datetime.now(dt.timezone.utc).timestamp(),
+        },
+    )
+    return rate
+
+
+def is_measured(t: FrozenTrial) -> bool:
+    """A trial that measured a configuration (not a cache answer, not interrupted)."""
+    return (
+        (t.state == TrialState.COMPLETE or (t.state == TrialState.FAIL and t.user_attrs.get("outcome") not in (None, R.INTERRUPTED)))
+        and t.user_attrs.get("duplicate_of") is None
+        and "outcome" in t.user_attrs
+    )
+
+
+@dataclass
+class Config:
+    """One measured, successful configuration and every measurement of it."""
+
+    number: int
+    role: str
+    config: dict[str, Any]
+    peak_memory_bytes: int
+    feasible: bool
+    first: Measurement
+    repeats: list[Measurement] = field(default_factory=list)
+    failed_repeats: int = 0
+    changes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.role == "baseline"
+
+    @property
+    def claim(self) -> list[Measurement]:
+        """The measurements a claim about this configuration rests on (see the module docstring)."""
+        if self.is_baseline:
+            return [self.first, *self.repeats]
+        return list(self.repeats) if self.repeats else [self.first]
+
+    @property
+    def samples_per_s(self) -> float:
+        return stats.geomean(v for _, v in self.claim)
+
+    @property
+    def processes(self) -> int:
+        return len(self.claim)
+
+    @property
+    def confirmed(self) -> bool:
+        return bool(self.repeats)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The answer a user reads: which configuration to use, by how much, and how sure."""
+
+    state: str  # "gain" | "no_gain" | "no_baseline" | "no_results"
+    winner: int | None
+    leader: int | None
+    speedup: Ratio | None  # the winner's (for "no_gain": the leader's) over the baseline
+    tied: tuple[int, ...]
+    confirmed: bool
+    simpler_preferred: bool
+    text: str
+
+    @property
+    def significant(self) -> bool:
+        return self.state == "gain"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "significant": self.significant,
+            "winner": self.winner,
+            "leader": self.leader,
+            "speedup": self.speedup.to_dict() if self.speedup else None,
+            "tied": list(self.tied),
+            "confirmed": self.confirmed,
+            "simpler_preferred": self.simpler_preferred,
+            "text": self.text,
+        }
+
+
+class Evidence:
+    """A study's measurements, read once, and every figure derived from them."""
+
+    def __init__(self, trials: Sequence[FrozenTrial], attrs: Mapping[str, Any], max_memory_bytes: int | None = None) -> None:
+        self.attrs = dict(attrs)
+        self.max_memory_bytes = max_memory_bytes if max_memory_bytes is not None else attrs.get("max_memory_bytes")
+        repeats, failed = _repeats(attrs)
+        self.configs: dict[int, Config] = {}
+        self.baseline: Config | None = None
+        for t in trials:
+            if not (is_measured(t) and t.user_attrs.get("outcome") == R.OK and t.values and t.values[0] > 0):
+                continue
+            peak = int(t.values[1])
+            feasible = all(v <= 0 for v in (t.constraints or {}).values())
+            if self.max_memory_bytes:
+                feasible = feasible and peak <= self.max_memory_bytes
+            c = Config(
+                number=t.number,
+                role=t.user_attrs.get("role", "search"),
+                config=dict(t.user_attrs.get("config") or {}),
+                peak_memory_bytes=peak,
+                feasible=feasible,
+                first=(f"search-{t.number}", float(t.values[0])),
+                repeats=repeats.get(t.number, []),
+                failed_repeats=failed.get(t.number, 0),
+            )
+            self.configs[t.number] = c
+            if c.is_baseline and self.baseline is None:
+                self.baseline = c
+        reference = self.baseline.config if self.baseline else knobs.defaults()
+        for c in self.configs.values():
+            c.changes = {k: v for k, v in c.config.items() if k in reference and reference[k] != v}
+        self.noise: Noise = stats.pooled_noise([v for _, v in c.claim] for c in self.configs.values())
+        self.raced = [n for n, c in self.configs.items() if c.confirmed and not c.is_baseline]
+        # Every interval of the study is simultaneous over the configurations its verdict
+        # compares: the raced ones, or before any race every measured one (a best of N).
+        self.comparisons = max(1, len(self.raced) or len([c for c in self.configs.values() if not c.is_baseline]))
+
+    @classmethod
+    def of(cls, study: optuna.Study) -> Evidence:
+        return cls(study.get_trials(deepcopy=False), study.user_attrs)
+
+    # ------------------------------------------------------------ per configuration
+
+    def samples_per_s(self, number: int) -> float | None:
+        c = self.configs.get(number)
+        return c.samples_per_s if c else None
+
+    def speedup(self, number: int) -> Ratio | None:
+        """``number``'s throughput over the baseline's, with its interval; None without a baseline."""
+        c = self.configs.get(number)
+        if c is None or self.baseline is None:
+            return None
+        if c.number == self.baseline.number:
+            return Ratio(1.0, 1.0, 1.0, c.processes, c.processes, True, stats.LEVEL, 1)
+        return stats.ratio(c.claim, self.baseline.claim, self.noise, self.comparisons)
+
+    def single(self, samples_per_s: float) -> Ratio | None:
+        """The speed-up one fresh measurement shows (a trial line, before it is stored)."""
+        if self.baseline is None or not samples_per_s:
+            return None
+        return stats.ratio([("new", samples_per_s)], self.baseline.claim, self.noise, self.comparisons)
+
+    def row(self, number: int) -> dict[str, Any]:
+        """The figures of one configuration, as every view shows them."""
+        c = self.configs[number]
+        s = self.speedup(number)
+        return {
+            "trial": number,
+            "role": c.role,
+            "changes": dict(c.changes),
+            "samples_per_s": c.samples_per_s,
+            "processes": c.processes,
+            "confirmed": c.confirmed,
+            "peak_memory_bytes": c.peak_memory_bytes,
+            "feasible": c.feasible,
+            "speedup": s.to_dict() if s else None,
+        }
+
+    # ------------------------------------------------------------ the study
+
+    def ok(self, feasible_only: bool = True) -> list[Config]:
+        return [c for c in self.configs.values() if c.feasible or not feasible_only]
+
+    def front(self) -> list[int]:
+        """Feasible configurations no other beats on both figure and memory, fastest first."""
+        points = self.ok()
+        out = []
+        for c in points:
+            dominated = any(
+                o.number != c.number
+                and o.samples_per_s >= c.samples_per_s
+                and o.peak_memory_bytes <= c.peak_memory_bytes
+                and (o.samples_per_s > c.samples_per_s or o.peak_memory_bytes < c.peak_memory_bytes)
+                for o in points
+            )
+            if not dominated:
+                out.append(c)
+        return [c.number for c in sorted(out, key=lambda c: (-c.samples_per_s, c.peak_memory_bytes))]
+
+    def cut_margin(self, floor: float) -> float:
+        """How much faster a front point must be before a trial is cut short: never below the noise."""
+        if not self.noise.known or self.noise.sigma is None:
+            return floor
+        return max(floor, math.expm1(2.5 * self.noise.sigma))
+
+    def race_candidates(self, limit: int, always: int = 3) -> list[int]:
+        """The configurations to race: those whose intervals overlap the fastest's, by estimate.
+
+        Generous on purpose (the race is what separates them): the ``always`` fastest
+        estimates are in whatever the noise says (a noise floor from a few processes can
+        come out far too small), then the rest whose interval overlaps the fastest's, up to
+        ``limit``, plus the one that changes the fewest knobs (so the race can prefer it).
+        Never the baseline: it is measured in every round anyway.
+        """
+        points = sorted((c for c in self.ok() if not c.is_baseline), key=lambda c: -c.samples_per_s)
+        if not points:
+            return []
+        leader = points[0]
+
+        def overlaps(c: Config) -> bool:
+            if not self.noise.known or self.noise.sigma is None:
+                return True
+            half = stats.t_quantile(self.noise.df) * self.noise.sigma
+            return math.log(leader.samples_per_s) - half / math.sqrt(leader.processes) <= math.log(c.samples_per_s) + half / math.sqrt(c.processes)
+
+        tied = [c for i, c in enumerate(points) if i < always or overlaps(c)]
+        chosen = tied[:limit]
+        simplest = min(tied, key=lambda c: (len(c.changes), -c.samples_per_s))
+        if simplest not in chosen:
+            chosen.append(simplest)
+        return [c.number for c in chosen]
+
+    def verdict(self) -> Verdict:
+        """The recommendation: the raced configurations (or, before a race, every one) compared through the noise."""
+        if not self.configs:
+            return Verdict("no_results", None, None, None, (), False, False, "no successful measurement yet")
+        if self.baseline is None:
+            return Verdict("no_baseline", None, None, None, (), False, False, "the baseline (PyTorch's defaults) has not been measured yet")
+        base = self.baseline
+        pool = self.raced or [c.number for c in self.ok() if not c.is_baseline]
+        pool = [n for n in pool if self.configs[n].feasible]
+        if not pool:
+            return Verdict("no_gain", base.number, None, None, (), False, False,
+                           "no other configuration ran successfully within the budget: keep PyTorch's defaults")
+        choice = stats.choose(
+            {str(n): self.configs[n].claim for n in pool},
+            str(base.number),
+            base.claim,
+            {str(n): len(self.configs[n].changes) for n in pool},
+            self.noise,
+            self.comparisons,
+        )
+        leader = int(choice.leader)
+        winner = int(choice.winner)
+        tied = tuple(int(k) for k in choice.tied)
+        confirmed = self.configs[leader].confirmed
+        if not self.noise.known:
+            s = self.speedup(leader)
+            return Verdict("no_gain", base.number, leader, s, tied, confirmed, False,
+                           f"the noise between processes is not measured yet, so no claim: the fastest so far is "
+                           f"#{leader} at {s.text() if s else '-'} the defaults")
+        if not choice.significant:
+            s = self.speedup(leader)
+            what = knobs.short(self.configs[leader].config) if self.configs[leader].changes else "defaults"
+            return Verdict("no_gain", base.number, leader, s, tied, confirmed, False,
+                           f"no configuration beats PyTorch's defaults beyond the noise: the fastest, #{leader} ({what}), "
+                           f"measured {s.text() if s else '-'}; keep the defaults")
+        s = self.speedup(winner)
+        assert s is not None
+        c = self.configs[winner]
+        text = (f"#{winner} ({_changes_text(c.changes)}) is {s.text()} PyTorch's defaults "
+                f"({int(round(100 * stats.LEVEL))}% interval, {c.processes} processes against {s.reference_processes})")
+        if choice.simpler_than_leader:
+            text += (f"; preferred over #{leader}, which looked faster ({self.speedup(leader).text()}) but is not "  # type: ignore[union-attr]
+                     f"separated from it by the evidence, because it changes fewer knobs")
+        elif len(tied) > 1:
+            text += f"; {len(tied) - 1} other configuration(s) were as fast within the noise"
+        if not confirmed:
+            text += "; measured once, not confirmed by a race (run with --confirm)"
+        return Verdict("gain", winner, leader, s, tied, confirmed, choice.simpler_than_leader, text)
+
+    def time_spent(self) -> dict[str, float]:
+        """Wall time of every run session on the study, and of its trials."""
+        sessions = [v for k, v in self.attrs.items() if k.startswith(SESSION) and isinstance(v, Mapping)]
+        return {"wall_s": sum(float(s.get("elapsed_s") or 0.0) for s in sessions), "sessions": float(len(sessions))}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Noise, verdict and front rows: what ``status --json`` and exports carry."""
+        return {
+            "noise": self.noise.to_dict(),
+            "noise_text": self.noise.text(),
+            "comparisons": self.comparisons,
+            "verdict": self.verdict().to_dict(),
+            "front": [self.row(n) for n in self.front()],
+        }
+
+
+def _changes_text(changes: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={knobs.KNOBS[k].format(v)}" for k, v in changes.items() if k in knobs.KNOBS) or "defaults"
+
+
+def _repeats(attrs: Mapping[str, Any]) -> tuple[dict[int, list[Measurement]], dict[int, int]]:
+    """Re-measurements by trial from the study's attributes (and legacy ``confirmations``)."""
+    out: dict[int, list[Measurement]] = {}
+    failed: dict[int, int] = {}
+    for key, value in attrs.items():
+        if not key.startswith(MEASUREMENT) or not isinstance(value, Mapping):
+            continue
+        round_id, _, trial = key[len(MEASUREMENT):].rpartition(":")
+        try:
+            number = int(trial)
+        except ValueError:
+            continue
+        rate = value.get("samples_per_s")
+        if rate:
+            out.setdefault(number, []).append((round_id, float(rate)))
+        else:
+            failed[number] = failed.get(number, 0) + 1
+    for trial, rates in (attrs.get("confirmations") or {}).items():
+        for i, rate in enumerate(rates):
+            out.setdefault(int(trial), []).append((f"confirm-{i + 1}", float(rate)))
+    for values in out.values():
+        values.sort(key=lambda m: m[0])
+    return out, failed
