@@ -1,9 +1,16 @@
-"""Shared fixtures: quick measurement settings and a folder for user modules written by tests."""
+"""Shared fixtures: quick measurement settings, a folder for user modules written by tests, and a
+PostgreSQL database per test (with a way to stop and start its server) on the server .ci/postgres.sh starts."""
 
 from __future__ import annotations
 
+import os
+import shlex
+import subprocess
 import sys
 import textwrap
+import time
+import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -33,3 +40,129 @@ def user_module(tmp_path, monkeypatch):
         return name
 
     return write
+
+
+# ---------------------------------------------------------------- PostgreSQL (.ci/postgres.sh)
+
+POSTGRES_URL_VAR = "AUTOTUNE_TEST_POSTGRES_URL"
+POSTGRES_CTL_VAR = "AUTOTUNE_TEST_POSTGRES_CTL"
+START_ONE = "start one with: source .ci/postgres.sh"
+
+
+def _postgres_connect():
+    """An autocommit psycopg2 connection to the test server's own database; skips the test, with
+    the reason, when there is no server, no psycopg2, or no answer."""
+    url = os.environ.get(POSTGRES_URL_VAR)
+    if not url:
+        pytest.skip(f"no PostgreSQL server for the tests: {POSTGRES_URL_VAR} is unset ({START_ONE})")
+    try:
+        import psycopg2
+    except ImportError:
+        pytest.skip("psycopg2 is not installed (pip install psycopg2-binary)")
+    from autotune.storage import redact, redact_message
+
+    try:
+        conn = psycopg2.connect(url, connect_timeout=5)
+    except psycopg2.OperationalError as exc:
+        reason = (str(exc).strip().splitlines() or ["no reason given"])[0]
+        pytest.skip(f"the PostgreSQL server at {redact(url)} is unreachable: {redact_message(reason, url)} ({START_ONE})")
+    conn.autocommit = True
+    return conn
+
+
+@pytest.fixture
+def postgres_url():
+    """The URL of a fresh, empty PostgreSQL database of this test's own, dropped afterwards.
+
+    The database is made on the server named by AUTOTUNE_TEST_POSTGRES_URL (``source
+    .ci/postgres.sh`` starts one and sets it; .ci/run does). The test skips, saying why, when
+    that variable is unset, psycopg2 is missing, or the server does not answer. The URL holds
+    the server's password: pass it through ``autotune.storage.redact`` before showing it.
+    """
+    from sqlalchemy.engine import make_url
+
+    name = f"autotune_test_{uuid.uuid4().hex[:12]}"
+    conn = _postgres_connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        conn.close()
+    yield make_url(os.environ[POSTGRES_URL_VAR]).set(database=name).render_as_string(hide_password=False)
+    import psycopg2
+
+    try:  # a new connection: the test may have restarted the server (or left it stopped: then the database stays)
+        conn = psycopg2.connect(os.environ[POSTGRES_URL_VAR], connect_timeout=5)
+    except psycopg2.OperationalError:
+        return
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # FORCE: the pools the test left open
+    finally:
+        conn.close()
+
+
+class PostgresServer:
+    """Stops and starts the test server, as the user that runs it.
+
+    ``ctl`` is AUTOTUNE_TEST_POSTGRES_CTL split into words: .ci/postgres.sh writes there this
+    server's pg_ctl command (with ``runuser -u postgres --`` when started by root, ``-D DATA -l
+    LOG -w``), to which ``stop -m fast`` or ``start`` is appended. The server comes back on the
+    same port with the same databases and passwords.
+    """
+
+    def __init__(self, ctl: list[str]) -> None:
+        self.ctl = ctl
+        self.stopped = False
+
+    def _pg_ctl(self, *args: str) -> None:
+        done = subprocess.run([*self.ctl, *args], cwd="/", capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"pg_ctl {' '.join(args)} failed: {(done.stderr or done.stdout).strip()}")
+
+    def stop(self) -> None:
+        """Stop the server now (fast shutdown: open connections are cut, as in a real outage)."""
+        self._pg_ctl("stop", "-m", "fast")
+        self.stopped = True
+
+    def start(self) -> None:
+        """Start it again and wait until it accepts connections."""
+        self._pg_ctl("start")
+        self.stopped = False
+
+    @contextmanager
+    def down(self, seconds: float = 2.0):
+        """``with server.down(3): ...``: stopped inside the block, started again at least ``seconds``
+        after it stopped, whatever the block does."""
+        self.stop()
+        since = time.monotonic()
+        try:
+            yield self
+        finally:
+            time.sleep(max(0.0, seconds - (time.monotonic() - since)))
+            self.start()
+
+
+@pytest.fixture
+def postgres_server():
+    """A :class:`PostgresServer` for a test that needs the database to go away for a while, e.g.::
+
+        def test_outage(postgres_url, postgres_server):
+            ...                                  # use postgres_url
+            with postgres_server.down(seconds=3):
+                ...                              # the server is stopped here
+            ...                                  # and running again here
+
+    or ``postgres_server.stop()`` / ``.start()``. Skips when AUTOTUNE_TEST_POSTGRES_CTL is unset
+    (.ci/postgres.sh sets it) or the server does not answer; a server the test left stopped is
+    started again afterwards, so the tests after it find it running.
+    """
+    ctl = os.environ.get(POSTGRES_CTL_VAR)
+    if not ctl:
+        pytest.skip(f"cannot stop and start the PostgreSQL server: {POSTGRES_CTL_VAR} is unset ({START_ONE})")
+    _postgres_connect().close()
+    server = PostgresServer(shlex.split(ctl))
+    yield server
+    if server.stopped:
+        server.start()

@@ -111,3 +111,55 @@ def test_dashboard_command(tmp_path):
     assert res.exit_code == 2 and "no study 'nosuch'" in res.output
     res = CliRunner().invoke(main, ["dashboard", "demo", "--storage", url, "--watch", "never"])
     assert res.exit_code == 2 and "expected a duration" in res.output
+
+
+# ---------------------------------------------------------------- storage passwords never shown
+
+SECRET_URL = "postgresql://user:SECRETPW@127.0.0.1:1/db"  # nothing listens on port 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--model", "autotune.examples:mlp", "--quick"],
+        ["status", "x"],
+        ["status", "x", "--json"],
+        ["list"],
+        ["list", "--json"],
+        ["export", "x"],
+        ["dashboard", "x"],
+    ],
+)
+def test_unreachable_storage_is_one_line_without_the_password(args):
+    res = CliRunner().invoke(main, [*args, "--storage", SECRET_URL])
+    assert res.exit_code == 2, res.output
+    assert "SECRETPW" not in res.output
+    assert res.output.startswith("error: storage 'postgresql://user:***@127.0.0.1:1/db'")
+    assert res.output.strip().count("\n") == 0 and "Traceback" not in res.output
+
+
+def test_a_real_server_is_shown_without_its_password(postgres_url, tmp_path):
+    from sqlalchemy.engine import make_url
+    from study_factory import make_study
+
+    from autotune import storage
+
+    make_study(storage.open_storage(postgres_url), n_trials=12, name="demo")
+    secret = make_url(postgres_url).password
+    shown = storage.redact(postgres_url)
+    assert secret not in shown and "***" in shown
+
+    status = invoke("status", "demo", "--storage", postgres_url)
+    assert status.exit_code == 0 and f"({shown})" in status.output
+    listing = invoke("list", "--storage", postgres_url)
+    assert listing.exit_code == 0 and "demo" in listing.output
+    docs = json.loads(invoke("list", "--storage", postgres_url, "--json").output)
+    assert [d["storage"] for d in docs] == [shown]
+    exported = invoke("export", "demo", "--pick", "smallest", "--storage", postgres_url)
+    assert exported.exit_code == 0, exported.output
+    assert json.loads(exported.output)["study"]["storage"] == shown
+    page = tmp_path / "demo.html"
+    assert invoke("dashboard", "demo", "--storage", postgres_url, "-o", str(page)).exit_code == 0
+    for res in (status, listing, exported):
+        assert secret not in res.output
+    assert secret not in page.read_text()

@@ -1,0 +1,85 @@
+"""Studies in a real PostgreSQL server: create, write, read back, and survive a server restart.
+
+The server is the one .ci/postgres.sh starts (``source .ci/postgres.sh``; .ci/run does it);
+without one these tests skip, saying why. Each test gets a database of its own (the
+``postgres_url`` fixture in conftest.py).
+"""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+import sqlalchemy.exc
+
+from autotune import storage
+from autotune.errors import StorageError, StudyError
+
+ATTRS = {
+    "workload": {"model": "x:y"},
+    "space": {"name": "test", "path": "test.toml"},
+    "space_hash": "0123abcd",
+    "fingerprint": {"device_type": "cpu", "torch": "2"},
+    "device": "cpu",
+    "context": {},
+    "global_batch": None,
+}
+
+
+def password(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    secret = make_url(url).password
+    assert secret, "the test server's URL has a password"
+    return secret
+
+
+def test_study_is_created_written_and_read_back(postgres_url):
+    study, created = storage.create_or_check("pg", postgres_url, ATTRS)
+    assert created and study.user_attrs["fingerprint"] == ATTRS["fingerprint"]
+    trial = study.ask()
+    trial.suggest_categorical("precision", ["fp32", "bf16"])
+    trial.set_user_attr("outcome", "ok")
+    study.tell(trial, [123.5, 4096.0])
+
+    # what another process (or machine) sees when it opens the same study
+    again, created = storage.create_or_check("pg", postgres_url, ATTRS)
+    assert not created
+    (stored,) = again.get_trials()
+    assert stored.values == [123.5, 4096.0]
+    assert stored.params["precision"] in ("fp32", "bf16") and stored.user_attrs["outcome"] == "ok"
+    assert again.metric_names == storage.METRICS
+    assert storage.study_names(storage.open_storage(postgres_url)) == ["pg"]
+
+    # a run for another setup is refused, and no message shows the password
+    with pytest.raises(StudyError, match="made for another setup") as refused:
+        storage.create_or_check("pg", postgres_url, {**ATTRS, "space_hash": "other"})
+    with pytest.raises(StudyError, match="no study 'nosuch'") as missing:
+        storage.load("nosuch", postgres_url)
+    for info in (refused, missing):
+        assert password(postgres_url) not in str(info.value)
+    assert "***" in str(missing.value)
+
+
+def test_pool_pre_ping_survives_a_server_restart(postgres_url, postgres_server):
+    store = storage.open_storage(postgres_url)  # pool_pre_ping on
+    optuna.create_study(study_name="a", storage=store, directions=storage.DIRECTIONS)
+    assert storage.study_names(store) == ["a"]  # leaves a connection in the pool
+    # the control: the same storage without pool_pre_ping
+    plain = optuna.storages.RDBStorage(storage._with_installed_driver(postgres_url), engine_kwargs={"pool_pre_ping": False})
+    assert [s.study_name for s in plain.get_all_studies()] == ["a"]
+
+    with postgres_server.down(seconds=2):
+        with pytest.raises(StorageError, match="cannot be opened") as outage:
+            storage.open_storage(postgres_url)
+        message = str(outage.value)
+        assert password(postgres_url) not in message and "***" in message and "\n" not in message
+
+    # the pooled connections died with the server; the first query after the restart must work
+    assert storage.study_names(store) == ["a"]
+    study = optuna.load_study(study_name="a", storage=store)
+    study.tell(study.ask(), [1.0, 2.0])
+    assert len(study.get_trials()) == 1
+    # without pool_pre_ping the first query fails on its dead connection (what the setting is for)
+    with pytest.raises(optuna.exceptions.StorageInternalError) as dead:
+        plain.get_all_studies()
+    assert isinstance(dead.value.__cause__, sqlalchemy.exc.OperationalError)

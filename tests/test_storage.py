@@ -1,0 +1,92 @@
+"""Storage URLs: passwords never reach an error message or a printed URL (redact), and bad URLs
+fail with one clear line."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune import storage
+from autotune.errors import StorageError, StudyError
+from autotune.storage import redact, redact_message
+
+SECRET = "SECRETPW"
+
+
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        ("postgresql://user:SECRETPW@127.0.0.1:1/db", "postgresql://user:***@127.0.0.1:1/db"),
+        ("postgresql+psycopg2://user:SECRETPW@db.example:5432/studies?sslmode=require",
+         "postgresql+psycopg2://user:***@db.example:5432/studies?sslmode=require"),
+        ("mysql+pymysql://user:SECRETPW@host/db", "mysql+pymysql://user:***@host/db"),
+        ("postgresql://user:p%40SECRETPW@host/db", "postgresql://user:***@host/db"),  # an escaped '@' in the password
+        ("postgresql://user:p@SECRETPW@host/db", "postgresql://user:***@host/db"),  # an unescaped one
+        ("postgresql://host/db?user=me&password=SECRETPW&sslmode=require",
+         "postgresql://host/db?user=me&password=***&sslmode=require"),
+        ("postgresql://user:SECRETPW@host:notaport/db", "postgresql://user:***@host:notaport/db"),  # SQLAlchemy cannot parse it
+        ("postgresql:/user:SECRETPW@host/db", "postgresql:/user:***@host/db"),  # nor this
+        ("host=db password=SECRETPW dbname=x", "host=db password=*** dbname=x"),  # a libpq DSN
+    ],
+)
+def test_redact_masks_the_password(url, shown):
+    assert redact(url) == shown
+    assert SECRET not in redact(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///studies/x.db",
+        "sqlite:////abs/path/x.db",
+        "sqlite:///:memory:",
+        "journal:studies/x.log",
+        "journal:///abs/x.log",
+        "postgresql://user@host/db",
+        "postgresql://user@/db?host=/var/run/postgresql",
+        "garbage",
+        "",
+    ],
+)
+def test_redact_leaves_urls_without_a_password_alone(url):
+    assert redact(url) == url
+
+
+def test_redact_message_masks_the_urls_password_anywhere():
+    url = "postgresql://user:p%40SECRETPW@host/db"
+    text = "could not parse 'postgresql://user:p%40SECRETPW@host/db'; password p@SECRETPW rejected"
+    masked = redact_message(text, url)
+    assert SECRET not in masked and masked.count("***") == 2
+    # without the URL, what is shaped like a password still goes
+    assert SECRET not in redact_message("dsn 'host=h password=SECRETPW' and mysql://u:SECRETPW@h/db")
+
+
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("postgresql://user:SECRETPW@127.0.0.1:1/db", "storage 'postgresql://user:***@127.0.0.1:1/db'"),
+        ("postgresql:/user:SECRETPW@127.0.0.1:1/db", "expected a URL such as"),
+        ("nosuchdialect://user:SECRETPW@host/db", "cannot be opened"),
+        ("postgresql://user:SECRETPW@host:notaport/db", "storage 'postgresql://user:***@host:notaport/db'"),
+    ],
+)
+def test_open_storage_errors_never_show_the_password(url, message):
+    with pytest.raises(StorageError) as info:
+        storage.open_storage(url)
+    text = str(info.value)
+    assert message in text and SECRET not in text and "\n" not in text
+
+
+def test_study_errors_show_no_password(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path}/s.db"
+    with pytest.raises(StudyError, match="no study 'x'"):
+        storage.load("x", url)
+    # a URL whose password the messages would otherwise carry
+    monkeypatch.setattr(storage, "open_storage", lambda u: storage.optuna.storages.InMemoryStorage())
+    with pytest.raises(StudyError) as info:
+        storage.load("x", "postgresql://user:SECRETPW@host/db")
+    assert SECRET not in str(info.value) and "postgresql://user:***@host/db" in str(info.value)
+
+
+def test_journal_folder_missing_is_one_line(tmp_path):
+    with pytest.raises(StorageError, match="does not exist"):
+        storage.open_storage(f"journal:{tmp_path}/nope/x.log")
