@@ -127,7 +127,14 @@ def _user_frame(exc: BaseException) -> str:
 
 
 def import_spec(spec: str, option: str = "--model") -> Any:
-    """Import ``module:attr`` and return the attribute; SpecError for every failure."""
+    """Import ``module:attr`` and return the attribute; SpecError for every failure.
+
+    ``--model hf:<model_type>`` names a Hugging Face model instead (see :mod:`autotune.hf`).
+    """
+    if option == "--model" and isinstance(spec, str) and spec.startswith("hf:"):
+        from autotune import hf  # lazy: transformers is an optional dependency
+
+        return hf.factory(spec)
     if not isinstance(spec, str) or spec.count(":") != 1:
         raise SpecError(f"{option} {spec!r}: expected module:attribute, e.g. autotune.examples:cnn")
     module_name, attr = (p.strip() for p in spec.split(":"))
@@ -216,7 +223,10 @@ class SyntheticDataset(Dataset):
 def build(spec: WorkloadSpec) -> Workload:
     """Import and call the factories of ``spec`` and return a complete Workload."""
     factory = import_spec(spec.model, "--model")
-    made = _call_factory(factory, spec.model, "--model", dict(spec.model_args))
+    if spec.model.startswith("hf:"):  # autotune.hf raises its own one-line SpecErrors
+        made = factory(**dict(spec.model_args))
+    else:
+        made = _call_factory(factory, spec.model, "--model", dict(spec.model_args))
     if isinstance(made, nn.Module):
         workload = Workload(model=made)
     elif isinstance(made, Workload):

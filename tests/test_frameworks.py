@@ -1,0 +1,313 @@
+"""Framework exports: every knob becomes an argument or a by-hand step, and the real frameworks accept the arguments."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from autotune import frameworks as F
+from autotune import knobs
+from autotune.errors import ConfigError
+
+CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=8)
+
+
+def make_doc(device: str = "cpu", task: str = "train", global_batch: int | None = None, **values) -> dict:
+    """An export document as autotune.config.export writes it, built by hand."""
+    ctx = knobs.Context(device_type=device.split(":")[0], task=task, input_rank=4, cpu_count=8)
+    return {
+        "schema": "autotune.config/2",
+        "pick": "fastest",
+        "knobs": {**knobs.defaults(ctx), **values},
+        "task": task,
+        "device": device,
+        "global_batch": global_batch,
+        "context": ctx.to_dict(),
+        "speedup": {"ratio": 1.4, "low": 1.3, "high": 1.5},
+        "study": {"name": "mynet", "storage": "sqlite:///studies/mynet.db", "trial": 7},
+    }
+
+
+def manual(out: dict) -> dict:
+    return {item["knob"]: item for item in out["not_expressible"]}
+
+
+def other_values(knob: knobs.Knob) -> list:
+    """Values of a knob other than its default, to render one at a time."""
+    if knob.choices is not None:
+        return [c for c in knob.choices if c != knob.default_for(CTX)]
+    return {"batch_size": [48], "num_workers": [3], "prefetch_factor": [4], "threads": [3]}[knob.name]
+
+
+# ---------------------------------------------------------------- every knob, every format
+
+
+def test_bad_format_is_one_clear_line():
+    with pytest.raises(ConfigError) as err:
+        F.render(make_doc(), "keras")
+    message = str(err.value)
+    assert "\n" not in message and "'keras'" in message
+    assert all(fmt in message for fmt in F.FORMATS)
+    with pytest.raises(ConfigError):
+        F.text(make_doc(), "yaml")
+
+
+def test_every_registry_knob_has_a_handler_in_every_format():
+    for fmt in F.FORMATS:
+        assert set(F.HANDLERS[fmt]) == set(knobs.NAMES), fmt
+
+
+@pytest.mark.parametrize("fmt", F.FORMATS)
+def test_no_knob_value_is_dropped_silently(fmt):
+    """Each non-default value changes the arguments or is listed as not expressible."""
+    for knob in knobs.REGISTRY:
+        extra = {"num_workers": 2} if knob.name in ("prefetch_factor", "persistent_workers") else {}
+        base = F.render(make_doc("cuda:0", global_batch=None, **extra), fmt)
+        for value in other_values(knob):
+            out = F.render(make_doc("cuda:0", **{**extra, knob.name: value}), fmt)
+            assert out["arguments"] != base["arguments"] or knob.name in manual(out), (fmt, knob.name, value)
+
+
+@pytest.mark.parametrize("fmt", ["hf-trainer", "lightning"])
+def test_defaults_need_nothing_by_hand(fmt):
+    for device in ("cpu", "cuda:0"):
+        assert F.render(make_doc(device), fmt)["not_expressible"] == []
+    # Accelerate's config has no batch size, and accelerate launch sets its own thread count: those are always said
+    assert list(manual(F.render(make_doc(), "accelerate"))) == ["batch_size", "threads"]
+
+
+def test_a_knob_without_a_mapping_still_lands_in_not_expressible(monkeypatch):
+    table = dict(F.HANDLERS["lightning"])
+    del table["memory_format"]
+    monkeypatch.setitem(F.HANDLERS, "lightning", table)
+    out = F.render(make_doc(memory_format="channels_last"), "lightning")
+    assert "no lightning mapping" in manual(out)["memory_format"]["why"]
+
+
+def test_bad_documents_are_config_errors():
+    with pytest.raises(ConfigError, match="no 'knobs'"):
+        F.render({"schema": "autotune.config/2"}, "hf-trainer")
+    with pytest.raises(ConfigError, match="bad knob values"):
+        F.render(make_doc(warp_drive=True), "lightning")
+    with pytest.raises(ConfigError, match="bad knob values"):
+        F.render(make_doc(precision="fp8"), "accelerate")
+    with pytest.raises(ConfigError, match="does not divide"):
+        F.render(make_doc(global_batch=100, batch_size=64), "hf-trainer")
+
+
+def test_source_and_speedup_are_copied_through():
+    out = F.render(make_doc(), "json")
+    assert out["source"]["study"] == "mynet" and out["source"]["trial"] == 7 and out["source"]["pick"] == "fastest"
+    assert out["speedup"] == {"ratio": 1.4, "low": 1.3, "high": 1.5}
+    json.dumps(out)  # JSON-able
+    assert out["arguments"] == make_doc()["knobs"] and out["not_expressible"] == []
+
+
+# ---------------------------------------------------------------- mappings
+
+
+def test_hf_trainer_mapping():
+    doc = make_doc(precision="bf16", compile="max-autotune", batch_size=16, num_workers=4, prefetch_factor=4,
+                   persistent_workers=True, activation_checkpointing=True, optimizer_impl="fused",
+                   memory_format="channels_last", threads=4, global_batch=64)
+    out = F.render(doc, "hf-trainer")
+    args = out["arguments"]
+    assert args["bf16"] is True and args["fp16"] is False and "tf32" not in args
+    assert args["torch_compile"] is True and args["torch_compile_mode"] == "max-autotune"
+    assert args["per_device_train_batch_size"] == 16 and args["gradient_accumulation_steps"] == 4
+    assert args["dataloader_num_workers"] == 4 and args["dataloader_prefetch_factor"] == 4
+    assert args["dataloader_persistent_workers"] is True and args["dataloader_pin_memory"] is False
+    assert args["optim"] == "adamw_torch_fused" and args["use_cpu"] is True
+    assert args[F._hf_checkpointing_name()] is True
+    by_hand = manual(out)
+    assert set(by_hand) == {"memory_format", "threads"}
+    assert "torch.set_num_threads(4)" in by_hand["threads"]["how"]
+    assert "channels_last" in by_hand["memory_format"]["how"]
+
+
+def test_hf_trainer_gpu_details():
+    out = F.render(make_doc("cuda:0", precision="tf32", optimizer_impl="foreach", cudnn_benchmark=True, pin_memory=True), "hf-trainer")
+    args, by_hand = out["arguments"], manual(out)
+    assert args["tf32"] is True and "use_cpu" not in args and args["dataloader_pin_memory"] is True
+    assert args["optim"] == "adamw_torch" and "foreach=True" in by_hand["optimizer_impl"]["how"]
+    assert by_hand["cudnn_benchmark"]["how"] == "torch.backends.cudnn.benchmark = True before training"
+    # compile without tf32 on a GPU: Trainer would switch TF32 on, which the measurement did not
+    out = F.render(make_doc("cuda:0", compile="default"), "hf-trainer")
+    assert "allow_tf32 = False" in manual(out)["precision"]["how"]
+
+
+def test_hf_trainer_inference_and_defaults():
+    out = F.render(make_doc(task="infer", batch_size=128, global_batch=256), "hf-trainer")
+    args = out["arguments"]
+    assert args["per_device_eval_batch_size"] == 128 and "gradient_accumulation_steps" not in args
+    assert "optim" not in args and "activation_checkpointing" not in args and "gradient_checkpointing" not in args
+    args = F.render(make_doc(), "hf-trainer")["arguments"]
+    assert args["optim"] == "adamw_torch"  # transformers' own default is the fused one
+    assert "dataloader_prefetch_factor" not in args and "dataloader_persistent_workers" not in args
+    assert args["torch_compile"] is False and "torch_compile_mode" not in args
+
+
+def test_hf_checkpointing_argument_follows_the_installed_version(monkeypatch):
+    monkeypatch.setattr(F, "_version", lambda package: "5.23.0")
+    assert F._hf_checkpointing_name() == "activation_checkpointing"
+    monkeypatch.setattr(F, "_version", lambda package: "4.57.1")
+    assert F._hf_checkpointing_name() == "gradient_checkpointing"
+    monkeypatch.setattr(F, "_version", lambda package: None)
+    assert F._hf_checkpointing_name() == "gradient_checkpointing"
+
+
+def test_lightning_mapping():
+    doc = make_doc("cuda:1", precision="fp16", compile="reduce-overhead", batch_size=32, num_workers=2, pin_memory=True,
+                   cudnn_benchmark=True, optimizer_impl="fused", cuda_allocator="expandable_segments", global_batch=128)
+    out = F.render(doc, "lightning")
+    trainer, loader = out["arguments"]["trainer"], out["arguments"]["dataloader"]
+    assert trainer == {"accelerator": "gpu", "devices": [1], "precision": "16-mixed", "accumulate_grad_batches": 4, "benchmark": True}
+    assert loader == {"batch_size": 32, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": False, "pin_memory": True}
+    by_hand = manual(out)
+    assert set(by_hand) == {"compile", "optimizer_impl", "cuda_allocator"}
+    assert "torch.compile(model, mode='reduce-overhead')" in by_hand["compile"]["how"]
+    assert "configure_optimizers" in by_hand["optimizer_impl"]["how"]
+    cpu = F.render(make_doc(precision="bf16"), "lightning")["arguments"]
+    assert cpu["trainer"]["precision"] == "bf16-mixed" and cpu["trainer"]["accelerator"] == "cpu"
+    assert "prefetch_factor" not in cpu["dataloader"]
+    tf32 = F.render(make_doc("cuda:0", precision="tf32"), "lightning")
+    assert tf32["arguments"]["trainer"]["precision"] == "32-true" and "precision" in manual(tf32)
+
+
+def test_accelerate_mapping():
+    out = F.render(make_doc("cuda:0", precision="bf16", compile="default", batch_size=8, global_batch=32, num_workers=2), "accelerate")
+    config = out["arguments"]
+    assert config["distributed_type"] == "NO" and config["mixed_precision"] == "bf16" and config["use_cpu"] is False
+    assert config["dynamo_config"] == {"dynamo_backend": "INDUCTOR", "dynamo_mode": "default",
+                                       "dynamo_use_fullgraph": False, "dynamo_use_dynamic": False}
+    assert out["accelerator"] == {"mixed_precision": "bf16", "gradient_accumulation_steps": 4}
+    by_hand = manual(out)
+    assert set(by_hand) == {"batch_size", "num_workers", "threads"}
+    assert "gradient_accumulation_steps=4" in by_hand["batch_size"]["how"]
+    assert "--num_cpu_threads_per_process 8" in by_hand["threads"]["how"]  # the measuring machine's default
+    plain = F.render(make_doc(), "accelerate")
+    assert plain["arguments"]["mixed_precision"] == "no" and "dynamo_config" not in plain["arguments"]
+    assert plain["arguments"]["use_cpu"] is True and plain["accelerator"] == {"cpu": True, "mixed_precision": "no"}
+    fp32 = F.render(make_doc("cuda:0", compile="default"), "accelerate")
+    assert "allow_tf32 = False" in manual(fp32)["precision"]["how"]
+
+
+# ---------------------------------------------------------------- text
+
+
+def test_text_snippets_are_valid_and_name_every_by_hand_step():
+    doc = make_doc(precision="bf16", memory_format="channels_last", threads=2, batch_size=16, global_batch=32)
+    for fmt in ("hf-trainer", "lightning"):
+        snippet = F.text(doc, fmt)
+        compile(snippet, f"<{fmt}>", "exec")
+        for item in F.render(doc, fmt)["not_expressible"]:
+            assert item["how"] in snippet
+    assert "training_args = TrainingArguments(" in F.text(doc, "hf-trainer")
+    assert json.loads(F.text(doc, "json")) == json.loads(json.dumps(doc))
+
+
+def test_accelerate_text_is_the_yaml_config():
+    yaml = pytest.importorskip("yaml", reason="PyYAML (an Optuna dependency) reads the Accelerate config")
+    doc = make_doc(precision="bf16", compile="default", threads=2)
+    body = F.text(doc, "accelerate")
+    assert yaml.safe_load(body) == F.render(doc, "accelerate")["arguments"]
+    assert "distributed_type: 'NO'" in body and "--num_cpu_threads_per_process 2" in body
+
+
+# ---------------------------------------------------------------- the real frameworks
+
+
+def test_real_training_arguments(tmp_path, monkeypatch):
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
+    doc = make_doc(precision="bf16", compile="default", batch_size=16, num_workers=2, prefetch_factor=4,
+                   persistent_workers=True, activation_checkpointing=True, optimizer_impl="fused", global_batch=64)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), **F.render(doc, "hf-trainer")["arguments"])
+    assert args.bf16 and args.use_cpu and args.torch_compile and args.torch_compile_mode == "default"
+    assert args.per_device_train_batch_size == 16 and args.gradient_accumulation_steps == 4
+    assert args.dataloader_num_workers == 2 and args.dataloader_prefetch_factor == 4 and args.dataloader_persistent_workers
+    assert args.optim == "adamw_torch_fused" and getattr(args, F._hf_checkpointing_name()) is True
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(F.text(doc, "hf-trainer"), scope)  # the snippet as a user pastes it
+    assert scope["training_args"].gradient_accumulation_steps == 4
+
+
+def test_real_trainer_trains_two_steps(tmp_path):
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
+    from autotune import hf
+
+    workload = hf.build("gpt2", n_layer=1, n_embd=32, n_head=2, vocab_size=128, seq_len=16)
+    doc = make_doc(precision="bf16", batch_size=4, num_workers=1, optimizer_impl="fused", global_batch=8)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=2, report_to="none", save_strategy="no",
+                                          logging_strategy="no", disable_tqdm=True, **F.render(doc, "hf-trainer")["arguments"])
+    trainer = transformers.Trainer(model=workload.model, args=args, train_dataset=torch.utils.data.Subset(workload.dataset, range(64)))
+    result = trainer.train()
+    assert result.global_step == 2 and torch.isfinite(torch.tensor(result.training_loss))
+    assert trainer.optimizer.defaults["fused"] is True  # optim="adamw_torch_fused"
+
+
+def test_real_lightning_trainer_and_dataloader(tmp_path):
+    lightning = pytest.importorskip("lightning", reason="lightning is not installed (pip install -e '.[frameworks]')")
+    doc = make_doc(precision="bf16", batch_size=8, num_workers=2, prefetch_factor=3, persistent_workers=True, global_batch=16)
+    arguments = F.render(doc, "lightning")["arguments"]
+
+    class Tiny(lightning.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(4, 2)
+
+        def training_step(self, batch, _):
+            x, y = batch
+            return torch.nn.functional.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    dataset = torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
+    loader = torch.utils.data.DataLoader(dataset, **arguments["dataloader"])
+    assert loader.batch_size == 8 and loader.num_workers == 2 and loader.prefetch_factor == 3 and loader.persistent_workers
+    trainer = lightning.Trainer(**arguments["trainer"], max_steps=2, default_root_dir=tmp_path, logger=False,
+                                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    assert trainer.accumulate_grad_batches == 2 and trainer.precision == "bf16-mixed"
+    trainer.fit(Tiny(), loader)
+    assert trainer.global_step == 2
+
+
+def test_real_accelerate_config_and_accelerator(tmp_path):
+    accelerate = pytest.importorskip("accelerate", reason="accelerate is not installed (pip install -e '.[hf]')")
+    from accelerate.commands.config.config_args import ClusterConfig
+    from accelerate.state import AcceleratorState
+
+    doc = make_doc(precision="bf16", compile="default", batch_size=8, global_batch=32)
+    path = tmp_path / "accelerate.yaml"
+    path.write_text(F.text(doc, "accelerate"))
+    config = ClusterConfig.from_yaml_file(str(path))  # rejects any key accelerate does not know
+    assert config.mixed_precision == "bf16" and config.use_cpu and config.dynamo_config["dynamo_backend"] == "INDUCTOR"
+    out = F.render(doc, "accelerate")
+    try:
+        accelerator = accelerate.Accelerator(**out["accelerator"])
+        assert accelerator.mixed_precision == config.mixed_precision
+        assert accelerator.gradient_accumulation_steps == 4 and accelerator.device.type == "cpu"
+    finally:
+        AcceleratorState._reset_state(True)
+
+
+@pytest.mark.slow
+def test_real_accelerate_launch_reads_the_config(tmp_path):
+    pytest.importorskip("accelerate", reason="accelerate is not installed (pip install -e '.[hf]')")
+    doc = make_doc(precision="bf16", compile="max-autotune", threads=3)
+    (tmp_path / "accelerate.yaml").write_text(F.text(doc, "accelerate"))
+    (tmp_path / "train.py").write_text(
+        "import os\nfrom accelerate import Accelerator\na = Accelerator()\n"
+        "print('RESULT', a.mixed_precision, a.state.dynamo_plugin.backend.value, a.state.dynamo_plugin.mode, os.environ['OMP_NUM_THREADS'])\n"
+    )
+    launch = F.text(doc, "accelerate").splitlines()[1].removeprefix("# accelerate launch ").split()  # as the file says
+    launch = [a.replace("THIS_FILE", "accelerate.yaml") for a in launch]
+    done = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", *launch], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "RESULT bf16 INDUCTOR max-autotune 3" in done.stdout
