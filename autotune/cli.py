@@ -331,6 +331,8 @@ class Progress:
 @click.option("--quick", is_flag=True, help="Short measurement windows (smoke runs; noisier figures).")
 @click.option("--no-early-stop", is_flag=True, help="Never cut a dominated trial short.")
 @click.option("--confirm", type=click.IntRange(0, 50), default=8, show_default=True, help="Rounds of the final race at most: the configurations tied with the fastest and the baseline measured again, interleaved, until they separate (0: no race; claims then rest on single measurements).")
+@click.option("--workers", type=int, default=1, show_default=True, help="Trials at once on this machine, each worker pinned to its share of the cores.")
+@click.option("--devices", default=None, help="GPUs to use at once, e.g. 0,1,2,3: one trial per GPU, each trial sees only its GPU.")
 def run(
     space_name: str | None,
     study_name: str | None,
@@ -344,95 +346,235 @@ def run(
     quick: bool,
     no_early_stop: bool,
     confirm: int,
+    workers: int,
+    devices: str | None,
     **workload: Any,
 ) -> None:
-    """Tune a model: search the knob space; resume the study if it exists."""
-    import signal
+    """Tune a model: search the knob space; resume the study if it exists.
 
-    from autotune import space as spaces
-    from autotune import storage as stores
-    from autotune import study as S
-    from autotune.errors import SpaceError
-    from autotune.measure import Settings
-    from autotune.runner import Runner
-    from autotune.units import parse_size
+    \b
+    Examples:
+      autotune run --model autotune.examples:cnn --trials 30
+      autotune run --model mypkg.models:build --data mypkg.data:build --time-budget 2h --max-memory 20GiB
+      autotune run --model mypkg.models:build --workers 2 --study mynet      # two trials at a time, cores split
+    """
+    from autotune import daemon, tuning
 
     spec, dev, timeout = workload_from(workload)
-    budget = parse_duration(time_budget, "--time-budget") if time_budget else None
-    memory = parse_size(max_memory, "--max-memory") if max_memory else None
-    if global_batch is not None and global_batch <= 0:
-        raise KnobError("--global-batch must be positive")
-    space = spaces.load(space_name or ("cpu" if dev == "cpu" else "default"))
-    name = study_name or stores.default_study_name(spec.model)
+    if workers < 1:
+        raise KnobError("--workers must be at least 1")
+    gpus = _parse_devices(devices)
+    job = _job(spec, timeout, space_name, trials, time_budget, max_memory, global_batch, sampler, seed, quick, no_early_stop, confirm)
+    name = study_name or _default_study(spec)
     url = _storage_for(name, storage)
-    stores.open_storage(url)  # an unreachable storage fails before any measurement
-
-    runner = Runner(spec, device=dev, timeout_s=timeout, settings=Settings.quick() if quick else Settings(), global_batch=global_batch)
-    probe = runner.probe()
-    ctx = knobs.Context.from_dict(probe["context"])
-    base = S.base_config(ctx, space.fixed, probe["workload"].get("batch_size"))
-    effective = spaces.effective(space, ctx, base)
-    if global_batch:
-        if global_batch % base["batch_size"]:
-            raise KnobError(f"--global-batch {global_batch} is not a multiple of the baseline batch size {base['batch_size']}")
-        dim = effective.search.get("batch_size")
-        if dim is not None:
-            divisors = tuple(v for v in dim.values() if global_batch % v == 0)
-            effective.search["batch_size"] = spaces.Dimension("batch_size", divisors)
-    if not effective.search:
-        raise SpaceError(f"{space.path}: none of its knobs applies to this workload on {dev}: nothing to tune")
-
-    attrs = {
-        "workload": spec.to_dict(),
-        "space": space.to_dict(),
-        "space_hash": space.hash(),
-        "fingerprint": probe["fingerprint"],
-        "device": dev,
-        "context": probe["context"],
-        "global_batch": global_batch,
-    }
-    study, created = stores.create_or_check(name, url, attrs, S.make_sampler(sampler, seed))
-    stored_memory = study.user_attrs.get("max_memory_bytes")
-    if created:
-        study.set_user_attr("max_memory_bytes", memory)
-    elif memory is not None and memory != stored_memory:
-        was = format_bytes(stored_memory) if stored_memory else "no budget"
-        raise StudyError(f"study {name!r} was made with --max-memory {was}; pass the same value, or start a new study with --study {name}-2")
-    memory = memory if created else stored_memory
-    recovered = stores.recover_stale(study, grace_s=2 * timeout + 60)
-
-    options = S.Options(trials=trials, time_budget_s=budget, max_memory_bytes=memory, early_stop=not no_early_stop, race_rounds=confirm)
-    done = len([t for t in study.get_trials(deepcopy=False) if S.is_measured(t)])
+    parallel = workers > 1 or bool(gpus)
+    if gpus:
+        dev = "cuda:0"
+    progress = Progress(trials, job.time_budget_s, 0)
+    prepared = tuning.prepare(job, name, url, dev, on_trial=progress, on_repeat=progress.repeat)
+    progress.done = prepared.measured
     click.echo(
-        f"{'new' if created else 'resuming'} study {name!r} in {_shown(url)}: {done} measured, target {trials}; "
-        f"space {space.name} ({effective.size()} configurations here: {', '.join(effective.search)}); device {dev}"
+        f"{'new' if prepared.created else 'resuming'} study {name!r} in {_shown(url)}: {prepared.measured} measured, target {trials}; "
+        f"space {prepared.space_name} ({prepared.configurations} configurations here: {', '.join(prepared.searched)}); device {dev}"
+        + (f"; {len(gpus) if gpus else workers} workers" if parallel else "")
     )
-    if recovered:
-        n = len(recovered)
-        click.echo(f"re-queued {n} trial{'s' if n > 1 else ''} left running by a stopped process: {', '.join(f'#{t}' for t in recovered)}")
-    progress = Progress(trials, budget, done)
-    tuner = S.Tuner(study, effective, ctx, base, runner.measure, options, on_trial=progress, on_repeat=progress.repeat)
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_term)
-    try:
-        summary = tuner.run()
-    except KeyboardInterrupt:
-        progress.close()
-        click.echo("stopped: the running trial is recorded as interrupted and will be measured again. Run the same command to continue.", err=True)
-        sys.exit(130)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        progress.close()
+    if prepared.recovered:
+        n = len(prepared.recovered)
+        click.echo(f"re-queued {n} trial{'s' if n > 1 else ''} left running by a stopped process: {', '.join(f'#{t}' for t in prepared.recovered)}")
+    summary = _until_stopped(lambda: _run_parallel(prepared, workers, gpus, dev) if parallel else prepared.run(), progress)
     race = summary.race
     raced = f"; race: {race.rounds} rounds, {race.measurements} measurements ({race.stopped})" if race else ""
     click.echo(
         f"done: {summary.reason}; {summary.new} new configurations and {summary.repeats} repeat measurements "
         f"in {format_duration(summary.elapsed_s)}{raced}"
     )
-    _print_status(study, url)
+    _print_status(prepared.study, url)
+
+
+def _parse_devices(devices: str | None) -> list[int]:
+    if not devices:
+        return []
+    try:
+        ids = [int(x) for x in devices.split(",") if x.strip()]
+    except ValueError:
+        raise KnobError(f"--devices {devices!r}: expected GPU numbers such as 0,1,2,3") from None
+    from autotune.hardware import check_device
+
+    for i in ids:
+        check_device(f"cuda:{i}")
+    return ids
+
+
+def _job(spec: Any, timeout: float, space_name: str | None, trials: int, time_budget: str | None, max_memory: str | None,
+         global_batch: int | None, sampler: str, seed: int | None, quick: bool, no_early_stop: bool, confirm: int) -> Any:
+    from autotune import tuning
+    from autotune.units import parse_size
+
+    return tuning.Job(
+        spec=spec, space=space_name, trials=trials,
+        time_budget_s=parse_duration(time_budget, "--time-budget") if time_budget else None,
+        max_memory_bytes=parse_size(max_memory, "--max-memory") if max_memory else None,
+        global_batch=global_batch, sampler=sampler, seed=seed, quick=quick, early_stop=not no_early_stop,
+        confirm=confirm, trial_timeout_s=timeout,
+    )
+
+
+def _default_study(spec: Any) -> str:
+    from autotune import storage as stores
+
+    return stores.default_study_name(spec.model)
+
+
+def _until_stopped(work: Callable[[], Any], progress: Any = None) -> Any:
+    """Run ``work`` with SIGTERM as Ctrl-C; an interrupted trial is recorded and queued again."""
+    import signal
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        return work()
+    except KeyboardInterrupt:
+        if progress is not None:
+            progress.close()
+        click.echo("stopped: the running trial is recorded as interrupted and will be measured again. Run the same command to continue.", err=True)
+        sys.exit(130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if progress is not None:
+            progress.close()
+
+
+def _run_parallel(prepared: Any, workers: int, gpus: list[int], dev: str) -> Any:
+    """``run --workers K``: K worker processes measure; this one waits, then runs the final race."""
+    import signal
+
+    from autotune import daemon
+
+    procs = daemon.spawn_local(prepared.name, prepared.url, workers, gpus, dev)
+    try:
+        for p in procs:
+            p.wait()
+    except KeyboardInterrupt:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait()
+        raise
+    prepared.tuner.options.poll_s = 0.5
+    return prepared.run()  # the budget is spent: this records nothing new but runs the race and the verdict
+
+
+@main.command()
+@click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda:0 if there is one, else cpu).")
+@click.option("--study", "study_name", required=False, default=None, help="The study to join (made by run or submit).")
+@click.option("--storage", default=None, envvar="AUTOTUNE_STORAGE", help="The shared storage URL (PostgreSQL, MySQL, journal:PATH, or a SQLite file on this machine); or the AUTOTUNE_STORAGE variable, which keeps a password off the command line.")
+@click.option("--all", "all_jobs", is_flag=True, help="Be a daemon: work on every submitted job with budget left, and wait for more.")
+@click.option("--cpus", default=None, help="Pin this worker to these cores, e.g. 0-3 or 0,2 (run --workers does it).")
+@click.option("--no-race", is_flag=True, help="Leave the final race to another process (run --workers does it).")
+@click.option("--poll", "poll", default="30s", show_default=True, help="With --all: how often to look for new jobs.")
+@click.option("--exit-when-idle", is_flag=True, help="With --all: stop when no job has budget left instead of waiting.")
+def worker(device: str | None, study_name: str | None, storage: str | None, all_jobs: bool, cpus: str | None, no_race: bool,
+           poll: str, exit_when_idle: bool) -> None:
+    """Measure trials of a shared study, or (--all) of every submitted job, until their budgets are spent.
+
+    \b
+    Examples:
+      autotune worker --study mynet --storage postgresql://tuner@db/autotune
+      autotune worker --all --storage postgresql://tuner@db/autotune          # the daemon
+      autotune worker --all --storage journal:/shared/autotune.log --exit-when-idle
+    """
+    from autotune import daemon
+
+    if not storage:
+        raise KnobError("worker needs --storage URL (the storage the study or jobs live in)")
+    if all_jobs == bool(study_name):
+        raise KnobError("worker: give --study NAME to join one study, or --all to take every submitted job")
+    if cpus:
+        os_cpus = _parse_cpus(cpus)
+        import os
+
+        os.sched_setaffinity(0, os_cpus)
+    dev = resolve_device(device)
+    progress = Progress(0, None, 0)
+
+    def log(line: str) -> None:
+        click.echo(f"{_now()} {line}", err=False)
+
+    def work() -> Any:
+        if all_jobs:
+            return daemon.serve(storage, dev, log, poll_s=parse_duration(poll, "--poll"), exit_when_idle=exit_when_idle,
+                                on_trial=progress, on_repeat=progress.repeat)
+        return daemon.work_on(study_name, storage, dev, log, race=not no_race, on_trial=progress, on_repeat=progress.repeat)
+
+    import signal
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        work()
+    except KeyboardInterrupt:
+        click.echo(f"{_now()} stopped by a signal: the running trial is recorded as interrupted and queued again")
+        return  # exit 0: a daemon stopped on purpose
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    click.echo(f"{_now()} done: no budget left")
+
+
+def _parse_cpus(text: str) -> set[int]:
+    out: set[int] = set()
+    try:
+        for part in text.split(","):
+            if "-" in part:
+                lo, hi = part.split("-")
+                out.update(range(int(lo), int(hi) + 1))
+            elif part.strip():
+                out.add(int(part))
+    except ValueError:
+        raise KnobError(f"--cpus {text!r}: expected cores such as 0-3 or 0,2") from None
+    return out
+
+
+def _now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now().strftime("%H:%M:%S")
+
+
+@main.command()
+@workload_options
+@click.option("--study", "study_name", default=None, help="The job's name (default: derived from --model); studies are named JOB@KIND.")
+@click.option("--storage", required=True, help="The shared storage URL the fleet's workers read.")
+@click.option("--space", "space_name", default=None, help="A search space: a name in search_spaces/ or a TOML path.")
+@click.option("--trials", type=click.IntRange(1, 100000), default=30, show_default=True, help="Measured configurations per hardware kind.")
+@click.option("--time-budget", default=None, help="Stop starting trials this long after a kind's study starts.")
+@click.option("--max-memory", default=None, help="Peak-memory budget, a real constraint (e.g. 20GiB).")
+@click.option("--global-batch", type=int, default=None, help="Keep this effective batch constant (gradient accumulation).")
+@click.option("--sampler", type=click.Choice(["gp", "tpe", "random", "nsga2"]), default="gp", show_default=True)
+@click.option("--seed", type=int, default=None)
+@click.option("--quick", is_flag=True, help="Short measurement windows (smoke runs; noisier figures).")
+@click.option("--no-early-stop", is_flag=True)
+@click.option("--confirm", type=click.IntRange(0, 50), default=8, show_default=True, help="Rounds of the final race at most.")
+def submit(study_name: str | None, storage: str, space_name: str | None, trials: int, time_budget: str | None, max_memory: str | None,
+           global_batch: int | None, sampler: str, seed: int | None, quick: bool, no_early_stop: bool, confirm: int, **workload: Any) -> None:
+    """Record a tuning job in a shared storage and return at once; `autotune worker --all` daemons run it.
+
+    \b
+    Examples:
+      autotune submit --model mypkg.models:build --trials 50 --storage postgresql://tuner@db/autotune
+      autotune submit --model autotune.examples:cnn --study cnn-nightly --storage journal:/shared/autotune.log
+    """
+    from autotune import tuning
+
+    spec, _, timeout = workload_from({**workload, "device": "cpu"})
+    job = _job(spec, timeout, space_name, trials, time_budget, max_memory, global_batch, sampler, seed, quick, no_early_stop, confirm)
+    name = study_name or _default_study(spec)
+    tuning.submit(job, name, storage)
+    click.echo(f"submitted job {name!r} to {_shown(storage)}: {trials} trials per hardware kind; "
+               f"workers (`autotune worker --all --storage ...`) will tune it as study {name}@<kind>")
 
 
 # ---------------------------------------------------------------- list / status / export
@@ -448,7 +590,7 @@ def _status_doc(study: Any) -> dict[str, Any]:
     failures: dict[str, dict[str, Any]] = {}
     for t in study.get_trials(deepcopy=False):
         outcome = t.user_attrs.get("outcome")
-        if outcome in (None, "ok") or t.user_attrs.get("duplicate_of") is not None:
+        if outcome in (None, "ok", "skipped") or t.user_attrs.get("duplicate_of") is not None:
             continue
         entry = failures.setdefault(outcome, {"count": 0, "trials": [], "example": ""})
         entry["count"] += 1
@@ -491,18 +633,23 @@ def _print_status(study: Any, url: str) -> None:
 @click.option("--storage", default=None, help="A storage URL (default: every studies/*.db).")
 @click.option("--json", "as_json", is_flag=True)
 def list_cmd(storage: str | None, as_json: bool) -> None:
-    """List studies: trials done, best samples/s, fingerprint."""
-    import optuna
+    """List jobs and studies: budget, trials measured, running, failed, workers seen lately, speed-up.
 
+    \b
+    Examples:
+      autotune list
+      autotune list --storage postgresql://tuner@db/autotune
+      autotune list --storage journal:/shared/autotune.log --json
+    """
     from autotune import hardware
     from autotune import storage as stores
+
+    from autotune import tuning
 
     urls = [storage] if storage else [f"sqlite:///{p}" for p in sorted(stores.STUDIES_DIR.glob("*.db"))]
     docs = []
     for url in urls:
-        store = stores.open_storage(url)
-        for name in stores.study_names(store):
-            doc = stores.summary(optuna.load_study(study_name=name, storage=store))
+        for doc in tuning.listing(url):
             doc["storage"] = _shown(url)
             docs.append(doc)
     if as_json:
@@ -514,12 +661,17 @@ def list_cmd(storage: str | None, as_json: bool) -> None:
     from rich.table import Table
 
     table = Table()
-    for col in ("study", "trials", "recommended samples/s", "speed-up (90%)", "verdict", "machine", "storage"):
+    for col in ("study", "measured / budget", "running", "failed", "workers", "speed-up (90%)", "verdict", "machine", "storage"):
         table.add_column(col, overflow="fold")
     for d in docs:
+        if d["kind"] == "job":
+            table.add_row(f"{d['study']} (job)", f"- / {d['budget']} per kind", "-", "-", "-", "-",
+                          f"studies: {', '.join(d['studies']) or 'none yet'}", "-", d["storage"])
+            continue
         speed = d["speedup"]["text"] if d["speedup"] else "-"
-        table.add_row(d["study"], str(d["trials"]), format_rate(d["best_samples_per_s"]), speed, d["verdict"].replace("_", " "),
-                      hardware.short(d["fingerprint"]), d["storage"])
+        budget = f"{d['measured']} / {d['budget']}" if d.get("budget") else str(d["measured"])
+        table.add_row(d["study"], budget, str(d["running"]), str(d["failed"]), str(d["workers_recently"]), speed,
+                      d["verdict"].replace("_", " "), hardware.short(d["fingerprint"]), d["storage"])
     console().print(table)
 
 
@@ -546,15 +698,40 @@ def status(study_name: str, storage: str | None, as_json: bool) -> None:
 @click.option("--storage", default=None, help="Storage URL (default: sqlite:///studies/<study>.db).")
 @click.option("-o", "--output", default=None, help="Write the JSON here (default: print it).")
 @click.option("--allow-no-gain", is_flag=True, help="With --pick fastest: export the fastest-looking configuration even when nothing beats the defaults beyond the noise (the verdict is recorded).")
-def export(study_name: str, pick: str, max_memory: str | None, storage: str | None, output: str | None, allow_no_gain: bool) -> None:
-    """Export a configuration of the front as JSON, for autotune.load_config()."""
+@click.option("--format", "fmt", type=click.Choice(["json", "hf-trainer", "lightning", "accelerate"]), default="json", show_default=True,
+              help="json (autotune.load_config), hf-trainer (TrainingArguments), lightning (Trainer + DataLoader), accelerate (a config file).")
+def export(study_name: str, pick: str, max_memory: str | None, storage: str | None, output: str | None, allow_no_gain: bool,
+           fmt: str) -> None:
+    """Export a configuration: JSON for autotune.load_config(), or arguments for Hugging Face Trainer,
+    Lightning or Accelerate (what a framework cannot express is listed, never dropped).
+
+    \b
+    Examples:
+      autotune export mynet --pick fastest -o best.json
+      autotune export mynet --format hf-trainer -o training_args.py
+      autotune export mynet --pick smallest --max-memory 20GiB --format lightning
+    """
     from autotune import config as C
+    from autotune import frameworks
     from autotune import storage as stores
     from autotune.units import parse_size
 
+    frameworks.check_format(fmt)
     url = _storage_for(study_name, storage)
     study = stores.load(study_name, url)
     doc = C.export(study, pick, parse_size(max_memory, "--max-memory") if max_memory else None, _shown(url), allow_no_gain=allow_no_gain)
+    if fmt != "json":
+        rendered = frameworks.text(doc, fmt)
+        if output is None:
+            click.echo(rendered, nl=False)
+            return
+        from pathlib import Path
+
+        Path(output).write_text(rendered)
+        missing = frameworks.render(doc, fmt)["not_expressible"]
+        click.echo(f"wrote {output}: {fmt} arguments for trial #{doc['study']['trial']} ({doc['speedup']['text'] if doc['speedup'] else '-'} the defaults)"
+                   + (f"; by hand (the framework cannot express them): {', '.join(m['knob'] for m in missing)}" if missing else ""))
+        return
     if output is None:
         click.echo(json.dumps(doc, indent=2, default=str))
         return

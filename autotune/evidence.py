@@ -321,9 +321,18 @@ class Evidence:
         return Verdict("gain", winner, leader, s, tied, confirmed, choice.simpler_than_leader, text)
 
     def time_spent(self) -> dict[str, float]:
-        """Wall time of every run session on the study, and of its trials."""
+        """Wall-clock time during which any process worked on the study (overlapping workers count once)."""
         sessions = [v for k, v in self.attrs.items() if k.startswith(SESSION) and isinstance(v, Mapping)]
-        return {"wall_s": sum(float(s.get("elapsed_s") or 0.0) for s in sessions), "sessions": float(len(sessions))}
+        spans = sorted(
+            (float(s["started_at"]), float(s["started_at"]) + float(s.get("elapsed_s") or 0.0)) for s in sessions if s.get("started_at")
+        )
+        wall, end = 0.0, float("-inf")
+        for a, b in spans:
+            if b > end:
+                wall += b - max(a, end)
+                end = b
+        wall += sum(float(s.get("elapsed_s") or 0.0) for s in sessions if not s.get("started_at"))
+        return {"wall_s": wall, "sessions": float(len(sessions))}
 
     def to_dict(self) -> dict[str, Any]:
         """Noise, verdict and front rows: what ``status --json`` and exports carry."""

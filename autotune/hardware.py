@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 from typing import Any
 
@@ -97,7 +98,8 @@ def fingerprint(device: str) -> dict[str, Any]:
         "driver": None,
         "python": platform.python_version(),
         "cpu_model": _cpu_model(),
-        "cpu_count": cpu_count(),
+        "cpu_count": os.cpu_count() or cpu_count(),  # the machine's: a worker pinned to a share is the same kind
+        "cpus_available": cpu_count(),
     }
     if dev.type == "cuda":
         info["device_name"] = torch.cuda.get_device_name(dev)

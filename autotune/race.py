@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping
 import optuna
 
 from autotune import result as R
+from autotune import storage
 from autotune.evidence import RACE, Evidence, is_measured, record_measurement
 
 #: ``evaluate(config)`` -> a TrialResult; measures in a fresh process.
@@ -107,6 +108,8 @@ def run_race(
     latest = _state(study)
     if latest and latest[1].get("measured") == measured:
         race_id, record = latest
+        if not record.get("done") and _owned_elsewhere(record):
+            return None  # another live process runs this race
         extend = str(record.get("stopped", "")).startswith("budget") and rounds > int(record.get("rounds_run") or 0)
         if record.get("done") and not extend:
             return None
@@ -116,7 +119,8 @@ def run_race(
         if not candidates:
             return None
         race_id = uuid.uuid4().hex[:8]
-        record = {"candidates": candidates, "measured": measured, "rounds": rounds, "started": time.time(), "done": False}
+        record = {"candidates": candidates, "measured": measured, "rounds": rounds, "started": time.time(), "done": False,
+                  "owner": storage.owner()}
         study.set_user_attr(RACE + race_id, record)
     report = RaceReport(race_id, candidates)
     prefix = f"race-{race_id}-"
@@ -153,6 +157,19 @@ def run_race(
     record = {**record, "done": True, "stopped": report.stopped, "rounds_run": report.rounds, "eliminated": {str(k): v for k, v in report.eliminated.items()}}
     study.set_user_attr(RACE + race_id, record)
     return report
+
+
+def _owned_elsewhere(record: Mapping[str, Any]) -> bool:
+    """The race was started by another process that is still alive (same host) or recently started (another host)."""
+    who = record.get("owner") or {}
+    if not who:
+        return False
+    me = storage.owner()
+    if (who.get("host"), who.get("pid")) == (me["host"], me["pid"]):
+        return False
+    if who.get("host") == me["host"]:
+        return storage._pid_alive(int(who.get("pid", -1)))
+    return me["started"] - float(who.get("started", 0)) < 6 * 3600
 
 
 def _futile(s: Any, done: int, budget: int) -> bool:

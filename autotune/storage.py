@@ -113,7 +113,12 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
         if not db_path.parent.is_dir():
             raise StorageError(f"storage {redact(url)!r}: folder {db_path.parent} does not exist")
     try:
-        return optuna.storages.RDBStorage(_with_installed_driver(url), engine_kwargs=_engine_kwargs(url))
+        return optuna.storages.RDBStorage(
+            _with_installed_driver(url),
+            engine_kwargs=_engine_kwargs(url),
+            heartbeat_interval=HEARTBEAT_S,  # recorded while each trial runs (study.Tuner)
+            grace_period=GRACE_S,
+        )
     except ImportError as exc:
         raise StorageError(f"storage {redact(url)!r}: a database driver is missing ({exc}); for PostgreSQL: pip install -e '.[postgres]'") from None
     except Exception as exc:  # sqlalchemy errors, bad URLs, unreachable servers
@@ -140,6 +145,25 @@ def _with_installed_driver(url: str) -> str:
     except Exception:  # noqa: BLE001 - RDBStorage reports what is wrong with the URL
         pass
     return url
+
+
+def kind(fingerprint: Mapping[str, Any]) -> str:
+    """A short name for a hardware kind (device model, count, torch), for per-kind study names."""
+    import re as _re
+
+    name = str(fingerprint.get("device_name") or fingerprint.get("cpu_model") or "unknown")
+    count = fingerprint.get("device_count") or 1
+    if fingerprint.get("device_type") == "cuda" and count > 1:
+        name = f"{count}x-{name}"
+    if fingerprint.get("device_type") != "cuda":
+        name = f"cpu-{name}-{fingerprint.get('cpu_count')}c"
+    torch_version = str(fingerprint.get("torch") or "").split("+")[0]
+    slug = _re.sub(r"[^a-z0-9.]+", "-", f"{name}-torch{torch_version}".lower()).strip("-")
+    return slug[:80]
+
+
+HEARTBEAT_S = int(os.environ.get("AUTOTUNE_HEARTBEAT_S", "10"))
+GRACE_S = int(os.environ.get("AUTOTUNE_HEARTBEAT_GRACE_S", "60"))
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:
@@ -254,22 +278,52 @@ def is_stale(trial: optuna.trial.FrozenTrial, grace_s: float) -> bool:
 
 
 def recover_stale(study: optuna.Study, grace_s: float) -> list[int]:
-    """Mark stale RUNNING trials as interrupted (FAIL) and queue their configurations again."""
+    """Mark stale RUNNING trials as interrupted (FAIL) and queue their configurations again.
+
+    On RDB storages Optuna's heartbeats decide (``fail_stale_trials``; :func:`requeue_stale`),
+    plus, at once, a trial of this host whose process is gone. On the journal storage (no
+    heartbeats): this host's dead processes, and other hosts' trials older than ``grace_s``.
+    """
+    from optuna.storages._heartbeat import is_heartbeat_enabled
+
     recovered = []
     storage = study._storage
+    beats = is_heartbeat_enabled(storage)
+    if beats:
+        # Optuna's own test of staleness (heartbeat older than the grace period, by the database's
+        # clock); its fail_stale_trials fails a trial before the callback can record why, so the
+        # recording is done here, in the same order as for a dead process.
+        for trial_id in storage._get_stale_trial_ids(study._study_id):
+            number = _requeue(study, storage.get_trial(trial_id), "its worker stopped sending heartbeats")
+            if number is not None:
+                recovered.append(number)
+    here = socket.gethostname()
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        who = trial.system_attrs.get("autotune:owner") or {}
+        if beats and who.get("host") not in (None, here):
+            continue  # another host's trial: its heartbeat says whether it is alive
         if not is_stale(trial, grace_s):
             continue
-        storage.set_trial_user_attr(trial._trial_id, "outcome", "interrupted")
-        storage.set_trial_user_attr(trial._trial_id, "error", {"type": "Interrupted", "message": "the process running it stopped"})
-        try:
-            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-        except Exception:  # noqa: BLE001 - finished by someone else meanwhile
-            continue
-        role = trial.user_attrs.get("role", "search")
-        study.enqueue_trial(dict(trial.params), user_attrs={"role": role, "requeued_from": trial.number})
-        recovered.append(trial.number)
+        number = _requeue(study, trial, "the process running it stopped")
+        if number is not None:
+            recovered.append(number)
     return recovered
+
+
+def _requeue(study: optuna.Study, trial: optuna.trial.FrozenTrial, why: str) -> int | None:
+    """Record a stale RUNNING trial as interrupted (FAIL) and queue its configuration again; None if
+    another process finished or recovered it meanwhile."""
+    storage = study._storage
+    try:
+        storage.set_trial_user_attr(trial._trial_id, "outcome", "interrupted")
+        storage.set_trial_user_attr(trial._trial_id, "error", {"type": "Interrupted", "message": why})
+        if not storage.set_trial_state_values(trial._trial_id, TrialState.FAIL):
+            return None
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return None
+    role = trial.user_attrs.get("role", "search")
+    study.enqueue_trial(dict(trial.params), user_attrs={"role": role, "requeued_from": trial.number})
+    return trial.number
 
 
 # ---------------------------------------------------------------- summaries
@@ -289,9 +343,23 @@ def summary(study: optuna.Study, evidence: Any = None) -> dict[str, Any]:
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
     verdict = ev.verdict()
     shown = verdict.winner if verdict.state == "gain" else verdict.leader
+    now = dt.datetime.now(dt.timezone.utc).timestamp()
+    workers = {
+        (who.get("host"), who.get("pid"))
+        for t in trials
+        if (who := t.system_attrs.get("autotune:owner")) and now - float(who.get("started", 0)) < 15 * 60
+    }
+    job = study.user_attrs.get("job") or {}
     return {
         "study": study.study_name,
+        "kind": "study",
+        "job_of": study.user_attrs.get("job_of"),
+        "budget": job.get("trials"),
         "trials": sum(outcomes.values()),
+        "measured": sum(n for o, n in outcomes.items() if o not in ("interrupted", "skipped", "running", "waiting")),
+        "running": sum(1 for t in trials if t.state == TrialState.RUNNING),
+        "failed": sum(n for o, n in outcomes.items() if o not in ("ok", "interrupted", "skipped", "running", "waiting")),
+        "workers_recently": len(workers),
         "outcomes": outcomes,
         "best_samples_per_s": ev.samples_per_s(shown) if shown is not None else None,
         "baseline_samples_per_s": ev.baseline.samples_per_s if ev.baseline else None,

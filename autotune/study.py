@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import optuna
+from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from autotune import knobs, race, storage
@@ -47,10 +48,13 @@ from autotune.space import Space
 from autotune.stats import Ratio
 
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+# Heartbeats are recorded by hand around each trial (Heartbeat below), which Optuna's ask() does not know.
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 
 SAMPLERS = ("tpe", "gp", "random", "nsga2")
 DEFAULT_SAMPLER = "gp"  # from benchmarks/search_efficiency.py: best share of the grid optimum after 20 trials
 DEFAULT_RACE_ROUNDS = 8
+SKIPPED = "skipped"  # a trial given up because another process measures its configuration, or the budget is full
 
 #: ``evaluate(config, dominators, cut_margin)`` measures one configuration in a fresh process.
 Evaluate = Callable[[Mapping[str, Any], Sequence[tuple[float, float]], "float | None"], R.TrialResult]
@@ -89,6 +93,10 @@ class Options:
     floor_repeats: int = race.FLOOR_REPEATS  # the baseline again in this many processes, early
     race_rounds: int = DEFAULT_RACE_ROUNDS  # at most this many rounds of the final race (--confirm; 0: none)
     race_candidates: int = race.MAX_CANDIDATES
+    deadline: float | None = None  # epoch seconds: no trial starts after it (a fleet's --time-budget)
+    placement: dict[str, Any] = field(default_factory=dict)  # the device and cores this process measures on
+    stale_grace_s: float = 660.0  # a trial of another host with no heartbeat is stale after this long
+    poll_s: float = 2.0  # while other processes' trials finish the budget
 
 
 @dataclass
@@ -143,6 +151,7 @@ class Session:
         self.key = f"{SESSION}{uuid.uuid4().hex[:8]}"
         self.start = time.monotonic()
         self.started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        self.started_at = time.time()
 
     @property
     def elapsed_s(self) -> float:
@@ -150,7 +159,8 @@ class Session:
 
     def save(self) -> None:
         self.study.set_user_attr(
-            self.key, {"host": socket.gethostname(), "pid": os.getpid(), "started": self.started, "elapsed_s": round(self.elapsed_s, 3)}
+            self.key, {"host": socket.gethostname(), "pid": os.getpid(), "started": self.started, "started_at": self.started_at,
+             "elapsed_s": round(self.elapsed_s, 3)}
         )
 
 
@@ -348,15 +358,25 @@ class Tuner:
                 if opts.floor_repeats and race.floor_missing(self.study, opts.floor_repeats):
                     race.measure_floor(self.study, self._repeat, opts.floor_repeats, self._on_repeat)
                     session.save()
-                if summary.measured >= opts.trials:
-                    summary.reason = f"the study holds {summary.measured} measured configurations (--trials {opts.trials})"
+                storage.recover_stale(self.study, opts.stale_grace_s)
+                measured, running = self._budget_counts()
+                summary.measured = measured
+                if measured >= opts.trials:
+                    summary.reason = f"the study holds {measured} measured configurations (--trials {opts.trials})"
                     break
-                if opts.time_budget_s is not None and session.elapsed_s >= opts.time_budget_s:
+                if (opts.time_budget_s is not None and session.elapsed_s >= opts.time_budget_s) or (
+                    opts.deadline is not None and time.time() >= opts.deadline
+                ):
                     summary.reason = "time budget spent"
                     break
+                if measured + running >= opts.trials:  # the rest of the budget is being measured elsewhere
+                    time.sleep(opts.poll_s)
+                    continue
                 self.enqueue_seeds()
                 rec, resolved, trial_id = self._one_trial(cache)
                 session.save()
+                if rec is None:  # another process measures it, or the budget filled up meanwhile
+                    continue
                 summary.records.append(rec)
                 if self.on_trial:
                     self.on_trial(rec)
@@ -369,7 +389,7 @@ class Tuner:
                     continue
                 repeats = 0
                 cache[resolved.key()] = self.study._storage.get_trial(trial_id)
-                summary.measured += 1
+                summary.measured = self._budget_counts()[0]
                 summary.new += 1
             if opts.race_rounds > 0:
                 summary.race = race.run_race(self.study, self._repeat, opts.race_rounds, opts.race_candidates, on_measure=self._on_repeat)
@@ -380,29 +400,136 @@ class Tuner:
         summary.verdict = Evidence.of(self.study).verdict()
         return summary
 
-    def _one_trial(self, cache: Mapping[str, FrozenTrial]) -> tuple[TrialRecord, knobs.Resolved, int]:
+    # ------------------------------------------------------------ sharing a study with other processes
+
+    def _claims(self) -> list[FrozenTrial]:
+        """Trials that measured, or are measuring, a configuration of the budget (any process)."""
+        out = []
+        for t in self.study.get_trials(deepcopy=False):
+            if t.user_attrs.get("duplicate_of") is not None or "config_key" not in t.user_attrs:
+                continue
+            if t.state == TrialState.RUNNING or is_measured(t):
+                out.append(t)
+        return out
+
+    def _budget_counts(self) -> tuple[int, int]:
+        """(measured configurations, configurations being measured now by any process)."""
+        claims = self._claims()
+        running = sum(1 for t in claims if t.state == TrialState.RUNNING)
+        return len(claims) - running, running
+
+    def _skip(self, trial: Trial, role: str, why: str) -> None:
+        """Give a trial up without measuring: not counted, not learned from (PRUNED), not queued again."""
+        trial.set_user_attr("outcome", SKIPPED)
+        trial.set_user_attr("role", role)
+        trial.set_user_attr("error", {"type": "Skipped", "message": why})
+        self.study.tell(trial, state=TrialState.PRUNED)
+
+    def _claim(self, trial: Trial, role: str, resolved: knobs.Resolved) -> FrozenTrial | str | None:
+        """Claim a configuration through the storage before measuring it.
+
+        Returns a measured trial to answer from, a reason to skip, or None (measure it).
+        The lowest-numbered claim of a configuration wins, and only the first ``trials``
+        claims by number are measured: every process reaches the same answer from the
+        storage, so no configuration is measured twice and the budget holds for the fleet.
+        """
+        me = storage.owner()
+        trial.set_user_attr("config_key", resolved.key())
+        trial.set_user_attr("role", role)
+        mine = self.study._storage.get_trial(trial._trial_id)
+        who = mine.system_attrs.get("autotune:owner") or {}
+        if (who.get("host"), who.get("pid")) != (me["host"], me["pid"]):
+            return "taken"  # SQLite handed this queued trial to two processes: the other one measures it
+        earlier = [t for t in self._claims() if t.number < trial.number]
+        for t in earlier:
+            if t.user_attrs.get("config_key") == resolved.key():
+                return t if t.state != TrialState.RUNNING else f"#{t.number} is measuring the same configuration"
+        # Earlier trials still choosing their configuration may claim the budget too: count them
+        # (one that turns out a cache answer leaves room that a later trial takes).
+        undecided = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                     if t.number < trial.number and "config_key" not in t.user_attrs]
+        if len(earlier) + len(undecided) >= self.options.trials:
+            return f"the budget of {self.options.trials} configurations is taken"
+        return None
+
+    def _one_trial(self, cache: Mapping[str, FrozenTrial]) -> tuple[TrialRecord | None, knobs.Resolved | None, int]:
         trial = self.study.ask()
         role = trial.user_attrs.get("role", "search")
         params: dict[str, Any] = {}
         try:
             self.study._storage.set_trial_system_attr(trial._trial_id, "autotune:owner", storage.owner())
+            if self.options.placement:
+                trial.set_user_attr("placement", self.options.placement)
             params = self.suggest(trial)
             resolved = knobs.resolve({**self.base, **params}, self.ctx)
             hit = cache.get(resolved.key())
             if hit is not None:
                 return self.record_duplicate(trial, role, resolved, hit), resolved, trial._trial_id
+            claim = self._claim(trial, role, resolved)
+            if claim == "taken":
+                return None, None, trial._trial_id
+            if isinstance(claim, str):
+                self._skip(trial, role, claim)
+                return None, None, trial._trial_id
+            if claim is not None:
+                return self.record_duplicate(trial, role, resolved, claim), resolved, trial._trial_id
             dominators: list[tuple[float, float]] = []
             margin = None
             if self.options.early_stop and role == "search":
                 ev = Evidence.of(self.study)
                 dominators = [(ev.configs[n].samples_per_s, float(ev.configs[n].peak_memory_bytes)) for n in ev.front()]
                 margin = ev.cut_margin(self.options.cut_margin)
-            result = self.evaluate(resolved.config, dominators, margin)
-            return self.record(trial, role, resolved, result), resolved, trial._trial_id
+            with Heartbeat(trial._trial_id, self.study._storage):
+                result = self.evaluate(resolved.config, dominators, margin)
+            try:
+                return self.record(trial, role, resolved, result), resolved, trial._trial_id
+            except optuna.exceptions.UpdateFinishedTrialError:
+                # Its heartbeats lapsed (the database was away) and another worker re-queued it:
+                # the queued copy will be measured; this measurement is dropped, never doubled.
+                return None, None, trial._trial_id
         except KeyboardInterrupt:
             if self.study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
                 self.interrupted(trial, role, params or dict(trial.params))
             raise
+
+
+class Heartbeat:
+    """Records Optuna heartbeats for a running trial (RDB storages), so other workers can tell it is alive.
+
+    Optuna records them only inside ``study.optimize``; the ask/tell loop does it here. A
+    failed heartbeat (the database is away for a moment) is skipped, never a traceback:
+    the trial goes on, and if the outage outlasts the grace period another worker re-queues it.
+    """
+
+    def __init__(self, trial_id: int, store: optuna.storages.BaseStorage) -> None:
+        import threading
+
+        self.trial_id = trial_id
+        self.store = store
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name="autotune-heartbeat", daemon=True)
+        self.enabled = isinstance(store, BaseHeartbeat) and is_heartbeat_enabled(store)
+
+    def _beat(self) -> None:
+        assert isinstance(self.store, BaseHeartbeat)
+        interval = self.store.get_heartbeat_interval() or 10
+        while True:
+            try:
+                self.store.record_heartbeat(self.trial_id)
+            except Exception:  # noqa: BLE001 - the database is away: try again at the next beat
+                pass
+            if self.stop.wait(interval):
+                return
+
+    def __enter__(self) -> Heartbeat:
+        if self.enabled:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop.set()
+        if self.enabled:
+            self.thread.join(timeout=5)
 
 
 def baseline_measured(study: optuna.Study) -> bool:

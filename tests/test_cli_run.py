@@ -62,7 +62,7 @@ def test_second_run_adds_trials(mlp_study):
 def test_status_and_list(mlp_study):
     url, _ = mlp_study
     res = invoke("status", "mlp", "--storage", url)
-    assert res.exit_code == 0 and "Pareto front" in res.output and "baseline" in res.output
+    assert res.exit_code == 0 and "Pareto front" in res.output and "defaults" in res.output and "verdict:" in res.output
     doc = json.loads(invoke("status", "mlp", "--storage", url, "--json").output)
     assert doc["front"] and doc["outcomes"]["ok"] >= 12 and doc["front"][0]["speedup"]["estimate"] > 0
     assert doc["verdict"]["text"] and doc["noise"]["df"] >= 2 and "noise between processes here" in res.output

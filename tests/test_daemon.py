@@ -1,0 +1,203 @@
+"""Workers sharing studies through a real storage: PostgreSQL (tests/conftest.py's server), the journal
+file and SQLite; kill -9, SIGTERM and a database outage in the middle of a study.
+
+Every worker is a real ``autotune worker`` process; the workload is the tiny model of
+tests/failing_workloads.py with short measurement windows, so 20 trials take seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from click.testing import CliRunner
+
+from autotune import daemon, storage
+from autotune.cli import main
+from autotune.evidence import is_measured
+
+TESTS = Path(__file__).parent
+SPACE = "[search]\nprecision = ['fp32', 'bf16']\nbatch_size = { low = 8, high = 256, step = 8 }\n"
+pytestmark = pytest.mark.slow
+
+
+def env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+        "AUTOTUNE_HEARTBEAT_S": "1",
+        "AUTOTUNE_HEARTBEAT_GRACE_S": "5",
+    }
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autotune.cli", *args], cwd=cwd, env=env(), capture_output=True, text=True, timeout=600)
+
+
+def start(*args: str, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "autotune.cli", *args], cwd=cwd, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def submit(url: str, tmp_path: Path, name: str = "job", trials: int = 20, model: str = "failing_workloads:tiny") -> None:
+    (tmp_path / "space.toml").write_text(SPACE)
+    res = cli("submit", "--model", model, "--space", str(tmp_path / "space.toml"), "--study", name, "--storage", url,
+              "--trials", str(trials), "--quick", "--no-early-stop", "--confirm", "0", "--seed", "1", "--sampler", "tpe", cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def kind_study(url: str, job: str = "job") -> optuna.Study:
+    names = [n for n in storage.study_names(storage.open_storage(url)) if n.startswith(job + "@")]
+    assert len(names) == 1, names
+    return optuna.load_study(study_name=names[0], storage=storage.open_storage(url))
+
+
+def assert_exact(study: optuna.Study, n: int) -> None:
+    """Exactly ``n`` distinct configurations measured: none lost, none doubled, nothing left running."""
+    trials = study.get_trials(deepcopy=False)
+    measured = [t for t in trials if is_measured(t)]
+    keys = [t.user_attrs["config_key"] for t in measured]
+    assert len(measured) == n, [(t.number, t.state, t.user_attrs.get("outcome")) for t in trials]
+    assert len(set(keys)) == n, "a configuration was measured twice"
+    assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+
+
+def wait_for_trial(url: str, min_done: int, timeout: float = 120, pids: set[int] | None = None) -> optuna.Study:
+    """Until ``min_done`` configurations are measured and a trial (of one of ``pids``) is being measured."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            study = kind_study(url)
+            done = sum(1 for t in study.get_trials(deepcopy=False) if is_measured(t))
+            running = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.RUNNING and "config_key" in t.user_attrs
+                       and (pids is None or (t.system_attrs.get("autotune:owner") or {}).get("pid") in pids)]
+            if done >= min_done and running:
+                return study
+        except (AssertionError, Exception):  # noqa: BLE001 - not created yet
+            pass
+        time.sleep(0.1)
+    raise AssertionError("no trial started")
+
+
+def run_workers(url: str, tmp_path: Path, n: int = 3) -> list[subprocess.Popen]:
+    return [start("worker", "--all", "--storage", url, "--exit-when-idle", "--poll", "1", cwd=tmp_path) for _ in range(n)]
+
+
+def finish(procs: list[subprocess.Popen]) -> list[str]:
+    outs = []
+    for p in procs:
+        out, _ = p.communicate(timeout=600)
+        assert p.returncode == 0, out
+        assert "Traceback" not in out, out
+        outs.append(out)
+    return outs
+
+
+def test_three_workers_finish_a_20_trial_job_exactly_on_postgres(postgres_url, tmp_path):
+    submit(postgres_url, tmp_path)
+    outs = finish(run_workers(postgres_url, tmp_path))
+    study = kind_study(postgres_url)
+    assert_exact(study, 20)
+    hosts = {(t.user_attrs["placement"]["host"], tuple(t.user_attrs["placement"]["cpus"])) for t in study.trials if "placement" in t.user_attrs}
+    assert hosts  # the study records where each trial ran
+    assert sum(out.count(" ok ") for out in outs) >= 20
+    listing = CliRunner().invoke(main, ["list", "--storage", postgres_url])
+    assert listing.exit_code == 0 and "job (job)" in listing.output and "20 / 20" in listing.output
+    from sqlalchemy.engine import make_url
+
+    assert make_url(postgres_url).password not in listing.output
+
+
+def test_kill_9_of_a_worker_mid_trial_is_requeued_and_finished_by_another(postgres_url, tmp_path):
+    submit(postgres_url, tmp_path, model="failing_workloads:slow")
+    procs = run_workers(postgres_url, tmp_path)
+    study = wait_for_trial(postgres_url, min_done=3, pids={procs[0].pid})
+    victim = procs[0]
+    victim.kill()
+    victim.communicate(timeout=60)
+    finish(procs[1:])
+    study = kind_study(postgres_url)
+    assert_exact(study, 20)
+    stale = [t for t in study.trials if t.user_attrs.get("outcome") == "interrupted"]
+    assert len(stale) == 1, "the killed worker's trial was not found"
+    for t in stale:
+        assert any(u.user_attrs.get("requeued_from") == t.number and is_measured(u) for u in study.trials)
+
+
+def test_journal_storage_with_three_processes_and_a_kill_9(tmp_path):
+    url = f"journal:{tmp_path}/fleet.log"
+    submit(url, tmp_path, model="failing_workloads:slow")
+    procs = run_workers(url, tmp_path)
+    wait_for_trial(url, min_done=3, pids={procs[1].pid})
+    procs[1].kill()
+    procs[1].communicate(timeout=60)
+    finish([procs[0], procs[2]])
+    study = kind_study(url)
+    assert_exact(study, 20)
+
+
+def test_sigterm_of_a_daemon_mid_trial_requeues_it_and_exits_cleanly(postgres_url, tmp_path):
+    submit(postgres_url, tmp_path, trials=6, model="failing_workloads:slow")
+    (proc,) = run_workers(postgres_url, tmp_path, 1)
+    study = wait_for_trial(postgres_url, min_done=1, pids={proc.pid})
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert "stopped by a signal" in out and "Traceback" not in out
+    study = kind_study(postgres_url)
+    stopped = [t for t in study.trials if t.user_attrs.get("outcome") == "interrupted"]
+    assert len(stopped) == 1
+    waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert [t.user_attrs.get("requeued_from") for t in waiting] == [stopped[0].number]
+    finish(run_workers(postgres_url, tmp_path, 1))
+    assert_exact(kind_study(postgres_url), 6)
+
+
+def test_workers_carry_on_through_a_database_outage(postgres_url, postgres_server, tmp_path):
+    submit(postgres_url, tmp_path, trials=12, model="failing_workloads:slow")
+    procs = run_workers(postgres_url, tmp_path, 2)
+    wait_for_trial(postgres_url, min_done=2)
+    with postgres_server.down(seconds=4):
+        time.sleep(1)
+    outs = finish(procs)
+    assert any("storage unreachable" in out for out in outs), outs
+    assert_exact(kind_study(postgres_url), 12)
+
+
+def test_two_runs_on_one_sqlite_study_share_it_without_double_counting(tmp_path):
+    (tmp_path / "space.toml").write_text(SPACE)
+    url = f"sqlite:///{tmp_path}/shared.db"
+    args = ["run", "--model", "failing_workloads:slow", "--space", str(tmp_path / "space.toml"), "--study", "shared",
+            "--storage", url, "--trials", "10", "--quick", "--no-early-stop", "--confirm", "0", "--seed", "2", "--sampler", "tpe"]
+    first = start(*args, cwd=tmp_path)
+    time.sleep(3)
+    second = start(*args, cwd=tmp_path)
+    finish([first, second])
+    assert_exact(optuna.load_study(study_name="shared", storage=url), 10)
+
+
+def test_a_worker_of_another_machine_kind_refuses_to_join(tmp_path):
+    (tmp_path / "space.toml").write_text(SPACE)
+    url = f"sqlite:///{tmp_path}/s.db"
+    res = cli("run", "--model", "failing_workloads:tiny", "--space", str(tmp_path / "space.toml"), "--study", "s", "--storage", url,
+              "--trials", "2", "--quick", "--confirm", "0", cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    study = optuna.load_study(study_name="s", storage=url)
+    fp = dict(study.user_attrs["fingerprint"], device_name="Other CPU", cpu_model="Other CPU")
+    study.set_user_attr("fingerprint", fp)
+    res = cli("worker", "--study", "s", "--storage", url, cwd=tmp_path)
+    assert res.returncode == 2 and "hardware/software differ" in res.stderr and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_shares_split_the_cores():
+    assert daemon.shares(2, [0, 1]) == [[0], [1]]
+    assert daemon.shares(2, [0, 1, 2, 3, 4]) == [[0, 1, 2], [3, 4]]
+    with pytest.raises(Exception, match="one worker needs one"):
+        daemon.shares(3, [0, 1])
