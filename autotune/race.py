@@ -27,7 +27,7 @@ import optuna
 
 from autotune import result as R
 from autotune import storage
-from autotune.evidence import RACE, Evidence, is_measured, record_measurement
+from autotune.evidence import MEASUREMENT, RACE, Evidence, is_measured, record_measurement
 
 #: ``evaluate(config)`` -> a TrialResult; measures in a fresh process.
 Measure = Callable[[Mapping[str, Any]], R.TrialResult]
@@ -127,7 +127,8 @@ def run_race(
     base = ev.baseline.number
     while True:
         ev = Evidence.of(study)
-        done = {r for r, _ in ev.baseline.repeats if r.startswith(prefix)} if ev.baseline else set()  # type: ignore[union-attr]
+        # rounds begun (a failed measurement counts too, so a failing configuration cannot loop forever)
+        done = {k[len(MEASUREMENT):].rpartition(":")[0] for k in ev.attrs if k.startswith(MEASUREMENT + prefix)}
         report.rounds = len(done)
         alive = _alive(ev, candidates, report)
         if not alive:

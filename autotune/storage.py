@@ -112,12 +112,16 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
             db_path.parent.mkdir(parents=True, exist_ok=True)
         if not db_path.parent.is_dir():
             raise StorageError(f"storage {redact(url)!r}: folder {db_path.parent} does not exist")
+    # Heartbeats on database servers only: a SQLite file is shared by processes of one host, whose
+    # liveness is checked by pid (is_stale), and a heartbeat thread's own SQLite connection would
+    # contend for the file's lock (or, for :memory:, see another database).
+    server = not url.startswith("sqlite:")
     try:
         return optuna.storages.RDBStorage(
             _with_installed_driver(url),
             engine_kwargs=_engine_kwargs(url),
-            heartbeat_interval=HEARTBEAT_S,  # recorded while each trial runs (study.Tuner)
-            grace_period=GRACE_S,
+            heartbeat_interval=HEARTBEAT_S if server else None,  # recorded while each trial runs (study.Tuner)
+            grace_period=GRACE_S if server else None,
         )
     except ImportError as exc:
         raise StorageError(f"storage {redact(url)!r}: a database driver is missing ({exc}); for PostgreSQL: pip install -e '.[postgres]'") from None
@@ -270,7 +274,9 @@ def is_stale(trial: optuna.trial.FrozenTrial, grace_s: float) -> bool:
     """A RUNNING trial whose process is gone (same host), or that is older than ``grace_s`` (other hosts)."""
     who = trial.system_attrs.get("autotune:owner") or {}
     if not who:
-        return True
+        # Asked but not yet signed by its process (it signs right after ask): stale only when old.
+        started = trial.datetime_start or dt.datetime.now()
+        return (dt.datetime.now() - started).total_seconds() > grace_s
     if who.get("host") == socket.gethostname():
         return not _pid_alive(int(who.get("pid", -1))) or who.get("pid") == os.getpid()
     age = dt.datetime.now(dt.timezone.utc).timestamp() - float(who.get("started", 0))

@@ -481,12 +481,12 @@ class Tuner:
                 margin = ev.cut_margin(self.options.cut_margin)
             with Heartbeat(trial._trial_id, self.study._storage):
                 result = self.evaluate(resolved.config, dominators, margin)
-            try:
-                return self.record(trial, role, resolved, result), resolved, trial._trial_id
-            except optuna.exceptions.UpdateFinishedTrialError:
-                # Its heartbeats lapsed (the database was away) and another worker re-queued it:
-                # the queued copy will be measured; this measurement is dropped, never doubled.
-                return None, None, trial._trial_id
+            return self.record(trial, role, resolved, result), resolved, trial._trial_id
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # Another worker took this trial as stale (its heartbeats lapsed while the database was
+            # away) and queued its configuration again: the queued copy will be measured; whatever
+            # this process measured is dropped, never doubled.
+            return None, None, trial._trial_id
         except KeyboardInterrupt:
             if self.study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
                 self.interrupted(trial, role, params or dict(trial.params))
