@@ -180,7 +180,7 @@ def _print_result(res: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def measure(assignments: tuple[str, ...], global_batch: int | None, repeat: int, quick: bool, as_json: bool, **workload: Any) -> None:
     """Measure one configuration of a model in an isolated process."""
-    from autotune.measure import Settings, cv
+    from autotune.protocol import Settings, cv
     from autotune.runner import Runner
 
     spec, dev, timeout = workload_from(workload)

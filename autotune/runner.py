@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 from autotune import forkserver
 from autotune import result as R
 from autotune.errors import SpecError, WorkloadError
-from autotune.measure import Settings
+from autotune.protocol import Settings
 from autotune.workload import WorkloadSpec
 
 def warm_up() -> None:

@@ -28,7 +28,7 @@ from autotune import space as spaces
 from autotune import storage as stores
 from autotune import study as S
 from autotune.errors import KnobError, SpaceError, StudyError
-from autotune.measure import Settings
+from autotune.protocol import Settings
 from autotune.race import OnMeasure
 from autotune.runner import Runner
 from autotune.workload import WorkloadSpec

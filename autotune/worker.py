@@ -23,7 +23,7 @@ import torch
 from autotune import hardware, knobs
 from autotune import result as R
 from autotune.errors import AutotuneError
-from autotune.measure import MemoryMonitor, cv, NonFinite, Settings, StepLoop, check_parameters, run_protocol
+from autotune.protocol import MemoryMonitor, cv, NonFinite, Settings, StepLoop, check_parameters, run_protocol
 from autotune.plan import NotApplicableAtRuntime, Plan, infinite, optimizer_params
 from autotune.workload import Workload, WorkloadSpec, build, default_optimizer, input_rank
 

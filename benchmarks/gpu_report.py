@@ -19,7 +19,7 @@ from pathlib import Path
 from autotune import hardware, knobs, space
 from autotune import storage as stores
 from autotune import study as S
-from autotune.measure import cv
+from autotune.protocol import cv
 from autotune.runner import Runner, warm_up
 from autotune.workload import WorkloadSpec
 

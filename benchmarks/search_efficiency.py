@@ -37,7 +37,7 @@ from grids import GRIDS  # noqa: E402
 from autotune import knobs, space  # noqa: E402
 from autotune import result as R  # noqa: E402
 from autotune import study as S  # noqa: E402
-from autotune.measure import Settings  # noqa: E402
+from autotune.protocol import Settings  # noqa: E402
 from autotune.report import hypervolume_2d  # noqa: E402
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from autotune import hardware, knobs
-from autotune.measure import cv
+from autotune.protocol import cv
 from autotune.runner import Runner, warm_up
 from autotune.workload import WorkloadSpec
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.measure import Settings
+from autotune.protocol import Settings
 
 TESTS = Path(__file__).parent
 if str(TESTS) not in sys.path:

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from autotune import knobs
-from autotune.measure import MemoryMonitor, NonFinite, Settings, StepLoop, cv, run_protocol
+from autotune.protocol import MemoryMonitor, NonFinite, Settings, StepLoop, cv, run_protocol
 from autotune.plan import Plan, infinite
 
 
