@@ -14,7 +14,8 @@ from typing import Any, Callable
 import click
 
 from autotune import knobs
-from autotune.errors import AutotuneError, KnobError, StudyError
+from autotune.errors import AutotuneError, KnobError, SpecError
+from autotune.progress import Progress, console
 from autotune.units import format_bytes, format_duration, format_flops, format_rate, parse_duration
 
 
@@ -29,18 +30,13 @@ class AutotuneGroup(click.Group):
             ctx.exit(exc.exit_code)
 
 
-def console() -> Any:
-    from rich.console import Console
-
-    return Console(width=None if sys.stdout.isatty() else 160, highlight=False, soft_wrap=False)
-
-
 def workload_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """The options that name a workload, shared by measure and run."""
     options = [
         click.option("--model", "model", required=True, help="Model factory, module:attr (returns an nn.Module or an autotune.Workload)."),
         click.option("--data", "data", default=None, help="Dataset factory, module:attr (else the workload's data or synthetic data)."),
         click.option("--model-arg", "model_args", multiple=True, metavar="KEY=VALUE", help="Keyword argument for the model factory (repeatable)."),
+        click.option("--seq-len", type=click.IntRange(1), default=None, help="Tokens per synthetic sample of an hf: model (as --model-arg seq_len=N)."),
         click.option("--input-shape", default=None, help="Shape of one synthetic input sample, e.g. 3,224,224."),
         click.option("--num-classes", type=int, default=None, help="Synthetic integer labels in [0, N)."),
         click.option("--task", type=click.Choice(["train", "infer"]), default=None, help="Override the workload's task."),
@@ -74,7 +70,14 @@ def make_spec(model: str, data: str | None, model_args: tuple[str, ...], input_s
 
 def workload_from(options: dict[str, Any]) -> tuple[Any, str, float]:
     """The workload spec, device and trial timeout from the shared workload options."""
-    spec = make_spec(options["model"], options["data"], options["model_args"], options["input_shape"], options["num_classes"], options["task"])
+    model_args = tuple(options["model_args"])
+    if options.get("seq_len") is not None:
+        if not options["model"].startswith("hf:"):
+            raise SpecError(f"--seq-len applies to hf: models; for {options['model']} pass what the factory takes with --model-arg")
+        if any(a.split("=", 1)[0].strip() == "seq_len" for a in model_args):
+            raise SpecError("--seq-len and --model-arg seq_len=... both given: pass one")
+        model_args += (f"seq_len={options['seq_len']}",)
+    spec = make_spec(options["model"], options["data"], model_args, options["input_shape"], options["num_classes"], options["task"])
     timeout = parse_duration(options["trial_timeout"], "--trial-timeout")
     return spec, resolve_device(options["device"]), timeout
 
@@ -102,7 +105,13 @@ def main() -> None:
 @main.command("knobs")
 @click.option("--json", "as_json", is_flag=True, help="Print the registry as JSON.")
 def knobs_cmd(as_json: bool) -> None:
-    """List every knob: its values, PyTorch's default, and where it applies."""
+    """List every knob: its values, PyTorch's default, and where it applies.
+
+    \b
+    Examples:
+      autotune knobs
+      autotune knobs --json > knobs.json
+    """
     if as_json:
         rows = [
             {
@@ -179,30 +188,30 @@ def _print_result(res: Any) -> None:
 @click.option("--quick", is_flag=True, help="Short windows (for smoke tests; noisier figures).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def measure(assignments: tuple[str, ...], global_batch: int | None, repeat: int, quick: bool, as_json: bool, **workload: Any) -> None:
-    """Measure one configuration of a model in an isolated process."""
-    from autotune.protocol import Settings, cv
-    from autotune.runner import Runner
+    """Measure one configuration of a model in an isolated process.
+
+    \b
+    Examples:
+      autotune measure --model autotune.examples:cnn --set precision=bf16 --set batch_size=64
+      autotune measure --model mypkg.models:build --data mypkg.data:build --repeat 5 --json
+      autotune measure --model hf:gpt2 --model-arg n_layer=2 --set compile=default --quick
+    """
+    from autotune.api import measure_spec
+    from autotune.protocol import cv
 
     spec, dev, timeout = workload_from(workload)
     config = knobs.parse_assignments(assignments)
     if global_batch is not None and global_batch <= 0:
         raise KnobError("--global-batch must be positive")
-    runner = Runner(spec, device=dev, timeout_s=timeout, settings=Settings.quick() if quick else Settings(), global_batch=global_batch)
-    probe = runner.probe()
-    ctx = knobs.Context.from_dict(probe["context"])
-    config = knobs.validate_config(config, ctx)
-    if global_batch and global_batch % int(config.get("batch_size", probe["workload"].get("batch_size") or knobs.KNOBS["batch_size"].default)):
-        raise KnobError(f"--global-batch {global_batch} is not a multiple of the batch size")
-    results = []
-    for i in range(repeat):
-        res = runner.measure(config)
-        if res.user_error:
-            raise AutotuneError(res.error["message"] if res.error else "the workload failed")
-        results.append(res)
+
+    def show(i: int, res: Any) -> None:
         if not as_json:
             if repeat > 1:
                 click.echo(f"--- run {i + 1}/{repeat}")
             _print_result(res)
+
+    results = measure_spec(spec, config, device=dev, quick=quick, repeat=repeat, global_batch=global_batch, timeout_s=timeout,
+                           on_result=show)
     rates = [r.samples_per_s for r in results if r.ok and r.samples_per_s]
     if as_json:
         if repeat == 1:
@@ -244,79 +253,6 @@ def _shown(url: str) -> str:
     return storage.redact(url)
 
 
-def _trial_line(rec: Any) -> str:
-    from autotune.result import OK
-
-    head = f"#{rec.number:<4} {rec.role:<8} "
-    if rec.outcome == OK and rec.samples_per_s:
-        speed = rec.speedup.text() if rec.speedup else "-"
-        body = f"{'ok':<8} {format_rate(rec.samples_per_s):>9} samples/s {format_bytes(rec.peak_memory_bytes):>10}  {speed:<18}"
-    else:
-        body = f"{rec.outcome:<8} {(rec.error or '')[:60]}"
-    tags = []
-    if rec.duplicate_of is not None:
-        tags.append(f"(already measured as #{rec.duplicate_of})")
-    if rec.cut_short:
-        tags.append("(cut short: dominated)")
-    return f"{head}{body}  {knobs.short(rec.config)} {' '.join(tags)}".rstrip()
-
-
-class Progress:
-    """A progress bar (on a terminal) and one line per finished trial."""
-
-    def __init__(self, total: int, budget_s: float | None, done: int) -> None:
-        import time
-
-        self.total = total
-        self.budget_s = budget_s
-        self.start = time.monotonic()
-        self.done = done
-        self.console = console()
-        self.bar: Any = None
-        self.task: Any = None
-        if sys.stdout.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
-
-            self.bar = RichProgress(
-                TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                TextColumn("{task.fields[info]}"), console=self.console, transient=True,
-            )
-            self.task = self.bar.add_task("trials", total=total, completed=done, info="")
-            self.bar.start()
-
-    def info(self) -> str:
-        import time
-
-        parts = []
-        if self.budget_s is not None:
-            left = max(0.0, self.budget_s - (time.monotonic() - self.start))
-            parts.append(f"budget left {format_duration(left)}")
-        return ", ".join(parts)
-
-    def print(self, line: str) -> None:
-        if self.bar is not None:
-            self.bar.console.print(line, markup=False, highlight=False)
-        else:
-            click.echo(line)
-
-    def __call__(self, rec: Any) -> None:
-        if rec.duplicate_of is None:
-            self.done += 1
-        self.print(_trial_line(rec))
-        if self.bar is not None:
-            self.bar.update(self.task, completed=min(self.done, self.total), info=self.info())
-
-    def repeat(self, what: str, number: int, rate: float | None) -> None:
-        """A re-measurement: the baseline's noise floor, or a round of the final race."""
-        again = f"{format_rate(rate)} samples/s" if rate is not None else "failed"
-        label = "noise floor: baseline" if what == "floor" else "race"
-        self.print(f"{label} #{number} measured again in a new process: {again}")
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-
 @main.command()
 @workload_options
 @click.option("--space", "space_name", default=None, help="A search space: a name in search_spaces/ or a TOML path (default: 'default' on a GPU, 'cpu' on a CPU).")
@@ -331,6 +267,7 @@ class Progress:
 @click.option("--quick", is_flag=True, help="Short measurement windows (smoke runs; noisier figures).")
 @click.option("--no-early-stop", is_flag=True, help="Never cut a dominated trial short.")
 @click.option("--confirm", type=click.IntRange(0, 50), default=8, show_default=True, help="Rounds of the final race at most: the configurations tied with the fastest and the baseline measured again, interleaved, until they separate (0: no race; claims then rest on single measurements).")
+@click.option("--batch-ceiling/--no-batch-ceiling", "batch_ceiling", default=None, help="First find the largest batch that fits (doubling, then bisection, in isolated trials) and search no batch above it (default: on a GPU, or with --max-memory).")
 @click.option("--workers", type=int, default=1, show_default=True, help="Trials at once on this machine, each worker pinned to its share of the cores.")
 @click.option("--devices", default=None, help="GPUs to use at once, e.g. 0,1,2,3: one trial per GPU, each trial sees only its GPU.")
 def run(
@@ -346,6 +283,7 @@ def run(
     quick: bool,
     no_early_stop: bool,
     confirm: int,
+    batch_ceiling: bool | None,
     workers: int,
     devices: str | None,
     **workload: Any,
@@ -358,21 +296,24 @@ def run(
       autotune run --model mypkg.models:build --data mypkg.data:build --time-budget 2h --max-memory 20GiB
       autotune run --model mypkg.models:build --workers 2 --study mynet      # two trials at a time, cores split
     """
-    from autotune import daemon, tuning
+    from autotune import tuning
 
     spec, dev, timeout = workload_from(workload)
     if workers < 1:
         raise KnobError("--workers must be at least 1")
     gpus = _parse_devices(devices)
-    job = _job(spec, timeout, space_name, trials, time_budget, max_memory, global_batch, sampler, seed, quick, no_early_stop, confirm)
+    job = _job(spec, timeout, space_name, trials, time_budget, max_memory, global_batch, sampler, seed, quick, no_early_stop, confirm,
+               batch_ceiling)
     name = study_name or _default_study(spec)
     url = _storage_for(name, storage)
     parallel = workers > 1 or bool(gpus)
     if gpus:
         dev = "cuda:0"
     progress = Progress(trials, job.time_budget_s, 0)
-    prepared = tuning.prepare(job, name, url, dev, on_trial=progress, on_repeat=progress.repeat)
+    prepared = tuning.prepare(job, name, url, dev, on_trial=progress, on_repeat=progress.repeat, on_probe=_print_probe)
     progress.done = prepared.measured
+    if prepared.ceiling is not None:
+        click.echo(f"batch ceiling: {prepared.ceiling.text()}")
     click.echo(
         f"{'new' if prepared.created else 'resuming'} study {name!r} in {_shown(url)}: {prepared.measured} measured, target {trials}; "
         f"space {prepared.space_name} ({prepared.configurations} configurations here: {', '.join(prepared.searched)}); device {dev}"
@@ -391,6 +332,12 @@ def run(
     _print_status(prepared.study, url)
 
 
+def _print_probe(batch: int, outcome: str, peak: int | None) -> None:
+    from autotune import ceiling
+
+    click.echo(ceiling.probe_text(batch, outcome, peak))
+
+
 def _parse_devices(devices: str | None) -> list[int]:
     if not devices:
         return []
@@ -406,7 +353,8 @@ def _parse_devices(devices: str | None) -> list[int]:
 
 
 def _job(spec: Any, timeout: float, space_name: str | None, trials: int, time_budget: str | None, max_memory: str | None,
-         global_batch: int | None, sampler: str, seed: int | None, quick: bool, no_early_stop: bool, confirm: int) -> Any:
+         global_batch: int | None, sampler: str, seed: int | None, quick: bool, no_early_stop: bool, confirm: int,
+         batch_ceiling: bool | None = None) -> Any:
     from autotune import tuning
     from autotune.units import parse_size
 
@@ -415,7 +363,7 @@ def _job(spec: Any, timeout: float, space_name: str | None, trials: int, time_bu
         time_budget_s=parse_duration(time_budget, "--time-budget") if time_budget else None,
         max_memory_bytes=parse_size(max_memory, "--max-memory") if max_memory else None,
         global_batch=global_batch, sampler=sampler, seed=seed, quick=quick, early_stop=not no_early_stop,
-        confirm=confirm, trial_timeout_s=timeout,
+        confirm=confirm, trial_timeout_s=timeout, batch_ceiling=batch_ceiling,
     )
 
 
@@ -558,8 +506,10 @@ def _now() -> str:
 @click.option("--quick", is_flag=True, help="Short measurement windows (smoke runs; noisier figures).")
 @click.option("--no-early-stop", is_flag=True)
 @click.option("--confirm", type=click.IntRange(0, 50), default=8, show_default=True, help="Rounds of the final race at most.")
+@click.option("--batch-ceiling/--no-batch-ceiling", "batch_ceiling", default=None, help="First find the largest batch that fits (doubling, then bisection, in isolated trials) and search no batch above it (default: on a GPU, or with --max-memory).")
 def submit(study_name: str | None, storage: str, space_name: str | None, trials: int, time_budget: str | None, max_memory: str | None,
-           global_batch: int | None, sampler: str, seed: int | None, quick: bool, no_early_stop: bool, confirm: int, **workload: Any) -> None:
+           global_batch: int | None, sampler: str, seed: int | None, quick: bool, no_early_stop: bool, confirm: int,
+           batch_ceiling: bool | None, **workload: Any) -> None:
     """Record a tuning job in a shared storage and return at once; `autotune worker --all` daemons run it.
 
     \b
@@ -570,7 +520,8 @@ def submit(study_name: str | None, storage: str, space_name: str | None, trials:
     from autotune import tuning
 
     spec, _, timeout = workload_from({**workload, "device": "cpu"})
-    job = _job(spec, timeout, space_name, trials, time_budget, max_memory, global_batch, sampler, seed, quick, no_early_stop, confirm)
+    job = _job(spec, timeout, space_name, trials, time_budget, max_memory, global_batch, sampler, seed, quick, no_early_stop, confirm,
+               batch_ceiling)
     name = study_name or _default_study(spec)
     tuning.submit(job, name, storage)
     click.echo(f"submitted job {name!r} to {_shown(storage)}: {trials} trials per hardware kind; "
@@ -581,12 +532,14 @@ def submit(study_name: str | None, storage: str, space_name: str | None, trials:
 
 
 def _status_doc(study: Any) -> dict[str, Any]:
+    from autotune import ceiling
     from autotune import storage as stores
     from autotune.evidence import Evidence
 
     ev = Evidence.of(study)
     doc = stores.summary(study, ev)
     doc.update(ev.to_dict())
+    doc["batch_ceiling"] = ceiling.describe(study.user_attrs)
     failures: dict[str, dict[str, Any]] = {}
     for t in study.get_trials(deepcopy=False):
         outcome = t.user_attrs.get("outcome")
@@ -613,6 +566,8 @@ def _print_status(study: Any, url: str) -> None:
     out.print(f"workload {doc['workload'].get('model')}  device {doc['device']}  {hardware.short(doc['fingerprint'])}", markup=False)
     out.print(f"trials {doc['trials']}: {counts or 'none'}; time spent {format_duration(doc['time_spent_s'])}", markup=False)
     out.print(doc["noise_text"], markup=False)
+    if doc["batch_ceiling"]:
+        out.print(f"batch ceiling: {doc['batch_ceiling']['text']}", markup=False)
     table = Table(title="Pareto front: throughput vs peak memory (speed-up over the defaults, 90% interval)", title_justify="left")
     for col in ("trial", "knobs that differ from the defaults", "samples/s", "processes", "peak memory", "speed-up"):
         table.add_column(col, overflow="fold")
@@ -680,7 +635,13 @@ def list_cmd(storage: str | None, as_json: bool) -> None:
 @click.option("--storage", default=None, help="Storage URL (default: sqlite:///studies/<study>.db).")
 @click.option("--json", "as_json", is_flag=True)
 def status(study_name: str, storage: str | None, as_json: bool) -> None:
-    """Progress, failures and the Pareto front of a study."""
+    """Progress, failures and the Pareto front of a study.
+
+    \b
+    Examples:
+      autotune status mynet
+      autotune status mynet --storage postgresql://tuner@db/autotune --json
+    """
     from autotune import storage as stores
 
     url = _storage_for(study_name, storage)
@@ -751,7 +712,14 @@ def export(study_name: str, pick: str, max_memory: str | None, storage: str | No
 @click.option("-o", "--output", default=None, help="Where to write the page (default: dashboards/<study>.html).")
 @click.option("--watch", "watch_s", default=None, help="Rewrite the page every N seconds while a study runs elsewhere (the page reloads itself).")
 def dashboard(study_name: str, storage: str | None, output: str | None, watch_s: str | None) -> None:
-    """Write a self-contained HTML dashboard of a study (plotly, works offline)."""
+    """Write a self-contained HTML dashboard of a study (plotly, works offline).
+
+    \b
+    Examples:
+      autotune dashboard mynet                      # writes dashboards/mynet.html
+      autotune dashboard mynet -o report.html --storage sqlite:///runs/mynet.db
+      autotune dashboard mynet --watch 30           # rewrite it every 30 s while the study runs
+    """
     from pathlib import Path
 
     from autotune import report

@@ -88,7 +88,7 @@ def serve() -> None:
     out = sys.stdout
     stdin_fd = sys.stdin.fileno()
     children: set[int] = set()
-    buffer = b""
+    parts: list[bytes] = []  # a request's chunks until its newline
 
     def emit(obj: dict[str, Any]) -> None:
         out.write(json.dumps(obj) + "\n")
@@ -127,7 +127,11 @@ def serve() -> None:
                     except OSError:
                         pass
                 return
-            buffer += chunk
+            parts.append(chunk)
+            if b"\n" not in chunk:  # a long request (a pickled factory) arrives in many chunks: join them once
+                continue
+            buffer = b"".join(parts)
+            parts.clear()
             while b"\n" in buffer:
                 line, buffer = buffer.split(b"\n", 1)
                 if not line.strip():
@@ -143,6 +147,8 @@ def serve() -> None:
                     pass
                 children.add(pid)
                 emit({"event": "started", "id": job["id"], "pid": pid})
+            if buffer:  # the start of the next request
+                parts.append(buffer)
             reap()
 
 

@@ -31,7 +31,7 @@ import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping
 
 import optuna
 import plotly.graph_objects as go
@@ -40,7 +40,7 @@ import plotly.offline
 from optuna.trial import FrozenTrial, TrialState
 from plotly.subplots import make_subplots
 
-from autotune import knobs
+from autotune import ceiling, knobs
 from autotune.errors import AutotuneError
 from autotune.evidence import Evidence
 from autotune.units import format_bytes, format_duration, format_rate
@@ -412,6 +412,7 @@ def header_info(study: optuna.Study | Snapshot) -> dict[str, Any]:
         "verdict": _plain(verdict.to_dict()),
         "noise": _plain(ev.noise.to_dict()),
         "noise_text": ev.noise.text(),
+        "batch_ceiling": _plain(ceiling.describe(attrs)),
         "front_size": len(snap.front),
     }
 
@@ -1108,6 +1109,8 @@ def _header_html(h: Mapping[str, Any]) -> str:
 
     speedup = h.get("best_speedup_text") or "-"
     budget = f", memory budget {format_bytes(h['max_memory_bytes'])}" if h["max_memory_bytes"] else ""
+    if h.get("batch_ceiling"):
+        budget += f"; batch ceiling {h['batch_ceiling']['text']}"
     cards = [
         ("workload", model, f"data {data}; " + ", ".join(b for b in workload_bits if b)),
         ("machine", device, ", ".join(b for b in machine_bits if b)),

@@ -136,20 +136,22 @@ class Runner:
         raise WorkloadError(f"building the workload failed: {detail}")
 
     def measure(
-        self, config: Mapping[str, Any], dominators: Sequence[tuple[float, float]] = (), cut_margin: float | None = None
+        self, config: Mapping[str, Any], dominators: Sequence[tuple[float, float]] = (), cut_margin: float | None = None,
+        settings: Settings | None = None,
     ) -> R.TrialResult:
         """Measure one configuration in an isolated process; every ending becomes a TrialResult.
 
         ``dominators`` ((samples/s, peak bytes) of the current front) let the trial stop
         early when one of them is ``cut_margin`` faster at no more memory (default:
         measure.Settings.cut_margin; the study passes one never below its noise floor).
+        ``settings``: this trial's, instead of the runner's (the batch-ceiling probes).
         """
         request = {
             "kind": "trial",
             "spec": self.spec.to_dict(),
             "device": self.device,
             "config": dict(config),
-            "settings": self.settings.to_dict(),
+            "settings": (settings or self.settings).to_dict(),
             "global_batch": self.global_batch,
             "dominators": [list(d) for d in dominators],
             "cut_margin": cut_margin,

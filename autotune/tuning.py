@@ -25,6 +25,8 @@ import optuna
 
 from autotune import knobs
 from autotune import space as spaces
+from autotune import ceiling as ceilings
+from autotune.ceiling import Ceiling
 from autotune import storage as stores
 from autotune import study as S
 from autotune.errors import KnobError, SpaceError, StudyError
@@ -53,6 +55,13 @@ class Job:
     early_stop: bool = True
     confirm: int = S.DEFAULT_RACE_ROUNDS
     trial_timeout_s: float = 600.0
+    batch_ceiling: bool | None = None  # probe the largest batch that fits; None: on a GPU or with --max-memory
+
+    def probes_ceiling(self, device: str) -> bool:
+        """Whether to find the batch ceiling before searching batch sizes (see :mod:`autotune.ceiling`)."""
+        if self.batch_ceiling is not None:
+            return self.batch_ceiling
+        return device != "cpu" or self.max_memory_bytes is not None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -89,6 +98,7 @@ class Prepared:
     searched: list[str]
     measured: int
     runner: Runner = field(repr=False)
+    ceiling: Ceiling | None = None  # the batch-size ceiling the searched batch sizes were fitted to
 
     def run(self) -> S.Summary:
         return self.tuner.run()
@@ -106,6 +116,7 @@ def prepare(
     *,
     on_trial: Callable[[S.TrialRecord], None] | None = None,
     on_repeat: OnMeasure | None = None,
+    on_probe: Callable[[int, str, int | None], None] | None = None,
     race: bool = True,
     join_only: bool = False,
     extra_attrs: Mapping[str, Any] | None = None,
@@ -113,7 +124,8 @@ def prepare(
     """Probe the workload, create the study (or check it matches), recover stale trials, build the Tuner.
 
     ``join_only``: the study must exist already (a worker joining); ``race``: run the final race
-    when the budget is spent (workers started by ``run --workers`` leave it to ``run``).
+    when the budget is spent (workers started by ``run --workers`` leave it to ``run``);
+    ``on_probe(batch, outcome, peak bytes)``: after each probe of the batch-size ceiling.
     """
     job.validate()
     if join_only:
@@ -135,8 +147,14 @@ def prepare(
             effective.search["batch_size"] = spaces.Dimension("batch_size", tuple(v for v in dim.values() if job.global_batch % v == 0))
     if not effective.search:
         raise SpaceError(f"{space.path}: none of its knobs applies to this workload on {device}: nothing to tune")
+    # The batch ceiling is found before a new study exists, so that every trial of a study
+    # searches the same batch sizes; a study that exists keeps the one it stored.
+    fresh = not join_only and name not in stores.study_names(stores.open_storage(url))
+    found = None
+    if fresh and "batch_size" in effective.search and job.probes_ceiling(device):
+        found = ceilings.probe(runner, base, effective.search["batch_size"], job.max_memory_bytes, on_probe)
     attrs = {
-        "workload": job.spec.to_dict(),
+        "workload": job.spec.to_dict(payload=False),  # its name, never a pickled factory's bytes
         "space": space.to_dict(),
         "space_hash": space.hash(),
         "fingerprint": probe["fingerprint"],
@@ -147,14 +165,27 @@ def prepare(
     }
     study, created = stores.create_or_check(name, url, attrs, S.make_sampler(job.sampler, job.seed))
     stored_memory = study.user_attrs.get("max_memory_bytes")
-    if created:
-        study.set_user_attr("max_memory_bytes", job.max_memory_bytes)
-        study.set_user_attr("job", job.to_dict())
-    elif job.max_memory_bytes is not None and job.max_memory_bytes != stored_memory:
+    if not created and job.max_memory_bytes is not None and job.max_memory_bytes != stored_memory:
         from autotune.units import format_bytes
 
         was = format_bytes(stored_memory) if stored_memory else "no budget"
         raise StudyError(f"study {name!r} was made with --max-memory {was}; pass the same value, or start a new study with --study {name}-2")
+    if created:
+        study.set_user_attr("max_memory_bytes", job.max_memory_bytes)
+        if found is not None:
+            study.set_user_attr(ceilings.ATTR, found.to_dict())
+    ceiling = ceilings.stored(study)
+    if ceiling is not None and "batch_size" in effective.search:
+        clipped = ceilings.clip(effective.search["batch_size"], ceiling, base["batch_size"])
+        if clipped is None:
+            del effective.search["batch_size"]
+        else:
+            effective.search["batch_size"] = clipped
+        if not effective.search:
+            raise SpaceError(f"{space.path}: only the batch size is searched here, and no batch but the baseline's fits "
+                             f"(batch ceiling: {ceiling.text()})")
+    if created or not join_only:
+        study.set_user_attr("job", job.to_dict())  # what workers that join later follow (a run may raise --trials)
     memory = job.max_memory_bytes if created else stored_memory
     grace = 2 * job.trial_timeout_s + 60
     recovered = stores.recover_stale(study, grace_s=grace)
@@ -170,7 +201,8 @@ def prepare(
     )
     tuner = S.Tuner(study, effective, ctx, base, runner.measure, options, on_trial=on_trial, on_repeat=on_repeat)
     measured = sum(1 for t in study.get_trials(deepcopy=False) if S.is_measured(t))
-    return Prepared(job, name, url, study, created, recovered, tuner, device, space.name, effective.size(), list(effective.search), measured, runner)
+    return Prepared(job, name, url, study, created, recovered, tuner, device, space.name, effective.size(), list(effective.search),
+                    measured, runner, ceiling)
 
 
 def _deadline(study: optuna.Study, job: Job, created: bool, joining: bool) -> float | None:

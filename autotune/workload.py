@@ -60,9 +60,13 @@ class WorkloadSpec:
     num_classes: int | None = None
     task: str | None = None  # overrides the workload's own task
     synthetic_size: int = 1 << 16
+    # ``pickled:<name>@<sha256>`` spec -> base64 of the cloudpickled object (autotune.tune/measure with a callable)
+    pickled: tuple[tuple[str, str], ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
+    def to_dict(self, payload: bool = True) -> dict[str, Any]:
+        """The spec as JSON. ``payload=False`` leaves out the pickled bytes: the workload's name, not its bytes
+        (what a study records as its ``workload`` and compares on a resume)."""
+        out = {
             "model": self.model,
             "data": self.data,
             "model_args": {k: v for k, v in self.model_args},
@@ -70,6 +74,9 @@ class WorkloadSpec:
             "num_classes": self.num_classes,
             "task": self.task,
         }
+        if self.pickled and payload:
+            out["pickled"] = dict(self.pickled)
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> WorkloadSpec:
@@ -80,6 +87,7 @@ class WorkloadSpec:
             input_shape=tuple(d["input_shape"]) if d.get("input_shape") else None,
             num_classes=d.get("num_classes"),
             task=d.get("task"),
+            pickled=tuple(sorted((d.get("pickled") or {}).items())),
         )
 
 
@@ -222,7 +230,7 @@ class SyntheticDataset(Dataset):
 
 def build(spec: WorkloadSpec) -> Workload:
     """Import and call the factories of ``spec`` and return a complete Workload."""
-    factory = import_spec(spec.model, "--model")
+    factory = _factory(spec, spec.model, "--model")
     if spec.model.startswith("hf:"):  # autotune.hf raises its own one-line SpecErrors
         made = factory(**dict(spec.model_args))
     else:
@@ -246,7 +254,7 @@ def build(spec: WorkloadSpec) -> Workload:
     if workload.task not in TASKS:
         raise WorkloadError(f"task {workload.task!r} is not one of {', '.join(TASKS)}")
     if spec.data:
-        data_factory = import_spec(spec.data, "--data")
+        data_factory = _factory(spec, spec.data, "--data")
         dataset = _call_factory(data_factory, spec.data, "--data", {})
         if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
             raise WorkloadError(
@@ -267,6 +275,15 @@ def build(spec: WorkloadSpec) -> Workload:
                 f"the dataset's first sample could not be read: {type(exc).__name__}: {exc}{_user_frame(exc)}"
             ) from None
     return workload
+
+
+def _factory(spec: WorkloadSpec, value: str, option: str) -> Any:
+    """What a model or data spec names: imported (``module:attr``, ``hf:``) or unpickled (``pickled:``)."""
+    if value.startswith("pickled:"):
+        from autotune import shipping
+
+        return shipping.load(value, dict(spec.pickled), option)
+    return import_spec(value, option)
 
 
 def _example_from_shapes(model: nn.Module, spec: WorkloadSpec) -> Any:

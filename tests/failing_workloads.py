@@ -123,3 +123,21 @@ class _EnvCheck(_Tiny):
 
 def env_check(var: str, value: str, threads: int = 0) -> nn.Module:
     return _EnvCheck(var, value, threads)
+
+
+class _Capped(nn.Linear):
+    """Runs out of memory (as the allocator says it) when a batch is larger than ``cap``, like a device would."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__(8, 4)
+        self.cap = cap
+        self.example_input = torch.zeros(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] > self.cap:
+            raise torch.OutOfMemoryError(f"out of memory: a batch of {x.shape[0]} (this device holds {self.cap})")
+        return super().forward(x)
+
+
+def capped(cap: int = 48) -> nn.Module:
+    return _Capped(cap)

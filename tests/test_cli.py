@@ -14,6 +14,17 @@ def invoke(*args: str):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
+@pytest.mark.parametrize("command", sorted(main.commands))
+def test_every_help_ends_with_examples(command):
+    res = invoke(command, "--help")
+    assert res.exit_code == 0, res.output
+    assert "Examples:" in res.output, f"`autotune {command} --help` shows no examples"
+    after = res.output.split("Examples:", 1)[1].splitlines()
+    examples = [line.strip() for line in after if line.strip().startswith(f"autotune {command}")]
+    assert len(examples) >= 2, f"`autotune {command} --help`: fewer than two examples after 'Examples:'"
+    assert all(line.strip().startswith("autotune ") for line in after[1:len(examples) + 1]), "examples lost their lines (\\b)"
+
+
 def test_knobs_table_and_json():
     res = invoke("knobs")
     assert res.exit_code == 0 and "precision" in res.output and "cuda_allocator" in res.output

@@ -151,3 +151,26 @@ def test_hf_factory_is_reached_through_import_spec(monkeypatch):
     assert seen == ["hf:llama"]
     with pytest.raises(SpecError, match="no module named 'hf'"):
         import_spec("hf:gpt2", "--data")  # only --model names Hugging Face models
+
+
+def test_seq_len_option_is_the_model_arg():
+    from autotune.cli import workload_from
+
+    base = {"model": "hf:gpt2", "data": None, "model_args": ("n_layer=1",), "input_shape": None, "num_classes": None,
+            "task": None, "device": "cpu", "trial_timeout": "60"}
+    spec, _, _ = workload_from({**base, "seq_len": 64})
+    assert dict(spec.model_args) == {"n_layer": 1, "seq_len": 64}
+    with pytest.raises(SpecError, match="--seq-len applies to hf: models"):
+        workload_from({**base, "model": "autotune.examples:cnn", "seq_len": 64})
+    with pytest.raises(SpecError, match="both given"):
+        workload_from({**base, "model_args": ("seq_len=32",), "seq_len": 64})
+
+
+def test_seq_len_bad_input_is_one_line():
+    from click.testing import CliRunner
+
+    from autotune import cli
+
+    out = CliRunner().invoke(cli.main, ["measure", "--model", "autotune.examples:cnn", "--seq-len", "64"])
+    assert out.exit_code != 0 and "Traceback" not in out.output
+    assert out.output.strip().splitlines()[-1].startswith("error: --seq-len applies to hf: models")

@@ -1,0 +1,399 @@
+"""The Python API: ``autotune.tune(...)`` and ``autotune.measure(...)``, for notebooks and scripts.
+
+``tune`` is ``autotune run`` as a function: it builds a :class:`autotune.tuning.Job` and
+runs it through :func:`autotune.tuning.prepare` (the one composition behind ``run``,
+``worker`` and ``submit``), then returns a :class:`TuneResult` with the study, its Pareto
+front, the verdict and ``export()``.
+
+The model (and data) may be named as on the command line (``"mypkg.models:build"``,
+``"hf:gpt2"``) or passed as a Python object: a factory function, a class, a lambda, an
+``nn.Module``, even one defined in a notebook, in a script's ``__main__`` or inside
+another function. Trials run in processes forked from a server that cannot import those,
+so such an object travels by value, pickled with cloudpickle (:mod:`autotune.shipping`);
+an object an importable module defines is named ``module:attr`` instead, as the CLI would.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune import ceiling as ceilings
+from autotune import knobs
+from autotune import shipping
+from autotune import storage as stores
+from autotune import study as S
+from autotune import tuning
+from autotune.errors import KnobError, SpecError, WorkloadError
+from autotune.evidence import Evidence, Verdict
+from autotune.result import TrialResult
+from autotune.stats import Noise, Ratio
+from autotune.units import format_duration, parse_duration, parse_size
+from autotune.workload import TASKS, WorkloadSpec, import_spec, parse_model_args, parse_shape
+
+__all__ = ["TuneResult", "measure", "tune"]
+
+
+# ---------------------------------------------------------------- arguments
+
+
+def _seconds(value: float | int | str | None, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise KnobError(f"{name}={value!r}: expected seconds or a duration such as '2h', '90m', '45s'")
+    seconds = parse_duration(value, name) if isinstance(value, str) else float(value)
+    if seconds <= 0:
+        raise KnobError(f"{name}={value!r}: must be positive")
+    return seconds
+
+
+def _bytes(value: int | float | str | None, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise KnobError(f"{name}={value!r}: expected bytes or a size such as '20GiB', '512MB'")
+    size = parse_size(value, name) if isinstance(value, str) else int(value)
+    if size <= 0:
+        raise KnobError(f"{name}={value!r}: must be positive")
+    return size
+
+
+def _part(obj: Any, what: str, pickled: dict[str, str]) -> str | None:
+    """A model or data argument as a spec string; objects that cannot be imported by name are pickled into ``pickled``."""
+    if obj is None:
+        return None
+    option = "--model" if what == "model" else "--data"
+    if isinstance(obj, str):
+        if shipping.is_pickled(obj):
+            raise SpecError(f"{what}={obj!r}: a pickled spec is made by autotune.tune() from an object; pass the object "
+                            "(or model=None with study=NAME to resume that study's own workload)")
+        if obj.count(":") != 1:
+            import_spec(obj, option)  # the same one-line SpecError as the CLI, before any process starts
+        return obj
+    ref = shipping.reference(obj) if isinstance(obj, (type, types.FunctionType)) else None
+    if ref is not None:
+        return ref
+    from torch import nn
+    from torch.utils.data import Dataset
+
+    from autotune.workload import Workload
+
+    if not callable(obj) and not isinstance(obj, (nn.Module, Workload, Dataset)):
+        raise SpecError(f"{what}={type(obj).__name__}: expected a module:attr string, "
+                        + ("hf:<model_type>, " if what == "model" else "")
+                        + "or a callable (a factory returning "
+                        + ("an nn.Module or an autotune.Workload)" if what == "model" else "a Dataset)"))
+    spec, data = shipping.ship(obj, what)
+    pickled[spec] = data
+    return spec
+
+
+def _spec(model: Any, data: Any, model_args: Any, input_shape: Any, num_classes: int | None, task: str | None) -> WorkloadSpec:
+    pickled: dict[str, str] = {}
+    model_spec = _part(model, "model", pickled)
+    assert model_spec is not None
+    data_spec = _part(data, "data", pickled)
+    if model_args is None:
+        args: tuple[tuple[str, Any], ...] = ()
+    elif isinstance(model_args, Mapping):
+        bad = [k for k in model_args if not isinstance(k, str) or not k.isidentifier()]
+        if bad:
+            raise SpecError(f"model_args: {bad[0]!r} is not a valid argument name")
+        args = tuple(sorted(model_args.items()))
+    elif isinstance(model_args, Iterable) and not isinstance(model_args, (str, bytes)):
+        args = parse_model_args(model_args)  # ["key=value", ...] as on the command line
+    else:
+        raise SpecError(f"model_args={model_args!r}: expected a dict of keyword arguments")
+    try:
+        json.dumps(dict(args), allow_nan=False)
+    except (TypeError, ValueError):
+        raise SpecError("model_args: values must be numbers, strings, booleans, None, lists or dicts (they are stored "
+                        "with the study); pass other objects through the factory, e.g. functools.partial(factory, ...)") from None
+    if input_shape is None or isinstance(input_shape, str):
+        shape = parse_shape(input_shape)
+    else:
+        try:
+            shape = parse_shape(",".join(str(int(d)) for d in input_shape))
+        except (TypeError, ValueError):
+            raise SpecError(f"input_shape={input_shape!r}: expected positive integers, e.g. (3, 32, 32)") from None
+    if num_classes is not None and num_classes < 2:
+        raise KnobError("num_classes must be at least 2")
+    if task is not None and task not in TASKS:
+        raise KnobError(f"task={task!r}: expected one of {', '.join(TASKS)}")
+    return WorkloadSpec(model=model_spec, data=data_spec, model_args=args, input_shape=shape, num_classes=num_classes,
+                        task=task, pickled=tuple(sorted(pickled.items())))
+
+
+def _device(device: str | None) -> str:
+    from autotune.hardware import check_device, default_device
+
+    return check_device(str(device)) if device is not None else default_device()
+
+
+def default_study(spec: WorkloadSpec) -> str:
+    """The study name ``autotune run`` would choose; a pickled object's name without its digest."""
+    model = spec.model
+    if shipping.is_pickled(model):
+        model = model[len(shipping.PREFIX):].rsplit("@", 1)[0]
+    return stores.default_study_name(model)
+
+
+# ---------------------------------------------------------------- the result
+
+
+class TuneResult:
+    """What :func:`tune` returns: the study and the figures derived from it (read when the result is made).
+
+    ``study``: the Optuna study; ``front``: the Pareto front, fastest first, as rows
+    (trial, changes, samples/s, processes, peak memory, speed-up); ``verdict``: the
+    :class:`autotune.evidence.Verdict`; ``winner``: the verdict's trial number (the
+    baseline's when nothing beats PyTorch's defaults; None before any result);
+    ``speedup``: the verdict's :class:`autotune.stats.Ratio` over the defaults, with its
+    interval; ``noise``: the noise between processes; ``summary``: what this run did
+    (:class:`autotune.study.Summary`).
+    """
+
+    def __init__(self, study: optuna.Study, storage: str, summary: S.Summary | None = None) -> None:
+        self.study = study
+        self.storage = storage
+        self.summary = summary
+        evidence = Evidence.of(study)
+        self.front: list[dict[str, Any]] = [evidence.row(n) for n in evidence.front()]
+        self.verdict: Verdict = evidence.verdict()
+        self.noise: Noise = evidence.noise
+        self.measured = sum(1 for t in study.get_trials(deepcopy=False) if S.is_measured(t))
+
+    @property
+    def name(self) -> str:
+        return self.study.study_name
+
+    @property
+    def winner(self) -> int | None:
+        return self.verdict.winner
+
+    @property
+    def speedup(self) -> Ratio | None:
+        return self.verdict.speedup
+
+    def export(self, path: str | Path | None = None, format: str = "json", pick: str = "fastest",
+               allow_no_gain: bool = False, max_memory: int | str | None = None) -> Any:
+        """The configuration to use, as ``autotune export`` writes it.
+
+        ``format="json"`` returns the document :func:`autotune.load_config` reads;
+        ``"hf-trainer"``, ``"lightning"`` or ``"accelerate"`` return the framework's
+        arguments as text (what the framework cannot express is listed in it). With
+        ``path``, it is also written there. ``pick``: fastest (the verdict's winner;
+        refused when nothing beats the defaults beyond the noise, unless
+        ``allow_no_gain``), smallest or balanced; ``max_memory``: only front points within it.
+        """
+        from autotune import config as C
+        from autotune import frameworks
+
+        frameworks.check_format(format)
+        doc = C.export(self.study, pick, _bytes(max_memory, "max_memory"), stores.redact(self.storage), allow_no_gain=allow_no_gain)
+        if format == "json":
+            if path is not None:
+                C.write(doc, path)
+            return doc
+        text = frameworks.text(doc, format)
+        if path is not None:
+            out = Path(path)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text)
+        return text
+
+    def __repr__(self) -> str:
+        speed = f", speed-up {self.speedup.text()}" if self.speedup else ""
+        return (f"TuneResult(study={self.name!r}, measured={self.measured}, winner={self.winner}{speed})\n"
+                f"verdict: {self.verdict.text}")
+
+
+# ---------------------------------------------------------------- tune
+
+
+def tune(
+    model: Any = None,
+    data: Any = None,
+    *,
+    trials: int = 30,
+    space: str | None = None,
+    storage: str | None = None,
+    study: str | None = None,
+    device: str | None = None,
+    time_budget: float | str | None = None,
+    max_memory: int | str | None = None,
+    global_batch: int | None = None,
+    sampler: str = S.DEFAULT_SAMPLER,
+    seed: int | None = None,
+    quick: bool = False,
+    confirm: int = S.DEFAULT_RACE_ROUNDS,
+    model_args: Mapping[str, Any] | Iterable[str] | None = None,
+    input_shape: Iterable[int] | str | None = None,
+    num_classes: int | None = None,
+    task: str | None = None,
+    trial_timeout: float | str = 600,
+    batch_ceiling: bool | None = None,
+    progress: bool = True,
+) -> TuneResult:
+    """Tune a model's performance knobs (``autotune run`` as a function); resume the study if it exists.
+
+    ``model``: ``"module:attr"``, ``"hf:<model_type>"``, or a callable returning an
+    ``nn.Module`` or an :class:`autotune.Workload` (any callable: defined in a notebook or
+    inside a function, it is pickled and sent to the trial processes); ``None`` with
+    ``study=`` resumes that study's own workload. ``data``: a dataset factory, likewise.
+    ``trials``: the study's total of measured configurations. ``time_budget`` (seconds or
+    ``"2h"``), ``max_memory`` (bytes or ``"20GiB"``), ``trial_timeout`` (seconds or ``"10m"``).
+    ``study`` and ``storage`` default as in the CLI (``studies/<name>.db``). ``confirm``:
+    rounds of the final race (0: none). ``quick``: short windows (smoke runs).
+    ``batch_ceiling``: first find the largest batch that fits and search none above it
+    (default: on a GPU, or with ``max_memory``).
+    ``progress``: a progress bar and one line per trial (False: silent).
+
+    Ctrl-C (a notebook's interrupt) stops the running trial, records it as interrupted
+    (the next call measures it again) and raises KeyboardInterrupt.
+    """
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise KnobError(f"trials={trials!r}: expected a positive integer")
+    if isinstance(confirm, bool) or not isinstance(confirm, int) or not 0 <= confirm <= 50:
+        raise KnobError(f"confirm={confirm!r}: expected 0..50 rounds")
+    if sampler not in S.SAMPLERS:
+        raise KnobError(f"sampler={sampler!r}: expected one of {', '.join(S.SAMPLERS)}")
+    if global_batch is not None and global_batch <= 0:
+        raise KnobError("global_batch must be positive")
+    dev = _device(device)
+    if model is None:
+        if study is None:
+            raise SpecError("tune(): pass a model, or model=None with study=NAME to resume that study's workload")
+        if any(v is not None for v in (data, model_args, input_shape, num_classes, task)):
+            raise SpecError("tune(model=None, study=...) resumes the study's own workload: it takes no data or model options")
+        spec = tuning.stored_job(stores.load(study, storage or stores.default_url(study))).spec
+    else:
+        spec = _spec(model, data, model_args, input_shape, num_classes, task)
+    name = study or default_study(spec)
+    url = storage or stores.default_url(name)
+    job = tuning.Job(
+        spec=spec, space=space, trials=trials, time_budget_s=_seconds(time_budget, "time_budget"),
+        max_memory_bytes=_bytes(max_memory, "max_memory"), global_batch=global_batch, sampler=sampler, seed=seed,
+        quick=quick, confirm=confirm, trial_timeout_s=_seconds(trial_timeout, "trial_timeout") or 600.0,
+        batch_ceiling=batch_ceiling,
+    )
+    from autotune.progress import Progress
+
+    bar = Progress(trials, job.time_budget_s, 0, enabled=progress, echo=_echo)
+    try:
+        prepared = tuning.prepare(job, name, url, dev, on_trial=bar, on_repeat=bar.repeat,
+                                  on_probe=lambda *probe: bar.print(ceilings.probe_text(*probe)))
+        bar.done = prepared.measured
+        if prepared.ceiling is not None:
+            bar.print(f"batch ceiling: {prepared.ceiling.text()}")
+        bar.print(
+            f"{'new' if prepared.created else 'resuming'} study {name!r} in {stores.redact(url)}: {prepared.measured} measured, "
+            f"target {trials}; space {prepared.space_name} ({prepared.configurations} configurations here: "
+            f"{', '.join(prepared.searched)}); device {dev}"
+        )
+        if prepared.recovered:
+            bar.print(f"re-queued trials left running by a stopped process: {', '.join(f'#{t}' for t in prepared.recovered)}")
+        summary = prepared.run()
+    except KeyboardInterrupt:
+        bar.close()
+        if progress:
+            _echo("stopped: the running trial is recorded as interrupted; call tune() again to continue")
+        raise
+    finally:
+        bar.close()
+    result = TuneResult(prepared.study, url, summary)
+    if progress:
+        race = summary.race
+        raced = f"; race: {race.rounds} rounds, {race.measurements} measurements ({race.stopped})" if race else ""
+        _echo(f"done: {summary.reason}; {summary.new} new configurations and {summary.repeats} repeat measurements "
+              f"in {format_duration(summary.elapsed_s)}{raced}")
+        _echo(f"verdict: {result.verdict.text}")
+    return result
+
+
+def _echo(line: str) -> None:
+    print(line, file=sys.stdout, flush=True)
+
+
+# ---------------------------------------------------------------- measure
+
+
+def measure(
+    model: Any,
+    config: Mapping[str, Any] | Iterable[str] | None = None,
+    *,
+    data: Any = None,
+    device: str | None = None,
+    quick: bool = False,
+    repeat: int = 1,
+    global_batch: int | None = None,
+    model_args: Mapping[str, Any] | Iterable[str] | None = None,
+    input_shape: Iterable[int] | str | None = None,
+    num_classes: int | None = None,
+    task: str | None = None,
+    trial_timeout: float | str = 600,
+) -> TrialResult | list[TrialResult]:
+    """Measure one configuration in an isolated process (``autotune measure`` as a function).
+
+    ``config``: knob values (``{"precision": "bf16", "batch_size": 64}`` or
+    ``["precision=bf16"]``); the rest stay at PyTorch's defaults. Returns the
+    :class:`autotune.result.TrialResult` (a list of ``repeat`` of them, each from a new
+    process, when ``repeat > 1``). A failing configuration (oom, nan, ...) is a result; a
+    model or data factory that cannot be built raises.
+    """
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise KnobError(f"repeat={repeat!r}: expected a positive integer")
+    if global_batch is not None and global_batch <= 0:
+        raise KnobError("global_batch must be positive")
+    spec = _spec(model, data, model_args, input_shape, num_classes, task)
+    if config is None:
+        values: dict[str, Any] = {}
+    elif isinstance(config, Mapping):
+        values = knobs.validate_config(config)
+    else:
+        values = knobs.parse_assignments(config)
+    results = measure_spec(spec, values, device=_device(device), quick=quick, repeat=repeat, global_batch=global_batch,
+                           timeout_s=_seconds(trial_timeout, "trial_timeout") or 600.0)
+    return results[0] if repeat == 1 else results
+
+
+def measure_spec(
+    spec: WorkloadSpec,
+    config: Mapping[str, Any],
+    *,
+    device: str,
+    quick: bool = False,
+    repeat: int = 1,
+    global_batch: int | None = None,
+    timeout_s: float = 600.0,
+    on_result: Callable[[int, TrialResult], None] | None = None,
+) -> list[TrialResult]:
+    """Measure one configuration of a workload ``repeat`` times, each in a new process (``measure`` and
+    ``autotune measure``). ``on_result(i, result)`` after each. A failing configuration is a result; a
+    workload that cannot be built raises WorkloadError."""
+    from autotune.protocol import Settings
+    from autotune.runner import Runner
+
+    runner = Runner(spec, device=device, timeout_s=timeout_s, settings=Settings.quick() if quick else Settings(),
+                    global_batch=global_batch)
+    probe = runner.probe()
+    values = knobs.validate_config(config, knobs.Context.from_dict(probe["context"]))
+    batch = int(values.get("batch_size", probe["workload"].get("batch_size") or knobs.KNOBS["batch_size"].default))
+    if global_batch and global_batch % batch:
+        raise KnobError(f"--global-batch {global_batch} is not a multiple of the batch size {batch}")
+    results = []
+    for i in range(repeat):
+        res = runner.measure(values)
+        if res.user_error:
+            raise WorkloadError(res.error["message"] if res.error else "the workload failed")
+        results.append(res)
+        if on_result is not None:
+            on_result(i, res)
+    return results

@@ -1,0 +1,132 @@
+"""What a running study shows: a rich progress bar (on a terminal or in Jupyter) and one line per trial.
+
+Shared by the command line (``autotune run``, ``autotune worker``) and the Python API
+(:func:`autotune.tune`); it imports nothing of either.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable
+
+from autotune import knobs
+from autotune.units import format_bytes, format_duration, format_rate
+
+
+def _isatty() -> bool:
+    try:
+        return bool(sys.stdout.isatty())
+    except (AttributeError, ValueError):  # a replaced or closed stdout
+        return False
+
+
+def _has_widgets() -> bool:
+    """rich draws a live bar in Jupyter through ipywidgets; without them, the lines alone."""
+    import importlib.util
+
+    return importlib.util.find_spec("ipywidgets") is not None
+
+
+def console() -> Any:
+    """A rich Console: the terminal's width on a terminal, Jupyter's rendering in a notebook, 160 columns otherwise."""
+    from rich.console import Console
+
+    out = Console(highlight=False, soft_wrap=False)
+    if not _isatty() and not out.is_jupyter:
+        out.width = 160
+    return out
+
+
+def trial_line(rec: Any) -> str:
+    """One finished trial (a :class:`autotune.study.TrialRecord`) as a line."""
+    from autotune.result import OK
+
+    head = f"#{rec.number:<4} {rec.role:<8} "
+    if rec.outcome == OK and rec.samples_per_s:
+        speed = rec.speedup.text() if rec.speedup else "-"
+        body = f"{'ok':<8} {format_rate(rec.samples_per_s):>9} samples/s {format_bytes(rec.peak_memory_bytes):>10}  {speed:<18}"
+    else:
+        body = f"{rec.outcome:<8} {(rec.error or '')[:60]}"
+    tags = []
+    if rec.duplicate_of is not None:
+        tags.append(f"(already measured as #{rec.duplicate_of})")
+    if rec.cut_short:
+        tags.append("(cut short: dominated)")
+    return f"{head}{body}  {knobs.short(rec.config)} {' '.join(tags)}".rstrip()
+
+
+def _echo(line: str) -> None:
+    import click
+
+    click.echo(line)
+
+
+class Progress:
+    """A progress bar (on a terminal, or in Jupyter with ipywidgets) and one line per finished trial.
+
+    Pass it as ``on_trial`` (and ``.repeat`` as ``on_repeat``) to :func:`autotune.tuning.prepare`.
+    ``enabled=False`` shows nothing. Elsewhere (a pipe, a log file, pytest) there is no bar,
+    only the lines.
+    """
+
+    def __init__(self, total: int, budget_s: float | None, done: int, *, enabled: bool = True,
+                 echo: Callable[[str], None] | None = None) -> None:
+        self.total = total
+        self.budget_s = budget_s
+        self.start = time.monotonic()
+        self.done = done
+        self.enabled = enabled
+        self.echo = echo or _echo
+        self.console: Any = None
+        self.bar: Any = None
+        self.task: Any = None
+        if not enabled:
+            return
+        self.console = console()
+        if _isatty() or (self.console.is_jupyter and _has_widgets()):
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as RichProgress
+
+            try:
+                self.bar = RichProgress(
+                    TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("{task.fields[info]}"), console=self.console, transient=True,
+                )
+                self.task = self.bar.add_task("trials", total=total, completed=done, info="")
+                self.bar.start()
+            except Exception:  # noqa: BLE001 - a display that cannot draw a bar still gets the lines
+                self.bar = None
+
+    def info(self) -> str:
+        parts = []
+        if self.budget_s is not None:
+            left = max(0.0, self.budget_s - (time.monotonic() - self.start))
+            parts.append(f"budget left {format_duration(left)}")
+        return ", ".join(parts)
+
+    def print(self, line: str) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.console.print(line, markup=False, highlight=False)
+        else:
+            self.echo(line)
+
+    def __call__(self, rec: Any) -> None:
+        if rec.duplicate_of is None:
+            self.done += 1
+        self.print(trial_line(rec))
+        if self.bar is not None:
+            self.bar.update(self.task, completed=min(self.done, self.total), info=self.info())
+
+    def repeat(self, what: str, number: int, rate: float | None) -> None:
+        """A re-measurement: the baseline's noise floor, or a round of the final race."""
+        again = f"{format_rate(rate)} samples/s" if rate is not None else "failed"
+        label = "noise floor: baseline" if what == "floor" else "race"
+        self.print(f"{label} #{number} measured again in a new process: {again}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None

@@ -1,0 +1,257 @@
+"""The Python API: autotune.tune() and autotune.measure() with factories no process can import by name."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+from torch import nn
+
+import autotune
+from autotune import api, shipping
+from autotune.errors import AutotuneError, KnobError, SpecError
+from autotune.evidence import Verdict
+from autotune.stats import Noise, Ratio
+from autotune.workload import WorkloadSpec, build
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow  # about 15-20 s on a 2-core CPU: 3 configurations, the noise floor, a race round, a resume
+def test_tune_a_factory_defined_inside_the_test(tmp_path):
+    width = 16
+
+    class TinyNet(nn.Module):  # a class no other process can import
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(8, width), nn.ReLU(), nn.Linear(width, 4))
+
+        def forward(self, x):
+            return self.body(x)
+
+    def factory():
+        return autotune.Workload(model=TinyNet(), example=(torch.zeros(8), torch.tensor(3)))
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    result = autotune.tune(factory, trials=3, quick=True, confirm=1, storage=url, study="s", progress=False)
+
+    assert isinstance(result, autotune.TuneResult) and isinstance(result.study, optuna.Study)
+    assert result.study.study_name == "s" and result.measured == 3
+    assert result.summary.measured == 3 and result.summary.new == 3
+    assert isinstance(result.verdict, Verdict) and result.verdict.text in repr(result)
+    assert result.front and all({"trial", "changes", "samples_per_s", "peak_memory_bytes", "speedup"} <= set(r) for r in result.front)
+    assert isinstance(result.noise, Noise)
+    numbers = {t.number for t in result.study.trials}
+    assert result.winner is None or result.winner in numbers
+    assert result.speedup is None or isinstance(result.speedup, Ratio)
+    assert result.speedup is result.verdict.speedup
+
+    # The study names the workload by its code digest; the bytes travel with the job only.
+    attrs = result.study.user_attrs
+    assert attrs["workload"]["model"].startswith("pickled:test_tune_a_factory_defined_inside_the_test.factory@")
+    assert "pickled" not in attrs["workload"]
+    assert attrs["job"]["spec"]["pickled"].keys() == {attrs["workload"]["model"]}
+
+    best = tmp_path / "best.json"
+    doc = result.export(best, allow_no_gain=True)
+    assert json.loads(best.read_text())["knobs"] == doc["knobs"]
+    cfg = autotune.load_config(best)
+    assert cfg.knobs == doc["knobs"]
+    text = result.export(format="hf-trainer", allow_no_gain=True)
+    assert "TrainingArguments" in text
+    written = tmp_path / "out" / "args.py"
+    assert result.export(written, format="hf-trainer", allow_no_gain=True) == written.read_text()
+
+    # A new tune() without the object resumes from the bytes stored with the study.
+    again = autotune.tune(None, study="s", storage=url, trials=3, quick=True, confirm=0, progress=False)
+    assert again.summary.new == 0 and again.measured == 3
+
+
+def test_an_unpicklable_callable_is_one_spec_error(tmp_path):
+    lock = threading.Lock()
+
+    def factory():
+        with lock:
+            return nn.Linear(4, 2)
+
+    with pytest.raises(SpecError) as info:
+        autotune.tune(factory, trials=3, quick=True, storage=f"sqlite:///{tmp_path}/s.db", study="s", progress=False)
+    message = str(info.value)
+    assert "\n" not in message and ".factory' cannot be sent" in message and "lock" in message and "inside the factory" in message
+    assert not (tmp_path / "s.db").exists()  # refused before anything ran or was stored
+
+
+def test_an_open_file_is_one_spec_error(tmp_path):
+    with open(tmp_path / "log.txt", "w") as fh:
+        with pytest.raises(SpecError, match="cannot be sent to the trial processes") as info:
+            autotune.measure(lambda: (fh.write("x"), nn.Linear(4, 2))[1], quick=True)
+    assert "\n" not in str(info.value)
+
+
+def test_measure_a_local_factory():
+    def factory():
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        return autotune.Workload(model=model, example=(torch.zeros(8), torch.tensor(3)))
+
+    res = autotune.measure(factory, {"batch_size": 16}, quick=True)
+    assert res.ok, res.error
+    assert res.config["batch_size"] == 16 and res.samples_per_s > 0
+
+
+def test_measure_a_bare_module_and_a_data_lambda():
+    from torch.utils.data import TensorDataset
+
+    n = 64
+    results = autotune.measure(
+        lambda: nn.Linear(8, 4),
+        ["batch_size=8"],
+        data=lambda: TensorDataset(torch.randn(n, 8), torch.randint(0, 4, (n,))),
+        quick=True,
+        repeat=2,
+    )
+    assert len(results) == 2 and all(r.ok for r in results), [r.error for r in results]
+
+
+def test_a_large_capture_travels_and_a_huge_one_is_refused():
+    table = bytes(3 * 1024**2)  # a request of several pipe buffers to the fork server
+
+    def factory():
+        return nn.Linear(8, 4 + len(table) % 7)
+
+    assert autotune.measure(factory, input_shape=(8,), quick=True).ok
+    huge = bytes(9 * 1024**2)
+    with pytest.raises(SpecError, match=r"pickles to 9 MiB .*build them inside the factory"):
+        autotune.measure(lambda: nn.Linear(8, 4 + len(huge) % 7), input_shape=(8,), quick=True)
+
+
+def test_without_cloudpickle_a_callable_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cloudpickle", None)  # import cloudpickle now raises ImportError
+    with pytest.raises(SpecError, match=r"needs cloudpickle \(pip install cloudpickle\)"):
+        autotune.tune(lambda: nn.Linear(4, 2), progress=False)
+
+
+def test_objects_of_importable_modules_are_named_not_pickled():
+    from autotune import examples
+
+    spec = api._spec(examples.cnn, None, {"width": 8}, None, None, None)
+    assert spec.model == "autotune.examples:cnn" and spec.pickled == () and spec.model_args == (("width", 8),)
+    assert api.default_study(spec) == "autotune.examples-cnn"
+    assert api._spec("hf:gpt2", None, ["n_layer=1"], None, None, None).model_args == (("n_layer", 1),)
+    with pytest.raises(SpecError, match="expected module:attribute"):
+        api._spec("not-a-spec", None, None, None, None, None)
+    with pytest.raises(SpecError, match="expected a module:attr string"):
+        api._spec(42, None, None, None, None, None)
+    with pytest.raises(SpecError, match=r"functools.partial"):
+        api._spec("autotune.examples:mlp", None, {"dtype": torch.float16}, None, None, None)
+    with pytest.raises(SpecError, match="input_shape"):
+        api._spec("autotune.examples:mlp", None, None, ("a", 3), None, None)
+
+
+def test_a_pickled_spec_without_its_bytes_says_how_to_resume():
+    with pytest.raises(SpecError, match=r"autotune.tune\(\.\.\., study=NAME\)"):
+        build(WorkloadSpec(model="pickled:factory@" + "0" * 64))
+
+
+def test_the_bytes_travel_with_the_spec_but_not_in_its_name():
+    def factory():
+        return nn.Linear(4, 2)
+
+    spec = api._spec(factory, None, None, (4,), None, "infer")
+    assert spec.to_dict(payload=False) == {"model": spec.model, "data": None, "model_args": {}, "input_shape": [4],
+                                           "num_classes": None, "task": "infer"}
+    again = WorkloadSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
+    assert again == spec
+    workload = build(again)  # unpickled here as in a trial process
+    assert isinstance(workload.model, nn.Linear) and workload.task == "infer"
+    # module specs keep their JSON as before
+    assert "pickled" not in WorkloadSpec(model="autotune.examples:mlp").to_dict()
+
+
+def test_the_digest_follows_the_code_not_the_process(tmp_path):
+    def make(constant):
+        def factory():
+            return nn.Linear(4, constant)
+
+        return factory
+
+    assert shipping.digest(make(2)) == shipping.digest(make(2))
+    assert shipping.digest(make(2)) != shipping.digest(make(3))
+
+    script = tmp_path / "notebook.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+        from autotune import api
+
+        class Net(nn.Module):  # cloudpickle gives a class of __main__ a random id in every process
+            def __init__(self):
+                super().__init__()
+                self.layer = nn.Linear(8, WIDTH)
+
+        WIDTH = 4
+
+        def factory():
+            return Net()
+
+        print(api._spec(factory, None, None, None, None, None).model)
+    """))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+
+    def spec_of(source: str) -> str:
+        script.write_text(source)
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    source = script.read_text()
+    first, second = spec_of(source), spec_of("\n\n# a comment moves every line\n" + source)
+    assert first == second and first.startswith("pickled:factory@")
+    assert spec_of(source.replace("WIDTH = 4", "WIDTH = 5")) != first
+
+
+def test_sizes_durations_and_bad_arguments(tmp_path):
+    assert api._seconds("1h30m", "time_budget") == 5400 and api._seconds(90, "time_budget") == 90.0
+    assert api._bytes("20GiB", "max_memory") == 20 * 1024**3 and api._bytes(1000, "max_memory") == 1000
+    with pytest.raises(AutotuneError, match="time_budget"):
+        api._seconds("soon", "time_budget")
+    with pytest.raises(KnobError, match="trials"):
+        autotune.tune("autotune.examples:mlp", trials=0, progress=False)
+    with pytest.raises(KnobError, match="sampler"):
+        autotune.tune("autotune.examples:mlp", sampler="grid", progress=False)
+    with pytest.raises(SpecError, match="study=NAME"):
+        autotune.tune(None, progress=False)
+
+
+def test_progress_lines_without_a_terminal_or_in_jupyter(monkeypatch):
+    from rich.console import Console
+
+    from autotune import progress
+    from autotune.study import TrialRecord
+
+    rec = TrialRecord(0, "baseline", {}, "ok", 100.0, 1024**2)
+    lines: list[str] = []
+    silent = progress.Progress(3, None, 0, enabled=False, echo=lines.append)
+    silent(rec)
+    silent.repeat("floor", 0, 90.0)
+    assert lines == []
+
+    plain = progress.Progress(3, None, 0, echo=lines.append)  # pytest's stdout is no terminal: lines, no bar
+    assert plain.bar is None
+    plain(rec)
+    assert lines and lines[0].startswith("#0    baseline ok")
+
+    monkeypatch.setattr(progress, "console", lambda: Console(force_jupyter=True, file=io.StringIO()))
+    monkeypatch.setattr(progress, "_has_widgets", lambda: False)
+    jupyter = progress.Progress(3, 60.0, 0, echo=lines.append)
+    jupyter(rec)
+    jupyter.close()
+    assert jupyter.bar is None and len(lines) == 2

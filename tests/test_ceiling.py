@@ -1,0 +1,132 @@
+"""The batch-size ceiling: doubling then bisection finds the largest batch that fits, in few probes;
+a study fits its searched batch sizes to it once and shows it."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from click.testing import CliRunner
+
+from autotune import ceiling as C
+from autotune import cli, tuning
+from autotune import result as R
+from autotune import space as spaces
+from autotune import storage as stores
+from autotune.workload import WorkloadSpec
+
+
+def fits_below(truth: int, calls: list[int]):
+    def fits(batch: int):
+        calls.append(batch)
+        return (batch <= truth, R.OK if batch <= truth else R.OOM, 1000 * batch)
+
+    return fits
+
+
+GRIDS = [list(range(16, 257, 16)), list(range(8, 513, 8)), [16, 32, 64, 128], list(range(1, 4097))]
+
+
+@pytest.mark.parametrize("grid", GRIDS, ids=["16..256/16", "8..512/8", "choices", "1..4096"])
+def test_finds_the_largest_fitting_batch_for_every_truth(grid):
+    rng = random.Random(0)
+    truths = sorted({grid[0] - 1, grid[0], grid[-1], grid[-1] + 100, *rng.sample(range(grid[0], grid[-1]), 25)})
+    for truth in truths:
+        start = rng.choice(grid)
+        calls: list[int] = []
+        found = C.find(fits_below(truth, calls), grid, start=start)
+        expected = max((b for b in grid if b <= truth), default=None)
+        assert len(calls) == len(set(calls)), "no batch is probed twice"
+        assert len(calls) <= C.MAX_PROBES
+        if 2 * math.log2(len(grid)) + 1 > C.MAX_PROBES:  # too fine a grid for the probes: a batch that fits
+            assert found.batch_size is None or found.batch_size <= truth
+            assert found.batch_size is not None or expected is None or len(calls) == C.MAX_PROBES
+            continue
+        assert found.batch_size == expected, (truth, start, calls)
+        assert len(calls) <= 2 * math.log2(len(grid)) + 1, (truth, start, calls)
+        if expected == grid[-1]:
+            assert found.limit == "space" and found.first_failing is None
+        else:
+            assert found.limit == R.OOM
+            assert found.first_failing == min(b for b in grid if b > truth)
+        assert [p[0] for p in found.probes] == calls
+
+
+def test_other_limits_are_named_and_said():
+    found = C.find(lambda b: (b < 100, "max_memory", b), [16, 32, 64, 128, 256], start=32)
+    assert (found.batch_size, found.limit, found.first_failing) == (64, "max_memory", 128)
+    assert found.text().startswith("64 (128 needs more than --max-memory; 3 probes")
+    none = C.find(lambda b: (False, R.OOM, None), [16, 32], start=32)
+    assert none.batch_size is None and none.first_failing == 16
+    assert "none: the smallest batch, 16, does not fit (ran out of memory" in none.text()
+    assert C.Ceiling.from_dict(found.to_dict()) == C.Ceiling.from_dict(C.Ceiling.from_dict(found.to_dict()).to_dict())
+
+
+def test_fits_with_counts_a_peak_over_the_budget_as_not_fitting():
+    def measure(config):
+        b = config["batch_size"]
+        return R.TrialResult(outcome=R.OK, samples_per_s=1.0, peak_memory_bytes=b * 10)
+
+    fits = C.fits_with(measure, {"precision": "fp32"}, max_memory_bytes=500)
+    assert fits(40) == (True, R.OK, 400)
+    assert fits(60) == (False, "max_memory", 600)
+
+
+def test_clip_keeps_the_grid_and_the_baseline():
+    ceiling = C.Ceiling(100, R.OOM, 112)
+    rng = spaces.Dimension("batch_size", None, 16, 256, 16)
+    assert C.clip(rng, ceiling, 32) == spaces.Dimension("batch_size", None, 16, 96, 16)
+    assert C.clip(spaces.Dimension("batch_size", (16, 32, 64, 128)), ceiling, 32).choices == (16, 32, 64)
+    assert C.clip(rng, C.Ceiling(None, R.OOM, 16), 32) is None  # nothing fits: nothing left to search
+    assert C.clip(spaces.Dimension("batch_size", None, 64, 256, 64), C.Ceiling(32, R.OOM, 64), 32) is None
+
+
+SPACE = """
+[search]
+batch_size = { low = 16, high = 128, step = 16 }
+precision = ["fp32", "bf16"]
+"""
+
+
+def test_a_study_fits_its_batch_sizes_to_the_ceiling_once_and_shows_it(tmp_path):
+    space = tmp_path / "space.toml"
+    space.write_text(SPACE)
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    job = tuning.Job(spec=WorkloadSpec(model="failing_workloads:capped", model_args=(("cap", 56),)), space=str(space),
+                     trials=4, quick=True, confirm=0, batch_ceiling=True, trial_timeout_s=120)
+    probes: list[tuple[int, str]] = []
+    prepared = tuning.prepare(job, "capped", url, "cpu", on_probe=lambda b, o, p: probes.append((b, o)))
+    assert prepared.ceiling is not None
+    assert (prepared.ceiling.batch_size, prepared.ceiling.first_failing, prepared.ceiling.limit) == (48, 64, R.OOM)
+    assert probes == [(b, o) for b, o, _ in prepared.ceiling.probes] and (64, R.OOM) in probes
+    assert prepared.tuner.space.search["batch_size"] == spaces.Dimension("batch_size", None, 16, 48, 16).with_value(32)
+    summary = prepared.run()
+    sizes = [t.user_attrs["config"]["batch_size"] for t in prepared.study.get_trials() if "config" in t.user_attrs]
+    assert sizes and max(sizes) <= 48 and summary.measured >= 4
+    assert not any(t.user_attrs.get("outcome") == R.OOM for t in prepared.study.get_trials())
+
+    # A resume (and any worker) reads the stored ceiling: no probes again, the same range.
+    again = tuning.prepare(tuning.Job(**{**job.__dict__, "trials": 5}), "capped", url, "cpu",
+                           on_probe=lambda b, o, p: pytest.fail("probed again"))
+    assert again.ceiling == prepared.ceiling
+    assert again.tuner.space.search["batch_size"] == prepared.tuner.space.search["batch_size"]
+
+    out = CliRunner().invoke(cli.main, ["status", "capped", "--storage", url])
+    assert out.exit_code == 0, out.output
+    assert "batch ceiling: 48 (64 ran out of memory; " in out.output
+    doc = CliRunner().invoke(cli.main, ["status", "capped", "--storage", url, "--json"])
+    import json
+
+    assert json.loads(doc.output)["batch_ceiling"]["batch_size"] == 48
+    from autotune import report
+
+    assert report.header_info(stores.load("capped", url))["batch_ceiling"]["text"].startswith("48 (64 ran out of memory")
+
+
+def test_by_default_a_cpu_study_without_a_memory_budget_does_not_probe():
+    job = tuning.Job(spec=WorkloadSpec(model="x:y"))
+    assert not job.probes_ceiling("cpu")
+    assert job.probes_ceiling("cuda:0")
+    assert tuning.Job(spec=job.spec, max_memory_bytes=1 << 30).probes_ceiling("cpu")
+    assert not tuning.Job(spec=job.spec, batch_ceiling=False).probes_ceiling("cuda:0")
