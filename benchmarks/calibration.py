@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import tempfile
 import time
@@ -55,10 +54,13 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--models", nargs="*", default=list(MODELS))
+    ap.add_argument("--keep", default=None, help="Keep the studies' SQLite files in this folder (default: a temporary one).")
     args = ap.parse_args()
     warm_up()
     out = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.keep or scratch
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         for name in args.models:
             spec = MODELS[name]()
             url = f"sqlite:///{tmp}/{name}.db"
@@ -100,12 +102,13 @@ def main() -> None:
                 "trials_s": trial_s,
             }
             out[name] = ex
+            print(flush=True)
             print(f"== {name} ({spec.model}): {args.trials} trials in {elapsed:.0f} s, noise between processes ±{ex['noise_percent']:.0f}%")
             print(f"   verdict: {ex['verdict_text']}")
             print(f"   claimed {claim['text']}; re-measured in {args.repeats}+{args.repeats} fresh processes: {again:.2f}x "
                   f"-> {'inside' if inside else 'OUTSIDE'} the interval")
             print(f"   cost of the floor and the race: {summary.repeats} extra measurements ({race.rounds if race else 0} race rounds); "
-                  f"trials themselves took {trial_s:.0f} s of the study's {elapsed:.0f} s")
+                  f"trials themselves took {trial_s:.0f} s of the study's {elapsed:.0f} s", flush=True)
     results = Path(__file__).resolve().parent / "results"
     results.mkdir(exist_ok=True)
     (results / "calibration.json").write_text(json.dumps(out, indent=1, default=str))

@@ -16,6 +16,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from autotune.evidence import Evidence
 from autotune import hardware, knobs, space
 from autotune import storage as stores
 from autotune import study as S
@@ -58,8 +59,12 @@ def study_best(spec: WorkloadSpec, runner: Runner, space_name: str, trials: int,
     summary = S.Tuner(study, eff, ctx, base, runner.measure, S.Options(trials=trials),
                       on_trial=lambda r: print(f"   #{r.number} {r.outcome} {r.samples_per_s or 0:.1f}/s {knobs.short(r.config)}")).run()
     front = S.front(study)
-    best = max(front, key=lambda t: t.values[0])
-    return {"trials": summary.measured, "best_config": best.user_attrs["config"], "best": best.user_attrs["result"] | {"samples_per_s": best.values[0]},
+    ev = Evidence.of(study)
+    verdict = summary.verdict
+    shown = verdict.winner if verdict.state == "gain" else verdict.leader
+    best = next((t for t in study.trials if t.number == shown), front[0])
+    return {"trials": summary.measured, "best_config": best.user_attrs["config"], "verdict": verdict.to_dict(), "noise": ev.noise.to_dict(),
+            "best": best.user_attrs["result"] | {"samples_per_s": ev.samples_per_s(best.number)},
             "front": [{"config": t.user_attrs["config"], "samples_per_s": t.values[0], "peak_memory_bytes": t.values[1]} for t in front]}
 
 

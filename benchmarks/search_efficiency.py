@@ -68,7 +68,7 @@ def replay(name: str, table: dict[str, dict], make_sampler, seed: int, trials: i
     spent = {"s": 0.0}
     curve: list[float] = []
 
-    def evaluate(config, dominators):
+    def evaluate(config, dominators=(), margin=None):
         row = table[knobs.resolve(config, ctx).key()]
         if row["outcome"] != R.OK:
             spent["s"] += row["wall_s"] or 0.0
@@ -78,7 +78,7 @@ def replay(name: str, table: dict[str, dict], make_sampler, seed: int, trials: i
         cut = False
         if dominators and len(windows) > settings.cut_after_windows:
             first = statistics.median(windows[: settings.cut_after_windows])
-            if any(t >= first * (1 + settings.cut_margin) and m <= row["peak_memory_bytes"] for t, m in dominators):
+            if any(t >= first * (1 + (margin or settings.cut_margin)) and m <= row["peak_memory_bytes"] for t, m in dominators):
                 timed = row["phases_s"].get("timed", 0.0)
                 skipped = timed * (1 - settings.cut_after_windows / len(windows)) + row["phases_s"].get("profile", 0.0)
                 wall -= skipped
@@ -97,7 +97,7 @@ def replay(name: str, table: dict[str, dict], make_sampler, seed: int, trials: i
             value = true["samples_per_s"] if true["outcome"] == R.OK else 0.0
             curve.append(max(curve[-1] if curve else 0.0, value))
 
-    tuner = S.Tuner(study, eff, ctx, base, evaluate, S.Options(trials=trials, early_stop=early_stop, max_repeats=200, confirm_times=0), on_trial)
+    tuner = S.Tuner(study, eff, ctx, base, evaluate, S.Options(trials=trials, early_stop=early_stop, max_repeats=200, race_rounds=0, floor_repeats=0), on_trial)
     summary = tuner.run()
     found = [table[t.user_attrs["config_key"]] for t in tuner.measured() if t.user_attrs.get("outcome") == R.OK]
     return {"curve": curve, "found": found, "spent_s": spent["s"], "reason": summary.reason}
