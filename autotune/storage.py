@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import socket
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Mapping
@@ -195,6 +196,9 @@ def load(name: str, url: str) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=storage)
 
 
+DESCRIBE_WAIT_S = 15.0  # how long a study just created by another process may take to get its attributes
+
+
 def create_or_check(
     name: str,
     url: str,
@@ -220,10 +224,19 @@ def create_or_check(
         for key, value in attrs.items():
             study.set_user_attr(key, value)
         study.set_user_attr("autotune_version", __version__)
-        study.set_user_attr("created_at", dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+        study.set_user_attr("created_at", dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))  # written last
         return study, True
+    _wait_until_described(study)
     check_matches(study, attrs, url)
     return study, False
+
+
+def _wait_until_described(study: optuna.Study) -> None:
+    """Another process may have created the study an instant ago and still be writing its attributes
+    (Optuna cannot create a study with them at once): give an empty study a moment to get them."""
+    deadline = time.monotonic() + DESCRIBE_WAIT_S
+    while "created_at" not in study.user_attrs and time.monotonic() < deadline and not study.get_trials(deepcopy=False):
+        time.sleep(0.1)
 
 
 def check_matches(study: optuna.Study, attrs: Mapping[str, Any], url: str) -> None:

@@ -68,10 +68,14 @@ def assert_exact(study: optuna.Study, n: int) -> None:
     assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
 
 
-def wait_for_trial(url: str, min_done: int, timeout: float = 120, pids: set[int] | None = None) -> optuna.Study:
-    """Until ``min_done`` configurations are measured and a trial (of one of ``pids``) is being measured."""
+def wait_for_trial(url: str, min_done: int, timeout: float = 120, procs: list[subprocess.Popen] | None = None) -> optuna.Study:
+    """Until ``min_done`` configurations are measured and a trial (of one of ``procs``) is being measured."""
+    pids = {p.pid for p in procs} if procs else None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        ended = [p for p in procs or [] if p.poll() is not None]
+        if ended:
+            raise AssertionError(f"worker {ended[0].pid} ended with {ended[0].returncode}: {ended[0].communicate()[0]}")
         try:
             study = kind_study(url)
             done = sum(1 for t in study.get_trials(deepcopy=False) if is_measured(t))
@@ -117,7 +121,7 @@ def test_three_workers_finish_a_20_trial_job_exactly_on_postgres(postgres_url, t
 def test_kill_9_of_a_worker_mid_trial_is_requeued_and_finished_by_another(postgres_url, tmp_path):
     submit(postgres_url, tmp_path, model="failing_workloads:slow")
     procs = run_workers(postgres_url, tmp_path)
-    study = wait_for_trial(postgres_url, min_done=3, pids={procs[0].pid})
+    study = wait_for_trial(postgres_url, min_done=3, procs=[procs[0]])
     victim = procs[0]
     victim.kill()
     victim.communicate(timeout=60)
@@ -134,7 +138,7 @@ def test_journal_storage_with_three_processes_and_a_kill_9(tmp_path):
     url = f"journal:{tmp_path}/fleet.log"
     submit(url, tmp_path, model="failing_workloads:slow")
     procs = run_workers(url, tmp_path)
-    wait_for_trial(url, min_done=3, pids={procs[1].pid})
+    wait_for_trial(url, min_done=3, procs=[procs[1]])
     procs[1].kill()
     procs[1].communicate(timeout=60)
     finish([procs[0], procs[2]])
@@ -145,7 +149,7 @@ def test_journal_storage_with_three_processes_and_a_kill_9(tmp_path):
 def test_sigterm_of_a_daemon_mid_trial_requeues_it_and_exits_cleanly(postgres_url, tmp_path):
     submit(postgres_url, tmp_path, trials=6, model="failing_workloads:slow")
     (proc,) = run_workers(postgres_url, tmp_path, 1)
-    study = wait_for_trial(postgres_url, min_done=1, pids={proc.pid})
+    study = wait_for_trial(postgres_url, min_done=1, procs=[proc])
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out

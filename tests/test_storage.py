@@ -90,3 +90,38 @@ def test_study_errors_show_no_password(tmp_path, monkeypatch):
 def test_journal_folder_missing_is_one_line(tmp_path):
     with pytest.raises(StorageError, match="does not exist"):
         storage.open_storage(f"journal:{tmp_path}/nope/x.log")
+
+
+ATTRS = {"workload": {"model": "x:y"}, "space": {"name": "s"}, "space_hash": "h", "fingerprint": {"device_type": "cpu"},
+         "device": "cpu", "context": {}, "global_batch": None}
+
+
+def test_a_study_another_process_is_still_describing_is_joined_not_refused(tmp_path):
+    """Workers starting together: one creates the study, another loads it before its attributes are written."""
+    import threading
+
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    bare = optuna.create_study(study_name="s", storage=url, directions=storage.DIRECTIONS)  # created, not yet described
+
+    def describe() -> None:
+        for key, value in ATTRS.items():
+            bare.set_user_attr(key, value)
+        bare.set_user_attr("created_at", "2026-11-23T00:00:00+00:00")
+
+    timer = threading.Timer(1.0, describe)
+    timer.start()
+    study, created = storage.create_or_check("s", url, ATTRS)
+    timer.join()
+    assert not created and study.user_attrs["fingerprint"] == {"device_type": "cpu"}
+
+
+def test_a_study_not_made_by_autotune_is_refused_after_the_wait(tmp_path, monkeypatch):
+    import optuna
+
+    monkeypatch.setattr(storage, "DESCRIBE_WAIT_S", 0.3)
+    url = f"sqlite:///{tmp_path / 'foreign.db'}"
+    optuna.create_study(study_name="s", storage=url, directions=storage.DIRECTIONS)
+    with pytest.raises(StudyError, match="was not made by autotune"):
+        storage.create_or_check("s", url, ATTRS)
