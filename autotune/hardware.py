@@ -100,6 +100,9 @@ def fingerprint(device: str) -> dict[str, Any]:
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count() or cpu_count(),  # the machine's: a worker pinned to a share is the same kind
         "cpus_available": cpu_count(),
+        # The vector ISA torch's CPU kernels use (AVX2, AVX512, ...): two "AMD EPYC" VMs with and
+        # without AVX-512 differ 8x on bf16 (benchmarks/results/calibration.txt against trial_worker_cpu.txt).
+        "cpu_capability": _cpu_capability(),
     }
     if dev.type == "cuda":
         info["device_name"] = torch.cuda.get_device_name(dev)
@@ -109,7 +112,12 @@ def fingerprint(device: str) -> dict[str, Any]:
     return info
 
 
-IDENTITY_KEYS = ("device_type", "device_name", "device_count", "torch", "cuda", "cpu_model", "cpu_count")
+IDENTITY_KEYS = ("device_type", "device_name", "device_count", "torch", "cuda", "cpu_model", "cpu_count", "cpu_capability")
+
+
+def _cpu_capability() -> str | None:
+    get = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
+    return str(get()) if get else None
 
 
 def identity(fp: dict[str, Any]) -> dict[str, Any]:
@@ -120,7 +128,8 @@ def identity(fp: dict[str, Any]) -> dict[str, Any]:
 def differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """Human lines for each identity field that differs."""
     a, b = identity(stored), identity(current)
-    return [f"{k}: {a[k]} (stored) vs {b[k]} (here)" for k in IDENTITY_KEYS if a[k] != b[k]]
+    # A key a study made by an older autotune did not record is not a difference.
+    return [f"{k}: {a[k]} (stored) vs {b[k]} (here)" for k in IDENTITY_KEYS if a[k] != b[k] and k in stored]
 
 
 def short(fp: dict[str, Any]) -> str:

@@ -153,7 +153,7 @@ def _with_installed_driver(url: str) -> str:
 
 
 def kind(fingerprint: Mapping[str, Any]) -> str:
-    """A short name for a hardware kind (device model, count, torch), for per-kind study names."""
+    """A short name for a hardware kind (device model, count, CPU vector ISA, torch), for per-kind study names."""
     import re as _re
 
     name = str(fingerprint.get("device_name") or fingerprint.get("cpu_model") or "unknown")
@@ -161,7 +161,8 @@ def kind(fingerprint: Mapping[str, Any]) -> str:
     if fingerprint.get("device_type") == "cuda" and count > 1:
         name = f"{count}x-{name}"
     if fingerprint.get("device_type") != "cuda":
-        name = f"cpu-{name}-{fingerprint.get('cpu_count')}c"
+        isa = f"-{fingerprint['cpu_capability']}" if fingerprint.get("cpu_capability") else ""
+        name = f"cpu-{name}-{fingerprint.get('cpu_count')}c{isa}"
     torch_version = str(fingerprint.get("torch") or "").split("+")[0]
     slug = _re.sub(r"[^a-z0-9.]+", "-", f"{name}-torch{torch_version}".lower()).strip("-")
     return slug[:80]

@@ -32,3 +32,15 @@ def test_fingerprint_and_differences():
     other = dict(fp, torch="0.0.1")
     assert hardware.differences(fp, other) == [f"torch: {fp['torch']} (stored) vs 0.0.1 (here)"]
     assert hardware.differences(fp, dict(fp, python="0.0")) == []  # not part of the identity
+
+
+def test_the_cpu_vector_isa_is_part_of_the_identity_and_the_kind():
+    from autotune import storage
+
+    fp = hardware.fingerprint("cpu")
+    assert fp["cpu_capability"]  # AVX2, AVX512, DEFAULT, ...
+    wider = dict(fp, cpu_capability="AVX512" if fp["cpu_capability"] != "AVX512" else "AVX2")
+    assert hardware.differences(fp, wider) == [f"cpu_capability: {fp['cpu_capability']} (stored) vs {wider['cpu_capability']} (here)"]
+    assert storage.kind(fp) != storage.kind(wider) and fp["cpu_capability"].lower() in storage.kind(fp)
+    older = {k: v for k, v in fp.items() if k != "cpu_capability"}  # a study made before it was recorded
+    assert hardware.differences(older, wider) == []
