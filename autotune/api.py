@@ -291,15 +291,8 @@ def tune(
         prepared = tuning.prepare(job, name, url, dev, on_trial=bar, on_repeat=bar.repeat,
                                   on_probe=lambda *probe: bar.print(ceilings.probe_text(*probe)))
         bar.done = prepared.measured
-        if prepared.ceiling is not None:
-            bar.print(f"batch ceiling: {prepared.ceiling.text()}")
-        bar.print(
-            f"{'new' if prepared.created else 'resuming'} study {name!r} in {stores.redact(url)}: {prepared.measured} measured, "
-            f"target {trials}; space {prepared.space_name} ({prepared.configurations} configurations here: "
-            f"{', '.join(prepared.searched)}); device {dev}"
-        )
-        if prepared.recovered:
-            bar.print(f"re-queued trials left running by a stopped process: {', '.join(f'#{t}' for t in prepared.recovered)}")
+        for line in prepared.opening():
+            bar.print(line)
         summary = prepared.run()
     except KeyboardInterrupt:
         bar.close()

@@ -312,16 +312,8 @@ def run(
     progress = Progress(trials, job.time_budget_s, 0)
     prepared = tuning.prepare(job, name, url, dev, on_trial=progress, on_repeat=progress.repeat, on_probe=_print_probe)
     progress.done = prepared.measured
-    if prepared.ceiling is not None:
-        click.echo(f"batch ceiling: {prepared.ceiling.text()}")
-    click.echo(
-        f"{'new' if prepared.created else 'resuming'} study {name!r} in {_shown(url)}: {prepared.measured} measured, target {trials}; "
-        f"space {prepared.space_name} ({prepared.configurations} configurations here: {', '.join(prepared.searched)}); device {dev}"
-        + (f"; {len(gpus) if gpus else workers} workers" if parallel else "")
-    )
-    if prepared.recovered:
-        n = len(prepared.recovered)
-        click.echo(f"re-queued {n} trial{'s' if n > 1 else ''} left running by a stopped process: {', '.join(f'#{t}' for t in prepared.recovered)}")
+    for line in prepared.opening(len(gpus) if gpus else workers):
+        click.echo(line)
     summary = _until_stopped(lambda: _run_parallel(prepared, workers, gpus, dev) if parallel else prepared.run(), progress)
     race = summary.race
     raced = f"; race: {race.rounds} rounds, {race.measurements} measurements ({race.stopped})" if race else ""

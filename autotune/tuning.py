@@ -103,6 +103,21 @@ class Prepared:
     def run(self) -> S.Summary:
         return self.tuner.run()
 
+    def opening(self, workers: int = 1) -> list[str]:
+        """What ``run`` and ``autotune.tune`` say before the first trial: the study, the ceiling, re-queued trials."""
+        lines = [
+            f"{'new' if self.created else 'resuming'} study {self.name!r} in {stores.redact(self.url)}: {self.measured} measured, "
+            f"target {self.job.trials}; space {self.space_name} ({self.configurations} configurations here: "
+            f"{', '.join(self.searched)}); device {self.device}" + (f"; {workers} workers" if workers > 1 else "")
+        ]
+        if self.ceiling is not None:
+            lines.append(f"batch ceiling: {self.ceiling.text()}")
+        if self.recovered:
+            n = len(self.recovered)
+            lines.append(f"re-queued {n} trial{'s' if n > 1 else ''} left running by a stopped process: "
+                         + ", ".join(f"#{t}" for t in self.recovered))
+        return lines
+
 
 def load_space(job: Job, device: str) -> spaces.Space:
     return spaces.load(job.space or ("cpu" if device == "cpu" else "default"))
