@@ -168,6 +168,7 @@ class ForkServer:
         self._cond = threading.Condition()
         self._started: dict[int, int] = {}
         self._exited: dict[int, int] = {}
+        self._abandoned: set[int] = set()  # requests given up on (a signal) before their pid came back
         self._next_id = 0
         self._dead = False
 
@@ -199,7 +200,10 @@ class ForkServer:
         for raw in proc.stdout:
             msg = json.loads(raw)
             with self._cond:
-                if msg["event"] == "started":
+                if msg["event"] == "started" and msg["id"] in self._abandoned:
+                    self._abandoned.discard(msg["id"])
+                    kill_group(msg["pid"])
+                elif msg["event"] == "started":
                     self._started[msg["id"]] = msg["pid"]
                 elif msg["event"] == "exited":
                     self._exited[msg["pid"]] = msg["code"]
@@ -224,7 +228,16 @@ class ForkServer:
                 self._dead = True
                 raise ForkServerError(f"the trial fork server is gone: {exc}") from None
         with self._cond:
-            if not self._cond.wait_for(lambda: job_id in self._started or self._dead, timeout=60):
+            try:
+                answered = self._cond.wait_for(lambda: job_id in self._started or self._dead, timeout=60)
+            except BaseException:  # Ctrl-C or SIGTERM before the pid came back: that trial must not run on
+                if job_id in self._started:
+                    kill_group(self._started.pop(job_id))
+                else:
+                    self._abandoned.add(job_id)
+                raise
+            if not answered:
+                self._abandoned.add(job_id)
                 raise ForkServerError("the trial fork server did not answer within 60 s")
             if job_id not in self._started:
                 raise ForkServerError("the trial fork server died")
@@ -250,6 +263,14 @@ class ForkServer:
                 proc.wait(timeout=5)
             except Exception:  # noqa: BLE001
                 proc.kill()
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL every process of a process group; quiet if it is already gone."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 _server: ForkServer | None = None

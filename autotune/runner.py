@@ -31,12 +31,7 @@ def warm_up() -> None:
     forkserver.get().start()
 
 
-def kill_group(pgid: int) -> None:
-    """SIGKILL every process of a process group; quiet if it is already gone."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+kill_group = forkserver.kill_group
 
 
 def group_alive(pgid: int) -> bool:

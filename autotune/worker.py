@@ -230,7 +230,10 @@ def child_main(request: Mapping[str, Any], result_path: str, log_path: str) -> N
             sys.path.insert(0, entry)
     if request.get("cwd"):
         os.chdir(request["cwd"])
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except FileNotFoundError:  # the parent gave this trial up (a signal) and removed its directory
+        return
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)
