@@ -299,7 +299,7 @@ class Evidence:
             s = self.speedup(leader)
             return Verdict("no_gain", base.number, leader, s, tied, confirmed, False,
                            f"the noise between processes is not measured yet, so no claim: the fastest so far is "
-                           f"#{leader} at {s.text() if s else '-'} the defaults")
+                           f"#{leader} at {s.text() if s else '-'} the speed of the defaults")
         if not choice.significant:
             s = self.speedup(leader)
             what = knobs.short(self.configs[leader].config) if self.configs[leader].changes else "defaults"
@@ -309,7 +309,7 @@ class Evidence:
         s = self.speedup(winner)
         assert s is not None
         c = self.configs[winner]
-        text = (f"#{winner} ({_changes_text(c.changes)}) is {s.text()} PyTorch's defaults "
+        text = (f"#{winner} ({_changes_text(c.changes)}) is {s.text()} as fast as PyTorch's defaults "
                 f"({int(round(100 * stats.LEVEL))}% interval, {c.processes} processes against {s.reference_processes})")
         if choice.simpler_than_leader:
             text += (f"; preferred over #{leader}, which looked faster ({self.speedup(leader).text()}) but is not "  # type: ignore[union-attr]
