@@ -1,0 +1,81 @@
+"""The dashboard: one self-contained HTML page that shows what a study found.
+
+The page reads a study stored as docs/storage.md describes and opens from disk
+with no network. As in optuna's ``visualization``, the package keeps its parts
+apart:
+
+- :mod:`~autotune.report.source`: the study read once into a :class:`Snapshot`
+  (plain rows whose figures are the evidence's), and the escaping helpers;
+- :mod:`~autotune.report.data`: the *info* functions (``pareto_info``,
+  ``history_info``, ...) that reduce a study to plain, JSON-able data, which is
+  what the tests check;
+- :mod:`~autotune.report.figures`: plotly figures drawn from that data;
+- :mod:`~autotune.report.page`: the page (:func:`render_html`), written atomically
+  (:func:`write_dashboard`) or on a timer (:func:`watch`).
+
+Every string that comes from a user or an error (study name, knob values, spec
+strings, exception messages) is HTML-escaped where it lands in HTML or in plotly
+text (which plotly renders as a small subset of HTML), and the JSON embedded in
+the page escapes ``<``, ``>`` and ``&`` so nothing in it can close its script tag.
+"""
+
+from autotune.report.data import (
+    MAX_OPS,
+    MIN_TRIALS_FOR_IMPORTANCE,
+    failures_info,
+    front_table_info,
+    header_info,
+    history_info,
+    hypervolume_2d,
+    importance_info,
+    knob_effects_info,
+    parallel_info,
+    pareto_info,
+    profile_info,
+)
+from autotune.report.figures import (
+    OUTCOME_COLORS,
+    duration_figure,
+    history_figure,
+    importance_figure,
+    knob_figure,
+    parallel_figure,
+    pareto_figure,
+    profile_figure,
+)
+from autotune.report.page import DASHBOARDS_DIR, default_path, render_html, watch, write_dashboard
+from autotune.report.source import Snapshot, config_text, format_value, script_json, searched_knobs, snapshot
+
+__all__ = [
+    "DASHBOARDS_DIR",
+    "MAX_OPS",
+    "MIN_TRIALS_FOR_IMPORTANCE",
+    "OUTCOME_COLORS",
+    "Snapshot",
+    "config_text",
+    "default_path",
+    "duration_figure",
+    "failures_info",
+    "format_value",
+    "front_table_info",
+    "header_info",
+    "history_figure",
+    "history_info",
+    "hypervolume_2d",
+    "importance_figure",
+    "importance_info",
+    "knob_effects_info",
+    "knob_figure",
+    "parallel_figure",
+    "parallel_info",
+    "pareto_figure",
+    "pareto_info",
+    "profile_figure",
+    "profile_info",
+    "render_html",
+    "script_json",
+    "searched_knobs",
+    "snapshot",
+    "watch",
+    "write_dashboard",
+]

@@ -1,0 +1,502 @@
+"""The dashboard page: one self-contained HTML file, written atomically, optionally rewritten on a timer.
+
+:func:`render_html` puts the header, the figures, the front as a sortable table and
+the failures table together; plotly.js is embedded once and each figure is drawn
+from JSON held in the page, whose ``<``, ``>`` and ``&`` are escaped so nothing in it
+can close its script tag. :func:`write_dashboard` replaces the file atomically;
+:func:`watch` rewrites it while a study runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import optuna
+import plotly.graph_objects as go
+import plotly.io
+import plotly.offline
+
+from autotune.errors import AutotuneError
+from autotune.report.data import (
+    failures_info,
+    front_table_info,
+    header_info,
+    history_info,
+    importance_info,
+    knob_effects_info,
+    parallel_info,
+    pareto_info,
+    profile_info,
+)
+from autotune.report.figures import (
+    OUTCOME_COLORS,
+    duration_figure,
+    history_figure,
+    importance_figure,
+    knob_figure,
+    parallel_figure,
+    pareto_figure,
+    profile_figure,
+)
+from autotune.report.source import Snapshot, _clip, _e, _pct, config_text, script_json
+from autotune.units import format_bytes, format_duration, format_rate
+
+log = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------- the page
+
+
+class _Page:
+    """Collects sections and figures; renders the final document."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.figures: list[dict[str, Any]] = []
+
+    def add(self, markup: str) -> None:
+        self.parts.append(markup)
+
+    def section(self, anchor: str, title: str, parts: list[str]) -> None:
+        """One ``<section>`` with its heading and body parts."""
+        self.add(f'<section id="{anchor}"><h2>{title}</h2>' + "".join(parts) + "</section>")
+
+    def figure(self, fig: go.Figure, css: str = "plot") -> str:
+        fig_id = f"fig-{len(self.figures) + 1}"
+        self.figures.append({"id": fig_id, "json": plotly.io.to_json(fig, validate=False)})
+        return f'<div id="{fig_id}" class="{css}"></div>'
+
+    def figures_json(self) -> str:
+        body = ",".join(f'{{"id":{json.dumps(f["id"])},"figure":{f["json"]}}}' for f in self.figures)
+        return script_json(f"[{body}]")
+
+
+def _note(text: str) -> str:
+    return f'<p class="note">{_e(text)}</p>'
+
+
+def _header_html(h: Mapping[str, Any]) -> str:
+    w, fp = h["workload"], h["fingerprint"]
+    model = w.get("model") or "-"
+    data = w.get("data") or "synthetic"
+    shape = "×".join(map(str, w["input_shape"])) if isinstance(w.get("input_shape"), list) else w.get("input_shape")
+    workload_bits = [
+        f"task {w['task']}" if w.get("task") else "",
+        f"input {shape}" if shape else "",
+        f"{w['num_classes']} classes" if w.get("num_classes") else "",
+    ]
+    args = w.get("model_args")
+    if isinstance(args, Mapping) and args:
+        workload_bits.append("args " + ", ".join(f"{k}={v}" for k, v in args.items()))
+    elif args:
+        workload_bits.append(f"args {args}")
+    device = fp.get("device_name") or h.get("device") or "-"
+    machine_bits = [
+        fp["cpu_model"] if fp.get("cpu_model") and fp.get("cpu_model") != device else "",
+        f"torch {fp['torch']}" if fp.get("torch") else "",
+        f"{fp['cpu_count']} CPUs" if fp.get("cpu_count") else "",
+        f"CUDA {fp['cuda']}" if fp.get("cuda") else "",
+    ]
+    outcomes = ", ".join(f"{n} {o}" for o, n in h["outcomes"].items()) or "none yet"
+    if h["duplicates"]:
+        outcomes += f"; {h['duplicates']} answered from the cache"
+    base, best = h["baseline"], h["best"]
+
+    def figures(r: Mapping[str, Any] | None) -> str:
+        if not r:
+            return "not measured"
+        runs = f" from {r['processes']} processes" if (r.get("processes") or 1) > 1 else ", 1 process"
+        mfu = f", MFU {_pct(r['mfu'])}" if r.get("mfu") is not None else ""
+        return f"{format_rate(r['samples_per_s'])} samples/s{runs}, {format_bytes(r['peak_memory_bytes'])}{mfu} (#{r['number']})"
+
+    speedup = h.get("best_speedup_text") or "-"
+    budget = f", memory budget {format_bytes(h['max_memory_bytes'])}" if h["max_memory_bytes"] else ""
+    if h.get("batch_ceiling"):
+        budget += f"; batch ceiling {h['batch_ceiling']['text']}"
+    cards = [
+        ("workload", model, f"data {data}; " + ", ".join(b for b in workload_bits if b)),
+        ("machine", device, ", ".join(b for b in machine_bits if b)),
+        ("trials", str(h["n_trials"]), outcomes),
+        ("time spent", format_duration(h["total_time_s"]), f"search space {h['space'] or '-'}{budget}; {h['noise_text']}"),
+        ("baseline", figures(base), "PyTorch defaults"),
+        ("speed-up (90% interval)", speedup, figures(best) + (f": {best['config_text']}" if best else "")),
+    ]
+    card_html = "".join(
+        f'<div class="card"><div class="label">{_e(label)}</div><div class="value">{_e(value)}</div><div class="sub">{_e(sub)}</div></div>'
+        for label, value, sub in cards
+    )
+    meta = " · ".join(
+        _e(x)
+        for x in (
+            f"autotune {h['autotune_version']}" if h["autotune_version"] else "",
+            f"created {h['created_at']}" if h["created_at"] else "",
+            f"front: {h['front_size']} trials",
+        )
+        if x
+    )
+    verdict = f'<p class="verdict" id="verdict">{_e(h["verdict"]["text"])}</p>'
+    return f'<header><h1>autotune study <span class="name">{_e(h["name"])}</span></h1><p class="meta">{meta}</p><div class="cards">{card_html}</div>{verdict}</header>'
+
+
+def _front_table_html(info: Mapping[str, Any]) -> str:
+    if not info["rows"]:
+        return _note("No ok trial within the constraints yet, so there is no front.")
+    cols = [
+        ("#", "num"),
+        ("role", "text"),
+        ("samples/s", "num"),
+        ("processes", "num"),
+        ("peak memory", "num"),
+        ("speed-up (90%)", "num"),
+    ]
+    if info["has_mfu"]:
+        cols.append(("MFU", "num"))
+    cols += [("data wait", "num"), ("first step", "num"), ("changes from PyTorch defaults", "text")]
+    head = "".join(f'<th data-type="{kind}" title="sort">{_e(name)}</th>' for name, kind in cols)
+    body = []
+    for r in info["rows"]:
+        cells: list[tuple[Any, str]] = [
+            (r["number"], f"#{r['number']}"),
+            (r["role"], r["role"]),
+            (r["samples_per_s"], format_rate(r["samples_per_s"])),
+            (r["processes"], str(r["processes"])),
+            (r["peak_memory_bytes"], format_bytes(r["peak_memory_bytes"])),
+            (r["speedup"], r["speedup_text"]),
+        ]
+        if info["has_mfu"]:
+            cells.append((r["mfu"], _pct(r["mfu"])))
+        cells += [
+            (r["data_wait_share"], _pct(r["data_wait_share"])),
+            (r["time_to_first_step_s"], format_duration(r["time_to_first_step_s"])),
+            (config_text(r["changes"]), config_text(r["changes"])),
+        ]
+        tds = "".join(f'<td data-v="{_e("" if v is None else v)}">{_e(text)}</td>' for v, text in cells)
+        body.append(f"<tr>{tds}</tr>")
+    return (
+        f'<table class="sortable" id="front-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    )
+
+
+def _failures_html(info: Mapping[str, Any]) -> str:
+    if not info["rows"]:
+        return _note("No trial failed.")
+    head = "".join(
+        f'<th data-type="{k}" title="sort">{n}</th>'
+        for n, k in (("#", "num"), ("outcome", "text"), ("error", "text"), ("configuration", "text"))
+    )
+    body = []
+    for r in info["rows"]:
+        message = _clip(r["error_message"], 4000)
+        kind = f"<b>{_e(r['error_type'])}</b>: " if r["error_type"] else ""
+        cached = (
+            f' <span class="dim">(cached from #{r["duplicate_of"]})</span>' if r["duplicate_of"] is not None else ""
+        )
+        body.append(
+            f'<tr><td data-v="{r["number"]}">#{r["number"]}</td>'
+            f'<td data-v="{_e(r["outcome"])}"><span class="pill" style="background:{OUTCOME_COLORS.get(r["outcome"], "#555")}">{_e(r["outcome"])}</span>{cached}</td>'
+            f'<td data-v="{_e(r["error_type"])}" class="error">{kind}{_e(message) or "-"}</td>'
+            f'<td data-v="{_e(config_text(r["changes"]))}" class="config">{_e(config_text(r["changes"]))}</td></tr>'
+        )
+    return f'<table class="sortable" id="failures-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def render_html(study: optuna.Study | Snapshot, refresh_s: float | None = None) -> str:
+    """The whole dashboard page as a string (see the module docstring)."""
+    snap = Snapshot.of(study)
+    page = _Page()
+    header = header_info(snap)
+    page.add(_header_html(header))
+    page.add(
+        '<nav><a href="#front">Pareto front</a><a href="#knobs">What each knob does</a><a href="#history">History</a>'
+        '<a href="#time">Where time goes</a><a href="#failures">Failures</a></nav>'
+    )
+
+    pareto = pareto_info(snap)
+    unit, scale = pareto["memory_unit"], pareto["memory_scale"]
+    section: list[str] = []
+    if pareto["points"] or pareto["failed"]:
+        section.append(page.figure(pareto_figure(pareto)))
+        section.append(
+            '<p class="hint">Hover a point for its knobs. Failed trials sit at 0 samples/s, at their memory when known.</p>'
+        )
+    else:
+        section.append(_note("No finished trial yet."))
+    section.append("<h3>The front</h3>")
+    section.append(_front_table_html(front_table_info(snap)))
+    page.section("front", "Pareto front: samples/s against peak memory", section)
+
+    effects = knob_effects_info(snap)
+    section = []
+    shown = [k for k in effects["knobs"] if k["values"]]
+    if shown:
+        section.append('<div class="grid">')
+        for k in shown:
+            section.append(
+                f'<div class="knob">{page.figure(knob_figure(k, unit, scale), "plot small")}<p class="hint">{_e(k["help"])}</p></div>'
+            )
+        section.append("</div>")
+    else:
+        section.append(_note("No ok trial yet: nothing to show per knob."))
+    importance = importance_info(snap)
+    section.append("<h3>Knob importance</h3>")
+    section.append(
+        page.figure(importance_figure(importance))
+        if importance["samples_per_s"]
+        else _note(importance["note"] or "No importance.")
+    )
+    parallel = parallel_info(snap)
+    section.append("<h3>Knobs against samples/s</h3>")
+    if parallel["numbers"] and parallel["dimensions"]:
+        section.append(page.figure(parallel_figure(parallel, unit, scale)))
+        section.append('<p class="hint">Drag along an axis to filter the lines.</p>')
+    else:
+        section.append(_note("No ok trial with searched knobs yet."))
+    page.section("knobs", "What each knob does", section)
+
+    history = history_info(snap)
+    section = []
+    if history["numbers"]:
+        section.append(page.figure(history_figure(history)))
+        ref = history["reference"]["peak_memory_bytes"]
+        section.append(
+            f'<p class="hint">Hypervolume reference point: 0 samples/s, {_e(format_bytes(ref))} (1.1 × the largest peak memory of an ok trial).</p>'
+        )
+        section.append("<h3>Time per trial</h3>")
+        section.append(page.figure(duration_figure(history)))
+    else:
+        section.append(_note("No finished trial yet."))
+    page.section("history", "History", section)
+
+    prof = profile_info(snap)
+    page.section(
+        "time",
+        "Where time goes on the front",
+        [page.figure(profile_figure(prof)) if prof["trials"] else _note("No profile for the front trials.")],
+    )
+
+    failures = failures_info(snap)
+    page.section("failures", "Failures", [_failures_html(failures)])
+
+    refresh = f'<meta http-equiv="refresh" content="{max(1, round(refresh_s))}">' if refresh_s else ""
+    generated = time.strftime("%Y-%m-%d %H:%M:%S")
+    return (
+        "<!DOCTYPE html>\n"
+        f'<html lang="en"><head><meta charset="utf-8">{refresh}'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>autotune · {_e(snap.name)}</title><style>{_CSS}</style><script>{_EARLY_JS}</script></head><body>"
+        + "".join(page.parts)
+        + f"<footer>Generated {_e(generated)} by autotune. Everything on this page is embedded; it needs no network.</footer>"
+        + '<pre id="autotune-selftest" hidden></pre>'
+        + f'<script type="application/json" id="autotune-figures">{page.figures_json()}</script>'
+        + f"<script>{_plotly_js()}</script>"
+        + f"<script>{_PAGE_JS}</script></body></html>\n"
+    )
+
+
+DASHBOARDS_DIR = Path("dashboards")
+
+
+def default_path(study_name: str) -> Path:
+    """Where a study's dashboard goes by default: ``dashboards/<study>.html`` (name made file-safe)."""
+    return DASHBOARDS_DIR / f"{_file_safe(study_name)}.html"
+
+
+def _file_safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "study"
+
+
+def write_dashboard(study: optuna.Study, path: str | Path, refresh_s: float | None = None) -> Path:
+    """Write the dashboard of ``study`` to ``path`` (parents created, replaced atomically); returns the path.
+
+    A ``path`` that is an existing folder gets ``<study>.html`` inside it. With
+    ``refresh_s`` the page reloads itself that often (see :func:`watch`). A path
+    that cannot be written raises :class:`~autotune.errors.AutotuneError`.
+    """
+    target = Path(path)
+    if target.is_dir():
+        target = target / f"{_file_safe(study.study_name)}.html"
+    text = render_html(study, refresh_s=refresh_s)
+    tmp: str | None = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except OSError as exc:
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+        raise AutotuneError(f"cannot write the dashboard to {target}: {exc.strerror or exc}") from None
+    except BaseException:
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def watch(
+    load_study: Callable[[], optuna.Study],
+    path: str | Path,
+    interval_s: float,
+    stop: Callable[[], bool] | None = None,
+    iterations: int | None = None,
+) -> None:
+    """Rewrite the dashboard every ``interval_s`` seconds until ``stop()`` is true or ``iterations`` pages are written.
+
+    The study is loaded again each time (``load_study``), so the page follows a
+    running study; the page reloads itself at the same interval. An error on the
+    first load is raised; a later one (a busy database) is logged and the old page
+    kept until the next round.
+    """
+    if not interval_s > 0:
+        raise ValueError(f"interval_s must be positive, got {interval_s}")
+    done = 0
+    while True:
+        try:
+            write_dashboard(load_study(), path, refresh_s=interval_s)
+        except Exception as exc:
+            if done == 0:
+                raise
+            log.warning("dashboard not updated: %s", exc)
+        done += 1
+        if iterations is not None and done >= iterations:
+            return
+        deadline = time.monotonic() + interval_s
+        while True:
+            if stop is not None and stop():
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(left, 0.25))
+
+
+_PLOTLY_JS: str | None = None
+
+
+def _plotly_js() -> str:
+    """plotly.js, read once per process; guarded against closing its script tag."""
+    global _PLOTLY_JS
+    if _PLOTLY_JS is None:
+        _PLOTLY_JS = plotly.offline.get_plotlyjs().replace("</script", "<\\/script")
+    return _PLOTLY_JS
+
+
+_CSS = """
+:root { --fg:#1d2b36; --dim:#6c7a89; --line:#e3e8ee; --bg:#f7f9fb; --accent:#e76f51; }
+* { box-sizing: border-box; }
+body { margin: 0; padding: 24px 32px 48px; font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
+       color: var(--fg); background: var(--bg); font-size: 14px; line-height: 1.45; }
+h1 { font-size: 22px; margin: 0 0 4px; font-weight: 600; }
+h1 .name { color: var(--accent); word-break: break-all; }
+h2 { font-size: 18px; margin: 0 0 12px; font-weight: 600; }
+h3 { font-size: 15px; margin: 20px 0 8px; font-weight: 600; }
+.meta, .hint, .note, .dim { color: var(--dim); }
+.hint { font-size: 12px; margin: 4px 0 0; }
+.note { font-style: italic; }
+.verdict { margin: 14px 0 0; padding: 10px 14px; border-left: 4px solid #2a9d8f; background: #f1f8f7; }
+.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(220px, 1fr)); gap: 12px; margin-top: 12px; }
+.card { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 10px 14px; }
+.card .label { font-size: 11px; text-transform: uppercase; letter-spacing: .05em; color: var(--dim); }
+.card .value { font-size: 17px; font-weight: 600; margin: 2px 0; word-break: break-word; }
+.card .sub { font-size: 12px; color: var(--dim); word-break: break-word; }
+nav { position: sticky; top: 0; z-index: 10; background: var(--bg); padding: 10px 0; margin: 8px 0; border-bottom: 1px solid var(--line); }
+nav a { margin-right: 18px; color: var(--fg); text-decoration: none; font-weight: 500; }
+nav a:hover { color: var(--accent); }
+section { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 16px 20px; margin: 16px 0; }
+.plot { width: 100%; min-height: 260px; }
+.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(520px, 1fr)); gap: 12px; }
+.knob { border: 1px solid var(--line); border-radius: 6px; padding: 4px 8px 8px; }
+table { border-collapse: collapse; width: 100%; font-size: 13px; }
+th, td { text-align: left; padding: 5px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }
+th { background: #f0f3f6; cursor: pointer; user-select: none; white-space: nowrap; position: sticky; top: 44px; }
+th.asc::after { content: " \\25B2"; } th.desc::after { content: " \\25BC"; }
+tbody tr:nth-child(even) { background: #fafbfc; }
+td.error { white-space: pre-wrap; word-break: break-word; font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; max-width: 640px; }
+td.config { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; }
+.pill { color: #fff; border-radius: 10px; padding: 1px 8px; font-size: 12px; }
+footer { color: var(--dim); font-size: 12px; margin-top: 24px; }
+"""
+
+# Runs first: records JavaScript errors (and, with #selftest, console errors) for the self-test.
+_EARLY_JS = """
+window.__autotune = {errors: []};
+window.addEventListener('error', function (e) {
+  var t = e.target;
+  var what = (t && t !== window && (t.src || t.href)) ? 'failed to load ' + (t.src || t.href) : String(e.message || e);
+  window.__autotune.errors.push(what);
+}, true);
+window.addEventListener('unhandledrejection', function (e) { window.__autotune.errors.push('unhandled rejection: ' + String(e.reason)); });
+if (location.hash === '#selftest') {
+  var ce = console.error;
+  console.error = function () { window.__autotune.errors.push(Array.prototype.map.call(arguments, String).join(' ')); return ce.apply(console, arguments); };
+}
+"""
+
+# Draws the figures, makes tables sortable, and with #selftest writes a JSON summary into #autotune-selftest.
+_PAGE_JS = """
+(function () {
+  function cellValue(row, i, numeric) {
+    var v = row.children[i].getAttribute('data-v');
+    if (!numeric) return (v || '').toLowerCase();
+    var x = parseFloat(v);
+    return isNaN(x) ? -Infinity : x;
+  }
+  function sortBy(th) {
+    var table = th.closest('table'), body = table.tBodies[0], i = Array.prototype.indexOf.call(th.parentNode.children, th);
+    var numeric = th.getAttribute('data-type') === 'num', asc = !th.classList.contains('asc');
+    Array.prototype.forEach.call(th.parentNode.children, function (h) { h.classList.remove('asc', 'desc'); });
+    th.classList.add(asc ? 'asc' : 'desc');
+    var rows = Array.prototype.slice.call(body.rows);
+    rows.sort(function (a, b) {
+      var x = cellValue(a, i, numeric), y = cellValue(b, i, numeric);
+      return (x < y ? -1 : x > y ? 1 : 0) * (asc ? 1 : -1);
+    });
+    rows.forEach(function (r) { body.appendChild(r); });
+  }
+  document.querySelectorAll('table.sortable th').forEach(function (th) { th.addEventListener('click', function () { sortBy(th); }); });
+
+  var figures = JSON.parse(document.getElementById('autotune-figures').textContent);
+  var config = {displaylogo: false, responsive: true};
+  var drawn = figures.map(function (f) {
+    try { return Promise.resolve(Plotly.newPlot(f.id, f.figure.data, f.figure.layout, config)); }
+    catch (err) { window.__autotune.errors.push('figure ' + f.id + ': ' + err); return Promise.resolve(); }
+  });
+  if (location.hash !== '#selftest') return;
+  Promise.all(drawn).catch(function (err) { window.__autotune.errors.push('draw: ' + err); }).then(function () {
+    return new Promise(function (resolve) { setTimeout(resolve, 200); });
+  }).then(function () {
+    function count(el, sel) { return el.querySelectorAll(sel).length; }
+    var plots = Array.prototype.map.call(document.querySelectorAll('.js-plotly-plot'), function (el) {
+      var c = {id: el.id, points: count(el, '.scatterlayer .point'), bars: count(el, '.barlayer .point'),
+               boxes: count(el, '.boxlayer .point'), lines: count(el, '.scatterlayer .js-line'),
+               parcoords: count(el, '.parcoords .axis'), canvases: count(el, 'canvas')};
+      c.marks = c.points + c.bars + c.boxes + c.lines + c.parcoords;
+      return c;
+    });
+    var sorted = null, th = document.querySelector('#front-table th');
+    if (th) {
+      th.click(); th.click();
+      var nums = Array.prototype.map.call(document.querySelectorAll('#front-table tbody tr'), function (r) { return parseFloat(r.children[0].getAttribute('data-v')); });
+      sorted = nums.every(function (x, k) { return k === 0 || nums[k - 1] >= x; });
+    }
+    var canvas = document.createElement('canvas');
+    var resources = performance.getEntriesByType('resource').map(function (r) { return r.name; });
+    var out = {ready: true, errors: window.__autotune.errors, expected: figures.length, plots: plots, table_sorts: sorted,
+               webgl: !!(canvas.getContext('webgl') || canvas.getContext('experimental-webgl')), resources: resources,
+               title: document.title, tables: document.querySelectorAll('table').length,
+               scripts: document.querySelectorAll('script').length, images: document.querySelectorAll('img').length,
+               height: document.body.scrollHeight};
+    var pre = document.getElementById('autotune-selftest');
+    pre.textContent = JSON.stringify(out);
+    pre.hidden = false;
+  });
+})();
+"""

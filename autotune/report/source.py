@@ -1,0 +1,306 @@
+"""The study, read once: a :class:`Snapshot` of plain rows, and the text helpers every view of it shares.
+
+Each trial becomes one tolerant, JSON-able row (odd or missing attributes never
+break a page); a measured configuration's samples/s and speed-up in that row are
+the evidence's (:mod:`autotune.evidence`), the same figures status, export and the
+run's summary show. The escaping helpers live here because the data, the figures
+and the page all put user strings into HTML or plotly text.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune import knobs
+from autotune.evidence import Evidence
+
+OK = "ok"
+BASELINE = "baseline"
+RECIPE = "recipe"
+
+
+# ---------------------------------------------------------------- the study, read once
+
+
+@dataclass
+class Snapshot:
+    """A study read once: its attributes, one plain row per trial, and the front.
+
+    Every ``*_info`` function takes a study or a snapshot; the page builds one
+    snapshot and hands it to all of them.
+    """
+
+    name: str
+    attrs: dict[str, Any]
+    rows: list[dict[str, Any]]
+    front: list[int]  # numbers of the front trials, by samples/s, fastest first
+    trials: list[FrozenTrial] = field(repr=False, default_factory=list)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    evidence: Evidence | None = field(repr=False, default=None)
+
+    @classmethod
+    def of(cls, study: optuna.Study | Snapshot) -> Snapshot:
+        return study if isinstance(study, Snapshot) else snapshot(study)
+
+    def by_number(self) -> dict[int, dict[str, Any]]:
+        return {r["number"]: r for r in self.rows}
+
+    def measured_ok(self) -> list[dict[str, Any]]:
+        """Trials that measured a configuration successfully (no cache answers)."""
+        return [
+            r for r in self.rows if r["outcome"] == OK and r["duplicate_of"] is None and r["samples_per_s"] is not None
+        ]
+
+    def baseline(self) -> dict[str, Any] | None:
+        for r in self.measured_ok():
+            if r["role"] == BASELINE:
+                return r
+        return None
+
+    def best(self) -> dict[str, Any] | None:
+        """The verdict's recommendation (the fastest-looking one when nothing beats the defaults beyond the noise)."""
+        verdict = self.evidence.verdict() if self.evidence else None
+        number = (verdict.winner if verdict.state == "gain" else verdict.leader) if verdict else None
+        return self.by_number().get(number) if number is not None else None
+
+
+def snapshot(study: optuna.Study) -> Snapshot:
+    """Read a study once into a :class:`Snapshot`."""
+    trials = study.get_trials(deepcopy=False)
+    attrs = dict(study.user_attrs)
+    defaults = _knob_defaults(attrs)
+    rows = [_row(t, defaults) for t in trials]
+    ev = Evidence(trials, attrs)
+    for r in rows:
+        # Every figure of a measured configuration is the evidence's (autotune/evidence.py):
+        # the same samples/s and speed-up as status, export and the run's summary.
+        if r["number"] in ev.configs and r["duplicate_of"] is None and r["outcome"] == OK:
+            s = ev.speedup(r["number"])
+            r["first_samples_per_s"] = r["samples_per_s"]
+            r["samples_per_s"] = ev.samples_per_s(r["number"])
+            r["processes"] = ev.configs[r["number"]].processes
+            r["speedup"] = s.estimate if s else None
+            r["speedup_text"] = s.text() if s else "-"
+    front = ev.front()
+    return Snapshot(study.study_name, attrs, rows, front, list(trials), defaults, ev)
+
+
+def _knob_defaults(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """PyTorch's defaults as knob values, for the machine the study ran on."""
+    ctx = None
+    context = attrs.get("context")
+    if isinstance(context, Mapping):
+        try:
+            ctx = knobs.Context.from_dict(context)
+        except Exception:  # noqa: BLE001 - an older or foreign context: fall back below
+            ctx = None
+    if ctx is None:
+        fingerprint = attrs.get("fingerprint") if isinstance(attrs.get("fingerprint"), Mapping) else {}
+        cpus = _num(fingerprint.get("cpu_count"))
+        ctx = knobs.Context(cpu_count=int(cpus)) if cpus else None
+    return knobs.defaults(ctx)
+
+
+def _row(t: FrozenTrial, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """One trial as plain data; tolerant of missing or malformed attributes."""
+    ua = t.user_attrs
+    result = ua.get("result") if isinstance(ua.get("result"), Mapping) else {}
+    config = ua.get("config") if isinstance(ua.get("config"), Mapping) else dict(t.params)
+    error = ua.get("error") if isinstance(ua.get("error"), Mapping) else {}
+    outcome = str(ua.get("outcome") or _outcome_from_state(t))
+    values = list(t.values) if t.values is not None else []
+    ok = outcome == OK
+    speed = _num(result.get("samples_per_s"))
+    peak = _num(result.get("peak_memory_bytes"))
+    if ok and speed is None and values:
+        speed = _num(values[0])
+    if ok and peak is None and len(values) > 1:
+        peak = _num(values[1])
+    profile = result.get("profile") if isinstance(result.get("profile"), Mapping) else {}
+    duplicate_of = ua.get("duplicate_of")
+    return {
+        "number": t.number,
+        "state": t.state.name,
+        "outcome": outcome,
+        "role": str(ua.get("role") or "search"),
+        "config": {str(k): _plain(v) for k, v in config.items()},
+        "changes": _changes(config, defaults),
+        "duplicate_of": int(duplicate_of) if isinstance(duplicate_of, (int, float)) else None,
+        "feasible": all((_num(c) or 0.0) <= 0.0 for c in t.constraints.values()),
+        "samples_per_s": speed,
+        "samples_per_s_cv": _num(result.get("samples_per_s_cv")),
+        "peak_memory_bytes": peak,
+        "mfu": _num(result.get("mfu")),
+        "time_to_first_step_s": _num(result.get("time_to_first_step_s")),
+        "duration_s": _num(ua.get("duration_s")),
+        "error_type": str(error.get("type") or ""),
+        "error_message": str(error.get("message") or ""),
+        "profile": _plain(profile),
+    }
+
+
+def _outcome_from_state(t: FrozenTrial) -> str:
+    if t.state == TrialState.COMPLETE:
+        return OK if t.values else "unknown"
+    return {TrialState.FAIL: "error", TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}.get(
+        t.state, t.state.name.lower()
+    )
+
+
+def _num(x: Any) -> float | None:
+    """A finite float, or None."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _plain(x: Any) -> Any:
+    """JSON-able copy of stored data (it already is, unless someone stored odd floats)."""
+    if isinstance(x, Mapping):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if x is None or isinstance(x, (str, int, float, bool)):
+        return x
+    return str(x)
+
+
+def format_value(name: str, value: Any) -> str:
+    """A knob value as text (``on``/``off`` for switches); unknown knobs print as they are."""
+    knob = knobs.KNOBS.get(name)
+    try:
+        return knob.format(value) if knob else str(value)
+    except Exception:  # noqa: BLE001
+        return str(value)
+
+
+def _changes(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, str]:
+    """Knob -> value text, for the knobs whose value differs from PyTorch's default."""
+    return {str(k): format_value(str(k), v) for k, v in config.items() if k not in defaults or defaults[k] != v}
+
+
+def config_text(changes: Mapping[str, str]) -> str:
+    """``k=v k=v`` of the knobs that differ from the defaults, or ``defaults``."""
+    return " ".join(f"{k}={v}" for k, v in changes.items()) or "defaults"
+
+
+def _t(text: Any) -> str:
+    """Text for plotly labels and hovers (plotly renders a subset of HTML, so escape)."""
+    return html.escape(str(text), quote=False)
+
+
+def _e(text: Any) -> str:
+    """Text for the HTML page."""
+    return html.escape(str(text), quote=True)
+
+
+def script_json(data: Any) -> str:
+    """JSON that is safe inside a ``<script>`` element: no ``<``, ``>`` or ``&`` survive."""
+    text = data if isinstance(data, str) else json.dumps(data, allow_nan=False, default=str)
+    for raw, safe in (
+        ("&", "\\u0026"),
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
+        text = text.replace(raw, safe)
+    return text
+
+
+def _memory_unit(max_bytes: float) -> tuple[str, float]:
+    for unit, size in (("GiB", 1024.0**3), ("MiB", 1024.0**2), ("KiB", 1024.0)):
+        if max_bytes >= size:
+            return unit, size
+    return "B", 1.0
+
+
+def _pct(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{100 * x:.{digits}f}%"
+
+
+def _speedup_text(x: float | None) -> str:
+    return "-" if x is None else f"×{x:.2f}"
+
+
+def _wrap_changes(changes: Mapping[str, str], per_line: int = 3) -> str:
+    """Changes for a hover, a few per line, escaped."""
+    items = [_t(f"{k}={v}") for k, v in changes.items()]
+    if not items:
+        return "defaults"
+    return "<br>".join(" ".join(items[i : i + per_line]) for i in range(0, len(items), per_line))
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def searched_knobs(study: optuna.Study | Snapshot) -> list[str]:
+    """The knobs the study searched: ``space.search``, else the sampled params, else the config values that vary."""
+    snap = Snapshot.of(study)
+    space = snap.attrs.get("space")
+    search = space.get("search") if isinstance(space, Mapping) else None
+    if isinstance(search, Mapping) and search:
+        names = [str(n) for n in search]
+    else:
+        names = sorted({p for t in snap.trials for p in t.params})
+        if not names:
+            seen: dict[str, set[str]] = {}
+            for r in snap.measured_ok():
+                for k, v in r["config"].items():
+                    seen.setdefault(k, set()).add(json.dumps(v, sort_keys=True))
+            names = [k for k, vals in seen.items() if len(vals) > 1]
+    order = {n: i for i, n in enumerate(knobs.NAMES)}
+    return sorted(names, key=lambda n: (order.get(n, len(order)), n))
+
+
+def _value_order(snap: Snapshot, name: str, observed: Iterable[Any]) -> list[Any]:
+    """A knob's values in a sensible order: the space's choices, the registry's, else sorted."""
+    space = snap.attrs.get("space")
+    spec = (
+        space.get("search", {}).get(name)
+        if isinstance(space, Mapping) and isinstance(space.get("search"), Mapping)
+        else None
+    )
+    choices: list[Any] = []
+    if isinstance(spec, Mapping) and isinstance(spec.get("choices"), list):
+        choices = list(spec["choices"])
+    elif name in knobs.KNOBS and knobs.KNOBS[name].choices:
+        choices = list(knobs.KNOBS[name].choices or ())
+    extra = []
+    for v in observed:
+        if v not in choices and v not in extra:
+            extra.append(v)
+    try:
+        extra.sort()
+    except TypeError:
+        extra.sort(key=str)
+    return choices + extra
+
+
+def _is_range(snap: Snapshot, name: str) -> bool:
+    """True when the knob was searched over an integer range (else over a list of choices)."""
+    space = snap.attrs.get("space")
+    search = space.get("search") if isinstance(space, Mapping) else None
+    spec = search.get(name) if isinstance(search, Mapping) else None
+    if isinstance(spec, Mapping):
+        return "choices" not in spec
+    return name in knobs.KNOBS and knobs.KNOBS[name].is_range
+
+
+def _knob_value(snap: Snapshot, row: Mapping[str, Any], name: str) -> Any:
+    if name in row["config"]:
+        return row["config"][name]
+    return snap.defaults.get(name)
+
+
