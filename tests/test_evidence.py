@@ -1,0 +1,93 @@
+"""Evidence: each figure from all of a configuration's measurements, computed once, on trials of known truth."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from optuna.trial import TrialState, create_trial
+
+from autotune import result as R
+from autotune.evidence import SESSION, Evidence, measurement_key
+
+MiB = 1024**2
+
+
+def trial(number: int, rate: float, peak_mib: float = 100, role: str = "search", **attrs):
+    config = attrs.pop("config", {"batch_size": 32 * (number + 1)})
+    state = attrs.pop("state", TrialState.COMPLETE)
+    t = create_trial(
+        state=state,
+        values=[rate, peak_mib * MiB] if state == TrialState.COMPLETE else None,
+        user_attrs={"outcome": attrs.pop("outcome", R.OK), "role": role, "config": config, **attrs},
+        system_attrs={"constraints": [0.0, 0.0]},
+    )
+    t.number = number
+    return t
+
+
+def measured(round_id: str, rates: dict[int, float | None]) -> dict:
+    return {measurement_key(round_id, n): {"samples_per_s": r, "outcome": R.OK if r else R.ERROR} for n, r in rates.items()}
+
+
+def test_speedup_pairs_rounds_so_a_slow_round_cancels_and_the_first_lucky_measurement_is_dropped():
+    # #1's first measurement (200) was lucky; raced twice against the baseline, in a fast round and
+    # in a round where the whole machine ran 20% slower. Truth: 1.5x.
+    trials = [trial(0, 100.0, role="baseline", config={"batch_size": 32}), trial(1, 200.0)]
+    attrs = {**measured("floor-1", {0: 100.0}), **measured("race-a-1", {0: 100.0, 1: 150.0}),
+             **measured("race-a-2", {0: 80.0, 1: 120.0})}
+    ev = Evidence(trials, attrs)
+    s = ev.speedup(1)
+    assert s.estimate == pytest.approx(1.5) and s.paired
+    assert ev.samples_per_s(1) == pytest.approx(math.sqrt(150.0 * 120.0))  # the lucky 200 is not in the claim
+    assert ev.configs[1].processes == 2 and ev.configs[0].processes == 4
+    assert s.low < 1.5 < s.high  # the 20% drift between rounds is noise between processes
+
+
+def test_the_baseline_against_itself_is_exactly_one():
+    trials = [trial(0, 100.0, role="baseline", config={"batch_size": 32}), trial(1, 130.0)]
+    ev = Evidence(trials, {**measured("floor-1", {0: 90.0}), **measured("floor-2", {0: 110.0})})
+    s = ev.speedup(0)
+    assert (s.estimate, s.low, s.high) == (1.0, 1.0, 1.0)
+    assert ev.row(0)["speedup"]["estimate"] == 1.0
+
+
+def test_a_single_unraced_measurement_gets_the_noise_of_the_machine_not_of_its_windows():
+    trials = [trial(0, 100.0, role="baseline", config={"batch_size": 32}), trial(1, 130.0)]
+    ev = Evidence(trials, {**measured("floor-1", {0: 80.0}), **measured("floor-2", {0: 125.0})})
+    s = ev.speedup(1)
+    assert s.low < 1.0 < s.high  # a 30% single measurement on a machine this noisy is no claim
+    assert ev.verdict().state == "no_gain"
+
+
+def test_cache_answers_interrupted_and_failed_trials_are_not_measurements():
+    trials = [
+        trial(0, 100.0, role="baseline", config={"batch_size": 32}),
+        trial(1, 150.0),
+        trial(2, 150.0, duplicate_of=1),
+        trial(3, 0.0, state=TrialState.FAIL, outcome=R.INTERRUPTED),
+        trial(4, 0.0, state=TrialState.FAIL, outcome=R.OOM),
+    ]
+    ev = Evidence(trials, measured("race-a-1", {1: None}))
+    assert sorted(ev.configs) == [0, 1]
+    assert ev.configs[1].failed_repeats == 1 and ev.configs[1].processes == 1
+
+
+def test_front_drops_dominated_points_and_those_over_the_memory_limit():
+    trials = [
+        trial(0, 100.0, 100, role="baseline", config={"batch_size": 32}),
+        trial(1, 300.0, 400),
+        trial(2, 200.0, 150),
+        trial(3, 150.0, 200),  # slower and larger than #2
+    ]
+    assert Evidence(trials, {}).front() == [1, 2, 0]
+    assert Evidence(trials, {}, max_memory_bytes=300 * MiB).front() == [2, 0]
+
+
+def test_time_spent_counts_overlapping_workers_once():
+    attrs = {
+        f"{SESSION}a": {"started_at": 1000.0, "elapsed_s": 100.0},
+        f"{SESSION}b": {"started_at": 1050.0, "elapsed_s": 100.0},  # overlaps a by 50 s
+        f"{SESSION}c": {"started_at": 2000.0, "elapsed_s": 10.0},
+    }
+    assert Evidence([], attrs).time_spent() == {"wall_s": 160.0, "sessions": 3.0}
