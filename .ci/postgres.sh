@@ -196,7 +196,7 @@ else
     case "${1:-start}" in
         start)
             if _atpg_up "$_atpg_home"; then
-                cat "$_atpg_home/env"
+                printf '. %q\n' "$_atpg_home/env"  # the file (mode 600) holds the password; stdout does not
             else
                 _atpg_down "$_atpg_home"
                 exit 1

@@ -49,6 +49,23 @@ POSTGRES_CTL_VAR = "AUTOTUNE_TEST_POSTGRES_CTL"
 START_ONE = "start one with: source .ci/postgres.sh"
 
 
+class SecretURL(str):
+    """A storage URL whose repr masks its password: pytest prints a failing test's arguments
+    (``postgres_url = '...'``) with repr, and CI logs must not carry the password."""
+
+    def __repr__(self) -> str:
+        from autotune.storage import redact
+
+        return repr(redact(str(self)))
+
+
+def pytest_assertrepr_compare(op, left, right):
+    """A failed comparison with a SecretURL explains itself with the masked reprs (pytest's own diff shows the text)."""
+    if isinstance(left, SecretURL) or isinstance(right, SecretURL):
+        return [f"{left!r} {op} {right!r}"]
+    return None
+
+
 def _postgres_connect():
     """An autocommit psycopg2 connection to the test server's own database; skips the test, with
     the reason, when there is no server, no psycopg2, or no answer."""
@@ -77,7 +94,8 @@ def postgres_url():
     The database is made on the server named by AUTOTUNE_TEST_POSTGRES_URL (``source
     .ci/postgres.sh`` starts one and sets it; .ci/run does). The test skips, saying why, when
     that variable is unset, psycopg2 is missing, or the server does not answer. The URL holds
-    the server's password: pass it through ``autotune.storage.redact`` before showing it.
+    the server's password: its repr is masked (what pytest prints); pass it through
+    ``autotune.storage.redact`` before showing it in any other way.
     """
     from sqlalchemy.engine import make_url
 
@@ -88,7 +106,7 @@ def postgres_url():
             cur.execute(f'CREATE DATABASE "{name}"')
     finally:
         conn.close()
-    yield make_url(os.environ[POSTGRES_URL_VAR]).set(database=name).render_as_string(hide_password=False)
+    yield SecretURL(make_url(os.environ[POSTGRES_URL_VAR]).set(database=name).render_as_string(hide_password=False))
     import psycopg2
 
     try:  # a new connection: the test may have restarted the server (or left it stopped: then the database stays)

@@ -83,3 +83,12 @@ def test_pool_pre_ping_survives_a_server_restart(postgres_url, postgres_server):
     with pytest.raises(optuna.exceptions.StorageInternalError) as dead:
         plain.get_all_studies()
     assert isinstance(dead.value.__cause__, sqlalchemy.exc.OperationalError)
+
+
+def test_a_failing_tests_printed_arguments_do_not_show_the_password(postgres_url):
+    from _pytest._io.saferepr import saferepr
+
+    secret = password(postgres_url)
+    assert secret not in repr(postgres_url) and secret not in saferepr(postgres_url)
+    assert "***" in repr(postgres_url)
+    assert secret in str(postgres_url)  # the URL itself still works as given
