@@ -34,7 +34,7 @@ from autotune.errors import KnobError, SpecError, WorkloadError
 from autotune.evidence import Evidence, Verdict
 from autotune.result import TrialResult
 from autotune.stats import Noise, Ratio
-from autotune.units import format_duration, parse_duration, parse_size
+from autotune.units import parse_duration, parse_size
 from autotune.workload import TASKS, WorkloadSpec, import_spec, parse_model_args, parse_shape
 
 __all__ = ["TuneResult", "measure", "tune"]
@@ -43,26 +43,25 @@ __all__ = ["TuneResult", "measure", "tune"]
 # ---------------------------------------------------------------- arguments
 
 
-def _seconds(value: float | int | str | None, name: str) -> float | None:
+def _positive(value: float | int | str | None, name: str, parse: Callable[[str, str], Any], kind: str,
+              convert: Callable[[Any], Any]) -> Any:
+    """A positive number given as a number or as text ``parse`` reads; None stays None."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise KnobError(f"{name}={value!r}: expected seconds or a duration such as '2h', '90m', '45s'")
-    seconds = parse_duration(value, name) if isinstance(value, str) else float(value)
-    if seconds <= 0:
+        raise KnobError(f"{name}={value!r}: expected {kind}")
+    number = convert(parse(value, name) if isinstance(value, str) else value)
+    if number <= 0:
         raise KnobError(f"{name}={value!r}: must be positive")
-    return seconds
+    return number
+
+
+def _seconds(value: float | int | str | None, name: str) -> float | None:
+    return _positive(value, name, parse_duration, "seconds or a duration such as '2h', '90m', '45s'", float)
 
 
 def _bytes(value: int | float | str | None, name: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise KnobError(f"{name}={value!r}: expected bytes or a size such as '20GiB', '512MB'")
-    size = parse_size(value, name) if isinstance(value, str) else int(value)
-    if size <= 0:
-        raise KnobError(f"{name}={value!r}: must be positive")
-    return size
+    return _positive(value, name, parse_size, "bytes or a size such as '20GiB', '512MB'", int)
 
 
 def _part(obj: Any, what: str, pickled: dict[str, str]) -> str | None:
@@ -265,8 +264,6 @@ def tune(
         raise KnobError(f"confirm={confirm!r}: expected 0..50 rounds")
     if sampler not in S.SAMPLERS:
         raise KnobError(f"sampler={sampler!r}: expected one of {', '.join(S.SAMPLERS)}")
-    if global_batch is not None and global_batch <= 0:
-        raise KnobError("global_batch must be positive")
     dev = _device(device)
     if model is None:
         if study is None:
@@ -303,10 +300,7 @@ def tune(
         bar.close()
     result = TuneResult(prepared.study, url, summary)
     if progress:
-        race = summary.race
-        raced = f"; race: {race.rounds} rounds, {race.measurements} measurements ({race.stopped})" if race else ""
-        _echo(f"done: {summary.reason}; {summary.new} new configurations and {summary.repeats} repeat measurements "
-              f"in {format_duration(summary.elapsed_s)}{raced}")
+        _echo(summary.text())
         _echo(f"verdict: {result.verdict.text}")
     return result
 
@@ -343,8 +337,6 @@ def measure(
     """
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
         raise KnobError(f"repeat={repeat!r}: expected a positive integer")
-    if global_batch is not None and global_batch <= 0:
-        raise KnobError("global_batch must be positive")
     spec = _spec(model, data, model_args, input_shape, num_classes, task)
     if config is None:
         values: dict[str, Any] = {}
@@ -374,6 +366,8 @@ def measure_spec(
     from autotune.protocol import Settings
     from autotune.runner import Runner
 
+    if global_batch is not None and global_batch <= 0:
+        raise KnobError(f"the global batch (--global-batch, global_batch=) must be positive, not {global_batch}")
     runner = Runner(spec, device=device, timeout_s=timeout_s, settings=Settings.quick() if quick else Settings(),
                     global_batch=global_batch)
     probe = runner.probe()

@@ -183,7 +183,7 @@ def _print_result(res: Any) -> None:
 @main.command()
 @workload_options
 @click.option("--set", "assignments", multiple=True, metavar="KNOB=VALUE", help="A knob value (repeatable); the rest stay at PyTorch's defaults.")
-@click.option("--global-batch", type=int, default=None, help="Keep this effective batch through gradient accumulation.")
+@click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Keep this effective batch through gradient accumulation.")
 @click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True, help="Measure N times, each in a new process, and report the spread.")
 @click.option("--quick", is_flag=True, help="Short windows (for smoke tests; noisier figures).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -201,8 +201,6 @@ def measure(assignments: tuple[str, ...], global_batch: int | None, repeat: int,
 
     spec, dev, timeout = workload_from(workload)
     config = knobs.parse_assignments(assignments)
-    if global_batch is not None and global_batch <= 0:
-        raise KnobError("--global-batch must be positive")
 
     def show(i: int, res: Any) -> None:
         if not as_json:
@@ -261,14 +259,14 @@ def _shown(url: str) -> str:
 @click.option("--trials", type=click.IntRange(1, 100000), default=30, show_default=True, help="Measured configurations the study should hold; a resumed study goes on to this total.")
 @click.option("--time-budget", default=None, help="Stop starting trials after this long (e.g. 2h, 30m).")
 @click.option("--max-memory", default=None, help="Peak-memory budget, a real constraint (e.g. 20GiB).")
-@click.option("--global-batch", type=int, default=None, help="Keep this effective batch constant (gradient accumulation).")
+@click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Keep this effective batch constant (gradient accumulation).")
 @click.option("--sampler", type=click.Choice(["gp", "tpe", "random", "nsga2"]), default="gp", show_default=True, help="gp (default: best in benchmarks/search_efficiency.py), tpe, nsga2 or random.")
 @click.option("--seed", type=int, default=None, help="Sampler seed.")
 @click.option("--quick", is_flag=True, help="Short measurement windows (smoke runs; noisier figures).")
 @click.option("--no-early-stop", is_flag=True, help="Never cut a dominated trial short.")
 @click.option("--confirm", type=click.IntRange(0, 50), default=8, show_default=True, help="Rounds of the final race at most: the configurations tied with the fastest and the baseline measured again, interleaved, until they separate (0: no race; claims then rest on single measurements).")
 @click.option("--batch-ceiling/--no-batch-ceiling", "batch_ceiling", default=None, help="First find the largest batch that fits (doubling, then bisection, in isolated trials) and search no batch above it (default: on a GPU, or with --max-memory).")
-@click.option("--workers", type=int, default=1, show_default=True, help="Trials at once on this machine, each worker pinned to its share of the cores.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Trials at once on this machine, each worker pinned to its share of the cores.")
 @click.option("--devices", default=None, help="GPUs to use at once, e.g. 0,1,2,3: one trial per GPU, each trial sees only its GPU.")
 def run(
     space_name: str | None,
@@ -299,8 +297,6 @@ def run(
     from autotune import tuning
 
     spec, dev, timeout = workload_from(workload)
-    if workers < 1:
-        raise KnobError("--workers must be at least 1")
     gpus = _parse_devices(devices)
     job = _job(spec, timeout, space_name, trials, time_budget, max_memory, global_batch, sampler, seed, quick, no_early_stop, confirm,
                batch_ceiling)
@@ -315,12 +311,7 @@ def run(
     for line in prepared.opening(len(gpus) if gpus else workers):
         click.echo(line)
     summary = _until_stopped(lambda: _run_parallel(prepared, workers, gpus, dev) if parallel else prepared.run(), progress)
-    race = summary.race
-    raced = f"; race: {race.rounds} rounds, {race.measurements} measurements ({race.stopped})" if race else ""
-    click.echo(
-        f"done: {summary.reason}; {summary.new} new configurations and {summary.repeats} repeat measurements "
-        f"in {format_duration(summary.elapsed_s)}{raced}"
-    )
+    click.echo(summary.text())
     _print_status(prepared.study, url)
 
 
@@ -492,7 +483,7 @@ def _now() -> str:
 @click.option("--trials", type=click.IntRange(1, 100000), default=30, show_default=True, help="Measured configurations per hardware kind.")
 @click.option("--time-budget", default=None, help="Stop starting trials this long after a kind's study starts.")
 @click.option("--max-memory", default=None, help="Peak-memory budget, a real constraint (e.g. 20GiB).")
-@click.option("--global-batch", type=int, default=None, help="Keep this effective batch constant (gradient accumulation).")
+@click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Keep this effective batch constant (gradient accumulation).")
 @click.option("--sampler", type=click.Choice(["gp", "tpe", "random", "nsga2"]), default="gp", show_default=True)
 @click.option("--seed", type=int, default=None)
 @click.option("--quick", is_flag=True, help="Short measurement windows (smoke runs; noisier figures).")

@@ -128,6 +128,15 @@ class Summary:
     verdict: Verdict | None = None
     records: list[TrialRecord] = field(default_factory=list)
 
+    def text(self) -> str:
+        """The line a run ends with (``autotune run`` and ``autotune.tune``)."""
+        from autotune.units import format_duration
+
+        r = self.race
+        raced = f"; race: {r.rounds} rounds, {r.measurements} measurements ({r.stopped})" if r else ""
+        return (f"done: {self.reason}; {self.new} new configurations and {self.repeats} repeat measurements "
+                f"in {format_duration(self.elapsed_s)}{raced}")
+
 
 def front(study: optuna.Study) -> list[FrozenTrial]:
     """The Pareto front by the evidence's figures: feasible ok trials, fastest first."""

@@ -76,9 +76,9 @@ class Job:
 
     def validate(self) -> None:
         if self.global_batch is not None and self.global_batch <= 0:
-            raise KnobError("--global-batch must be positive")
+            raise KnobError(f"the global batch (--global-batch, global_batch=) must be positive, not {self.global_batch}")
         if self.trials < 1:
-            raise KnobError("--trials must be at least 1")
+            raise KnobError(f"the trial budget (--trials, trials=) must be at least 1, not {self.trials}")
 
 
 @dataclass

@@ -229,6 +229,14 @@ def test_sizes_durations_and_bad_arguments(tmp_path):
         autotune.tune("autotune.examples:mlp", sampler="grid", progress=False)
     with pytest.raises(SpecError, match="study=NAME"):
         autotune.tune(None, progress=False)
+    with pytest.raises(KnobError, match="max_memory"):
+        api._bytes(0.5, "max_memory")  # less than a byte is no budget
+    db = tmp_path / "x.db"
+    with pytest.raises(KnobError, match="global batch"):
+        autotune.tune("autotune.examples:mlp", global_batch=0, storage=f"sqlite:///{db}", progress=False)
+    assert not db.exists()  # refused before anything is stored
+    with pytest.raises(KnobError, match="global batch"):
+        autotune.measure("autotune.examples:mlp", global_batch=-8)
 
 
 def test_progress_lines_without_a_terminal_or_in_jupyter(monkeypatch):

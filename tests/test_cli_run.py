@@ -115,6 +115,8 @@ def test_refuses_another_memory_budget(mlp_study):
         (["--max-memory", "lots"], "expected a size"),
         (["--time-budget", "forever"], "expected a duration"),
         (["--global-batch", "100"], "not a multiple"),
+        (["--global-batch", "0"], "--global-batch"),
+        (["--workers", "0"], "--workers"),
     ],
 )
 def test_run_bad_input(tmp_path, args, message):
