@@ -187,9 +187,10 @@ def study_names(storage: optuna.storages.BaseStorage) -> list[str]:
         raise StorageError(f"cannot read studies: {redact_message(str(exc))}") from None
 
 
-def load(name: str, url: str) -> optuna.Study:
-    """Load an existing study; StudyError listing what exists when it does not."""
-    storage = open_storage(url)
+def load(name: str, url: str, storage: optuna.storages.BaseStorage | None = None) -> optuna.Study:
+    """Load an existing study (from ``storage``, already open on ``url``, when given); StudyError
+    listing what exists when it does not."""
+    storage = storage or open_storage(url)
     names = study_names(storage)
     if name not in names:
         hint = f"; studies there: {', '.join(names)}" if names else "; it holds no study"
@@ -205,12 +206,14 @@ def create_or_check(
     url: str,
     attrs: Mapping[str, Any],
     sampler: optuna.samplers.BaseSampler | None = None,
+    storage: optuna.storages.BaseStorage | None = None,
 ) -> tuple[optuna.Study, bool]:
     """Create the study with ``attrs``, or load it and refuse when it was made for something else.
 
     Returns (study, created). ``attrs`` holds workload, space, space_hash, fingerprint, device, ...
+    ``storage``: the storage already open on ``url`` (else it is opened).
     """
-    storage = open_storage(url)
+    storage = storage or open_storage(url)
     created = False
     if name not in study_names(storage):
         try:

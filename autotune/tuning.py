@@ -143,10 +143,9 @@ def prepare(
     ``on_probe(batch, outcome, peak bytes)``: after each probe of the batch-size ceiling.
     """
     job.validate()
+    store = stores.open_storage(url)  # an unreachable storage fails before any measurement; opened once
     if join_only:
-        stores.load(name, url)  # a clear error when there is no such study
-    else:
-        stores.open_storage(url)  # an unreachable storage fails before any measurement
+        stores.load(name, url, store)  # a clear error when there is no such study
     space = load_space(job, device)
     runner = Runner(job.spec, device=device, timeout_s=job.trial_timeout_s,
                     settings=Settings.quick() if job.quick else Settings(), global_batch=job.global_batch)
@@ -164,7 +163,7 @@ def prepare(
         raise SpaceError(f"{space.path}: none of its knobs applies to this workload on {device}: nothing to tune")
     # The batch ceiling is found before a new study exists, so that every trial of a study
     # searches the same batch sizes; a study that exists keeps the one it stored.
-    fresh = not join_only and name not in stores.study_names(stores.open_storage(url))
+    fresh = not join_only and name not in stores.study_names(store)
     found = None
     if fresh and "batch_size" in effective.search and job.probes_ceiling(device):
         found = ceilings.probe(runner, base, effective.search["batch_size"], job.max_memory_bytes, on_probe)
@@ -178,7 +177,7 @@ def prepare(
         "global_batch": job.global_batch,
         **(extra_attrs or {}),
     }
-    study, created = stores.create_or_check(name, url, attrs, S.make_sampler(job.sampler, job.seed))
+    study, created = stores.create_or_check(name, url, attrs, S.make_sampler(job.sampler, job.seed), store)
     stored_memory = study.user_attrs.get("max_memory_bytes")
     if not created and job.max_memory_bytes is not None and job.max_memory_bytes != stored_memory:
         from autotune.units import format_bytes
