@@ -82,6 +82,45 @@ def workload_from(options: dict[str, Any]) -> tuple[Any, str, float]:
     return spec, resolve_device(options["device"]), timeout
 
 
+def job_options(trials_help: str, time_budget_help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The options that say how to tune a workload (a :class:`autotune.tuning.Job`), shared by run and submit."""
+    options = [
+        click.option("--space", "space_name", default=None, help="A search space: a name in search_spaces/ or a TOML path (default: 'default' on a GPU, 'cpu' on a CPU)."),
+        click.option("--trials", type=click.IntRange(1, 100000), default=30, show_default=True, help=trials_help),
+        click.option("--time-budget", default=None, help=time_budget_help),
+        click.option("--max-memory", default=None, help="Peak-memory budget, a real constraint (e.g. 20GiB)."),
+        click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Keep this effective batch constant (gradient accumulation)."),
+        click.option("--sampler", type=click.Choice(["gp", "tpe", "random", "nsga2"]), default="gp", show_default=True, help="gp (default: best in benchmarks/search_efficiency.py), tpe, nsga2 or random."),
+        click.option("--seed", type=int, default=None, help="Sampler seed."),
+        click.option("--quick", is_flag=True, help="Short measurement windows (smoke runs; noisier figures)."),
+        click.option("--no-early-stop", is_flag=True, help="Never cut a dominated trial short."),
+        click.option("--confirm", type=click.IntRange(0, 50), default=8, show_default=True, help="Rounds of the final race at most: the configurations tied with the fastest and the baseline measured again, interleaved, until they separate (0: no race; claims then rest on single measurements)."),
+        click.option("--batch-ceiling/--no-batch-ceiling", "batch_ceiling", default=None, help="First find the largest batch that fits (doubling, then bisection, in isolated trials) and search no batch above it (default: on a GPU, or with --max-memory)."),
+    ]
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate
+
+
+def job_from(spec: Any, timeout: float, options: dict[str, Any]) -> Any:
+    """The tuning job from the shared job options."""
+    from autotune import tuning
+    from autotune.units import parse_size
+
+    return tuning.Job(
+        spec=spec, space=options["space_name"], trials=options["trials"],
+        time_budget_s=parse_duration(options["time_budget"], "--time-budget") if options["time_budget"] else None,
+        max_memory_bytes=parse_size(options["max_memory"], "--max-memory") if options["max_memory"] else None,
+        global_batch=options["global_batch"], sampler=options["sampler"], seed=options["seed"], quick=options["quick"],
+        early_stop=not options["no_early_stop"], confirm=options["confirm"], trial_timeout_s=timeout,
+        batch_ceiling=options["batch_ceiling"],
+    )
+
+
 def resolve_device(device: str | None) -> str:
     from autotune.hardware import check_device, default_device
 
@@ -253,39 +292,13 @@ def _shown(url: str) -> str:
 
 @main.command()
 @workload_options
-@click.option("--space", "space_name", default=None, help="A search space: a name in search_spaces/ or a TOML path (default: 'default' on a GPU, 'cpu' on a CPU).")
+@job_options("Measured configurations the study should hold; a resumed study goes on to this total.",
+             "Stop starting trials after this long (e.g. 2h, 30m).")
 @click.option("--study", "study_name", default=None, help="Study name (default: derived from --model).")
 @click.option("--storage", default=None, help="Optuna storage URL (default: sqlite:///studies/<study>.db).")
-@click.option("--trials", type=click.IntRange(1, 100000), default=30, show_default=True, help="Measured configurations the study should hold; a resumed study goes on to this total.")
-@click.option("--time-budget", default=None, help="Stop starting trials after this long (e.g. 2h, 30m).")
-@click.option("--max-memory", default=None, help="Peak-memory budget, a real constraint (e.g. 20GiB).")
-@click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Keep this effective batch constant (gradient accumulation).")
-@click.option("--sampler", type=click.Choice(["gp", "tpe", "random", "nsga2"]), default="gp", show_default=True, help="gp (default: best in benchmarks/search_efficiency.py), tpe, nsga2 or random.")
-@click.option("--seed", type=int, default=None, help="Sampler seed.")
-@click.option("--quick", is_flag=True, help="Short measurement windows (smoke runs; noisier figures).")
-@click.option("--no-early-stop", is_flag=True, help="Never cut a dominated trial short.")
-@click.option("--confirm", type=click.IntRange(0, 50), default=8, show_default=True, help="Rounds of the final race at most: the configurations tied with the fastest and the baseline measured again, interleaved, until they separate (0: no race; claims then rest on single measurements).")
-@click.option("--batch-ceiling/--no-batch-ceiling", "batch_ceiling", default=None, help="First find the largest batch that fits (doubling, then bisection, in isolated trials) and search no batch above it (default: on a GPU, or with --max-memory).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Trials at once on this machine, each worker pinned to its share of the cores.")
 @click.option("--devices", default=None, help="GPUs to use at once, e.g. 0,1,2,3: one trial per GPU, each trial sees only its GPU.")
-def run(
-    space_name: str | None,
-    study_name: str | None,
-    storage: str | None,
-    trials: int,
-    time_budget: str | None,
-    max_memory: str | None,
-    global_batch: int | None,
-    sampler: str,
-    seed: int | None,
-    quick: bool,
-    no_early_stop: bool,
-    confirm: int,
-    batch_ceiling: bool | None,
-    workers: int,
-    devices: str | None,
-    **workload: Any,
-) -> None:
+def run(study_name: str | None, storage: str | None, workers: int, devices: str | None, **options: Any) -> None:
     """Tune a model: search the knob space; resume the study if it exists.
 
     \b
@@ -296,16 +309,15 @@ def run(
     """
     from autotune import tuning
 
-    spec, dev, timeout = workload_from(workload)
+    spec, dev, timeout = workload_from(options)
     gpus = _parse_devices(devices)
-    job = _job(spec, timeout, space_name, trials, time_budget, max_memory, global_batch, sampler, seed, quick, no_early_stop, confirm,
-               batch_ceiling)
+    job = job_from(spec, timeout, options)
     name = study_name or _default_study(spec)
     url = _storage_for(name, storage)
     parallel = workers > 1 or bool(gpus)
     if gpus:
         dev = "cuda:0"
-    progress = Progress(trials, job.time_budget_s, 0)
+    progress = Progress(job.trials, job.time_budget_s, 0)
     prepared = tuning.prepare(job, name, url, dev, on_trial=progress, on_repeat=progress.repeat, on_probe=_print_probe)
     progress.done = prepared.measured
     for line in prepared.opening(len(gpus) if gpus else workers):
@@ -333,21 +345,6 @@ def _parse_devices(devices: str | None) -> list[int]:
     for i in ids:
         check_device(f"cuda:{i}")
     return ids
-
-
-def _job(spec: Any, timeout: float, space_name: str | None, trials: int, time_budget: str | None, max_memory: str | None,
-         global_batch: int | None, sampler: str, seed: int | None, quick: bool, no_early_stop: bool, confirm: int,
-         batch_ceiling: bool | None = None) -> Any:
-    from autotune import tuning
-    from autotune.units import parse_size
-
-    return tuning.Job(
-        spec=spec, space=space_name, trials=trials,
-        time_budget_s=parse_duration(time_budget, "--time-budget") if time_budget else None,
-        max_memory_bytes=parse_size(max_memory, "--max-memory") if max_memory else None,
-        global_batch=global_batch, sampler=sampler, seed=seed, quick=quick, early_stop=not no_early_stop,
-        confirm=confirm, trial_timeout_s=timeout, batch_ceiling=batch_ceiling,
-    )
 
 
 def _default_study(spec: Any) -> str:
@@ -477,22 +474,10 @@ def _now() -> str:
 
 @main.command()
 @workload_options
+@job_options("Measured configurations per hardware kind.", "Stop starting trials this long after a kind's study starts.")
 @click.option("--study", "study_name", default=None, help="The job's name (default: derived from --model); studies are named JOB@KIND.")
 @click.option("--storage", required=True, help="The shared storage URL the fleet's workers read.")
-@click.option("--space", "space_name", default=None, help="A search space: a name in search_spaces/ or a TOML path.")
-@click.option("--trials", type=click.IntRange(1, 100000), default=30, show_default=True, help="Measured configurations per hardware kind.")
-@click.option("--time-budget", default=None, help="Stop starting trials this long after a kind's study starts.")
-@click.option("--max-memory", default=None, help="Peak-memory budget, a real constraint (e.g. 20GiB).")
-@click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Keep this effective batch constant (gradient accumulation).")
-@click.option("--sampler", type=click.Choice(["gp", "tpe", "random", "nsga2"]), default="gp", show_default=True)
-@click.option("--seed", type=int, default=None)
-@click.option("--quick", is_flag=True, help="Short measurement windows (smoke runs; noisier figures).")
-@click.option("--no-early-stop", is_flag=True)
-@click.option("--confirm", type=click.IntRange(0, 50), default=8, show_default=True, help="Rounds of the final race at most.")
-@click.option("--batch-ceiling/--no-batch-ceiling", "batch_ceiling", default=None, help="First find the largest batch that fits (doubling, then bisection, in isolated trials) and search no batch above it (default: on a GPU, or with --max-memory).")
-def submit(study_name: str | None, storage: str, space_name: str | None, trials: int, time_budget: str | None, max_memory: str | None,
-           global_batch: int | None, sampler: str, seed: int | None, quick: bool, no_early_stop: bool, confirm: int,
-           batch_ceiling: bool | None, **workload: Any) -> None:
+def submit(study_name: str | None, storage: str, **options: Any) -> None:
     """Record a tuning job in a shared storage and return at once; `autotune worker --all` daemons run it.
 
     \b
@@ -502,12 +487,11 @@ def submit(study_name: str | None, storage: str, space_name: str | None, trials:
     """
     from autotune import tuning
 
-    spec, _, timeout = workload_from({**workload, "device": "cpu"})
-    job = _job(spec, timeout, space_name, trials, time_budget, max_memory, global_batch, sampler, seed, quick, no_early_stop, confirm,
-               batch_ceiling)
+    spec, _, timeout = workload_from({**options, "device": "cpu"})
+    job = job_from(spec, timeout, options)
     name = study_name or _default_study(spec)
     tuning.submit(job, name, storage)
-    click.echo(f"submitted job {name!r} to {_shown(storage)}: {trials} trials per hardware kind; "
+    click.echo(f"submitted job {name!r} to {_shown(storage)}: {job.trials} trials per hardware kind; "
                f"workers (`autotune worker --all --storage ...`) will tune it as study {name}@<kind>")
 
 
