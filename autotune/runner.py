@@ -23,15 +23,14 @@ from typing import Any, Mapping, Sequence
 from autotune import forkserver
 from autotune import result as R
 from autotune.errors import SpecError, WorkloadError
+from autotune.forkserver import kill_group
 from autotune.protocol import Settings
 from autotune.workload import WorkloadSpec
+
 
 def warm_up() -> None:
     """Start the fork server now (it imports torch once; about 2 s) rather than on the first trial."""
     forkserver.get().start()
-
-
-kill_group = forkserver.kill_group
 
 
 def group_alive(pgid: int) -> bool:

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from autotune import shipping
 from autotune.errors import SpecError, WorkloadError
 
 TASKS = ("train", "infer")
@@ -279,9 +280,7 @@ def build(spec: WorkloadSpec) -> Workload:
 
 def _factory(spec: WorkloadSpec, value: str, option: str) -> Any:
     """What a model or data spec names: imported (``module:attr``, ``hf:``) or unpickled (``pickled:``)."""
-    if value.startswith("pickled:"):
-        from autotune import shipping
-
+    if shipping.is_pickled(value):
         return shipping.load(value, dict(spec.pickled), option)
     return import_spec(value, option)
 
