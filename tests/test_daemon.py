@@ -118,6 +118,14 @@ def test_three_workers_finish_a_20_trial_job_exactly_on_postgres(postgres_url, t
     assert make_url(postgres_url).password not in listing.output
 
 
+def _trials_text(study) -> str:
+    """Every trial in a line, for a failing assertion's message."""
+    keys = ("outcome", "role", "requeued_from", "duplicate_of", "config_key")
+    return "\n".join(f"#{t.number} {t.state.name} " + " ".join(f"{k}={t.user_attrs.get(k)}" for k in keys if k in t.user_attrs)
+                     + (f" error={t.user_attrs['error'].get('message')}" if isinstance(t.user_attrs.get("error"), dict) else "")
+                     for t in study.trials)
+
+
 def test_kill_9_of_a_worker_mid_trial_is_requeued_and_finished_by_another(postgres_url, tmp_path):
     submit(postgres_url, tmp_path, model="failing_workloads:slow")
     procs = run_workers(postgres_url, tmp_path)
@@ -131,7 +139,7 @@ def test_kill_9_of_a_worker_mid_trial_is_requeued_and_finished_by_another(postgr
     stale = [t for t in study.trials if t.user_attrs.get("outcome") == "interrupted"]
     assert len(stale) == 1, "the killed worker's trial was not found"
     for t in stale:
-        assert any(u.user_attrs.get("requeued_from") == t.number and is_measured(u) for u in study.trials)
+        assert any(u.user_attrs.get("requeued_from") == t.number and is_measured(u) for u in study.trials), _trials_text(study)
 
 
 def test_journal_storage_with_three_processes_and_a_kill_9(tmp_path):
