@@ -54,6 +54,8 @@ warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to b
 SAMPLERS = ("tpe", "gp", "random", "nsga2")
 DEFAULT_SAMPLER = "gp"  # from benchmarks/search_efficiency.py: best share of the grid optimum after 20 trials
 DEFAULT_RACE_ROUNDS = 8
+UNDECIDED_WAIT_S = 30.0  # how long a claim waits for earlier trials still choosing their configuration
+UNDECIDED_POLL_S = 0.05
 SKIPPED = "skipped"  # a trial given up because another process measures its configuration, or the budget is full
 
 #: ``evaluate(config, dominators, cut_margin)`` measures one configuration in a fresh process.
@@ -411,10 +413,10 @@ class Tuner:
 
     # ------------------------------------------------------------ sharing a study with other processes
 
-    def _claims(self) -> list[FrozenTrial]:
+    def _claims(self, trials: Sequence[FrozenTrial] | None = None) -> list[FrozenTrial]:
         """Trials that measured, or are measuring, a configuration of the budget (any process)."""
         out = []
-        for t in self.study.get_trials(deepcopy=False):
+        for t in self.study.get_trials(deepcopy=False) if trials is None else trials:
             if t.user_attrs.get("duplicate_of") is not None or "config_key" not in t.user_attrs:
                 continue
             if t.state == TrialState.RUNNING or is_measured(t):
@@ -449,17 +451,35 @@ class Tuner:
         who = mine.system_attrs.get("autotune:owner") or {}
         if (who.get("host"), who.get("pid")) != (me["host"], me["pid"]):
             return "taken"  # SQLite handed this queued trial to two processes: the other one measures it
-        earlier = [t for t in self._claims() if t.number < trial.number]
+        trials, undecided = self._after_undecided(trial.number)
+        earlier = [t for t in self._claims(trials) if t.number < trial.number]
         for t in earlier:
             if t.user_attrs.get("config_key") == resolved.key():
                 return t if t.state != TrialState.RUNNING else f"#{t.number} is measuring the same configuration"
-        # Earlier trials still choosing their configuration may claim the budget too: count them
-        # (one that turns out a cache answer leaves room that a later trial takes).
-        undecided = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                     if t.number < trial.number and "config_key" not in t.user_attrs]
+        # Earlier trials still undecided after the wait (a process stopped while choosing) may claim
+        # the budget too: count them (one that turns out a cache answer leaves room a later trial takes).
         if len(earlier) + len(undecided) >= self.options.trials:
             return f"the budget of {self.options.trials} configurations is taken"
         return None
+
+    def _after_undecided(self, number: int) -> tuple[list[FrozenTrial], list[FrozenTrial]]:
+        """The study's trials once every earlier trial still choosing its configuration has claimed one.
+
+        Each process writes its claim, then reads the others'. An earlier trial still choosing (a
+        GP suggestion takes 0.4 s) may write the same configuration after this one has read: it
+        then sees this later claim, not yet an earlier one, and measures too. So a claim first waits
+        for the earlier undecided trials (the earliest never waits, so none wait forever), at most
+        UNDECIDED_WAIT_S for a process that stopped while choosing (it is recovered as stale).
+        Returns (trials, the earlier ones still undecided when the wait ended).
+        """
+        deadline = time.monotonic() + UNDECIDED_WAIT_S
+        while True:
+            trials = self.study.get_trials(deepcopy=False)
+            undecided = [t for t in trials if t.state == TrialState.RUNNING and t.number < number
+                         and "config_key" not in t.user_attrs and not storage.is_stale(t, self.options.stale_grace_s)]
+            if not undecided or time.monotonic() >= deadline:
+                return trials, undecided
+            time.sleep(UNDECIDED_POLL_S)
 
     def _one_trial(self, cache: Mapping[str, FrozenTrial]) -> tuple[TrialRecord | None, knobs.Resolved | None, int]:
         trial = self.study.ask()

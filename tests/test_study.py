@@ -174,3 +174,30 @@ def test_samplers_by_name():
         assert S.make_sampler(name, seed=1) is not None
     with pytest.raises(Exception, match="expected one of"):
         S.make_sampler("magic")
+
+
+def test_a_claim_waits_for_an_earlier_trial_still_choosing_so_a_configuration_is_never_measured_twice(tmp_path):
+    # Two processes, one configuration: the earlier trial (#a) is still choosing when the later one
+    # (#b) claims; #a then picks the same configuration. #b must wait for #a's choice and give way.
+    import threading
+    import time
+
+    study, eff, base, _ = make(tmp_path)
+    tuner = S.Tuner(study, eff, CTX, base, fake([]), S.Options(trials=10, race_rounds=0))
+    a, b = study.ask(), study.ask()
+    other = {**storage.owner(), "pid": os.getppid()}  # #a belongs to another live process of this host
+    study._storage.set_trial_system_attr(a._trial_id, "autotune:owner", other)
+    study._storage.set_trial_system_attr(b._trial_id, "autotune:owner", storage.owner())
+    resolved = knobs.resolve(base, CTX)
+
+    def choose_late() -> None:
+        time.sleep(0.5)
+        a.set_user_attr("config_key", resolved.key())
+
+    chooser = threading.Thread(target=choose_late)
+    chooser.start()
+    try:
+        answer = tuner._claim(b, "search", resolved)
+    finally:
+        chooser.join()
+    assert answer == f"#{a.number} is measuring the same configuration"
