@@ -508,6 +508,9 @@ class Tuner:
                 ev = Evidence.of(self.study)
                 dominators = [(ev.configs[n].samples_per_s, float(ev.configs[n].peak_memory_bytes)) for n in ev.front()]
                 margin = ev.cut_margin(self.options.cut_margin)
+            # The claim holds: from here this trial measures (a RUNNING trial without the mark is
+            # still choosing its configuration, or about to give way to an earlier claim).
+            trial.set_user_attr("measuring_since", dt.datetime.now(dt.timezone.utc).timestamp())
             with Heartbeat(trial._trial_id, self.study._storage):
                 result = self.evaluate(resolved.config, dominators, margin)
             return self.record(trial, role, resolved, result), resolved, trial._trial_id

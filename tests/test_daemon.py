@@ -69,7 +69,11 @@ def assert_exact(study: optuna.Study, n: int) -> None:
 
 
 def wait_for_trial(url: str, min_done: int, timeout: float = 120, procs: list[subprocess.Popen] | None = None) -> optuna.Study:
-    """Until ``min_done`` configurations are measured and a trial (of one of ``procs``) is being measured."""
+    """Until ``min_done`` configurations are measured and a trial (of one of ``procs``) is being measured.
+
+    Measured, not merely running: a trial that has written its configuration may still give way to
+    an earlier claim of the same one (then killing its worker leaves nothing to measure again).
+    """
     pids = {p.pid for p in procs} if procs else None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -79,7 +83,7 @@ def wait_for_trial(url: str, min_done: int, timeout: float = 120, procs: list[su
         try:
             study = kind_study(url)
             done = sum(1 for t in study.get_trials(deepcopy=False) if is_measured(t))
-            running = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.RUNNING and "config_key" in t.user_attrs
+            running = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.RUNNING and "measuring_since" in t.user_attrs
                        and (pids is None or (t.system_attrs.get("autotune:owner") or {}).get("pid") in pids)]
             if done >= min_done and running:
                 return study

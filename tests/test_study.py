@@ -65,6 +65,7 @@ def test_study_runs_resumes_and_never_measures_twice(tmp_path):
     assert trials[1].user_attrs["config"]["precision"] == "bf16" and trials[1].user_attrs["config"]["optimizer_impl"] == "fused"
     front = S.front(study)
     assert front and all(t.user_attrs["outcome"] == "ok" for t in front)
+    assert all("measuring_since" in t.user_attrs for t in trials)  # every one of them was measured
     # a second run (a fresh process would load the study the same way) adds trials to the same study
     again = optuna.load_study(study_name="s", storage=url)
     summary = S.Tuner(again, eff, CTX, base, fake(calls), S.Options(trials=16, race_rounds=0)).run()
@@ -86,6 +87,7 @@ def test_duplicates_are_answered_from_the_cache(tmp_path):
     assert "space exhausted" in summary.reason
     dups = [t for t in study.get_trials() if t.user_attrs.get("duplicate_of") is not None]
     assert len(dups) == 5 and all(t.values == study.trials[t.user_attrs["duplicate_of"]].values for t in dups)
+    assert not any("measuring_since" in t.user_attrs for t in dups)
 
 
 def test_failures_never_reach_the_front(tmp_path):
