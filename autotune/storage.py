@@ -212,6 +212,11 @@ def create_or_check(
 
     Returns (study, created). ``attrs`` holds workload, space, space_hash, fingerprint, device, ...
     ``storage``: the storage already open on ``url`` (else it is opened).
+
+    A seeded ``sampler`` keeps its seed only in the process that creates the study (a new study
+    is reproducible). A process that joins one (a worker of a fleet, a resumed run) draws a fresh
+    seed, as Optuna does for parallel jobs: with one seed, every worker would propose the same
+    configurations in the same order, and all but one of each would be skipped.
     """
     storage = storage or open_storage(url)
     created = False
@@ -232,6 +237,7 @@ def create_or_check(
         return study, True
     _wait_until_described(study)
     check_matches(study, attrs, url)
+    study.sampler.reseed_rng()
     return study, False
 
 

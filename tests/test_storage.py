@@ -125,3 +125,20 @@ def test_a_study_not_made_by_autotune_is_refused_after_the_wait(tmp_path, monkey
     optuna.create_study(study_name="s", storage=url, directions=storage.DIRECTIONS)
     with pytest.raises(StudyError, match="was not made by autotune"):
         storage.create_or_check("s", url, ATTRS)
+
+
+def test_a_seed_holds_for_the_process_that_creates_the_study_and_each_joiner_draws_its_own(tmp_path):
+    import optuna
+
+    def first_draws(study: optuna.Study) -> list[int]:
+        trial = study.ask()
+        return [trial.suggest_int(f"x{i}", 0, 10**9) for i in range(3)]
+
+    reference = first_draws(optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1)))
+    url = f"sqlite:///{tmp_path / 'seeded.db'}"
+    creator, created = storage.create_or_check("s", url, ATTRS, optuna.samplers.RandomSampler(seed=1))
+    assert created and first_draws(creator) == reference  # a new study is reproducible
+    joiners = [storage.create_or_check("s", url, ATTRS, optuna.samplers.RandomSampler(seed=1))[0] for _ in range(2)]
+    draws = [first_draws(j) for j in joiners]
+    # same seed, yet the workers joining the study would not propose what the creator or each other did
+    assert reference not in draws and draws[0] != draws[1]
