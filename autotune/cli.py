@@ -91,7 +91,7 @@ def job_options(trials_help: str, time_budget_help: str) -> Callable[[Callable[.
         click.option("--max-memory", default=None, help="Peak-memory budget, a real constraint (e.g. 20GiB)."),
         click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Keep this effective batch constant (gradient accumulation)."),
         click.option("--sampler", type=click.Choice(["gp", "tpe", "random", "nsga2"]), default="gp", show_default=True, help="gp (default: best in benchmarks/search_efficiency.py), tpe, nsga2 or random."),
-        click.option("--seed", type=int, default=None, help="Sampler seed."),
+        click.option("--seed", type=int, default=None, help="Sampler seed, for the process that creates the study (workers that join it, and resumed runs, draw their own so that they do not propose the same configurations)."),
         click.option("--quick", is_flag=True, help="Short measurement windows (smoke runs; noisier figures)."),
         click.option("--no-early-stop", is_flag=True, help="Never cut a dominated trial short."),
         click.option("--confirm", type=click.IntRange(0, 50), default=8, show_default=True, help="Rounds of the final race at most: the configurations tied with the fastest and the baseline measured again, interleaved, until they separate (0: no race; claims then rest on single measurements)."),
