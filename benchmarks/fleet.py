@@ -73,7 +73,10 @@ def throughput(workers: int, trials: int, folder: Path) -> dict:
     wall = time.monotonic() - start
     study = optuna.load_study(study_name=f"w{workers}", storage=url)
     ev = Evidence.of(study)
-    return {"wall_s": wall, "trials_per_hour": 3600 * trials / wall, "noise_percent": ev.noise.percent}
+    given_up = sum(1 for t in study.trials if t.user_attrs.get("outcome") == "skipped")
+    cached = sum(1 for t in study.trials if t.user_attrs.get("duplicate_of") is not None)
+    return {"wall_s": wall, "trials_per_hour": 3600 * trials / wall, "noise_percent": ev.noise.percent,
+            "skipped": given_up, "cache_answers": cached}
 
 
 def main() -> None:
@@ -103,7 +106,8 @@ def main() -> None:
             r = throughput(workers, args.throughput_trials, folder)
             out["throughput"][str(workers)] = r
             print(f"mlp --quick, {workers} worker(s): {r['trials_per_hour']:.0f} trials/hour ({r['wall_s']:.0f} s for "
-                  f"{args.throughput_trials}); noise between processes ±{r['noise_percent']:.0f}%", flush=True)
+                  f"{args.throughput_trials}; {r['skipped']} trials given up to another worker's claim, {r['cache_answers']} "
+                  f"cache answers); noise between processes ±{r['noise_percent']:.0f}%", flush=True)
     results = Path(__file__).resolve().parent / "results"
     results.mkdir(exist_ok=True)
     (results / "fleet.json").write_text(json.dumps(out, indent=1))
