@@ -139,11 +139,15 @@ EOF
         return 1
     fi
 
-    {
-        echo "export AUTOTUNE_TEST_POSTGRES_URL=postgresql://autotune:$pw@127.0.0.1:$port/autotune"
-        echo "export AUTOTUNE_TEST_POSTGRES_CTL=$(printf '%q' "$ctl")"
-        echo "export AUTOTUNE_TEST_POSTGRES_DIR=$(printf '%q' "$dir")"
-    } >"$dir/env" && chmod 600 "$dir/env" || { _atpg_fail "cannot write $dir/env"; return 1; }
+    # Created readable by its owner only (umask in a subshell), never world-readable for a moment.
+    (
+        umask 077
+        {
+            echo "export AUTOTUNE_TEST_POSTGRES_URL=postgresql://autotune:$pw@127.0.0.1:$port/autotune"
+            echo "export AUTOTUNE_TEST_POSTGRES_CTL=$(printf '%q' "$ctl")"
+            echo "export AUTOTUNE_TEST_POSTGRES_DIR=$(printf '%q' "$dir")"
+        } >"$dir/env"
+    ) || { _atpg_fail "cannot write $dir/env"; return 1; }
     # shellcheck disable=SC1091
     . "$dir/env"
     echo "PostgreSQL for the tests: PostgreSQL $("$bindir/postgres" --version | awk '{print $3}') on 127.0.0.1:$port, in $dir" >&2
