@@ -82,6 +82,13 @@ def workload_from(options: dict[str, Any]) -> tuple[Any, str, float]:
     return spec, resolve_device(options["device"]), timeout
 
 
+def storage_option(what: str, required: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--storage``, the same on every command: the URL, or the AUTOTUNE_STORAGE variable, which keeps a password
+    off the command line (where `ps` and the shell's history show it)."""
+    return click.option("--storage", default=None, required=required, envvar="AUTOTUNE_STORAGE", show_envvar=True,
+                        help=what + " Give a password in the variable, or in ~/.pgpass, rather than here.")
+
+
 def job_options(trials_help: str, time_budget_help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """The options that say how to tune a workload (a :class:`autotune.tuning.Job`), shared by run and submit."""
     options = [
@@ -295,7 +302,7 @@ def _shown(url: str) -> str:
 @job_options("Measured configurations the study should hold; a resumed study goes on to this total.",
              "Stop starting trials after this long (e.g. 2h, 30m).")
 @click.option("--study", "study_name", default=None, help="Study name (default: derived from --model).")
-@click.option("--storage", default=None, help="Optuna storage URL (default: sqlite:///studies/<study>.db).")
+@storage_option("Optuna storage URL (default: sqlite:///studies/<study>.db).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Trials at once on this machine, each worker pinned to its share of the cores.")
 @click.option("--devices", default=None, help="GPUs to use at once, e.g. 0,1,2,3: one trial per GPU, each trial sees only its GPU.")
 def run(study_name: str | None, storage: str | None, workers: int, devices: str | None, **options: Any) -> None:
@@ -397,7 +404,7 @@ def _run_parallel(prepared: Any, workers: int, gpus: list[int], dev: str) -> Any
 @main.command()
 @click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda:0 if there is one, else cpu).")
 @click.option("--study", "study_name", required=False, default=None, help="The study to join (made by run or submit).")
-@click.option("--storage", default=None, envvar="AUTOTUNE_STORAGE", help="The shared storage URL (PostgreSQL, MySQL, journal:PATH, or a SQLite file on this machine); or the AUTOTUNE_STORAGE variable, which keeps a password off the command line.")
+@storage_option("The shared storage URL (PostgreSQL, MySQL, journal:PATH, or a SQLite file on this machine).")
 @click.option("--all", "all_jobs", is_flag=True, help="Be a daemon: work on every submitted job with budget left, and wait for more.")
 @click.option("--cpus", default=None, help="Pin this worker to these cores, e.g. 0-3 or 0,2 (run --workers does it).")
 @click.option("--no-race", is_flag=True, help="Leave the final race to another process (run --workers does it).")
@@ -476,7 +483,7 @@ def _now() -> str:
 @workload_options
 @job_options("Measured configurations per hardware kind.", "Stop starting trials this long after a kind's study starts.")
 @click.option("--study", "study_name", default=None, help="The job's name (default: derived from --model); studies are named JOB@KIND.")
-@click.option("--storage", required=True, help="The shared storage URL the fleet's workers read.")
+@storage_option("The shared storage URL the fleet's workers read.", required=True)
 def submit(study_name: str | None, storage: str, **options: Any) -> None:
     """Record a tuning job in a shared storage and return at once; `autotune worker --all` daemons run it.
 
@@ -552,7 +559,7 @@ def _print_status(study: Any, url: str) -> None:
 
 
 @main.command("list")
-@click.option("--storage", default=None, help="A storage URL (default: every studies/*.db).")
+@storage_option("A storage URL (default: every studies/*.db).")
 @click.option("--json", "as_json", is_flag=True)
 def list_cmd(storage: str | None, as_json: bool) -> None:
     """List jobs and studies: budget, trials measured, running, failed, workers seen lately, speed-up.
@@ -599,7 +606,7 @@ def list_cmd(storage: str | None, as_json: bool) -> None:
 
 @main.command()
 @click.argument("study_name")
-@click.option("--storage", default=None, help="Storage URL (default: sqlite:///studies/<study>.db).")
+@storage_option("Storage URL (default: sqlite:///studies/<study>.db).")
 @click.option("--json", "as_json", is_flag=True)
 def status(study_name: str, storage: str | None, as_json: bool) -> None:
     """Progress, failures and the Pareto front of a study.
@@ -623,7 +630,7 @@ def status(study_name: str, storage: str | None, as_json: bool) -> None:
 @click.argument("study_name")
 @click.option("--pick", type=click.Choice(["fastest", "smallest", "balanced"]), default="fastest", show_default=True)
 @click.option("--max-memory", default=None, help="Only front points within this peak memory (e.g. 20GiB).")
-@click.option("--storage", default=None, help="Storage URL (default: sqlite:///studies/<study>.db).")
+@storage_option("Storage URL (default: sqlite:///studies/<study>.db).")
 @click.option("-o", "--output", default=None, help="Write the JSON here (default: print it).")
 @click.option("--allow-no-gain", is_flag=True, help="With --pick fastest: export the fastest-looking configuration even when nothing beats the defaults beyond the noise (the verdict is recorded).")
 @click.option("--format", "fmt", type=click.Choice(["json", "hf-trainer", "lightning", "accelerate"]), default="json", show_default=True,
@@ -675,7 +682,7 @@ def export(study_name: str, pick: str, max_memory: str | None, storage: str | No
 
 @main.command()
 @click.argument("study_name")
-@click.option("--storage", default=None, help="Storage URL (default: sqlite:///studies/<study>.db).")
+@storage_option("Storage URL (default: sqlite:///studies/<study>.db).")
 @click.option("-o", "--output", default=None, help="Where to write the page (default: dashboards/<study>.html).")
 @click.option("--watch", "watch_s", default=None, help="Rewrite the page every N seconds while a study runs elsewhere (the page reloads itself).")
 def dashboard(study_name: str, storage: str | None, output: str | None, watch_s: str | None) -> None:

@@ -149,6 +149,28 @@ def test_unreachable_storage_is_one_line_without_the_password(args):
     assert res.output.strip().count("\n") == 0 and "Traceback" not in res.output
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--model", "autotune.examples:mlp", "--quick"],
+        ["submit", "--model", "autotune.examples:mlp", "--quick"],
+        ["status", "x"],
+        ["list"],
+        ["export", "x"],
+        ["dashboard", "x"],
+    ],
+)
+def test_every_command_takes_the_storage_from_the_environment(args):
+    # AUTOTUNE_STORAGE keeps the password off the command line, for every command alike (a worker
+    # takes it too, and `run --workers` hands it to its workers that way; a worker waits for an unreachable
+    # storage to come back instead: tests/test_daemon.py)
+    res = CliRunner(env={"AUTOTUNE_STORAGE": SECRET_URL}).invoke(main, args)
+    assert res.exit_code == 2, res.output
+    assert "SECRETPW" not in res.output
+    assert res.output.startswith("error: storage 'postgresql://user:***@127.0.0.1:1/db'"), res.output
+    assert res.output.strip().count("\n") == 0 and "Traceback" not in res.output
+
+
 def test_a_real_server_is_shown_without_its_password(postgres_url, tmp_path):
     from sqlalchemy.engine import make_url
     from study_factory import make_study
