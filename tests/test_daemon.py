@@ -146,6 +146,24 @@ def test_kill_9_of_a_worker_mid_trial_is_requeued_and_finished_by_another(postgr
         assert any(u.user_attrs.get("requeued_from") == t.number and is_measured(u) for u in study.trials), _trials_text(study)
 
 
+def test_run_with_two_workers_splits_the_cores_and_measures_each_configuration_once(tmp_path):
+    (tmp_path / "space.toml").write_text(SPACE)
+    url = f"sqlite:///{tmp_path}/two.db"
+    res = cli("run", "--model", "failing_workloads:tiny", "--space", str(tmp_path / "space.toml"), "--study", "two", "--storage", url,
+              "--trials", "8", "--quick", "--no-early-stop", "--confirm", "0", "--seed", "1", "--sampler", "tpe", "--workers", "2",
+              cwd=tmp_path)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0 and "Traceback" not in out, out
+    assert "2 workers" in out
+    study = optuna.load_study(study_name="two", storage=url)
+    assert_exact(study, 8)
+    cores = sorted(os.sched_getaffinity(0))
+    shares = {tuple(share) for share in daemon.shares(2)}
+    assert len(shares) == 2 and set().union(*shares) == set(cores)
+    # every configuration was measured by one of the two workers, on its own share of the cores
+    assert {tuple(t.user_attrs["placement"]["cpus"]) for t in study.trials if is_measured(t)} <= shares
+
+
 def test_journal_storage_with_three_processes_and_a_kill_9(tmp_path):
     url = f"journal:{tmp_path}/fleet.log"
     submit(url, tmp_path, model="failing_workloads:slow")
