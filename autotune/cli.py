@@ -14,8 +14,11 @@ from typing import Any, Callable
 import click
 
 from autotune import knobs
+from autotune.config import PICKS
 from autotune.errors import AutotuneError, KnobError, SpecError
+from autotune.frameworks import FORMATS
 from autotune.progress import Progress, console
+from autotune.study import DEFAULT_SAMPLER, SAMPLERS
 from autotune.units import format_bytes, format_duration, format_flops, format_rate, parse_duration
 
 
@@ -97,7 +100,7 @@ def job_options(trials_help: str, time_budget_help: str) -> Callable[[Callable[.
         click.option("--time-budget", default=None, help=time_budget_help),
         click.option("--max-memory", default=None, help="Peak-memory budget, a real constraint (e.g. 20GiB)."),
         click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Keep this effective batch constant (gradient accumulation)."),
-        click.option("--sampler", type=click.Choice(["gp", "tpe", "random", "nsga2"]), default="gp", show_default=True, help="gp (default: best in benchmarks/search_efficiency.py), tpe, nsga2 or random."),
+        click.option("--sampler", type=click.Choice(SAMPLERS), default=DEFAULT_SAMPLER, show_default=True, help="gp (default: best in benchmarks/search_efficiency.py), tpe, nsga2 or random."),
         click.option("--seed", type=int, default=None, help="Sampler seed, for the process that creates the study (workers that join it, and resumed runs, draw their own so that they do not propose the same configurations)."),
         click.option("--quick", is_flag=True, help="Short measurement windows (smoke runs; noisier figures)."),
         click.option("--no-early-stop", is_flag=True, help="Never cut a dominated trial short."),
@@ -628,12 +631,12 @@ def status(study_name: str, storage: str | None, as_json: bool) -> None:
 
 @main.command()
 @click.argument("study_name")
-@click.option("--pick", type=click.Choice(["fastest", "smallest", "balanced"]), default="fastest", show_default=True)
+@click.option("--pick", type=click.Choice(PICKS), default="fastest", show_default=True)
 @click.option("--max-memory", default=None, help="Only front points within this peak memory (e.g. 20GiB).")
 @storage_option("Storage URL (default: sqlite:///studies/<study>.db).")
 @click.option("-o", "--output", default=None, help="Write the JSON here (default: print it).")
 @click.option("--allow-no-gain", is_flag=True, help="With --pick fastest: export the fastest-looking configuration even when nothing beats the defaults beyond the noise (the verdict is recorded).")
-@click.option("--format", "fmt", type=click.Choice(["json", "hf-trainer", "lightning", "accelerate"]), default="json", show_default=True,
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="json", show_default=True,
               help="json (autotune.load_config), hf-trainer (TrainingArguments), lightning (Trainer + DataLoader), accelerate (a config file).")
 def export(study_name: str, pick: str, max_memory: str | None, storage: str | None, output: str | None, allow_no_gain: bool,
            fmt: str) -> None:
