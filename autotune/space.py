@@ -11,7 +11,9 @@ A space file has two tables::
 
 Everything is validated against the knob registry on load; errors name the file
 and the knob (or the line, for TOML syntax). ``--space NAME`` finds
-``search_spaces/NAME.toml``; ``--space PATH`` reads any file.
+``search_spaces/NAME.toml`` in the working folder, else the built-in ``NAME.toml``
+shipped inside the package (``SPACES_DIR``, ``autotune/search_spaces/``; the
+repository's top-level ``search_spaces/`` is a link to it); ``--space PATH`` reads any file.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import optuna
 from autotune import knobs
 from autotune.errors import KnobError, SpaceError
 
-SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+SPACES_DIR = Path(__file__).resolve().parent / "search_spaces"  # package data: installed with the wheel
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,7 @@ class Space:
 
 
 def find(name_or_path: str) -> Path:
-    """``default`` -> search_spaces/default.toml; a path is taken as it is."""
+    """``default`` -> ./search_spaces/default.toml, else the built-in default.toml; a path is taken as it is."""
     candidate = Path(name_or_path)
     if candidate.suffix == ".toml" or candidate.exists() or "/" in name_or_path:
         if not candidate.is_file():

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from autotune import knobs, space
 from autotune.errors import SpaceError
 
+SPACES_DIR_IN_PACKAGE = Path(space.__file__).resolve().parent / "search_spaces"
 CPU4 = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
 
 
@@ -54,6 +57,19 @@ def test_missing_space():
         space.load("nonexistent")
     with pytest.raises(SpaceError, match="no such file"):
         space.load("missing/dir/space.toml")
+
+
+def test_builtin_spaces_ship_inside_the_package(tmp_path, monkeypatch):
+    """The wheel installs only the package: the built-in spaces must live in it (the top-level folder links there)."""
+    assert SPACES_DIR_IN_PACKAGE == space.SPACES_DIR
+    assert (Path(__file__).resolve().parent.parent / "search_spaces").resolve() == space.SPACES_DIR  # the repo's link
+    assert sorted(p.stem for p in space.SPACES_DIR.glob("*.toml")) == ["cnn", "cpu", "default", "inference", "transformer"]
+    monkeypatch.chdir(tmp_path)  # an empty working folder: the built-in space
+    assert space.find("cpu") == space.SPACES_DIR / "cpu.toml"
+    (tmp_path / "search_spaces").mkdir()  # the working folder's own search_spaces/NAME.toml comes first
+    (tmp_path / "search_spaces" / "cpu.toml").write_text("[search]\nprecision = ['fp32', 'bf16']\n")
+    assert space.find("cpu") == tmp_path / "search_spaces" / "cpu.toml"
+    assert space.load("cpu").search["precision"].choices == ("fp32", "bf16")
 
 
 def test_effective_drops_what_does_not_apply_and_keeps_defaults():
