@@ -110,8 +110,11 @@ def find(name_or_path: str) -> Path:
     """``default`` -> ./search_spaces/default.toml, else the built-in default.toml; a path is taken as it is."""
     candidate = Path(name_or_path)
     if candidate.suffix == ".toml" or candidate.exists() or "/" in name_or_path:
-        if not candidate.is_file():
-            raise SpaceError(f"--space {name_or_path!r}: no such file")
+        if candidate.is_dir():
+            raise SpaceError(f"--space {name_or_path!r}: is a folder, not a TOML file")
+        if not candidate.is_file():  # missing, a broken link, or a device/FIFO that reading could block on
+            what = "not a regular file" if candidate.exists() else "no such file"
+            raise SpaceError(f"--space {name_or_path!r}: {what}")
         return candidate
     for folder in (Path.cwd() / "search_spaces", SPACES_DIR):
         path = folder / f"{name_or_path}.toml"
@@ -124,11 +127,20 @@ def find(name_or_path: str) -> Path:
 def load(name_or_path: str) -> Space:
     path = find(name_or_path)
     try:
-        data = tomllib.loads(path.read_text())
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SpaceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")  # TOML is UTF-8, whatever the locale says
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise SpaceError(
+            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} on line {line}); a space file is TOML, which is UTF-8"
+        ) from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpaceError(f"{path}: TOML syntax error: {exc}") from None
-    except OSError as exc:
-        raise SpaceError(f"{path}: cannot read: {exc.strerror}") from None
     return parse(data, str(path), path.stem)
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,34 @@ def test_missing_space():
         space.load("nonexistent")
     with pytest.raises(SpaceError, match="no such file"):
         space.load("missing/dir/space.toml")
+
+
+def test_non_utf8_space_file_is_one_line(tmp_path):
+    path = tmp_path / "latin1.toml"
+    path.write_bytes("# espace de recherche: d\u00e9faut\n[search]\nprecision = ['bf16']\n".encode("latin-1"))
+    with pytest.raises(SpaceError) as info:
+        space.load(str(path))
+    message = str(info.value)
+    assert str(path) in message and "not UTF-8" in message and "0xe9 on line 1" in message
+    assert "\n" not in message
+
+
+def test_space_file_that_is_a_folder_or_unreadable_is_one_line(tmp_path, monkeypatch):
+    folder = tmp_path / "folder.toml"
+    folder.mkdir()
+    with pytest.raises(SpaceError, match="is a folder, not a TOML file"):
+        space.load(str(folder))
+    with pytest.raises(SpaceError, match="not a regular file"):
+        space.load("/dev/null")
+    path = Path(write(tmp_path, "[search]\nprecision = ['bf16']\n"))
+
+    def refuse(self: Path) -> bytes:  # root reads a chmod 000 file anyway: refuse as the kernel would for a user
+        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    with pytest.raises(SpaceError) as info:
+        space.load(str(path))
+    assert str(info.value) == f"{path}: cannot read: Permission denied"
 
 
 def test_builtin_spaces_ship_inside_the_package(tmp_path, monkeypatch):
