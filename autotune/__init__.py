@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from autotune.workload import Workload
-
 __version__ = "0.1.0"
 __all__ = ["TuneResult", "Workload", "load_config", "measure", "tune", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from autotune.api import TuneResult, measure, tune
     from autotune.config import Config
+    from autotune.workload import Workload
 
 
 def load_config(path: str, **kwargs: Any) -> "Config":
@@ -28,8 +27,12 @@ def load_config(path: str, **kwargs: Any) -> "Config":
 
 
 def __getattr__(name: str) -> Any:
-    """``autotune.tune``, ``autotune.measure`` and ``autotune.TuneResult``, imported on first use (Optuna is not
-    needed to import autotune)."""
+    """``autotune.tune``, ``autotune.measure``, ``autotune.TuneResult`` and ``autotune.Workload``, imported on first
+    use (importing autotune imports neither torch nor Optuna: the read commands never need torch)."""
+    if name == "Workload":
+        from autotune.workload import Workload
+
+        return Workload
     if name in ("tune", "measure", "TuneResult"):
         from autotune import api
 

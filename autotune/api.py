@@ -1,7 +1,8 @@
 """The Python API: ``autotune.tune(...)`` and ``autotune.measure(...)``, for notebooks and scripts.
 
-``tune`` is ``autotune run`` as a function: it builds a :class:`autotune.tuning.Job` and
-runs it through :func:`autotune.tuning.prepare` (the one composition behind ``run``,
+``tune`` is ``autotune run`` as a function: it translates its arguments into the one typed
+request (:class:`autotune.request.TuneConfig`) and runs it through
+:func:`autotune.tuning.prepare` (the one composition behind ``run``,
 ``worker`` and ``submit``), then returns a :class:`TuneResult` with the study, its Pareto
 front, the verdict and ``export()``.
 
@@ -25,17 +26,17 @@ from typing import Any
 import optuna
 
 from autotune import ceiling as ceilings
-from autotune import knobs
-from autotune import shipping
-from autotune import storage as stores
+from autotune import knobs, shipping, tuning
 from autotune import study as S
-from autotune import tuning
 from autotune.errors import KnobError, SpecError, WorkloadError
 from autotune.evidence import Evidence, Verdict
+from autotune.request import DEFAULT_CONFIRM, DEFAULT_SAMPLER, DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS, TuneConfig, WorkloadSpec
+from autotune.request import parse_model_args, parse_shape
 from autotune.result import TrialResult
 from autotune.stats import Noise, Ratio
+from autotune.store import Store, default_study_name
 from autotune.units import parse_duration, parse_size
-from autotune.workload import TASKS, WorkloadSpec, import_spec, parse_model_args, parse_shape
+from autotune.workload import import_spec
 
 __all__ = ["TuneResult", "measure", "tune"]
 
@@ -122,10 +123,6 @@ def _spec(model: Any, data: Any, model_args: Any, input_shape: Any, num_classes:
             shape = parse_shape(",".join(str(int(d)) for d in input_shape))
         except (TypeError, ValueError):
             raise SpecError(f"input_shape={input_shape!r}: expected positive integers, e.g. (3, 32, 32)") from None
-    if num_classes is not None and num_classes < 2:
-        raise KnobError("num_classes must be at least 2")
-    if task is not None and task not in TASKS:
-        raise KnobError(f"task={task!r}: expected one of {', '.join(TASKS)}")
     return WorkloadSpec(model=model_spec, data=data_spec, model_args=args, input_shape=shape, num_classes=num_classes,
                         task=task, pickled=tuple(sorted(pickled.items())))
 
@@ -141,7 +138,7 @@ def default_study(spec: WorkloadSpec) -> str:
     model = spec.model
     if shipping.is_pickled(model):
         model = model[len(shipping.PREFIX):].rsplit("@", 1)[0]
-    return stores.default_study_name(model)
+    return default_study_name(model)
 
 
 # ---------------------------------------------------------------- the result
@@ -159,9 +156,9 @@ class TuneResult:
     (:class:`autotune.study.Summary`).
     """
 
-    def __init__(self, study: optuna.Study, storage: str, summary: S.Summary | None = None) -> None:
+    def __init__(self, study: optuna.Study, store: Store, summary: S.Summary | None = None) -> None:
         self.study = study
-        self.storage = storage
+        self.store = store
         self.summary = summary
         evidence = Evidence.of(study)
         self.front: list[dict[str, Any]] = [evidence.row(n) for n in evidence.front()]
@@ -196,7 +193,7 @@ class TuneResult:
         from autotune import frameworks
 
         frameworks.check_format(format)
-        doc = C.export(self.study, pick, _bytes(max_memory, "max_memory"), stores.redact(self.storage), allow_no_gain=allow_no_gain)
+        doc = C.export(self.study, pick, _bytes(max_memory, "max_memory"), self.store.shown, allow_no_gain=allow_no_gain)
         if format == "json":
             if path is not None:
                 C.write(doc, path)
@@ -221,7 +218,7 @@ def tune(
     model: Any = None,
     data: Any = None,
     *,
-    trials: int = 30,
+    trials: int = DEFAULT_TRIALS,
     space: str | None = None,
     storage: str | None = None,
     study: str | None = None,
@@ -229,15 +226,15 @@ def tune(
     time_budget: float | str | None = None,
     max_memory: int | str | None = None,
     global_batch: int | None = None,
-    sampler: str = S.DEFAULT_SAMPLER,
+    sampler: str = DEFAULT_SAMPLER,
     seed: int | None = None,
     quick: bool = False,
-    confirm: int = S.DEFAULT_RACE_ROUNDS,
+    confirm: int = DEFAULT_CONFIRM,
     model_args: Mapping[str, Any] | Iterable[str] | None = None,
     input_shape: Iterable[int] | str | None = None,
     num_classes: int | None = None,
     task: str | None = None,
-    trial_timeout: float | str = 600,
+    trial_timeout: float | str = DEFAULT_TRIAL_TIMEOUT_S,
     batch_ceiling: bool | None = None,
     progress: bool = True,
 ) -> TuneResult:
@@ -258,34 +255,27 @@ def tune(
     Ctrl-C (a notebook's interrupt) stops the running trial, records it as interrupted
     (the next call measures it again) and raises KeyboardInterrupt.
     """
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
-        raise KnobError(f"trials={trials!r}: expected a positive integer")
-    if isinstance(confirm, bool) or not isinstance(confirm, int) or not 0 <= confirm <= 50:
-        raise KnobError(f"confirm={confirm!r}: expected 0..50 rounds")
-    if sampler not in S.SAMPLERS:
-        raise KnobError(f"sampler={sampler!r}: expected one of {', '.join(S.SAMPLERS)}")
     dev = _device(device)
     if model is None:
         if study is None:
             raise SpecError("tune(): pass a model, or model=None with study=NAME to resume that study's workload")
         if any(v is not None for v in (data, model_args, input_shape, num_classes, task)):
             raise SpecError("tune(model=None, study=...) resumes the study's own workload: it takes no data or model options")
-        spec = tuning.stored_job(stores.load(study, storage or stores.default_url(study))).spec
+        spec = tuning.stored_config(_store(storage, study, read_only=True).load(study)).spec
     else:
         spec = _spec(model, data, model_args, input_shape, num_classes, task)
-    name = study or default_study(spec)
-    url = storage or stores.default_url(name)
-    job = tuning.Job(
+    job = TuneConfig(
         spec=spec, space=space, trials=trials, time_budget_s=_seconds(time_budget, "time_budget"),
         max_memory_bytes=_bytes(max_memory, "max_memory"), global_batch=global_batch, sampler=sampler, seed=seed,
-        quick=quick, confirm=confirm, trial_timeout_s=_seconds(trial_timeout, "trial_timeout") or 600.0,
-        batch_ceiling=batch_ceiling,
+        quick=quick, confirm=confirm, trial_timeout_s=_seconds(trial_timeout, "trial_timeout"), batch_ceiling=batch_ceiling,
     )
+    name = study or default_study(spec)
+    store = _store(storage, name)
     from autotune.progress import Progress
 
     bar = Progress(trials, job.time_budget_s, 0, enabled=progress, echo=_echo)
     try:
-        prepared = tuning.prepare(job, name, url, dev, on_trial=bar, on_repeat=bar.repeat,
+        prepared = tuning.prepare(job, name, store, dev, on_trial=bar, on_repeat=bar.repeat,
                                   on_probe=lambda *probe: bar.print(ceilings.probe_text(*probe)))
         bar.done = prepared.measured
         for line in prepared.opening():
@@ -298,11 +288,19 @@ def tune(
         raise
     finally:
         bar.close()
-    result = TuneResult(prepared.study, url, summary)
+    result = TuneResult(prepared.study, store, summary)
     if progress:
         _echo(summary.text())
         _echo(f"verdict: {result.verdict.text}")
     return result
+
+
+def _store(storage: str | None, study: str, read_only: bool = False) -> Store:
+    """The store of ``storage=`` (a URL), else the study's default SQLite file; the name checked first."""
+    from autotune.store import check_name
+
+    check_name(study)
+    return Store.open(storage, read_only=read_only) if storage is not None else Store.default(study, read_only=read_only)
 
 
 def _echo(line: str) -> None:
@@ -325,7 +323,7 @@ def measure(
     input_shape: Iterable[int] | str | None = None,
     num_classes: int | None = None,
     task: str | None = None,
-    trial_timeout: float | str = 600,
+    trial_timeout: float | str = DEFAULT_TRIAL_TIMEOUT_S,
 ) -> TrialResult | list[TrialResult]:
     """Measure one configuration in an isolated process (``autotune measure`` as a function).
 
@@ -345,7 +343,7 @@ def measure(
     else:
         values = knobs.parse_assignments(config)
     results = measure_spec(spec, values, device=_device(device), quick=quick, repeat=repeat, global_batch=global_batch,
-                           timeout_s=_seconds(trial_timeout, "trial_timeout") or 600.0)
+                           timeout_s=_seconds(trial_timeout, "trial_timeout") or DEFAULT_TRIAL_TIMEOUT_S)
     return results[0] if repeat == 1 else results
 
 
@@ -357,7 +355,7 @@ def measure_spec(
     quick: bool = False,
     repeat: int = 1,
     global_batch: int | None = None,
-    timeout_s: float = 600.0,
+    timeout_s: float = DEFAULT_TRIAL_TIMEOUT_S,
     on_result: Callable[[int, TrialResult], None] | None = None,
 ) -> list[TrialResult]:
     """Measure one configuration of a workload ``repeat`` times, each in a new process (``measure`` and
@@ -366,15 +364,14 @@ def measure_spec(
     from autotune.protocol import Settings
     from autotune.runner import Runner
 
-    if global_batch is not None and global_batch <= 0:
-        raise KnobError(f"the global batch (--global-batch, global_batch=) must be positive, not {global_batch}")
+    if global_batch is not None and (isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch <= 0):
+        raise KnobError(f"the global batch (--global-batch, global_batch=) must be a positive whole number, not {global_batch!r}")
     runner = Runner(spec, device=device, timeout_s=timeout_s, settings=Settings.quick() if quick else Settings(),
                     global_batch=global_batch)
     probe = runner.probe()
     values = knobs.validate_config(config, knobs.Context.from_dict(probe["context"]))
-    batch = int(values.get("batch_size", probe["workload"].get("batch_size") or knobs.KNOBS["batch_size"].default))
-    if global_batch and global_batch % batch:
-        raise KnobError(f"--global-batch {global_batch} is not a multiple of the batch size {batch}")
+    batch = int(values.get("batch_size", probe["workload"].get("batch_size") or knobs.defaults()["batch_size"]))
+    knobs.accumulation_steps(global_batch, batch)
     results = []
     for i in range(repeat):
         res = runner.measure(values)

@@ -18,12 +18,13 @@ from autotune.config import PICKS
 from autotune.errors import AutotuneError, KnobError, SpecError
 from autotune.frameworks import FORMATS
 from autotune.progress import Progress, console
-from autotune.study import DEFAULT_SAMPLER, SAMPLERS
-from autotune.units import format_bytes, format_duration, format_flops, format_rate, parse_duration
+from autotune.request import DEFAULT_CONFIRM, DEFAULT_SAMPLER, DEFAULT_TRIALS, MAX_CONFIRM, MAX_TRIALS, SAMPLERS, TuneConfig
+from autotune.units import format_bytes, format_duration, format_flops, format_rate, parse_duration, parse_size
 
 
 class AutotuneGroup(click.Group):
-    """Turns AutotuneError into ``error: ...`` on stderr and its exit code."""
+    """Turns AutotuneError (and a storage that refuses to work, wherever it is met) into ``error: ...``
+    on stderr and its exit code."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -31,6 +32,78 @@ class AutotuneGroup(click.Group):
         except AutotuneError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except (click.exceptions.Exit, click.ClickException, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:
+            fault = _storage_fault(exc)
+            if fault is None:
+                raise
+            click.echo(f"error: {fault}", err=True)
+            ctx.exit(fault.exit_code)
+
+
+_STORES: list[Any] = []  # the stores this process opened (one per URL): a fault is explained by its own store
+
+
+def _storage_fault(exc: BaseException) -> AutotuneError | None:
+    for store in _STORES:
+        fault = store.fault(exc)
+        if fault is not None:
+            return fault
+    return None
+
+
+def open_store(url: str, read_only: bool = False) -> Any:
+    """The command's store (:class:`autotune.store.Store`), opened once; read commands open it read-only."""
+    from autotune.store import Store
+
+    store = Store.open(url, read_only=read_only)
+    _STORES.append(store)
+    return store
+
+
+def study_store(study: str, url: str | None, read_only: bool = False) -> Any:
+    """The store of ``--storage``, else the study's default SQLite file (the name checked before any file is touched)."""
+    from autotune.store import check_name, default_url
+
+    check_name(study)
+    return open_store(url or default_url(study), read_only)
+
+
+class Duration(click.ParamType):
+    """A positive duration: seconds, or 90s, 10m, 2h, 1h30m."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        try:
+            return parse_duration(value, "")
+        except AutotuneError:
+            self.fail(f"{value!r}: expected a positive duration such as 300, 45s, 10m, 2h or 1h30m", param, ctx)
+
+
+class Size(click.ParamType):
+    """A positive size: bytes, or 512MB, 20GiB, 1e9."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            try:
+                number = parse_size(value, "")
+            except AutotuneError:
+                self.fail(f"{value!r}: expected a size such as 20GiB, 512MB or 1e9", param, ctx)
+        if number <= 0:
+            self.fail(f"{value!r}: must be positive", param, ctx)
+        return number
+
+
+DURATION = Duration()
+SIZE = Size()
 
 
 def workload_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -44,7 +117,7 @@ def workload_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--num-classes", type=int, default=None, help="Synthetic integer labels in [0, N)."),
         click.option("--task", type=click.Choice(["train", "infer"]), default=None, help="Override the workload's task."),
         click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda:0 if there is one, else cpu)."),
-        click.option("--trial-timeout", default="10m", show_default=True, help="Kill a trial after this long (e.g. 300, 5m)."),
+        click.option("--trial-timeout", type=DURATION, default="10m", show_default=True, help="Kill a trial after this long (e.g. 300, 5m)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -52,7 +125,8 @@ def workload_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def make_spec(model: str, data: str | None, model_args: tuple[str, ...], input_shape: str | None, num_classes: int | None, task: str | None) -> Any:
-    from autotune.workload import WorkloadSpec, import_spec, parse_model_args, parse_shape
+    from autotune.request import WorkloadSpec, parse_model_args, parse_shape
+    from autotune.workload import import_spec
 
     spec = WorkloadSpec(
         model=model,
@@ -66,8 +140,6 @@ def make_spec(model: str, data: str | None, model_args: tuple[str, ...], input_s
     for value, option in ((model, "--model"), (data, "--data")):
         if value is not None and value.count(":") != 1:
             import_spec(value, option)
-    if num_classes is not None and num_classes < 2:
-        raise KnobError("--num-classes must be at least 2")
     return spec
 
 
@@ -81,8 +153,7 @@ def workload_from(options: dict[str, Any]) -> tuple[Any, str, float]:
             raise SpecError("--seq-len and --model-arg seq_len=... both given: pass one")
         model_args += (f"seq_len={options['seq_len']}",)
     spec = make_spec(options["model"], options["data"], model_args, options["input_shape"], options["num_classes"], options["task"])
-    timeout = parse_duration(options["trial_timeout"], "--trial-timeout")
-    return spec, resolve_device(options["device"]), timeout
+    return spec, resolve_device(options["device"]), options["trial_timeout"]
 
 
 def storage_option(what: str, required: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -93,18 +164,18 @@ def storage_option(what: str, required: bool = False) -> Callable[[Callable[...,
 
 
 def job_options(trials_help: str, time_budget_help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The options that say how to tune a workload (a :class:`autotune.tuning.Job`), shared by run and submit."""
+    """The options that say how to tune a workload (a :class:`autotune.request.TuneConfig`), shared by run and submit."""
     options = [
         click.option("--space", "space_name", default=None, help="A search space: a name in search_spaces/ or a TOML path (default: 'default' on a GPU, 'cpu' on a CPU)."),
-        click.option("--trials", type=click.IntRange(1, 100000), default=30, show_default=True, help=trials_help),
-        click.option("--time-budget", default=None, help=time_budget_help),
-        click.option("--max-memory", default=None, help="Peak-memory budget, a real constraint (e.g. 20GiB)."),
+        click.option("--trials", type=click.IntRange(1, MAX_TRIALS), default=DEFAULT_TRIALS, show_default=True, help=trials_help),
+        click.option("--time-budget", type=DURATION, default=None, help=time_budget_help),
+        click.option("--max-memory", type=SIZE, default=None, help="Peak-memory budget, a real constraint (e.g. 20GiB)."),
         click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Keep this effective batch constant (gradient accumulation)."),
         click.option("--sampler", type=click.Choice(SAMPLERS), default=DEFAULT_SAMPLER, show_default=True, help="gp (default: best in benchmarks/search_efficiency.py), tpe, nsga2 or random."),
         click.option("--seed", type=int, default=None, help="Sampler seed, for the process that creates the study (workers that join it, and resumed runs, draw their own so that they do not propose the same configurations)."),
         click.option("--quick", is_flag=True, help="Short measurement windows (smoke runs; noisier figures)."),
         click.option("--no-early-stop", is_flag=True, help="Never cut a dominated trial short."),
-        click.option("--confirm", type=click.IntRange(0, 50), default=8, show_default=True, help="Rounds of the final race at most: the configurations tied with the fastest and the baseline measured again, interleaved, until they separate (0: no race; claims then rest on single measurements)."),
+        click.option("--confirm", type=click.IntRange(0, MAX_CONFIRM), default=DEFAULT_CONFIRM, show_default=True, help="Rounds of the final race at most: the configurations tied with the fastest and the baseline measured again, interleaved, until they separate (0: no race; claims then rest on single measurements)."),
         click.option("--batch-ceiling/--no-batch-ceiling", "batch_ceiling", default=None, help="First find the largest batch that fits (doubling, then bisection, in isolated trials) and search no batch above it (default: on a GPU, or with --max-memory)."),
     ]
 
@@ -116,15 +187,11 @@ def job_options(trials_help: str, time_budget_help: str) -> Callable[[Callable[.
     return decorate
 
 
-def job_from(spec: Any, timeout: float, options: dict[str, Any]) -> Any:
-    """The tuning job from the shared job options."""
-    from autotune import tuning
-    from autotune.units import parse_size
-
-    return tuning.Job(
-        spec=spec, space=options["space_name"], trials=options["trials"],
-        time_budget_s=parse_duration(options["time_budget"], "--time-budget") if options["time_budget"] else None,
-        max_memory_bytes=parse_size(options["max_memory"], "--max-memory") if options["max_memory"] else None,
+def job_from(spec: Any, timeout: float, options: dict[str, Any]) -> TuneConfig:
+    """The tuning job (the one typed request) from the shared job options."""
+    return TuneConfig(
+        spec=spec, space=options["space_name"], trials=options["trials"], time_budget_s=options["time_budget"],
+        max_memory_bytes=options["max_memory"],
         global_batch=options["global_batch"], sampler=options["sampler"], seed=options["seed"], quick=options["quick"],
         early_stop=not options["no_early_stop"], confirm=options["confirm"], trial_timeout_s=timeout,
         batch_ceiling=options["batch_ceiling"],
@@ -287,19 +354,6 @@ def measure(assignments: tuple[str, ...], global_batch: int | None, repeat: int,
 # ---------------------------------------------------------------- run
 
 
-def _storage_for(study: str, url: str | None) -> str:
-    from autotune import storage
-
-    return url or storage.default_url(study)
-
-
-def _shown(url: str) -> str:
-    """A storage URL as printed or written anywhere: its password masked."""
-    from autotune import storage
-
-    return storage.redact(url)
-
-
 @main.command()
 @workload_options
 @job_options("Measured configurations the study should hold; a resumed study goes on to this total.",
@@ -323,18 +377,18 @@ def run(study_name: str | None, storage: str | None, workers: int, devices: str 
     gpus = _parse_devices(devices)
     job = job_from(spec, timeout, options)
     name = study_name or _default_study(spec)
-    url = _storage_for(name, storage)
+    store = study_store(name, storage)
     parallel = workers > 1 or bool(gpus)
     if gpus:
         dev = "cuda:0"
     progress = Progress(job.trials, job.time_budget_s, 0)
-    prepared = tuning.prepare(job, name, url, dev, on_trial=progress, on_repeat=progress.repeat, on_probe=_print_probe)
+    prepared = tuning.prepare(job, name, store, dev, on_trial=progress, on_repeat=progress.repeat, on_probe=_print_probe)
     progress.done = prepared.measured
     for line in prepared.opening(len(gpus) if gpus else workers):
         click.echo(line)
     summary = _until_stopped(lambda: _run_parallel(prepared, workers, gpus, dev) if parallel else prepared.run(), progress)
     click.echo(summary.text())
-    _print_status(prepared.study, url)
+    _print_status(prepared.study, store)
 
 
 def _print_probe(batch: int, outcome: str, peak: int | None) -> None:
@@ -358,26 +412,34 @@ def _parse_devices(devices: str | None) -> list[int]:
 
 
 def _default_study(spec: Any) -> str:
-    from autotune import storage as stores
+    from autotune.store import default_study_name
 
-    return stores.default_study_name(spec.model)
+    return default_study_name(spec.model)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C would be, so a trial stops the same way; the exit code differs (143, not 130)."""
+
+
+def _on_term(signum: int, frame: Any) -> None:
+    raise Terminated
 
 
 def _until_stopped(work: Callable[[], Any], progress: Any = None) -> Any:
-    """Run ``work`` with SIGTERM as Ctrl-C; an interrupted trial is recorded and queued again."""
+    """Run ``work`` with SIGTERM as Ctrl-C; an interrupted trial is recorded and queued again.
+
+    Exits as shells expect of a process stopped by a signal: 130 after Ctrl-C (SIGINT), 143 after SIGTERM.
+    """
     import signal
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_term)
+    previous = signal.signal(signal.SIGTERM, _on_term)
     try:
         return work()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if progress is not None:
             progress.close()
         click.echo("stopped: the running trial is recorded as interrupted and will be measured again. Run the same command to continue.", err=True)
-        sys.exit(130)
+        sys.exit(128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT))
     finally:
         signal.signal(signal.SIGTERM, previous)
         if progress is not None:
@@ -390,7 +452,7 @@ def _run_parallel(prepared: Any, workers: int, gpus: list[int], dev: str) -> Any
 
     from autotune import daemon
 
-    procs = daemon.spawn_local(prepared.name, prepared.url, workers, gpus, dev)
+    procs = daemon.spawn_local(prepared.name, prepared.store, workers, gpus, dev)
     try:
         for p in procs:
             p.wait()
@@ -411,15 +473,15 @@ def _run_parallel(prepared: Any, workers: int, gpus: list[int], dev: str) -> Any
 @click.option("--all", "all_jobs", is_flag=True, help="Be a daemon: work on every submitted job with budget left, and wait for more.")
 @click.option("--cpus", default=None, help="Pin this worker to these cores, e.g. 0-3 or 0,2 (run --workers does it).")
 @click.option("--no-race", is_flag=True, help="Leave the final race to another process (run --workers does it).")
-@click.option("--poll", "poll", default="30s", show_default=True, help="With --all: how often to look for new jobs.")
+@click.option("--poll", "poll", type=DURATION, default="30s", show_default=True, help="With --all: how often to look for new jobs.")
 @click.option("--exit-when-idle", is_flag=True, help="With --all: stop when no job has budget left instead of waiting.")
 def worker(device: str | None, study_name: str | None, storage: str | None, all_jobs: bool, cpus: str | None, no_race: bool,
-           poll: str, exit_when_idle: bool) -> None:
+           poll: float, exit_when_idle: bool) -> None:
     """Measure trials of a shared study, or (--all) of every submitted job, until their budgets are spent.
 
     \b
     Examples:
-      autotune worker --study mynet --storage postgresql://tuner@db/autotune
+      autotune worker --study mynet --storage postgresql://tuner@db/autotune  # a study, or a job from submit
       autotune worker --all --storage postgresql://tuner@db/autotune          # the daemon
       autotune worker --all --storage journal:/shared/autotune.log --exit-when-idle
     """
@@ -441,22 +503,21 @@ def worker(device: str | None, study_name: str | None, storage: str | None, all_
         click.echo(f"{_now()} {line}", err=False)
 
     def work() -> Any:
+        store = daemon.open_store(storage, log)
+        _STORES.append(store)
         if all_jobs:
-            return daemon.serve(storage, dev, log, poll_s=parse_duration(poll, "--poll"), exit_when_idle=exit_when_idle,
+            return daemon.serve(store, dev, log, poll_s=poll, exit_when_idle=exit_when_idle,
                                 on_trial=progress, on_repeat=progress.repeat)
-        return daemon.work_on(study_name, storage, dev, log, race=not no_race, on_trial=progress, on_repeat=progress.repeat)
+        return daemon.work_on(study_name, store, dev, log, race=not no_race, on_trial=progress, on_repeat=progress.repeat)
 
     import signal
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_term)
+    previous = signal.signal(signal.SIGTERM, _on_term)
     try:
         work()
     except KeyboardInterrupt:
         click.echo(f"{_now()} stopped by a signal: the running trial is recorded as interrupted and queued again")
-        return  # exit 0: a daemon stopped on purpose
+        return  # exit 0: a daemon stopped on purpose (SIGTERM is how a service manager stops it)
     finally:
         signal.signal(signal.SIGTERM, previous)
     click.echo(f"{_now()} done: no budget left")
@@ -500,46 +561,24 @@ def submit(study_name: str | None, storage: str, **options: Any) -> None:
     spec, _, timeout = workload_from({**options, "device": "cpu"})
     job = job_from(spec, timeout, options)
     name = study_name or _default_study(spec)
-    tuning.submit(job, name, storage)
-    click.echo(f"submitted job {name!r} to {_shown(storage)}: {job.trials} trials per hardware kind; "
+    store = study_store(name, storage)
+    tuning.submit(job, name, store)
+    click.echo(f"submitted job {name!r} to {store.shown}: {job.trials} trials per hardware kind; "
                f"workers (`autotune worker --all --storage ...`) will tune it as study {name}@<kind>")
 
 
 # ---------------------------------------------------------------- list / status / export
 
 
-def _status_doc(study: Any) -> dict[str, Any]:
-    from autotune import ceiling
-    from autotune import storage as stores
-    from autotune.evidence import Evidence
-
-    ev = Evidence.of(study)
-    doc = stores.summary(study, ev)
-    doc.update(ev.to_dict())
-    doc["batch_ceiling"] = ceiling.describe(study.user_attrs)
-    failures: dict[str, dict[str, Any]] = {}
-    for t in study.get_trials(deepcopy=False):
-        outcome = t.user_attrs.get("outcome")
-        if outcome in (None, "ok", "skipped") or t.user_attrs.get("duplicate_of") is not None:
-            continue
-        entry = failures.setdefault(outcome, {"count": 0, "trials": [], "example": ""})
-        entry["count"] += 1
-        entry["trials"].append(t.number)
-        entry["example"] = entry["example"] or (t.user_attrs.get("error") or {}).get("message", "")
-    doc.update({"failures": failures, "device": study.user_attrs.get("device"), "time_spent_s": ev.time_spent()["wall_s"],
-                "max_memory_bytes": study.user_attrs.get("max_memory_bytes"), "space": (study.user_attrs.get("space") or {}).get("name")})
-    return doc
-
-
-def _print_status(study: Any, url: str) -> None:
+def _print_status(study: Any, store: Any) -> None:
     from rich.table import Table
 
-    from autotune import hardware
+    from autotune import hardware, view
 
-    doc = _status_doc(study)
+    doc = view.status(study)
     out = console()
     counts = ", ".join(f"{k} {v}" for k, v in sorted(doc["outcomes"].items(), key=lambda kv: -kv[1]))
-    out.print(f"study {doc['study']} ({_shown(url)})", markup=False)
+    out.print(f"study {doc['study']} ({store.shown})", markup=False)
     out.print(f"workload {doc['workload'].get('model')}  device {doc['device']}  {hardware.short(doc['fingerprint'])}", markup=False)
     out.print(f"trials {doc['trials']}: {counts or 'none'}; time spent {format_duration(doc['time_spent_s'])}", markup=False)
     out.print(doc["noise_text"], markup=False)
@@ -573,22 +612,21 @@ def list_cmd(storage: str | None, as_json: bool) -> None:
       autotune list --storage postgresql://tuner@db/autotune
       autotune list --storage journal:/shared/autotune.log --json
     """
-    from autotune import hardware
-    from autotune import storage as stores
+    from autotune import hardware, view
+    from autotune.store import STUDIES_DIR, redact
 
-    from autotune import tuning
-
-    urls = [storage] if storage else [f"sqlite:///{p}" for p in sorted(stores.STUDIES_DIR.glob("*.db"))]
+    urls = [storage] if storage else [f"sqlite:///{p}" for p in sorted(STUDIES_DIR.glob("*.db"))]
     docs = []
     for url in urls:
-        for doc in tuning.listing(url):
-            doc["storage"] = _shown(url)
+        store = open_store(url, read_only=True)
+        for doc in view.listing(store):
+            doc["storage"] = store.shown
             docs.append(doc)
     if as_json:
         click.echo(json.dumps(docs, indent=2, default=str))
         return
     if not docs:
-        click.echo("no studies" + (f" in {_shown(storage)}" if storage else " in studies/"))
+        click.echo("no studies" + (f" in {redact(storage)}" if storage else " in studies/"))
         return
     from rich.table import Table
 
@@ -619,26 +657,26 @@ def status(study_name: str, storage: str | None, as_json: bool) -> None:
       autotune status mynet
       autotune status mynet --storage postgresql://tuner@db/autotune --json
     """
-    from autotune import storage as stores
+    from autotune import view
 
-    url = _storage_for(study_name, storage)
-    study = stores.load(study_name, url)
+    store = study_store(study_name, storage, read_only=True)
+    study = store.load(study_name)
     if as_json:
-        click.echo(json.dumps(_status_doc(study), indent=2, default=str))
+        click.echo(json.dumps(view.status(study), indent=2, default=str))
     else:
-        _print_status(study, url)
+        _print_status(study, store)
 
 
 @main.command()
 @click.argument("study_name")
 @click.option("--pick", type=click.Choice(PICKS), default="fastest", show_default=True)
-@click.option("--max-memory", default=None, help="Only front points within this peak memory (e.g. 20GiB).")
+@click.option("--max-memory", type=SIZE, default=None, help="Only front points within this peak memory (e.g. 20GiB).")
 @storage_option("Storage URL (default: sqlite:///studies/<study>.db).")
 @click.option("-o", "--output", default=None, help="Write the JSON here (default: print it).")
 @click.option("--allow-no-gain", is_flag=True, help="With --pick fastest: export the fastest-looking configuration even when nothing beats the defaults beyond the noise (the verdict is recorded).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="json", show_default=True,
               help="json (autotune.load_config), hf-trainer (TrainingArguments), lightning (Trainer + DataLoader), accelerate (a config file).")
-def export(study_name: str, pick: str, max_memory: str | None, storage: str | None, output: str | None, allow_no_gain: bool,
+def export(study_name: str, pick: str, max_memory: int | None, storage: str | None, output: str | None, allow_no_gain: bool,
            fmt: str) -> None:
     """Export a configuration: JSON for autotune.load_config(), or arguments for Hugging Face Trainer,
     Lightning or Accelerate (what a framework cannot express is listed, never dropped).
@@ -651,21 +689,19 @@ def export(study_name: str, pick: str, max_memory: str | None, storage: str | No
     """
     from autotune import config as C
     from autotune import frameworks
-    from autotune import storage as stores
-    from autotune.units import parse_size
 
     frameworks.check_format(fmt)
-    url = _storage_for(study_name, storage)
-    study = stores.load(study_name, url)
-    doc = C.export(study, pick, parse_size(max_memory, "--max-memory") if max_memory else None, _shown(url), allow_no_gain=allow_no_gain)
+    if output is not None:
+        C.check_output(output)  # a folder or an unwritable place fails before the study is read
+    store = study_store(study_name, storage, read_only=True)
+    study = store.load(study_name)
+    doc = C.export(study, pick, max_memory, store.shown, allow_no_gain=allow_no_gain)
     if fmt != "json":
         rendered = frameworks.text(doc, fmt)
         if output is None:
             click.echo(rendered, nl=False)
             return
-        from pathlib import Path
-
-        Path(output).write_text(rendered)
+        C.write_text(rendered, output)
         missing = frameworks.render(doc, fmt)["not_expressible"]
         click.echo(f"wrote {output}: {fmt} arguments for trial #{doc['study']['trial']} ({doc['speedup']['text'] if doc['speedup'] else '-'} the defaults)"
                    + (f"; by hand (the framework cannot express them): {', '.join(m['knob'] for m in missing)}" if missing else ""))
@@ -687,8 +723,8 @@ def export(study_name: str, pick: str, max_memory: str | None, storage: str | No
 @click.argument("study_name")
 @storage_option("Storage URL (default: sqlite:///studies/<study>.db).")
 @click.option("-o", "--output", default=None, help="Where to write the page (default: dashboards/<study>.html).")
-@click.option("--watch", "watch_s", default=None, help="Rewrite the page every N seconds while a study runs elsewhere (the page reloads itself).")
-def dashboard(study_name: str, storage: str | None, output: str | None, watch_s: str | None) -> None:
+@click.option("--watch", "watch_s", type=DURATION, default=None, help="Rewrite the page every N seconds while a study runs elsewhere (the page reloads itself).")
+def dashboard(study_name: str, storage: str | None, output: str | None, watch_s: float | None) -> None:
     """Write a self-contained HTML dashboard of a study (plotly, works offline).
 
     \b
@@ -700,22 +736,20 @@ def dashboard(study_name: str, storage: str | None, output: str | None, watch_s:
     from pathlib import Path
 
     from autotune import report
-    from autotune import storage as stores
 
-    url = _storage_for(study_name, storage)
+    store = study_store(study_name, storage, read_only=True)
 
     def load() -> Any:
-        return stores.load(study_name, url)
+        return store.load(study_name)
 
     out = Path(output) if output else report.default_path(study_name)
     if watch_s is None:
         path = report.write_dashboard(load(), out)
         click.echo(f"wrote {path}")
         return
-    seconds = parse_duration(watch_s, "--watch")
-    click.echo(f"writing {out} every {seconds:g}s; Ctrl-C to stop")
+    click.echo(f"writing {out} every {watch_s:g}s; Ctrl-C to stop")
     try:
-        report.watch(load, out, seconds)
+        report.watch(load, out, watch_s)
     except KeyboardInterrupt:
         click.echo("stopped")
 

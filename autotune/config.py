@@ -62,8 +62,7 @@ def pick_trial(study: optuna.Study, pick: str, max_memory_bytes: int | None = No
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     candidates = [ev.configs[n] for n in ev.front()]
     if not candidates:
-        why = " within the --max-memory budget" if max_memory_bytes is not None else ""
-        raise StudyError(f"study {study.study_name!r} has no successful trial{why} to export; run more trials first")
+        raise StudyError(_nothing_to_export(study, ev, max_memory_bytes))
     if pick == "fastest":
         verdict = ev.verdict()
         if verdict.state == "gain" and verdict.winner is not None:
@@ -82,6 +81,24 @@ def pick_trial(study: optuna.Study, pick: str, max_memory_bytes: int | None = No
         return speed_gap**2 + mem_gap**2
 
     return trials[min(candidates, key=distance).number]
+
+
+def _nothing_to_export(study: optuna.Study, ev: Evidence, max_memory_bytes: int | None) -> str:
+    """Why the front is empty: no trial succeeded, or those that did are over a memory budget (whose)."""
+    from autotune.units import format_bytes
+
+    ok = [c for c in ev.configs.values() if c.peak_memory_bytes is not None]
+    name = study.study_name
+    if not ok:
+        return f"study {name!r} has no successful trial to export; run more trials first"
+    smallest = format_bytes(min(c.peak_memory_bytes for c in ok))
+    if max_memory_bytes is not None:
+        return (f"study {name!r}: none of its {len(ok)} successful trials fits in --max-memory {format_bytes(max_memory_bytes)} "
+                f"(the smallest peaked at {smallest}); export with a larger --max-memory")
+    budget = study.user_attrs.get("max_memory_bytes")
+    return (f"study {name!r}: all {len(ok)} successful trials are over the study's memory budget "
+            f"{format_bytes(budget) if budget else ''} (the smallest peaked at {smallest}); "
+            "start a new study with a larger --max-memory").replace("budget  (", "budget (")
 
 
 def export(
@@ -137,14 +154,35 @@ def export(
     }
 
 
-def write(doc: Mapping[str, Any], path: str | Path) -> Path:
+def check_output(path: str | Path) -> Path:
+    """Where an export will be written: refused in one line when it is a folder (or under a file)."""
     path = Path(path)
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    if path.is_dir():
+        raise ConfigError(f"-o {path}: is a folder; name a file, e.g. {path / 'best.json'}")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise ConfigError(f"-o {path}: {parent} is a file, not a folder")
     return path
+
+
+def write_text(text: str, path: str | Path) -> Path:
+    """Write ``text`` whole or not at all (a temporary file beside it, then renamed); one line on failure,
+    and no temporary file left behind."""
+    path = check_output(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return path
+
+
+def write(doc: Mapping[str, Any], path: str | Path) -> Path:
+    """Write an exported document as JSON (:func:`write_text`)."""
+    return write_text(json.dumps(doc, indent=2, default=str) + "\n", path)
 
 
 # ---------------------------------------------------------------- load and apply

@@ -10,9 +10,10 @@
   so two trials never share a device, and the ``threads`` knob is bounded by the share.
 
 The storage is the only shared state (Optuna's RDB or journal storage); nothing here
-talks to another process. When the storage goes away, a worker logs one line and
-retries with back-off; the trial it was measuring is re-queued (a stale trial) and
-measured again, so nothing is lost.
+talks to another process. Each worker opens its store once. When a database server
+goes away, a worker logs one line and retries with back-off; the trial it was
+measuring is re-queued (a stale trial) and measured again, so nothing is lost. A
+storage that refuses writes (read-only, full, deleted) ends the worker in one line.
 """
 
 from __future__ import annotations
@@ -23,33 +24,22 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
-from autotune import storage as stores
 from autotune import tuning
-from autotune.errors import AutotuneError, StorageError, StudyError
+from autotune.errors import AutotuneError, StorageError, StorageUnreachable
+from autotune.request import TuneConfig
+from autotune.store import Store
 
 Log = Callable[[str], None]
 
 BACKOFF_S = (1, 2, 4, 8, 15, 30, 60)
 
 
-def _transient(exc: BaseException) -> bool:
-    """An error of the storage's connection (the database went away), not of the job."""
-    if isinstance(exc, StorageError):
-        return True
-    try:
-        import sqlalchemy.exc
+def retrying(what: Callable[[], Any], log: Log, store: Store | None = None, stop_after_s: float | None = None) -> Any:
+    """Run ``what``; while the database server is unreachable, log one line per attempt and retry with back-off.
 
-        if isinstance(exc, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, sqlalchemy.exc.DBAPIError)):
-            return True
-    except ImportError:  # pragma: no cover
-        pass
-    import optuna
-
-    return isinstance(exc, optuna.exceptions.StorageInternalError)
-
-
-def retrying(what: Callable[[], Any], log: Log, stop_after_s: float | None = None) -> Any:
-    """Run ``what``; while the storage is unreachable, log one line per attempt and retry with back-off."""
+    Only an unreachable server is waited for: a storage that refuses writes (read-only, full, deleted)
+    is raised at once as a StorageError that says why, and so is every other error.
+    """
     attempt = 0
     start = time.monotonic()
     while True:
@@ -57,61 +47,80 @@ def retrying(what: Callable[[], Any], log: Log, stop_after_s: float | None = Non
             return what()
         except KeyboardInterrupt:
             raise
-        except Exception as exc:  # noqa: BLE001 - only transient storage errors are retried
-            if not _transient(exc):
+        except StorageUnreachable as exc:
+            reason = exc.reason
+        except Exception as exc:  # noqa: BLE001 - only an unreachable server is retried
+            fault = store.fault(exc) if store is not None else None
+            if fault is None:
                 raise
-            if stop_after_s is not None and time.monotonic() - start > stop_after_s:
-                raise StorageError(f"the storage stayed unreachable for {stop_after_s:.0f} s: {_reason(exc)}") from None
-            wait = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
-            log(f"storage unreachable ({_reason(exc)}); retrying in {wait} s")
-            time.sleep(wait)
-            attempt += 1
+            if not isinstance(fault, StorageUnreachable):
+                raise fault from None
+            reason = fault.reason
+        if stop_after_s is not None and time.monotonic() - start > stop_after_s:
+            raise StorageError(f"the storage stayed unreachable for {stop_after_s:.0f} s: {reason}") from None
+        wait = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
+        log(f"storage unreachable ({reason}); retrying in {wait} s")
+        time.sleep(wait)
+        attempt += 1
 
 
-_url: str | None = None  # the storage URL being worked on, so its password is masked in retry lines
+def open_store(url: str, log: Log) -> Store:
+    """The worker's store, opened once (waiting while its database server is unreachable)."""
+    return retrying(lambda: Store.open(url), log)
 
 
-def _reason(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    return stores.redact_message(text[0] if text else type(exc).__name__, _url)[:160]
+def work_on(name: str, store: Store, device: str, log: Log, race: bool = True, **callbacks: Any) -> Any:
+    """Join a study and measure until its budget is spent; returns the last run's Summary.
 
-
-def work_on(name: str, url: str, device: str, log: Log, race: bool = True, **callbacks: Any) -> Any:
-    """Join a study and measure until its budget is spent; returns the last run's Summary."""
-    global _url
-    _url = url
+    ``name`` may also be a submitted job (``autotune submit --study NAME``): the worker then
+    works on the job's study for this machine's hardware kind, as ``worker --all`` would.
+    """
 
     def once() -> Any:
-        study = stores.load(name, url)
-        job = tuning.stored_job(study)
-        prepared = tuning.prepare(job, name, url, device, race=race, join_only=True, **callbacks)
-        return prepared.run()
+        study = store.load(name)
+        config = tuning.stored_config(study)
+        if tuning.is_job_record(study):
+            return _work_on_job(name, config, store, device, log, **callbacks)
+        return tuning.prepare(config, name, store, device, race=race, join_only=True, **callbacks).run()
 
-    return retrying(once, log)
+    return retrying(once, log, store)
 
 
-def serve(url: str, device: str, log: Log, poll_s: float = 30.0, exit_when_idle: bool = False, **callbacks: Any) -> int:
-    """The daemon's loop: work on every job with budget left for this machine's kind; returns studies worked on."""
+def _work_on_job(job_name: str, config: TuneConfig, store: Store, device: str, log: Log, **callbacks: Any) -> Any:
     from autotune import hardware
 
-    global _url
-    _url = url
+    name = tuning.kind_study_name(job_name, hardware.fingerprint(device))
+    log(f"job {job_name!r}: working on study {name!r}")
+    return tuning.prepare(config, name, store, device, extra_attrs={tuning.JOB_OF: job_name}, **callbacks).run()
+
+
+def serve(store: Store, device: str, log: Log, poll_s: float = 30.0, exit_when_idle: bool = False, **callbacks: Any) -> int:
+    """The daemon's loop: work on every job with budget left for this machine's kind; returns studies worked on.
+
+    One store for the whole loop (one engine, one connection pool): a poll is one query for the
+    studies, and one more per job whose study for this machine exists.
+    """
+    from autotune import hardware
+
     worked = 0
     fingerprint = hardware.fingerprint(device)
     while True:
-        pending = retrying(lambda: tuning.jobs(url), log)
+        frozen = retrying(store.summaries, log, store)
+        names = {s.study_name for s in frozen}
         did = False
-        for job_name, job in pending:
+        for job_name, config in tuning.jobs(frozen):
             name = tuning.kind_study_name(job_name, fingerprint)
-            if _budget_spent(name, url, job, log):
+            if name in names and _budget_spent(name, store, config, log):
                 continue
             log(f"job {job_name!r}: working on study {name!r}")
             try:
                 retrying(
-                    lambda: tuning.prepare(job, name, url, device, extra_attrs={tuning.JOB_OF: job_name}, **callbacks).run(),
-                    log,
+                    lambda: tuning.prepare(config, name, store, device, extra_attrs={tuning.JOB_OF: job_name}, **callbacks).run(),
+                    log, store,
                 )
-            except (StudyError, AutotuneError) as exc:
+            except StorageError:
+                raise  # the storage refuses writes: no job can go on
+            except AutotuneError as exc:
                 log(f"job {job_name!r} skipped: {exc}")
                 continue
             did = True
@@ -122,24 +131,20 @@ def serve(url: str, device: str, log: Log, poll_s: float = 30.0, exit_when_idle:
             time.sleep(poll_s)
 
 
-def _budget_spent(name: str, url: str, job: tuning.Job, log: Log) -> bool:
+def _budget_spent(name: str, store: Store, config: TuneConfig, log: Log) -> bool:
     from autotune import study as S
 
     def check() -> bool:
-        store = stores.open_storage(url)
-        if name not in stores.study_names(store):
-            return False
-        import optuna
-
-        study = optuna.load_study(study_name=name, storage=store)
+        study = store.load(name)
         measured = sum(1 for t in study.get_trials(deepcopy=False) if S.is_measured(t))
-        races = [v for k, v in study.user_attrs.items() if k.startswith("race:") and isinstance(v, dict)]
-        raced = job.confirm <= 0 or any(r.get("done") and r.get("measured") == measured for r in races)
-        deadline = study.user_attrs.get("deadline")
+        attrs = study.user_attrs
+        races = [v for k, v in attrs.items() if k.startswith("race:") and isinstance(v, dict)]
+        raced = config.confirm <= 0 or any(r.get("done") and r.get("measured") == measured for r in races)
+        deadline = attrs.get("deadline")
         late = bool(deadline) and time.time() >= float(deadline)
-        return (measured >= job.trials or late) and raced
+        return (measured >= config.trials or late) and raced
 
-    return bool(retrying(check, log))
+    return bool(retrying(check, log, store))
 
 
 # ---------------------------------------------------------------- several workers on this machine
@@ -159,7 +164,8 @@ def shares(workers: int, cpus: Sequence[int] | None = None) -> list[list[int]]:
     return out
 
 
-def spawn_local(name: str, url: str, workers: int, devices: Sequence[int] | None, base_device: str, quiet: bool = False) -> list[subprocess.Popen]:
+def spawn_local(name: str, store: Store, workers: int, devices: Sequence[int] | None, base_device: str,
+                quiet: bool = False) -> list[subprocess.Popen]:
     """Start the worker processes of ``run --workers K`` (CPU: a share of cores each) or ``--devices`` (one GPU each)."""
     procs = []
     if devices:
@@ -172,7 +178,7 @@ def spawn_local(name: str, url: str, workers: int, devices: Sequence[int] | None
         procs.append(
             subprocess.Popen(
                 cmd,
-                env={**os.environ, **env_extra, "AUTOTUNE_STORAGE": url},
+                env={**os.environ, **env_extra, "AUTOTUNE_STORAGE": store.url},
                 stdout=subprocess.DEVNULL if quiet else None,
                 stderr=None,
                 start_new_session=False,

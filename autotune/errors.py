@@ -35,7 +35,16 @@ class StudyError(AutotuneError):
 
 
 class StorageError(AutotuneError):
-    """A storage URL cannot be opened."""
+    """A storage cannot be opened, or refuses to work (a read-only file, a full disk, a deleted file):
+    the message names the cause and the fix (:meth:`autotune.store.Store.fault`)."""
+
+
+class StorageUnreachable(StorageError):
+    """The database server of a storage does not answer: a worker retries; a run stops in one line."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason or message
 
 
 class ConfigError(AutotuneError):

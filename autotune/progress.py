@@ -53,6 +53,8 @@ def trial_line(rec: Any) -> str:
         tags.append(f"(already measured as #{rec.duplicate_of})")
     if rec.cut_short:
         tags.append("(cut short: dominated)")
+    if rec.over_budget:
+        tags.append("(over the --max-memory budget: not a candidate)")
     return f"{head}{body}  {knobs.short(rec.config)} {' '.join(tags)}".rstrip()
 
 

@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 import optuna
 
 from autotune import result as R
-from autotune import storage
+from autotune import recovery
 from autotune.evidence import MEASUREMENT, RACE, Evidence, is_measured, record_measurement
 
 #: ``evaluate(config)`` -> a TrialResult; measures in a fresh process.
@@ -39,23 +39,46 @@ MAX_CANDIDATES = 6
 MIN_ROUNDS = 3
 
 
-def floor_missing(study: optuna.Study, repeats: int = FLOOR_REPEATS) -> int:
-    """How many noise-floor measurements of the baseline are still to take."""
+def floor_missing(study: optuna.Study, repeats: int = FLOOR_REPEATS, grace_s: float | None = None) -> int:
+    """How many noise-floor measurements of the baseline are still for this process to take.
+
+    The process that measured the baseline takes them (so two processes starting on one study
+    do not both measure the floor); another process takes over only when that one is gone
+    (:func:`_floor_is_mine`).
+    """
     ev = Evidence.of(study)
     if ev.baseline is None:
         return 0
     taken = sum(1 for r, _ in ev.baseline.repeats if r.startswith("floor-")) + ev.baseline.failed_repeats
-    return max(0, repeats - taken)
+    missing = max(0, repeats - taken)
+    if missing and grace_s is not None and not _floor_is_mine(study, ev.baseline.number, grace_s):
+        return 0
+    return missing
 
 
-def measure_floor(study: optuna.Study, measure: Measure, repeats: int = FLOOR_REPEATS, on_measure: OnMeasure | None = None) -> int:
+def _floor_is_mine(study: optuna.Study, baseline: int, grace_s: float) -> bool:
+    """This process measured the baseline trial, or the process that did is gone (same host: its pid;
+    another host: longer ago than ``grace_s``)."""
+    trial = next(t for t in study.get_trials(deepcopy=False) if t.number == baseline)
+    who = trial.system_attrs.get(recovery.OWNER) or {}
+    me = recovery.owner()
+    if not who or (who.get("host"), who.get("pid")) == (me["host"], me["pid"]):
+        return True
+    if who.get("host") == me["host"]:
+        return not recovery._pid_alive(int(who.get("pid", -1)))
+    finished = trial.datetime_complete.timestamp() if trial.datetime_complete else float(who.get("started", 0))
+    return me["started"] - finished > grace_s
+
+
+def measure_floor(study: optuna.Study, measure: Measure, repeats: int = FLOOR_REPEATS, on_measure: OnMeasure | None = None,
+                  grace_s: float | None = None) -> int:
     """Measure the baseline again until it has ``repeats`` floor measurements; returns how many were taken."""
     ev = Evidence.of(study)
     base = ev.baseline
     if base is None:
         return 0
     taken = 0
-    for _ in range(floor_missing(study, repeats)):
+    for _ in range(floor_missing(study, repeats, grace_s)):
         done = sum(1 for r, _ in Evidence.of(study).baseline.repeats if r.startswith("floor-"))  # type: ignore[union-attr]
         rate = record_measurement(study, base.number, f"floor-{done + 1}-{uuid.uuid4().hex[:6]}", measure(base.config))
         taken += 1
@@ -120,7 +143,7 @@ def run_race(
             return None
         race_id = uuid.uuid4().hex[:8]
         record = {"candidates": candidates, "measured": measured, "rounds": rounds, "started": time.time(), "done": False,
-                  "owner": storage.owner()}
+                  "owner": recovery.owner()}
         study.set_user_attr(RACE + race_id, record)
     report = RaceReport(race_id, candidates)
     prefix = f"race-{race_id}-"
@@ -165,11 +188,11 @@ def _owned_elsewhere(record: Mapping[str, Any]) -> bool:
     who = record.get("owner") or {}
     if not who:
         return False
-    me = storage.owner()
+    me = recovery.owner()
     if (who.get("host"), who.get("pid")) == (me["host"], me["pid"]):
         return False
     if who.get("host") == me["host"]:
-        return storage._pid_alive(int(who.get("pid", -1)))
+        return recovery._pid_alive(int(who.get("pid", -1)))
     return me["started"] - float(who.get("started", 0)) < 6 * 3600
 
 

@@ -25,7 +25,7 @@ from autotune import result as R
 from autotune.errors import SpecError, WorkloadError
 from autotune.forkserver import kill_group
 from autotune.protocol import Settings
-from autotune.workload import WorkloadSpec
+from autotune.request import DEFAULT_TRIAL_TIMEOUT_S, WorkloadSpec
 
 
 def warm_up() -> None:
@@ -58,7 +58,7 @@ class Runner:
         self,
         spec: WorkloadSpec,
         device: str = "cpu",
-        timeout_s: float = 300.0,
+        timeout_s: float = DEFAULT_TRIAL_TIMEOUT_S,
         settings: Settings | None = None,
         global_batch: int | None = None,
     ) -> None:

@@ -40,10 +40,11 @@ import optuna
 from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from autotune import knobs, race, storage
+from autotune import knobs, race, recovery
 from autotune import result as R
 from autotune.errors import AutotuneError
 from autotune.evidence import SESSION, Evidence, Verdict, is_measured
+from autotune.request import DEFAULT_CONFIRM, DEFAULT_SAMPLER, DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS, SAMPLERS, TuneConfig, stale_grace
 from autotune.space import Space
 from autotune.stats import Ratio
 
@@ -51,9 +52,6 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 # Heartbeats are recorded by hand around each trial (Heartbeat below), which Optuna's ask() does not know.
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 
-SAMPLERS = ("tpe", "gp", "random", "nsga2")
-DEFAULT_SAMPLER = "gp"  # from benchmarks/search_efficiency.py: best share of the grid optimum after 20 trials
-DEFAULT_RACE_ROUNDS = 8
 UNDECIDED_WAIT_S = 30.0  # how long a claim waits for earlier trials still choosing their configuration
 UNDECIDED_POLL_S = 0.05
 SKIPPED = "skipped"  # a trial given up because another process measures its configuration, or the budget is full
@@ -61,7 +59,8 @@ SKIPPED = "skipped"  # a trial given up because another process measures its con
 #: ``evaluate(config, dominators, cut_margin)`` measures one configuration in a fresh process.
 Evaluate = Callable[[Mapping[str, Any], Sequence[tuple[float, float]], "float | None"], R.TrialResult]
 
-__all__ = ["Options", "Summary", "TrialRecord", "Tuner", "base_config", "baseline_trial", "front", "is_measured", "make_sampler"]
+__all__ = ["DEFAULT_SAMPLER", "Options", "SAMPLERS", "Summary", "TrialRecord", "Tuner", "base_config", "baseline_trial", "front",
+           "is_measured", "make_sampler"]
 
 
 def make_sampler(name: str, seed: int | None = None, n_startup_trials: int = 8) -> optuna.samplers.BaseSampler:
@@ -85,7 +84,9 @@ def make_sampler(name: str, seed: int | None = None, n_startup_trials: int = 8) 
 
 @dataclass
 class Options:
-    trials: int = 30
+    """How the Tuner runs: the request's budget and measurement choices (:meth:`of`), and the loop's own settings."""
+
+    trials: int = DEFAULT_TRIALS
     time_budget_s: float | None = None
     max_memory_bytes: int | None = None
     max_repeats: int = 30
@@ -93,12 +94,21 @@ class Options:
     cut_margin: float = 0.25  # the least margin to cut a dominated trial short; raised to the noise floor
     failures_as: str = "constraint"  # "fail": Optuna's FAIL state (only to measure the difference)
     floor_repeats: int = race.FLOOR_REPEATS  # the baseline again in this many processes, early
-    race_rounds: int = DEFAULT_RACE_ROUNDS  # at most this many rounds of the final race (--confirm; 0: none)
+    race_rounds: int = DEFAULT_CONFIRM  # at most this many rounds of the final race (--confirm; 0: none)
     race_candidates: int = race.MAX_CANDIDATES
     deadline: float | None = None  # epoch seconds: no trial starts after it (a fleet's --time-budget)
     placement: dict[str, Any] = field(default_factory=dict)  # the device and cores this process measures on
-    stale_grace_s: float = 660.0  # a trial of another host with no heartbeat is stale after this long
+    stale_grace_s: float = stale_grace(DEFAULT_TRIAL_TIMEOUT_S)  # a trial of another host with no heartbeat is stale after this long
     poll_s: float = 2.0  # while other processes' trials finish the budget
+
+    @classmethod
+    def of(cls, config: TuneConfig, *, max_memory_bytes: int | None, race: bool = True, deadline: float | None = None,
+           placement: Mapping[str, Any] | None = None) -> Options:
+        """The tuner's options for a request (``max_memory_bytes``: the study's stored budget; ``race``: False for
+        workers that leave the final race to another process; ``deadline``: a fleet's stored --time-budget)."""
+        return cls(trials=config.trials, max_memory_bytes=max_memory_bytes, early_stop=config.early_stop,
+                   race_rounds=config.confirm if race else 0, deadline=deadline, placement=dict(placement or {}),
+                   stale_grace_s=config.stale_grace_s)
 
 
 @dataclass
@@ -116,6 +126,7 @@ class TrialRecord:
     error: str | None = None
     duration_s: float | None = None
     cut_short: bool = False
+    over_budget: bool = False  # ok, but its peak memory is over --max-memory: never a candidate
 
 
 @dataclass
@@ -188,7 +199,10 @@ class Tuner:
         options: Options | None = None,
         on_trial: Callable[[TrialRecord], None] | None = None,
         on_repeat: race.OnMeasure | None = None,
+        check: Callable[[], None] | None = None,
     ) -> None:
+        """``check()`` runs before each trial and raises when the store can no longer keep results
+        (:meth:`autotune.store.Store.check_alive`)."""
         self.study = study
         self.space = space
         self.ctx = ctx
@@ -197,6 +211,7 @@ class Tuner:
         self.options = options or Options()
         self.on_trial = on_trial
         self.on_repeat = on_repeat
+        self.check = check or (lambda: None)
 
     # ------------------------------------------------------------ seeds
 
@@ -314,6 +329,7 @@ class Tuner:
             error=(error or {}).get("message"),
             duration_s=result.wall_s,
             cut_short=bool(result.notes.get("cut_short")),
+            over_budget=ok and self._memory_violation(result.peak_memory_bytes) > 0,
         )
 
     def record_duplicate(self, trial: Trial, role: str, resolved: knobs.Resolved, hit: FrozenTrial) -> TrialRecord:
@@ -338,6 +354,7 @@ class Tuner:
             peak_memory_bytes=int(hit.values[1]) if ok and hit.values else None,
             speedup=ev.speedup(hit.number) if ok else None,
             duplicate_of=hit.number,
+            over_budget=ok and hit.constraints.get("memory", 0.0) > 0,
         )
 
     def interrupted(self, trial: Trial, role: str, params: Mapping[str, Any]) -> None:
@@ -366,10 +383,11 @@ class Tuner:
         repeats = 0
         try:
             while True:
-                if opts.floor_repeats and race.floor_missing(self.study, opts.floor_repeats):
-                    race.measure_floor(self.study, self._repeat, opts.floor_repeats, self._on_repeat)
+                self.check()
+                if opts.floor_repeats and race.floor_missing(self.study, opts.floor_repeats, opts.stale_grace_s):
+                    race.measure_floor(self.study, self._repeat, opts.floor_repeats, self._on_repeat, opts.stale_grace_s)
                     session.save()
-                storage.recover_stale(self.study, opts.stale_grace_s)
+                recovery.recover_stale(self.study, opts.stale_grace_s)
                 measured, running = self._budget_counts()
                 summary.measured = measured
                 if measured >= opts.trials:
@@ -444,11 +462,11 @@ class Tuner:
         claims by number are measured: every process reaches the same answer from the
         storage, so no configuration is measured twice and the budget holds for the fleet.
         """
-        me = storage.owner()
+        me = recovery.owner()
         trial.set_user_attr("config_key", resolved.key())
         trial.set_user_attr("role", role)
         mine = self.study._storage.get_trial(trial._trial_id)
-        who = mine.system_attrs.get("autotune:owner") or {}
+        who = mine.system_attrs.get(recovery.OWNER) or {}
         if (who.get("host"), who.get("pid")) != (me["host"], me["pid"]):
             return "taken"  # SQLite handed this queued trial to two processes: the other one measures it
         trials, undecided = self._after_undecided(trial.number)
@@ -476,7 +494,7 @@ class Tuner:
         while True:
             trials = self.study.get_trials(deepcopy=False)
             undecided = [t for t in trials if t.state == TrialState.RUNNING and t.number < number
-                         and "config_key" not in t.user_attrs and not storage.is_stale(t, self.options.stale_grace_s)]
+                         and "config_key" not in t.user_attrs and not recovery.is_stale(t, self.options.stale_grace_s)]
             if not undecided or time.monotonic() >= deadline:
                 return trials, undecided
             time.sleep(UNDECIDED_POLL_S)
@@ -486,7 +504,7 @@ class Tuner:
         role = trial.user_attrs.get("role", "search")
         params: dict[str, Any] = {}
         try:
-            self.study._storage.set_trial_system_attr(trial._trial_id, "autotune:owner", storage.owner())
+            self.study._storage.set_trial_system_attr(trial._trial_id, recovery.OWNER, recovery.owner())
             if self.options.placement:
                 trial.set_user_attr("placement", self.options.placement)
             params = self.suggest(trial)
@@ -522,6 +540,16 @@ class Tuner:
         except KeyboardInterrupt:
             if self.study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
                 self.interrupted(trial, role, params or dict(trial.params))
+            raise
+        except Exception:
+            # The storage refused a write (or anything else broke): record the trial as interrupted if the
+            # storage still takes writes; if not, it stays RUNNING and the next start re-queues it (its
+            # process is gone). Either way its configuration is measured again, never lost.
+            try:
+                if self.study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
+                    self.interrupted(trial, role, params or dict(trial.params))
+            except Exception:  # noqa: BLE001 - the storage is away: recovery re-queues it on the next start
+                pass
             raise
 
 

@@ -9,7 +9,6 @@ and a target and how to get a loss out of whatever the model returns.
 
 from __future__ import annotations
 
-import ast
 import importlib
 import inspect
 import os
@@ -24,8 +23,8 @@ from torch.utils.data import Dataset
 
 from autotune import shipping
 from autotune.errors import SpecError, WorkloadError
+from autotune.request import TASKS, WorkloadSpec
 
-TASKS = ("train", "infer")
 
 
 @dataclass
@@ -48,81 +47,6 @@ class Workload:
     collate_fn: Callable[[list[Any]], Any] | None = None
     batch_size: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class WorkloadSpec:
-    """How to build a workload: picklable, stored with a study."""
-
-    model: str
-    data: str | None = None
-    model_args: tuple[tuple[str, Any], ...] = ()
-    input_shape: tuple[int, ...] | None = None
-    num_classes: int | None = None
-    task: str | None = None  # overrides the workload's own task
-    synthetic_size: int = 1 << 16
-    # ``pickled:<name>@<sha256>`` spec -> base64 of the cloudpickled object (autotune.tune/measure with a callable)
-    pickled: tuple[tuple[str, str], ...] = ()
-
-    def to_dict(self, payload: bool = True) -> dict[str, Any]:
-        """The spec as JSON. ``payload=False`` leaves out the pickled bytes: the workload's name, not its bytes
-        (what a study records as its ``workload`` and compares on a resume)."""
-        out = {
-            "model": self.model,
-            "data": self.data,
-            "model_args": {k: v for k, v in self.model_args},
-            "input_shape": list(self.input_shape) if self.input_shape else None,
-            "num_classes": self.num_classes,
-            "task": self.task,
-        }
-        if self.pickled and payload:
-            out["pickled"] = dict(self.pickled)
-        return out
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> WorkloadSpec:
-        return cls(
-            model=d["model"],
-            data=d.get("data"),
-            model_args=tuple(sorted((d.get("model_args") or {}).items())),
-            input_shape=tuple(d["input_shape"]) if d.get("input_shape") else None,
-            num_classes=d.get("num_classes"),
-            task=d.get("task"),
-            pickled=tuple(sorted((d.get("pickled") or {}).items())),
-        )
-
-
-# ---------------------------------------------------------------- spec parsing
-
-
-def parse_model_args(items: Iterable[str]) -> tuple[tuple[str, Any], ...]:
-    """``key=value`` strings into keyword arguments (values as Python literals when they parse)."""
-    out: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise SpecError(f"--model-arg {item!r}: expected key=value")
-        key, raw = item.split("=", 1)
-        key = key.strip()
-        if not key.isidentifier():
-            raise SpecError(f"--model-arg {item!r}: {key!r} is not a valid argument name")
-        try:
-            value = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            value = raw
-        out[key] = value
-    return tuple(sorted(out.items()))
-
-
-def parse_shape(text: str | None) -> tuple[int, ...] | None:
-    if text is None:
-        return None
-    try:
-        shape = tuple(int(p) for p in text.replace("x", ",").split(",") if p.strip())
-    except ValueError:
-        raise SpecError(f"--input-shape {text!r}: expected comma-separated integers, e.g. 3,32,32") from None
-    if not shape or any(d <= 0 for d in shape):
-        raise SpecError(f"--input-shape {text!r}: expected positive integers, e.g. 3,32,32")
-    return shape
 
 
 def _user_frame(exc: BaseException) -> str:

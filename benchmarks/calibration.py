@@ -26,6 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from autotune import config as C  # noqa: E402
 from autotune import knobs, tuning  # noqa: E402
+from autotune.request import TuneConfig  # noqa: E402
+from autotune.store import Store  # noqa: E402
 from autotune.errors import StudyError  # noqa: E402
 from autotune.runner import warm_up  # noqa: E402
 from autotune.stats import geomean  # noqa: E402
@@ -64,8 +66,8 @@ def main() -> None:
         for name in args.models:
             spec = MODELS[name]()
             url = f"sqlite:///{tmp}/{name}.db"
-            job = tuning.Job(spec=spec, space="cpu", trials=args.trials, seed=0)
-            prepared = tuning.prepare(job, name, url, "cpu")
+            job = TuneConfig(spec=spec, space="cpu", trials=args.trials, seed=0)
+            prepared = tuning.prepare(job, name, Store.open(url), "cpu")
             start = time.monotonic()
             summary = prepared.run()
             elapsed = time.monotonic() - start

@@ -28,10 +28,11 @@ from pathlib import Path
 
 import optuna
 
-from autotune import knobs, space, storage
+from autotune import knobs, space
 from autotune import result as R
 from autotune import study as S
 from autotune.evidence import Evidence
+from autotune.store import Store
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
 SPACE = space.parse(
@@ -49,7 +50,7 @@ def instant(config, dominators=(), margin=None):
 def coordination(url: str, sampler: str, trials: int) -> dict:
     attrs = {"workload": {"model": "x:y"}, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
              "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
-    study, _ = storage.create_or_check("bench", url, attrs, S.make_sampler(sampler, 0))
+    study, _ = Store.open(url).create_or_check("bench", attrs, S.make_sampler(sampler, 0))
     base = S.base_config(CTX, SPACE.fixed, None)
     eff = space.effective(SPACE, CTX, base)
     stamps: list[float] = []

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from autotune.evidence import Evidence
 from autotune import hardware, knobs, space
-from autotune import storage as stores
+from autotune.store import Store
 from autotune import study as S
 from autotune.protocol import cv
 from autotune.runner import Runner, warm_up
@@ -55,7 +55,7 @@ def study_best(spec: WorkloadSpec, runner: Runner, space_name: str, trials: int,
     url = f"sqlite:///{folder}/{re.sub(r'[^a-z0-9]+', '-', spec.model)}.db"
     attrs = {"workload": spec.to_dict(), "space": sp.to_dict(), "space_hash": sp.hash(), "fingerprint": probe["fingerprint"],
              "device": runner.device, "context": probe["context"], "global_batch": None}
-    study, _ = stores.create_or_check("gpu", url, attrs, S.make_sampler(S.DEFAULT_SAMPLER, 0))
+    study, _ = Store.open(url).create_or_check("gpu", attrs, S.make_sampler(S.DEFAULT_SAMPLER, 0))
     summary = S.Tuner(study, eff, ctx, base, runner.measure, S.Options(trials=trials),
                       on_trial=lambda r: print(f"   #{r.number} {r.outcome} {r.samples_per_s or 0:.1f}/s {knobs.short(r.config)}")).run()
     front = S.front(study)

@@ -37,6 +37,7 @@ from grids import GRIDS  # noqa: E402
 from autotune import knobs, space  # noqa: E402
 from autotune import result as R  # noqa: E402
 from autotune import study as S  # noqa: E402
+from autotune.store import DIRECTIONS  # noqa: E402
 from autotune.protocol import Settings  # noqa: E402
 from autotune.report import hypervolume_2d  # noqa: E402
 
@@ -63,7 +64,7 @@ def replay(name: str, table: dict[str, dict], make_sampler, seed: int, trials: i
     sp = space.parse({"search": grid["search"]}, f"grid-{name}", name)
     base = S.base_config(ctx, {}, None)
     eff = space.effective(sp, ctx, base)
-    study = optuna.create_study(directions=S.storage.DIRECTIONS, sampler=make_sampler(seed))
+    study = optuna.create_study(directions=DIRECTIONS, sampler=make_sampler(seed))
     settings = Settings()
     spent = {"s": 0.0}
     curve: list[float] = []

@@ -1,0 +1,102 @@
+"""One view of a study, as every read command shows it: ``status`` (and ``--json``), ``list``, and the end of ``run``.
+
+The figures come from :class:`autotune.evidence.Evidence` (each computed once there);
+this module only gathers them with the study's counts, failures and attributes into
+one JSON-able document, so the command line, ``--json`` and the Python API print the
+same thing. It reads, never writes, and imports neither torch nor the trial modules.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.recovery import OWNER
+
+JOB = "autotune_job"  # the attribute of a submitted job's record (see autotune.tuning)
+NOT_MEASURED = ("interrupted", "skipped", "running", "waiting")
+RECENT_S = 15 * 60  # a worker that signed a trial this recently counts as working on the study
+
+
+def summary(study: optuna.Study, evidence: Any = None) -> dict[str, Any]:
+    """Counts by outcome and the verdict's figures, for ``autotune list`` (figures from :mod:`autotune.evidence`)."""
+    from autotune.evidence import Evidence
+
+    ev = evidence or Evidence.of(study)
+    trials = study.get_trials(deepcopy=False)
+    outcomes: dict[str, int] = {}
+    for t in trials:
+        if t.user_attrs.get("duplicate_of") is not None:
+            continue
+        outcome = t.user_attrs.get("outcome") or t.state.name.lower()
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    verdict = ev.verdict()
+    shown = verdict.winner if verdict.state == "gain" else verdict.leader
+    now = dt.datetime.now(dt.timezone.utc).timestamp()
+    workers = {
+        (who.get("host"), who.get("pid"))
+        for t in trials
+        if (who := t.system_attrs.get(OWNER)) and now - float(who.get("started", 0)) < RECENT_S
+    }
+    job = study.user_attrs.get("job") or {}
+    return {
+        "study": study.study_name,
+        "kind": "study",
+        "job_of": study.user_attrs.get("job_of"),
+        "budget": job.get("trials"),
+        "trials": sum(outcomes.values()),
+        "measured": sum(n for o, n in outcomes.items() if o not in NOT_MEASURED),
+        "running": sum(1 for t in trials if t.state == TrialState.RUNNING),
+        "failed": sum(n for o, n in outcomes.items() if o not in ("ok", *NOT_MEASURED)),
+        "workers_recently": len(workers),
+        "outcomes": outcomes,
+        "best_samples_per_s": ev.samples_per_s(shown) if shown is not None else None,
+        "baseline_samples_per_s": ev.baseline.samples_per_s if ev.baseline else None,
+        "speedup": verdict.speedup.to_dict() if verdict.speedup else None,
+        "verdict": verdict.state,
+        "fingerprint": study.user_attrs.get("fingerprint", {}),
+        "workload": study.user_attrs.get("workload", {}),
+    }
+
+
+def status(study: optuna.Study) -> dict[str, Any]:
+    """Everything ``autotune status`` shows: the summary, the evidence's figures, failures by outcome."""
+    from autotune import ceiling
+    from autotune.evidence import Evidence
+
+    ev = Evidence.of(study)
+    doc = summary(study, ev)
+    doc.update(ev.to_dict())
+    doc["batch_ceiling"] = ceiling.describe(study.user_attrs)
+    failures: dict[str, dict[str, Any]] = {}
+    for t in study.get_trials(deepcopy=False):
+        outcome = t.user_attrs.get("outcome")
+        if outcome in (None, "ok", "skipped") or t.user_attrs.get("duplicate_of") is not None:
+            continue
+        entry = failures.setdefault(outcome, {"count": 0, "trials": [], "example": ""})
+        entry["count"] += 1
+        entry["trials"].append(t.number)
+        entry["example"] = entry["example"] or (t.user_attrs.get("error") or {}).get("message", "")
+    doc.update({"failures": failures, "device": study.user_attrs.get("device"), "time_spent_s": ev.time_spent()["wall_s"],
+                "max_memory_bytes": study.user_attrs.get("max_memory_bytes"),
+                "space": (study.user_attrs.get("space") or {}).get("name")})
+    return doc
+
+
+def listing(store: Any) -> list[dict[str, Any]]:
+    """Every job and study in a store (an :class:`autotune.store.Store`), as ``autotune list`` shows them."""
+    summaries = store.summaries()
+    names = [s.study_name for s in summaries]
+    docs: list[dict[str, Any]] = []
+    for frozen in summaries:
+        raw = frozen.user_attrs.get(JOB)
+        if raw:
+            docs.append({"study": frozen.study_name, "kind": "job", "budget": raw.get("trials"),
+                         "submitted_at": raw.get("submitted_at"), "workload": raw.get("spec"),
+                         "studies": [n for n in names if n.startswith(frozen.study_name + "@")]})
+            continue
+        docs.append(summary(store.load(frozen.study_name)))
+    return docs
