@@ -171,9 +171,31 @@ def test_live_running_trial_of_another_process_is_left_alone(tmp_path):
     assert storage.recover_stale(study, grace_s=60) == []
 
 
+def _sampler_draws(name: str, seed: int | None) -> list[tuple[float, ...]]:
+    """The parameters a fresh study with ``make_sampler(name, seed)`` suggests in 6 trials (3 past the start-up)."""
+    study = optuna.create_study(direction="maximize", sampler=S.make_sampler(name, seed=seed, n_startup_trials=3))
+    study.optimize(lambda t: t.suggest_float("x", 0, 1) - (t.suggest_float("y", 0, 1) - 0.5) ** 2, n_trials=6)
+    return [(t.params["x"], t.params["y"]) for t in study.trials]
+
+
 def test_samplers_by_name():
+    kinds = {"tpe": optuna.samplers.TPESampler, "gp": optuna.samplers.GPSampler,
+             "random": optuna.samplers.RandomSampler, "nsga2": optuna.samplers.NSGAIISampler}
+    assert set(S.SAMPLERS) == set(kinds) and S.DEFAULT_SAMPLER == "gp"
     for name in S.SAMPLERS:
-        assert S.make_sampler(name, seed=1) is not None
+        assert type(S.make_sampler(name, seed=1)) is kinds[name], name
+        # the seed fixes every suggestion, the model-based ones after the start-up included; another seed differs
+        first = _sampler_draws(name, seed=1)
+        assert _sampler_draws(name, seed=1) == first, f"{name}: the same seed suggested other parameters"
+        assert _sampler_draws(name, seed=2) != first, f"{name}: another seed suggested the same parameters"
+    # the options each sampler is made with
+    tpe = S.make_sampler("tpe", seed=1)
+    assert (tpe._multivariate, tpe._group, tpe._n_startup_trials) == (True, True, 8)
+    assert S.make_sampler("tpe", n_startup_trials=3)._n_startup_trials == 3
+    gp = S.make_sampler("gp", seed=1)
+    assert gp._n_startup_trials == 8 and gp._warn_independent_sampling is False
+    assert S.make_sampler("gp", n_startup_trials=3)._n_startup_trials == 3
+    assert S.make_sampler("nsga2", seed=1)._population_size == 10
     with pytest.raises(Exception, match="expected one of"):
         S.make_sampler("magic")
 
