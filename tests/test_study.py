@@ -204,7 +204,6 @@ def test_a_claim_waits_for_an_earlier_trial_still_choosing_so_a_configuration_is
     # Two processes, one configuration: the earlier trial (#a) is still choosing when the later one
     # (#b) claims; #a then picks the same configuration. #b must wait for #a's choice and give way.
     import threading
-    import time
 
     study, eff, base, _ = make(tmp_path)
     tuner = S.Tuner(study, eff, CTX, base, fake([]), S.Options(trials=10, race_rounds=0))
@@ -214,9 +213,22 @@ def test_a_claim_waits_for_an_earlier_trial_still_choosing_so_a_configuration_is
     study._storage.set_trial_system_attr(b._trial_id, "autotune:owner", storage.owner())
     resolved = knobs.resolve(base, CTX)
 
+    # #a chooses only once #b's claim has read the study and found #a still choosing
+    claim_saw_a_undecided = threading.Event()
+    claimer = threading.current_thread()
+    read_trials = study.get_trials
+
+    def get_trials(*args, **kwargs):
+        trials = read_trials(*args, **kwargs)
+        if threading.current_thread() is claimer and any(t.number == a.number and "config_key" not in t.user_attrs for t in trials):
+            claim_saw_a_undecided.set()
+        return trials
+
+    study.get_trials = get_trials  # type: ignore[method-assign]
+
     def choose_late() -> None:
-        time.sleep(0.5)
-        a.set_user_attr("config_key", resolved.key())
+        if claim_saw_a_undecided.wait(timeout=S.UNDECIDED_WAIT_S):
+            a.set_user_attr("config_key", resolved.key())
 
     chooser = threading.Thread(target=choose_late)
     chooser.start()
@@ -224,4 +236,5 @@ def test_a_claim_waits_for_an_earlier_trial_still_choosing_so_a_configuration_is
         answer = tuner._claim(b, "search", resolved)
     finally:
         chooser.join()
+    assert claim_saw_a_undecided.is_set(), "the claim never read the study while #a was still choosing"
     assert answer == f"#{a.number} is measuring the same configuration"
