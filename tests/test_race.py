@@ -137,7 +137,10 @@ def test_race_costs_stay_with_the_leaders():
 
 def test_a_stopped_race_resumes_where_it_stopped():
     seed = 4
-    truth = lambda c: 1.0  # noqa: E731
+
+    def truth(config):  # every configuration but the defaults equally 1.5x: the race can neither separate one nor give up
+        return 1.0 if all(config[k] == v for k, v in {"precision": "fp32", "optimizer_impl": "default", "num_workers": 0}.items()) else 1.5
+
     study, summary = tune(truth, seed, options=S.Options(trials=12, max_repeats=500, race_rounds=0))
     base = S.base_config(CTX, SPACE.fixed, None)
     eff = space.effective(SPACE, CTX, base)
@@ -157,6 +160,13 @@ def test_a_stopped_race_resumes_where_it_stopped():
     assert again.race.rounds == 3  # the same race, its earlier rounds kept
     keys = [k for k in study.user_attrs if k.startswith("race:")]
     assert len(keys) == 1 and study.user_attrs[keys[0]]["done"]
-    # a bigger --confirm later extends the finished race instead of starting over
+    assert again.race.stopped.startswith("budget")
+    # a bigger --confirm later extends the finished race instead of starting over: one more round
     more = S.Tuner(study, eff, CTX, base, inner, S.Options(trials=12, max_repeats=500, race_rounds=4)).run()
-    assert more.race is None or more.race.race_id == again.race.race_id
+    assert more.new == 0 and more.race is not None, "the finished race was not extended"
+    assert more.race.race_id == again.race.race_id and more.race.candidates == again.race.candidates
+    assert more.race.rounds == 4 and more.race.measurements >= 2  # round 4: the baseline and the candidates still in
+    assert [k for k in study.user_attrs if k.startswith("race:")] == keys
+    record = study.user_attrs[keys[0]]
+    assert record["done"] and record["rounds_run"] == 4
+    assert len({k.rpartition(":")[0] for k in study.user_attrs if k.startswith(f"measurement:race-{more.race.race_id}-")}) == 4
