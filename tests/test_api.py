@@ -36,23 +36,36 @@ def test_tune_a_factory_defined_inside_the_test(tmp_path):
             self.body = nn.Sequential(nn.Linear(8, width), nn.ReLU(), nn.Linear(width, 4))
 
         def forward(self, x):
+            # Each step waits 20 ms whatever its batch, as a step bound by a device would (a wait,
+            # not CPU work: other processes on the machine barely change it), so samples/s grows
+            # with the batch and the largest batch wins far beyond the noise.
+            threading.Event().wait(0.02)
             return self.body(x)
 
     def factory():
         return autotune.Workload(model=TinyNet(), example=(torch.zeros(8), torch.tensor(3)))
 
+    # Three configurations in all: the baseline's batch of 32 (the recipe is the same one), 8 and 256;
+    # one intra-op thread, so that other processes on the machine do not stall the step's CPU part.
+    (tmp_path / "space.toml").write_text("[search]\nbatch_size = [8, 32, 256]\n\n[fixed]\nthreads = 1\n")
     url = f"sqlite:///{tmp_path}/s.db"
-    result = autotune.tune(factory, trials=3, quick=True, confirm=1, storage=url, study="s", progress=False)
+    result = autotune.tune(factory, trials=3, space=str(tmp_path / "space.toml"), quick=True, confirm=1, storage=url,
+                           study="s", progress=False)
 
     assert isinstance(result, autotune.TuneResult) and isinstance(result.study, optuna.Study)
     assert result.study.study_name == "s" and result.measured == 3
     assert result.summary.measured == 3 and result.summary.new == 3
     assert isinstance(result.verdict, Verdict) and result.verdict.text in repr(result)
     assert result.front and all({"trial", "changes", "samples_per_s", "peak_memory_bytes", "speedup"} <= set(r) for r in result.front)
-    assert isinstance(result.noise, Noise)
-    numbers = {t.number for t in result.study.trials}
-    assert result.winner is None or result.winner in numbers
-    assert result.speedup is None or isinstance(result.speedup, Ratio)
+    assert isinstance(result.noise, Noise) and result.noise.known
+    batch = {t.number: t.user_attrs["config"]["batch_size"] for t in result.study.trials if "config" in t.user_attrs
+             and t.user_attrs.get("duplicate_of") is None}
+    assert sorted(batch.values()) == [8, 32, 256]
+    # the batch of 256 wins beyond the noise, and the result says so
+    assert result.verdict.state == "gain", result.verdict.text
+    assert result.winner is not None and batch[result.winner] == 256, (result.winner, batch, result.verdict.text)
+    assert result.front[0]["trial"] == result.winner
+    assert isinstance(result.speedup, Ratio) and result.speedup.above_one(), result.speedup
     assert result.speedup is result.verdict.speedup
 
     # The study names the workload by its code digest; the bytes travel with the job only.
@@ -62,7 +75,8 @@ def test_tune_a_factory_defined_inside_the_test(tmp_path):
     assert attrs["job"]["spec"]["pickled"].keys() == {attrs["workload"]["model"]}
 
     best = tmp_path / "best.json"
-    doc = result.export(best, allow_no_gain=True)
+    doc = result.export(best)  # the winner: no allow_no_gain needed
+    assert doc["knobs"]["batch_size"] == 256 and doc["knobs"]["threads"] == 1
     assert json.loads(best.read_text())["knobs"] == doc["knobs"]
     cfg = autotune.load_config(best)
     assert cfg.knobs == doc["knobs"]
@@ -72,7 +86,8 @@ def test_tune_a_factory_defined_inside_the_test(tmp_path):
     assert result.export(written, format="hf-trainer", allow_no_gain=True) == written.read_text()
 
     # A new tune() without the object resumes from the bytes stored with the study.
-    again = autotune.tune(None, study="s", storage=url, trials=3, quick=True, confirm=0, progress=False)
+    again = autotune.tune(None, study="s", storage=url, trials=3, space=str(tmp_path / "space.toml"), quick=True, confirm=0,
+                          progress=False)
     assert again.summary.new == 0 and again.measured == 3
 
 
