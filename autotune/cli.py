@@ -32,6 +32,10 @@ class AutotuneGroup(click.Group):
         except AutotuneError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except click.UsageError as exc:  # a bad option value: one line, as for every other bad input
+            click.echo(f"error: {exc.format_message()}" + (f" (see autotune {exc.ctx.info_name} --help)" if exc.ctx else ""),
+                       err=True)
+            ctx.exit(exc.exit_code)
         except (click.exceptions.Exit, click.ClickException, KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:
@@ -81,7 +85,7 @@ class Duration(click.ParamType):
         try:
             return parse_duration(value, "")
         except AutotuneError:
-            self.fail(f"{value!r}: expected a positive duration such as 300, 45s, 10m, 2h or 1h30m", param, ctx)
+            self.fail(f"{value!r}: expected a duration such as 300, 45s, 10m, 2h or 1h30m", param, ctx)
 
 
 class Size(click.ParamType):

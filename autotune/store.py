@@ -396,8 +396,8 @@ class Store:
         except OSError:
             same = False
         if not same:
-            raise StorageError(f"{self.path} was deleted or replaced while the study ran; what this run measured since "
-                               "is lost. Restore the file (or start again with the same command) to continue")
+            raise StorageError(f"{self.shown} was deleted, moved or replaced while in use; what this run measured since "
+                               "is lost: restore the file, or start again with the same command")
 
     def opened(self) -> None:
         """Record the file's identity once it exists (when connected; a SQLite file exists after the first write)."""
@@ -409,17 +409,30 @@ class Store:
         text = _first_line(exc).lower()
         chain = [exc, getattr(exc, "orig", None), exc.__cause__, exc.__context__]
         os_error = next((e for e in chain if isinstance(e, OSError)), None)
+        code = os_error.errno if os_error is not None else None
         where = self.shown
-        if "readonly database" in text or "read-only" in text or (os_error and os_error.errno in (errno.EROFS, errno.EACCES, errno.EPERM)):
-            return StorageError(f"{where} refuses writes (a read-only file or folder): make it writable, or copy the study "
-                                "somewhere writable and pass --storage; read commands (status, export) still work on it")
-        if "disk is full" in text or "database or disk is full" in text or (os_error and os_error.errno == errno.ENOSPC):
-            return StorageError(f"the disk holding {where} is full: free some space and run the same command again "
-                                "(the trial that was running is measured again)")
-        if "no such table" in text or "unable to open database file" in text or "disk i/o error" in text or (
-            os_error and os_error.errno == errno.ENOENT):
-            return StorageError(f"{where} was deleted, moved or damaged while in use: restore it, or start again with "
-                                "the same command")
+        refused = any(s in text for s in ("readonly database", "read-only", "unable to open database file", "disk i/o error",
+                                          "no such table", "database or disk is full", "disk is full"))
+        if self.path is not None and (refused or code is not None):
+            # A file store: its state says which (SQLite's own words are the same for several causes).
+            gone = not self.path.exists() or (self._identity is not None and _identity(self.path) != self._identity)
+            if gone or code == errno.ENOENT:
+                return StorageError(f"{where} was deleted, moved or replaced while in use: restore it, or start again with "
+                                    "the same command")
+            if "full" in text or code == errno.ENOSPC:
+                return StorageError(f"the disk holding {where} is full: free some space and run the same command again "
+                                    "(the trial that was running is measured again)")
+            if not (os.access(self.path, os.W_OK) and os.access(self.path.parent, os.W_OK)) or code in (
+                    errno.EROFS, errno.EACCES, errno.EPERM) or "readonly" in text or "read-only" in text:
+                return StorageError(f"{where} refuses writes (a read-only file or folder): make it writable, or copy the "
+                                    "study somewhere writable and pass --storage; read commands (status, export) still work on it")
+            return StorageError(f"{where} refused a write ({redact_message(_first_line(exc), self._url)}): check the file "
+                                "and its disk, then run the same command again")
+        if "readonly" in text or "read-only" in text:
+            return StorageError(f"{where} refuses writes: the database or its user is read-only; point --storage at a "
+                                "writable one; read commands (status, export) still work on it")
+        if "disk is full" in text or "no space left" in text:
+            return StorageError(f"the database of {where} is out of space: free some and run the same command again")
         if _is_unreachable(exc):
             reason = redact_message(_first_line(exc), self._url)[:160]
             return StorageUnreachable(f"the database server of {where} is unreachable ({reason}): start it, or check the "

@@ -42,6 +42,21 @@ def user_module(tmp_path, monkeypatch):
     return write
 
 
+def wait_until(predicate, timeout: float, what, interval: float = 0.05):
+    """Poll ``predicate()`` until it returns something truthy, and return that; fail the test,
+    naming ``what`` it waited for (a string, or a callable giving one: the state at the deadline),
+    when ``timeout`` seconds pass first. Tests wait on conditions with this instead of sleeping
+    for a guessed while; the pause between polls is the only sleep."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"waited {timeout:g} s for {what() if callable(what) else what}, in vain", pytrace=False)
+        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+
+
 # ---------------------------------------------------------------- PostgreSQL (.ci/postgres.sh)
 
 POSTGRES_URL_VAR = "AUTOTUNE_TEST_POSTGRES_URL"
@@ -54,7 +69,7 @@ class SecretURL(str):
     (``postgres_url = '...'``) with repr, and CI logs must not carry the password."""
 
     def __repr__(self) -> str:
-        from autotune.storage import redact
+        from autotune.store import redact
 
         return repr(redact(str(self)))
 
@@ -76,7 +91,7 @@ def _postgres_connect():
         import psycopg2
     except ImportError:
         pytest.skip("psycopg2 is not installed (pip install psycopg2-binary)")
-    from autotune.storage import redact, redact_message
+    from autotune.store import redact, redact_message
 
     try:
         conn = psycopg2.connect(url, connect_timeout=5)
@@ -95,7 +110,7 @@ def postgres_url():
     .ci/postgres.sh`` starts one and sets it; .ci/run does). The test skips, saying why, when
     that variable is unset, psycopg2 is missing, or the server does not answer. The URL holds
     the server's password: its repr is masked (what pytest prints); pass it through
-    ``autotune.storage.redact`` before showing it in any other way.
+    ``autotune.store.redact`` before showing it in any other way.
     """
     from sqlalchemy.engine import make_url
 

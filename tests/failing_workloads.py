@@ -141,3 +141,14 @@ class _Capped(nn.Linear):
 
 def capped(cap: int = 48) -> nn.Module:
     return _Capped(cap)
+
+
+def deletes_file(path: str, counter: str, on_build: int = 2) -> nn.Module:
+    """A tiny model whose ``on_build``-th build (counted in the file ``counter``; the first is the
+    run's probe) deletes ``path``: a study file removed while its run goes on."""
+    builds = int(open(counter).read()) + 1 if os.path.exists(counter) else 1
+    with open(counter, "w") as fh:
+        fh.write(str(builds))
+    if builds == on_build and os.path.exists(path):
+        os.remove(path)
+    return _Tiny("ok")

@@ -3,6 +3,7 @@ a study fits its searched batch sizes to it once and shows it."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -13,8 +14,8 @@ from autotune import ceiling as C
 from autotune import cli, tuning
 from autotune import result as R
 from autotune import space as spaces
-from autotune import storage as stores
-from autotune.workload import WorkloadSpec
+from autotune.request import TuneConfig, WorkloadSpec
+from autotune.store import Store
 
 
 def fits_below(truth: int, calls: list[int]):
@@ -93,10 +94,10 @@ def test_a_study_fits_its_batch_sizes_to_the_ceiling_once_and_shows_it(tmp_path)
     space = tmp_path / "space.toml"
     space.write_text(SPACE)
     url = f"sqlite:///{tmp_path / 's.db'}"
-    job = tuning.Job(spec=WorkloadSpec(model="failing_workloads:capped", model_args=(("cap", 56),)), space=str(space),
+    job = TuneConfig(spec=WorkloadSpec(model="failing_workloads:capped", model_args=(("cap", 56),)), space=str(space),
                      trials=4, quick=True, confirm=0, batch_ceiling=True, trial_timeout_s=120)
     probes: list[tuple[int, str]] = []
-    prepared = tuning.prepare(job, "capped", url, "cpu", on_probe=lambda b, o, p: probes.append((b, o)))
+    prepared = tuning.prepare(job, "capped", Store.open(url), "cpu", on_probe=lambda b, o, p: probes.append((b, o)))
     assert prepared.ceiling is not None
     assert (prepared.ceiling.batch_size, prepared.ceiling.first_failing, prepared.ceiling.limit) == (48, 64, R.OOM)
     assert probes == [(b, o) for b, o, _ in prepared.ceiling.probes] and (64, R.OOM) in probes
@@ -107,7 +108,7 @@ def test_a_study_fits_its_batch_sizes_to_the_ceiling_once_and_shows_it(tmp_path)
     assert not any(t.user_attrs.get("outcome") == R.OOM for t in prepared.study.get_trials())
 
     # A resume (and any worker) reads the stored ceiling: no probes again, the same range.
-    again = tuning.prepare(tuning.Job(**{**job.__dict__, "trials": 5}), "capped", url, "cpu",
+    again = tuning.prepare(dataclasses.replace(job, trials=5), "capped", Store.open(url), "cpu",
                            on_probe=lambda b, o, p: pytest.fail("probed again"))
     assert again.ceiling == prepared.ceiling
     assert again.tuner.space.search["batch_size"] == prepared.tuner.space.search["batch_size"]
@@ -121,12 +122,12 @@ def test_a_study_fits_its_batch_sizes_to_the_ceiling_once_and_shows_it(tmp_path)
     assert json.loads(doc.output)["batch_ceiling"]["batch_size"] == 48
     from autotune import report
 
-    assert report.header_info(stores.load("capped", url))["batch_ceiling"]["text"].startswith("48 (64 ran out of memory")
+    assert report.header_info(Store.open(url).load("capped"))["batch_ceiling"]["text"].startswith("48 (64 ran out of memory")
 
 
 def test_by_default_a_cpu_study_without_a_memory_budget_does_not_probe():
-    job = tuning.Job(spec=WorkloadSpec(model="x:y"))
+    job = TuneConfig(spec=WorkloadSpec(model="x:y"))
     assert not job.probes_ceiling("cpu")
     assert job.probes_ceiling("cuda:0")
-    assert tuning.Job(spec=job.spec, max_memory_bytes=1 << 30).probes_ceiling("cpu")
-    assert not tuning.Job(spec=job.spec, batch_ceiling=False).probes_ceiling("cuda:0")
+    assert TuneConfig(spec=job.spec, max_memory_bytes=1 << 30).probes_ceiling("cpu")
+    assert not TuneConfig(spec=job.spec, batch_ceiling=False).probes_ceiling("cuda:0")

@@ -145,7 +145,7 @@ def test_unreachable_storage_is_one_line_without_the_password(args):
     res = CliRunner().invoke(main, [*args, "--storage", SECRET_URL])
     assert res.exit_code == 2, res.output
     assert "SECRETPW" not in res.output
-    assert res.output.startswith("error: storage 'postgresql://user:***@127.0.0.1:1/db'")
+    assert res.output.startswith("error: the database server of postgresql://user:***@127.0.0.1:1/db is unreachable")
     assert res.output.strip().count("\n") == 0 and "Traceback" not in res.output
 
 
@@ -167,7 +167,7 @@ def test_every_command_takes_the_storage_from_the_environment(args):
     res = CliRunner(env={"AUTOTUNE_STORAGE": SECRET_URL}).invoke(main, args)
     assert res.exit_code == 2, res.output
     assert "SECRETPW" not in res.output
-    assert res.output.startswith("error: storage 'postgresql://user:***@127.0.0.1:1/db'"), res.output
+    assert res.output.startswith("error: the database server of postgresql://user:***@127.0.0.1:1/db is unreachable"), res.output
     assert res.output.strip().count("\n") == 0 and "Traceback" not in res.output
 
 
@@ -175,9 +175,9 @@ def test_a_real_server_is_shown_without_its_password(postgres_url, tmp_path):
     from sqlalchemy.engine import make_url
     from study_factory import make_study
 
-    from autotune import storage
+    from autotune import store as storage
 
-    make_study(storage.open_storage(postgres_url), n_trials=12, name="demo")
+    make_study(storage.Store.open(postgres_url).storage, n_trials=12, name="demo")
     secret = make_url(postgres_url).password
     shown = storage.redact(postgres_url)
     assert secret not in shown and "***" in shown

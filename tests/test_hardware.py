@@ -35,7 +35,7 @@ def test_fingerprint_and_differences():
 
 
 def test_the_cpu_vector_isa_is_part_of_the_identity_and_the_kind():
-    from autotune import storage
+    from autotune import store as storage
 
     fp = hardware.fingerprint("cpu")
     assert fp["cpu_capability"]  # AVX2, AVX512, DEFAULT, ...

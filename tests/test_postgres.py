@@ -11,8 +11,9 @@ import optuna
 import pytest
 import sqlalchemy.exc
 
-from autotune import storage
-from autotune.errors import StorageError, StudyError
+from autotune import store as storage
+from autotune.errors import StorageUnreachable, StudyError
+from autotune.store import Store
 
 ATTRS = {
     "workload": {"model": "x:y"},
@@ -34,7 +35,7 @@ def password(url: str) -> str:
 
 
 def test_study_is_created_written_and_read_back(postgres_url):
-    study, created = storage.create_or_check("pg", postgres_url, ATTRS)
+    study, created = Store(postgres_url).create_or_check("pg", ATTRS)
     assert created and study.user_attrs["fingerprint"] == ATTRS["fingerprint"]
     trial = study.ask()
     trial.suggest_categorical("precision", ["fp32", "bf16"])
@@ -42,41 +43,41 @@ def test_study_is_created_written_and_read_back(postgres_url):
     study.tell(trial, [123.5, 4096.0])
 
     # what another process (or machine) sees when it opens the same study
-    again, created = storage.create_or_check("pg", postgres_url, ATTRS)
+    again, created = Store(postgres_url).create_or_check("pg", ATTRS)
     assert not created
     (stored,) = again.get_trials()
     assert stored.values == [123.5, 4096.0]
     assert stored.params["precision"] in ("fp32", "bf16") and stored.user_attrs["outcome"] == "ok"
     assert again.metric_names == storage.METRICS
-    assert storage.study_names(storage.open_storage(postgres_url)) == ["pg"]
+    assert Store(postgres_url, read_only=True).names() == ["pg"]
 
     # a run for another setup is refused, and no message shows the password
     with pytest.raises(StudyError, match="made for another setup") as refused:
-        storage.create_or_check("pg", postgres_url, {**ATTRS, "space_hash": "other"})
+        Store(postgres_url).create_or_check("pg", {**ATTRS, "space_hash": "other"})
     with pytest.raises(StudyError, match="no study 'nosuch'") as missing:
-        storage.load("nosuch", postgres_url)
+        Store(postgres_url, read_only=True).load("nosuch")
     for info in (refused, missing):
         assert password(postgres_url) not in str(info.value)
     assert "***" in str(missing.value)
 
 
 def test_pool_pre_ping_survives_a_server_restart(postgres_url, postgres_server):
-    store = storage.open_storage(postgres_url)  # pool_pre_ping on
-    optuna.create_study(study_name="a", storage=store, directions=storage.DIRECTIONS)
-    assert storage.study_names(store) == ["a"]  # leaves a connection in the pool
+    store = Store(postgres_url)  # pool_pre_ping on
+    store.create("a")
+    assert store.names() == ["a"]  # leaves a connection in the pool
     # the control: the same storage without pool_pre_ping
     plain = optuna.storages.RDBStorage(storage._with_installed_driver(postgres_url), engine_kwargs={"pool_pre_ping": False})
     assert [s.study_name for s in plain.get_all_studies()] == ["a"]
 
     with postgres_server.down(seconds=2):
-        with pytest.raises(StorageError, match="cannot be opened") as outage:
-            storage.open_storage(postgres_url)
+        with pytest.raises(StorageUnreachable, match="unreachable") as outage:
+            Store(postgres_url).names()
         message = str(outage.value)
         assert password(postgres_url) not in message and "***" in message and "\n" not in message
 
     # the pooled connections died with the server; the first query after the restart must work
-    assert storage.study_names(store) == ["a"]
-    study = optuna.load_study(study_name="a", storage=store)
+    assert store.names() == ["a"]
+    study = store.load("a")
     study.tell(study.ask(), [1.0, 2.0])
     assert len(study.get_trials()) == 1
     # without pool_pre_ping the first query fails on its dead connection (what the setting is for)

@@ -1,0 +1,429 @@
+"""The store: passwords never reach an error message or a printed URL (redact); bad URLs and unsafe
+study names fail in one line before any file is touched; read-only stores create nothing and leave
+foreign databases as they were; a storage that refuses writes ends in one line and strands nothing.
+Storage behaviour runs over SQLite, the journal file and PostgreSQL alike (the ``store_url`` fixture)."""
+
+from __future__ import annotations
+
+import pytest
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import optuna
+from click.testing import CliRunner
+
+from autotune import cli, recovery
+from autotune import result as R
+from autotune import store as storage
+from autotune import study as S
+from autotune.errors import StorageError, StorageUnreachable, StudyError
+from autotune.store import Store, check_name, default_study_name, redact, redact_message
+
+SECRET = "SECRETPW"
+
+
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        ("postgresql://user:SECRETPW@127.0.0.1:1/db", "postgresql://user:***@127.0.0.1:1/db"),
+        ("postgresql+psycopg2://user:SECRETPW@db.example:5432/studies?sslmode=require",
+         "postgresql+psycopg2://user:***@db.example:5432/studies?sslmode=require"),
+        ("mysql+pymysql://user:SECRETPW@host/db", "mysql+pymysql://user:***@host/db"),
+        ("postgresql://user:p%40SECRETPW@host/db", "postgresql://user:***@host/db"),  # an escaped '@' in the password
+        ("postgresql://user:p@SECRETPW@host/db", "postgresql://user:***@host/db"),  # an unescaped one
+        ("postgresql://host/db?user=me&password=SECRETPW&sslmode=require",
+         "postgresql://host/db?user=me&password=***&sslmode=require"),
+        ("postgresql://user:SECRETPW@host:notaport/db", "postgresql://user:***@host:notaport/db"),  # SQLAlchemy cannot parse it
+        ("postgresql:/user:SECRETPW@host/db", "postgresql:/user:***@host/db"),  # nor this
+        ("host=db password=SECRETPW dbname=x", "host=db password=*** dbname=x"),  # a libpq DSN
+    ],
+)
+def test_redact_masks_the_password(url, shown):
+    assert redact(url) == shown
+    assert SECRET not in redact(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///studies/x.db",
+        "sqlite:////abs/path/x.db",
+        "sqlite:///:memory:",
+        "journal:studies/x.log",
+        "journal:///abs/x.log",
+        "postgresql://user@host/db",
+        "postgresql://user@/db?host=/var/run/postgresql",
+        "garbage",
+        "",
+    ],
+)
+def test_redact_leaves_urls_without_a_password_alone(url):
+    assert redact(url) == url
+
+
+def test_redact_message_masks_the_urls_password_anywhere():
+    url = "postgresql://user:p%40SECRETPW@host/db"
+    text = "could not parse 'postgresql://user:p%40SECRETPW@host/db'; password p@SECRETPW rejected"
+    masked = redact_message(text, url)
+    assert SECRET not in masked and masked.count("***") == 2
+    # without the URL, what is shaped like a password still goes
+    assert SECRET not in redact_message("dsn 'host=h password=SECRETPW' and mysql://u:SECRETPW@h/db")
+
+
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("postgresql://user:SECRETPW@127.0.0.1:1/db", "postgresql://user:***@127.0.0.1:1/db is unreachable"),
+        ("postgresql:/user:SECRETPW@127.0.0.1:1/db", "expected a URL such as"),
+        ("nosuchdialect://user:SECRETPW@host/db", "cannot be opened"),
+        ("postgresql://user:SECRETPW@host:notaport/db", "storage 'postgresql://user:***@host:notaport/db'"),
+    ],
+)
+def test_open_storage_errors_never_show_the_password(url, message):
+    with pytest.raises(StorageError) as info:
+        Store(url).names()
+    text = str(info.value)
+    assert message in text and SECRET not in text and "\n" not in text
+
+
+def test_study_errors_show_no_password(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path}/s.db"
+    with pytest.raises(StudyError, match="no study 'x'"):
+        Store(url).load("x")
+    # a URL whose password the messages would otherwise carry
+    monkeypatch.setattr(Store, "_connect", lambda self: optuna.storages.InMemoryStorage())
+    with pytest.raises(StudyError) as info:
+        Store("postgresql://user:SECRETPW@host/db").load("x")
+    assert SECRET not in str(info.value) and "postgresql://user:***@host/db" in str(info.value)
+
+
+def test_journal_folder_missing_is_one_line(tmp_path):
+    with pytest.raises(StorageError, match="does not exist"):
+        Store(f"journal:{tmp_path}/nope/x.log").create("x")
+
+
+ATTRS = {"workload": {"model": "x:y"}, "space": {"name": "s"}, "space_hash": "h", "fingerprint": {"device_type": "cpu"},
+         "device": "cpu", "context": {}, "global_batch": None}
+
+
+def test_a_study_another_process_is_still_describing_is_joined_not_refused(tmp_path):
+    """Workers starting together: one creates the study, another loads it before its attributes are written."""
+    import threading
+
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    bare = optuna.create_study(study_name="s", storage=url, directions=storage.DIRECTIONS)  # created, not yet described
+
+    def describe() -> None:
+        for key, value in ATTRS.items():
+            bare.set_user_attr(key, value)
+        bare.set_user_attr("created_at", "2026-11-23T00:00:00+00:00")
+
+    timer = threading.Timer(1.0, describe)
+    timer.start()
+    study, created = Store(url).create_or_check("s", ATTRS)
+    timer.join()
+    assert not created and study.user_attrs["fingerprint"] == {"device_type": "cpu"}
+
+
+def test_a_study_not_made_by_autotune_is_refused_after_the_wait(tmp_path, monkeypatch):
+    monkeypatch.setattr(storage, "DESCRIBE_WAIT_S", 0.3)
+    url = f"sqlite:///{tmp_path / 'foreign.db'}"
+    optuna.create_study(study_name="s", storage=url, directions=storage.DIRECTIONS)
+    with pytest.raises(StudyError, match="was not made by autotune"):
+        Store(url).create_or_check("s", ATTRS)
+
+
+def test_a_seed_holds_for_the_process_that_creates_the_study_and_each_joiner_draws_its_own(tmp_path):
+    def first_draws(study: optuna.Study) -> list[int]:
+        trial = study.ask()
+        return [trial.suggest_int(f"x{i}", 0, 10**9) for i in range(3)]
+
+    reference = first_draws(optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1)))
+    url = f"sqlite:///{tmp_path / 'seeded.db'}"
+    creator, created = Store(url).create_or_check("s", ATTRS, optuna.samplers.RandomSampler(seed=1))
+    assert created and first_draws(creator) == reference  # a new study is reproducible
+    joiners = [Store(url).create_or_check("s", ATTRS, optuna.samplers.RandomSampler(seed=1))[0] for _ in range(2)]
+    draws = [first_draws(j) for j in joiners]
+    # same seed, yet the workers joining the study would not propose what the creator or each other did
+    assert reference not in draws and draws[0] != draws[1]
+
+
+# ---------------------------------------------------------------- one storage behaviour, three storages
+
+
+@pytest.fixture(params=["sqlite", "journal", "postgresql"])
+def store_url(request, tmp_path):
+    """The same storage behaviour over a SQLite file, Optuna's journal file and a PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'studies.db'}"
+    if request.param == "journal":
+        return f"journal:{tmp_path / 'studies.log'}"
+    return request.getfixturevalue("postgres_url")
+
+
+def test_a_store_creates_checks_lists_and_loads_studies(store_url):
+    store = Store(store_url)
+    assert store.names() == [] and store.shown == redact(store_url)
+    study, created = store.create_or_check("s", ATTRS)
+    assert created and study.user_attrs["fingerprint"] == ATTRS["fingerprint"]
+    study.tell(study.ask(), [1.0, 2.0])
+    reader = Store(store_url, read_only=True)
+    assert reader.names() == ["s"]
+    (trial,) = reader.load("s").get_trials()
+    assert trial.values == [1.0, 2.0]
+    with pytest.raises(StudyError, match="no study 'nosuch'.*studies there: s"):
+        reader.load("nosuch")
+    with pytest.raises(StudyError, match="made for another setup"):
+        Store(store_url).create_or_check("s", {**ATTRS, "space_hash": "other"})
+    with pytest.raises(StorageError, match="read-only"):
+        reader.create("t")
+
+
+def test_a_read_only_store_of_a_missing_file_creates_nothing(store_url, tmp_path):
+    if "://" in store_url and not store_url.startswith("sqlite"):
+        pytest.skip("a database server has no file to leave uncreated")
+    reader = Store(store_url, read_only=True)
+    assert reader.names() == []
+    with pytest.raises(StudyError, match="does not exist"):
+        reader.load("s")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_process_opens_each_store_once():
+    url = "sqlite:///:memory:"
+    assert Store.open(url) is Store.open(url)
+    assert Store.open(url, read_only=True) is not Store.open(url)
+
+
+# ---------------------------------------------------------------- study names
+
+
+@pytest.mark.parametrize("name", ["../../../tmp/escape", "a/b", "<script>alert(1)</script>", ".hidden", "-rf", "", "x" * 201,
+                                  "tab\there", "naïve"])
+def test_an_unsafe_study_name_is_refused(name):
+    with pytest.raises(StudyError, match="not allowed|is needed"):
+        check_name(name)
+
+
+@pytest.mark.parametrize("name", ["mynet", "cnn-nightly", "autotune.examples-mlp", "job@cpu-amd-epyc-2c-avx512-torch2.13.0",
+                                  "_private", "A1"])
+def test_a_safe_study_name_is_accepted(name):
+    assert check_name(name) == name
+
+
+@pytest.mark.parametrize("spec", ["mypkg.models:build_model", "hf:gpt2", "<lambda>", "pkg/mod:f", "../x:y", "café:x"])
+def test_default_study_names_are_always_safe(spec):
+    assert check_name(default_study_name(spec))
+
+
+@pytest.mark.parametrize("command", [["status"], ["export"], ["dashboard"], ["run", "--model", "autotune.examples:mlp", "--study"]])
+def test_a_command_refuses_a_name_that_is_a_path_before_touching_any_file(tmp_path, monkeypatch, command):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    args = command + ["../escape"] if command[0] == "run" else [command[0], "../escape"]
+    out = CliRunner().invoke(cli.main, args)
+    assert out.exit_code == 2, out.output
+    assert out.output.count("\n") == 1 and "not allowed" in out.output and "Traceback" not in out.output
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["work"]
+
+
+# ---------------------------------------------------------------- read commands create nothing
+
+
+@pytest.mark.parametrize("command", [["status", "nosuch"], ["status", "nosuch", "--json"], ["export", "nosuch"],
+                                     ["dashboard", "nosuch"], ["list"]])
+def test_read_commands_in_an_empty_folder_leave_it_empty(tmp_path, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    out = CliRunner().invoke(cli.main, command)
+    if command == ["list"]:
+        assert out.exit_code == 0 and out.output.strip() == "no studies in studies/"
+    else:
+        assert out.exit_code == 2 and out.output.strip() == "error: no study 'nosuch': studies/nosuch.db does not exist"
+    assert list(tmp_path.iterdir()) == []
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("command", [["status", "x"], ["status", "x", "--json"], ["export", "x"], ["dashboard", "x"], ["list"]])
+def test_read_commands_leave_a_foreign_database_as_it_was(tmp_path, monkeypatch, command):
+    import sqlite3
+
+    monkeypatch.chdir(tmp_path)
+    foreign = tmp_path / "theirs.db"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE accounts (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.execute("INSERT INTO accounts (name) VALUES ('alice')")
+    conn.close()
+    before = _digest(foreign)
+    out = CliRunner().invoke(cli.main, [*command, "--storage", f"sqlite:///{foreign}"])
+    assert out.exit_code == 2, out.output
+    assert out.output.count("\n") == 1 and "not an Optuna storage" in out.output and "left as it was" in out.output
+    assert _digest(foreign) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["theirs.db"]
+
+
+# ---------------------------------------------------------------- faults: a storage that refuses writes
+
+
+def _mount(*args: str) -> None:
+    subprocess.run(["mount", *args], check=True, capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A folder that can be made read-only for real: a read-only bind mount (as root), else chmod 555."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    state = {"mounted": False}
+
+    def make_read_only() -> None:
+        if os.geteuid() == 0:
+            try:
+                _mount("--bind", str(folder), str(folder))
+                state["mounted"] = True
+                _mount("-o", "remount,bind,ro", str(folder))
+            except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+                pytest.skip(f"cannot make a read-only bind mount here: {exc}")
+        else:
+            for path in [folder, *folder.iterdir()]:
+                path.chmod(0o555 if path.is_dir() else 0o444)
+
+    def make_writable() -> None:
+        if state["mounted"]:  # lazily: the store's pooled connections keep the file open
+            subprocess.run(["umount", "-l", str(folder)], check=True, capture_output=True, timeout=30)
+            state["mounted"] = False
+        for path in [folder, *folder.iterdir()]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+
+    yield folder, make_read_only, make_writable
+    make_writable()
+
+
+def _tuner(store: Store, evaluate, trials: int = 6) -> S.Tuner:
+    from autotune import knobs, space
+
+    CTX = knobs.Context(device_type="cpu", task="train", input_rank=2, cpu_count=2)
+    SPACE = space.parse({"search": {"batch_size": {"low": 16, "high": 256, "step": 16}}}, "test.toml", "test")
+    study, _ = store.create_or_check("s", {**ATTRS, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
+                                           "context": CTX.to_dict()}, S.make_sampler("random", 0))
+    base = S.base_config(CTX, SPACE.fixed, None)
+    return S.Tuner(study, space.effective(SPACE, CTX, base), CTX, base, evaluate,
+                   S.Options(trials=trials, race_rounds=0, floor_repeats=0), check=store.check_alive)
+
+
+def _sabotaging(on_call: int, sabotage):
+    """A fake measurement that does ``sabotage()`` during its ``on_call``-th trial."""
+    calls = {"n": 0}
+
+    def evaluate(config, dominators=(), margin=None):
+        calls["n"] += 1
+        if calls["n"] == on_call:
+            sabotage()
+        return R.TrialResult(outcome=R.OK, samples_per_s=100.0 + config["batch_size"], samples_per_s_cv=0.01,
+                             peak_memory_bytes=10**8, wall_s=0.01)
+
+    return evaluate
+
+
+def _run_until_fault(store: Store, evaluate) -> StorageError:
+    tuner = _tuner(store, evaluate)
+    with pytest.raises(StorageError) as info:
+        with store.faults():
+            tuner.run()
+    message = str(info.value)
+    assert "\n" not in message and "Traceback" not in message
+    return info.value
+
+
+def _nothing_stranded(url: str) -> None:
+    """Once the storage takes writes again, a new start leaves no trial RUNNING and queues the interrupted one again."""
+    study = Store(url).load("s")
+    recovery.recover_stale(study, grace_s=60)
+    trials = study.get_trials()
+    assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+    interrupted = [t for t in trials if t.user_attrs.get("outcome") == "interrupted"]
+    queued = [t for t in trials if t.state == optuna.trial.TrialState.WAITING]
+    assert len(interrupted) == 1 and [t.user_attrs.get("requeued_from") for t in queued] == [interrupted[0].number]
+
+
+def test_a_read_only_folder_ends_a_run_in_one_line_and_strands_nothing(read_only_folder):
+    folder, make_read_only, make_writable = read_only_folder
+    url = f"sqlite:///{folder / 's.db'}"
+    fault = _run_until_fault(Store(url), _sabotaging(3, make_read_only))
+    assert "refuses writes (a read-only file or folder)" in str(fault)
+    out = CliRunner().invoke(cli.main, ["status", "s", "--storage", url])  # reading still works
+    assert out.exit_code == 0, out.output
+    make_writable()
+    _nothing_stranded(url)
+
+
+def test_a_full_disk_ends_a_run_in_one_line_and_strands_nothing(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    try:
+        _mount("-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk))
+    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+        pytest.skip(f"cannot mount a tmpfs here: {exc}")
+    filler = disk / "filler"
+    try:
+        url = f"sqlite:///{disk / 's.db'}"
+
+        def fill() -> None:
+            with open(filler, "wb") as fh:
+                try:
+                    while True:
+                        fh.write(b"\0" * 65536)
+                        fh.flush()
+                except OSError:
+                    pass
+
+        fault = _run_until_fault(Store(url), _sabotaging(3, fill))
+        assert "is full" in str(fault)
+        filler.unlink()
+        _nothing_stranded(url)
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True, timeout=30)
+
+
+def test_a_study_file_deleted_mid_run_ends_it_in_one_line(tmp_path):
+    path = tmp_path / "s.db"
+    fault = _run_until_fault(Store(f"sqlite:///{path}"), _sabotaging(3, path.unlink))
+    assert "was deleted, moved or replaced while in use" in str(fault)
+
+
+def test_a_database_server_gone_ends_a_run_in_one_line_and_strands_nothing(postgres_url, postgres_server):
+    fault = _run_until_fault(Store(postgres_url), _sabotaging(3, postgres_server.stop))
+    assert isinstance(fault, StorageUnreachable) and "unreachable" in str(fault)
+    assert password_free(str(fault), postgres_url)
+    postgres_server.start()
+    study = Store(postgres_url).load("s")
+    (running,) = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.RUNNING]
+    # its worker is gone: this host's dead process (here: this very process, which no longer runs it)
+    assert recovery.is_stale(running, grace_s=60)
+
+
+def password_free(text: str, url: str) -> bool:
+    from sqlalchemy.engine import make_url
+
+    return (make_url(url).password or "\0") not in text
+
+
+def test_run_ends_in_one_line_when_its_study_file_is_deleted(tmp_path, monkeypatch):
+    """The whole command, as a user meets it: a trial's process deletes the study file; the run stops in one line."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "studies" / "gone.db"
+    out = CliRunner().invoke(cli.main, ["run", "--model", "failing_workloads:deletes_file", "--model-arg", f"path={str(path)!r}",
+                                        "--model-arg", f"counter={str(tmp_path / 'builds')!r}",
+                                        "--study", "gone", "--trials", "3", "--quick", "--confirm", "0"])
+    assert out.exit_code == 2, out.output
+    assert "Traceback" not in out.output
+    last = out.output.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "was deleted, moved or replaced while in use" in last
