@@ -40,6 +40,34 @@ def assert_json(info):
     json.dumps(info, allow_nan=False)
 
 
+def page_figures(page: str) -> list[dict]:
+    """The plotly figures a page embeds, read as strictly as a browser's JSON.parse (no NaN, no Infinity)."""
+    data = re.search(r'<script type="application/json" id="autotune-figures">(.*?)</script>', page, re.DOTALL)
+    assert data, "the page embeds no figures"
+
+    def refuse(constant):
+        raise AssertionError(f"the figures' JSON holds {constant}, which a browser cannot parse")
+
+    return [f["figure"] for f in json.loads(data.group(1), parse_constant=refuse)]
+
+
+def axis_title(fig: dict, axis: str) -> str | None:
+    return ((fig["layout"].get(axis) or {}).get("title") or {}).get("text")
+
+
+def pareto_figure(figures: list[dict]) -> dict:
+    """The page's one samples/s-against-peak-memory figure."""
+    (fig,) = [f for f in figures if (axis_title(f, "xaxis") or "").startswith("peak memory") and axis_title(f, "yaxis") == "samples/s"]
+    return fig
+
+
+def trials_card(page: str) -> tuple[int, list[str]]:
+    """The header's trials card: the count, and its outcome counts ("6 ok", "1 running", ...)."""
+    card = re.search(r'<div class="label">trials</div><div class="value">(\d+)</div><div class="sub">([^<]*)</div>', page)
+    assert card, "the page has no trials card"
+    return int(card.group(1)), card.group(2).split(";")[0].split(", ")
+
+
 def test_snapshot_reads_every_trial(stored, snap):
     _, study = stored
     assert [r["number"] for r in snap.rows] == [t.number for t in study.trials]
@@ -285,7 +313,25 @@ def test_running_trials_are_counted_not_drawn(tmp_path):
     assert running.number not in report.history_info(snap)["numbers"]
     assert running.number not in [f["number"] for f in report.pareto_info(snap)["failed"]]
     assert running.number not in [r["number"] for r in report.failures_info(snap)["rows"]]
-    report.render_html(snap)
+    page = report.render_html(snap)
+    finished = {t.number for t in study.trials if t.state.is_finished()}
+    assert running.number not in finished and len(finished) == 12
+    # counted: the header's card counts it, as running
+    count, outcomes = trials_card(page)
+    assert count == 13 and "1 running" in outcomes, outcomes
+    # not drawn: no figure holds it, while every finished trial is drawn
+    figures = page_figures(page)
+    pareto = pareto_figure(figures)
+    hovers = " ".join(h for trace in pareto["data"] for h in trace.get("hovertext") or [])
+    drawn = {int(n) for n in re.findall(r"<b>#(\d+)</b>", hovers)}
+    cached = {t.number for t in study.trials if t.user_attrs.get("duplicate_of") is not None}
+    assert drawn == finished - cached, (drawn, finished, cached)
+    assert sum(len(trace["x"]) for trace in pareto["data"]) == len(finished - cached)
+    by_trial = [f for f in figures if axis_title(f, "xaxis") == "trial"]
+    assert [axis_title(f, "yaxis") for f in by_trial] == ["speed-up over baseline", "duration (s)"]
+    history, durations = by_trial
+    assert {x for trace in history["data"] for x in trace["x"]} == finished
+    assert sorted(x for trace in durations["data"] for x in trace["x"]) == sorted(finished)
 
 
 def test_a_200_trial_page_is_quick(tmp_path):
@@ -300,7 +346,9 @@ def test_a_200_trial_page_is_quick(tmp_path):
 
 def test_empty_and_foreign_studies_render(tmp_path):
     empty = optuna.create_study(directions=["maximize", "minimize"])
-    assert "No finished trial yet." in report.render_html(empty)
+    page = report.render_html(empty)
+    assert "No finished trial yet." in page and page_figures(page) == []
+    assert trials_card(page) == (0, ["none yet"])
     foreign = optuna.create_study(direction="maximize")  # not an autotune study at all
     foreign.optimize(
         lambda t: t.suggest_float("x", 0, 1) + (t.suggest_categorical("c", ["a", "<b>"]) == "a"), n_trials=6
@@ -310,12 +358,25 @@ def test_empty_and_foreign_studies_render(tmp_path):
     foreign.tell(failing, state=optuna.trial.TrialState.FAIL)
     page = report.render_html(foreign)
     assert "Knobs against samples/s" in page and "c=<b>" not in page and "c=&lt;b&gt;" in page
+    assert trials_card(page) == (7, ["6 ok", "1 error"])
+    figures = page_figures(page)
+    (parallel,) = [f for f in figures if [t["type"] for t in f["data"]] == ["parcoords"]]
+    assert [d["label"] for d in parallel["data"][0]["dimensions"]][:2] == ["c", "x"]  # its own parameters, drawn as knobs
+    pareto = pareto_figure(figures)
+    assert sorted(trace["name"] for trace in pareto["data"]) == ["error (1)", "trials (6)"]
+    assert sorted(pareto["data"][[t["name"] for t in pareto["data"]].index("trials (6)")]["y"]) == sorted(t.value for t in foreign.trials[:6])
     nan_study = optuna.create_study(directions=["maximize", "minimize"])
     t = nan_study.ask()
     t.set_user_attr("outcome", "ok")
     t.set_user_attr("result", {"samples_per_s": math.inf, "peak_memory_bytes": "lots", "profile": "oops"})
     nan_study.tell(t, [1.0, 2.0])
-    report.render_html(nan_study)
+    page = report.render_html(nan_study)
+    # the broken result attributes are ignored: the trial is drawn from its values, and no inf reaches the JSON
+    figures = page_figures(page)
+    assert trials_card(page) == (1, ["1 ok"])
+    pareto = pareto_figure(figures)
+    assert [(trace["x"], trace["y"]) for trace in pareto["data"]] == [([2.0], [1.0])]  # 2 bytes, 1 sample/s
+    assert "No profile for the front trials." in page
 
 
 def test_watch_rewrites_until_told(stored, tmp_path):
