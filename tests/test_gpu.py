@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autotune import knobs
+from autotune import hardware, knobs
 from autotune import result as R
 from autotune.examples import SmallResNet
 from autotune.plan import Plan
@@ -66,7 +66,14 @@ def test_every_cuda_knob_in_one_trial():
     assert res.outcome == R.OK, res.error
     assert res.not_applicable == {} and res.config["pin_memory"] is True
     assert res.memory["peak_reserved_bytes"] >= res.memory["peak_allocated_bytes"] > 0
-    assert res.mfu is None or 0 < res.mfu < 1
+    # MFU needs the device's peak: every GPU of hardware.PEAK_FLOPS (the H100 and H200 the GPU tests run on) has one
+    peak = hardware.peak_flops(torch.cuda.get_device_name(0), "bf16")
+    if peak is None:
+        assert res.mfu is None, f"{torch.cuda.get_device_name(0)} has no known peak, yet MFU is {res.mfu}"
+    else:
+        assert res.flops_per_sample and res.flops_per_sample > 0 and res.achieved_flops and res.achieved_flops > 0, res
+        assert res.mfu is not None and 0 < res.mfu <= 1, res.mfu
+        assert res.mfu == pytest.approx(res.achieved_flops / peak)
 
 
 def test_cuda_oom_is_classified():
