@@ -6,6 +6,11 @@ measured: environment and backend flags, model transforms (device, memory format
 activation checkpointing, compile), the optimizer's implementation, DataLoader
 arguments, and the step itself (autocast, GradScaler, gradient accumulation,
 non-blocking copies).
+
+The plan names no knob: each knob of the registry declares its effects
+(:mod:`autotune.knobs.effects`), and the plan carries out each kind of effect for
+whichever knob declares it. A knob absent from the plan's configuration is not applied
+(PyTorch's own default holds).
 """
 
 from __future__ import annotations
@@ -14,16 +19,33 @@ import contextlib
 import functools
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from autotune import knobs
 from autotune.errors import KnobError
+from autotune.knobs import effects as fx
 from autotune.workload import call_model, default_loss, default_optimizer, main_tensor, split_batch
 
-AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+E = TypeVar("E", bound=fx.Effect)
+
+# The kinds of effect this module carries out (subclasses included); a knob declaring any other kind would do
+# nothing, which tests/test_plan.py forbids.
+CARRIED_OUT: tuple[type[fx.Effect], ...] = (
+    fx.Env, fx.NumThreads, fx.Flag, fx.LoaderArg, fx.ChannelsLast, fx.CheckpointBlocks, fx.Compile, fx.OptimizerImpl,
+    fx.Autocast, fx.GradScaler,
+)
+
+
+def declared(kind: type[E]) -> Iterator[tuple[knobs.Knob, E]]:
+    """Every (knob, effect) of the registry whose effect is of this kind, in registry order."""
+    for knob in knobs.REGISTRY:
+        for effect in knob.effects:
+            if isinstance(effect, kind):
+                yield knob, effect
 
 
 class NotApplicableAtRuntime(Exception):
@@ -35,6 +57,12 @@ class NotApplicableAtRuntime(Exception):
         self.reason = reason
 
 
+def optimizer_switches() -> frozenset[str]:
+    """The optimizer keywords a knob may switch on (the values of an :class:`~autotune.knobs.effects.OptimizerImpl`
+    knob other than its default: foreach, fused)."""
+    return frozenset(str(c) for knob, eff in declared(fx.OptimizerImpl) for c in knob.choices or () if c != eff.default)
+
+
 def optimizer_params(optimizer: torch.optim.Optimizer) -> frozenset[str]:
     """Which implementation switches (foreach, fused) the optimizer's class accepts."""
     import inspect
@@ -43,7 +71,7 @@ def optimizer_params(optimizer: torch.optim.Optimizer) -> frozenset[str]:
         params = inspect.signature(type(optimizer).__init__).parameters
     except (TypeError, ValueError):
         return frozenset()
-    return frozenset(p for p in ("foreach", "fused") if p in params)
+    return frozenset(p for p in optimizer_switches() if p in params)
 
 
 def checkpoint_blocks(model: nn.Module) -> list[nn.Module]:
@@ -106,22 +134,33 @@ class Plan:
     def from_config(
         cls, config: Mapping[str, Any], device: str | torch.device, task: str, global_batch: int | None = None
     ) -> Plan:
-        config = dict(config)
-        accumulation = 1
-        if global_batch:
-            bs = int(config["batch_size"])
-            if global_batch % bs:
-                raise KnobError(f"batch_size {bs} does not divide --global-batch {global_batch}")
-            accumulation = global_batch // bs
-        return cls(config, torch.device(device), task, accumulation if task == "train" else 1)
+        plan = cls(dict(config), torch.device(device), task)
+        steps = knobs.accumulation_steps(global_batch, plan.batch_size)  # checked for every task
+        plan.accumulation = steps if task == "train" else 1
+        return plan
+
+    # ------------------------------------------------------------ the knobs' effects
+
+    def applied(self, kind: type[E]) -> Iterator[tuple[knobs.Knob, E, Any]]:
+        """(knob, effect, value) for each knob in the configuration that declares an effect of this kind."""
+        for knob, effect in declared(kind):
+            if knob.name in self.config:
+                yield knob, effect, self.config[knob.name]
+
+    def value(self, kind: type[fx.Effect]) -> Any:
+        """The value of the (first) knob with an effect of this kind: configured, else its default."""
+        for knob, _ in declared(kind):
+            return self.config.get(knob.name, knob.default_for())
+        return None
 
     @property
     def precision(self) -> str:
-        return str(self.config.get("precision", "fp32"))
+        """The value of the knob that sets the step's autocast (``fp32``, ``tf32``, ``bf16``, ``fp16``)."""
+        return str(self.value(fx.Autocast))
 
     @property
     def batch_size(self) -> int:
-        return int(self.config["batch_size"])
+        return int(self.value(fx.BatchSize))
 
     @property
     def samples_per_step(self) -> int:
@@ -132,44 +171,41 @@ class Plan:
     def environment(self) -> dict[str, str]:
         """Variables that must be set before torch (or CUDA) reads them."""
         env: dict[str, str] = {}
-        threads = self.config.get("threads")
-        if threads:
-            env["OMP_NUM_THREADS"] = str(threads)
-            env["MKL_NUM_THREADS"] = str(threads)
-        if self.config.get("cuda_allocator") == "expandable_segments":
-            env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+        for _, effect, value in self.applied(fx.Env):
+            env.update(effect.variables(value))
         return env
 
     def apply_process(self) -> None:
         """Set environment variables, thread count and global backend flags in this process."""
         os.environ.update(self.environment())
-        threads = self.config.get("threads")
-        if threads and torch.get_num_threads() != int(threads):
-            torch.set_num_threads(int(threads))
-        if self.device.type == "cuda":
-            torch.backends.cudnn.benchmark = bool(self.config.get("cudnn_benchmark", False))
-            tf32 = self.precision == "tf32"
-            # fp32 keeps PyTorch's defaults: TF32 off for matmuls, on for cuDNN convolutions.
-            torch.backends.cuda.matmul.allow_tf32 = tf32
-            torch.backends.cudnn.allow_tf32 = True
+        for _, _, threads in self.applied(fx.NumThreads):
+            if threads and torch.get_num_threads() != int(threads):
+                torch.set_num_threads(int(threads))
+        for _, flag, value in self.applied(fx.Flag):
+            if flag.device_type == self.device.type:
+                *parents, attribute = flag.path.split(".")
+                owner: Any = torch
+                for part in parents:
+                    owner = getattr(owner, part)
+                setattr(owner, attribute, flag.value(value))
 
     # ------------------------------------------------------------ model and optimizer
 
     @property
     def channels_last(self) -> bool:
-        return self.config.get("memory_format") == "channels_last"
+        return any(value == effect.on for _, effect, value in self.applied(fx.ChannelsLast))
 
     def prepare_model(self, model: nn.Module, compile: bool = True) -> nn.Module:
         """Move and transform the model; compile it last (``compile=False`` leaves that to the caller)."""
         model = model.to(self.device)
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
-        if self.config.get("activation_checkpointing") and self.task == "train":
+        for knob, _, value in self.applied(fx.CheckpointBlocks):
+            if not value or self.task != "train":
+                continue
             blocks = checkpoint_blocks(model)
             if not blocks:
-                raise NotApplicableAtRuntime(
-                    "activation_checkpointing", "the model has no ModuleList or Sequential of blocks to wrap"
-                )
+                raise NotApplicableAtRuntime(knob.name, "the model has no ModuleList or Sequential of blocks to wrap")
             for block in blocks:
                 block.forward = _checkpointed(block.forward)  # type: ignore[method-assign]
             self.notes["checkpointed_blocks"] = len(blocks)
@@ -179,10 +215,10 @@ class Plan:
         return model
 
     def compile_model(self, model: nn.Module) -> nn.Module:
-        mode = self.config.get("compile", "off")
-        if mode == "off":
-            return model
-        return torch.compile(model, mode=None if mode == "default" else mode)  # type: ignore[return-value]
+        for _, effect, mode in self.applied(fx.Compile):
+            if mode != effect.off:
+                model = torch.compile(model, mode=None if mode == effect.plain else mode)  # type: ignore[assignment]
+        return model
 
     def build_optimizer(
         self,
@@ -198,34 +234,32 @@ class Plan:
         else:
             params = [p for p in model.parameters() if p.requires_grad]
             optimizer = (factory or default_optimizer)(params)
-        impl = self.config.get("optimizer_impl", "default")
-        if impl == "default":
-            return optimizer
-        if impl not in optimizer_params(optimizer):
-            raise NotApplicableAtRuntime("optimizer_impl", f"{type(optimizer).__name__} takes no {impl}= argument")
-        groups = [{k: v for k, v in g.items() if k not in ("foreach", "fused")} for g in optimizer.param_groups]
-        try:
-            return type(optimizer)(groups, **{impl: True})
-        except (RuntimeError, ValueError, TypeError) as exc:
-            raise NotApplicableAtRuntime("optimizer_impl", f"{impl}: {exc}") from None
+        for knob, effect, impl in self.applied(fx.OptimizerImpl):
+            if impl == effect.default:
+                continue
+            if impl not in optimizer_params(optimizer):
+                raise NotApplicableAtRuntime(knob.name, f"{type(optimizer).__name__} takes no {impl}= argument")
+            switches = optimizer_switches()
+            groups = [{k: v for k, v in g.items() if k not in switches} for g in optimizer.param_groups]
+            try:
+                optimizer = type(optimizer)(groups, **{impl: True})
+            except (RuntimeError, ValueError, TypeError) as exc:
+                raise NotApplicableAtRuntime(knob.name, f"{impl}: {exc}") from None
+        return optimizer
 
     # ------------------------------------------------------------ data
 
     @property
     def pin_memory(self) -> bool:
-        return bool(self.config.get("pin_memory")) and self.device.type == "cuda"
+        return self.device.type == "cuda" and any(bool(value) for _, _, value in self.applied(fx.PinnedCopies))
 
     def loader_kwargs(self) -> dict[str, Any]:
-        workers = int(self.config.get("num_workers", 0))
-        kwargs: dict[str, Any] = {
-            "batch_size": self.batch_size,
-            "num_workers": workers,
-            "pin_memory": self.pin_memory,
-            "drop_last": True,
-        }
-        if workers > 0:
-            kwargs["prefetch_factor"] = int(self.config.get("prefetch_factor", 2))
-            kwargs["persistent_workers"] = bool(self.config.get("persistent_workers", False))
+        """DataLoader arguments: one per knob with a :class:`~autotune.knobs.effects.LoaderArg` that is in force."""
+        kwargs: dict[str, Any] = {"drop_last": True}
+        for knob, effect, value in self.applied(fx.LoaderArg):
+            if not knob.in_force(self.config, self.task):
+                continue  # e.g. prefetch_factor without workers, which DataLoader rejects
+            kwargs[effect.keyword] = self.pin_memory if isinstance(effect, fx.PinnedCopies) else knob.parse(value)
         return kwargs
 
     def make_loader(
@@ -234,7 +268,7 @@ class Plan:
         kwargs = {**self.loader_kwargs(), **overrides}
         if collate_fn is not None:
             kwargs["collate_fn"] = collate_fn
-        if kwargs["pin_memory"]:
+        if any(kwargs.get(effect.keyword) for _, effect in declared(fx.PinnedCopies)):
             kwargs["pin_memory_device"] = str(self.device)
         try:
             return DataLoader(dataset, **kwargs)
@@ -258,13 +292,14 @@ class Plan:
     # ------------------------------------------------------------ the step
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        dtype = AUTOCAST_DTYPES.get(self.precision)
-        if dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=dtype)
+        for _, effect, value in self.applied(fx.Autocast):
+            dtype = effect.dtypes.get(value)
+            if dtype is not None:
+                return torch.autocast(device_type=self.device.type, dtype=getattr(torch, dtype))
+        return contextlib.nullcontext()
 
     def make_scaler(self) -> Any:
-        if self.precision == "fp16" and self.task == "train":
+        if self.task == "train" and any(value in effect.values for _, effect, value in self.applied(fx.GradScaler)):
             return torch.amp.GradScaler(self.device.type)
         return None
 

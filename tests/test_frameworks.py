@@ -12,6 +12,7 @@ import torch
 from autotune import frameworks as F
 from autotune import knobs
 from autotune.errors import ConfigError
+from autotune.knobs.registry import hf_checkpointing_argument
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=8)
 
@@ -122,7 +123,7 @@ def test_hf_trainer_mapping():
     assert args["dataloader_num_workers"] == 4 and args["dataloader_prefetch_factor"] == 4
     assert args["dataloader_persistent_workers"] is True and args["dataloader_pin_memory"] is False
     assert args["optim"] == "adamw_torch_fused" and args["use_cpu"] is True
-    assert args[F._hf_checkpointing_name()] is True
+    assert args[hf_checkpointing_argument(F._version("transformers"))] is True
     by_hand = manual(out)
     assert set(by_hand) == {"memory_format", "threads"}
     assert "torch.set_num_threads(4)" in by_hand["threads"]["how"]
@@ -152,12 +153,15 @@ def test_hf_trainer_inference_and_defaults():
 
 
 def test_hf_checkpointing_argument_follows_the_installed_version(monkeypatch):
-    monkeypatch.setattr(F, "_version", lambda package: "5.23.0")
-    assert F._hf_checkpointing_name() == "activation_checkpointing"
-    monkeypatch.setattr(F, "_version", lambda package: "4.57.1")
-    assert F._hf_checkpointing_name() == "gradient_checkpointing"
-    monkeypatch.setattr(F, "_version", lambda package: None)
-    assert F._hf_checkpointing_name() == "gradient_checkpointing"
+    assert hf_checkpointing_argument("5.23.0") == "activation_checkpointing"
+    assert hf_checkpointing_argument("4.57.1") == "gradient_checkpointing"
+    assert hf_checkpointing_argument(None) == "gradient_checkpointing"
+    doc = make_doc(activation_checkpointing=True)
+    for version, argument in (("5.23.0", "activation_checkpointing"), ("4.57.1", "gradient_checkpointing"),
+                              (None, "gradient_checkpointing")):
+        monkeypatch.setattr(F, "_version", lambda package, installed=version: installed)
+        args = F.render(doc, "hf-trainer")["arguments"]
+        assert args[argument] is True and hf_checkpointing_argument(version) == argument
 
 
 def test_lightning_mapping():
@@ -229,7 +233,8 @@ def test_real_training_arguments(tmp_path, monkeypatch):
     assert args.bf16 and args.use_cpu and args.torch_compile and args.torch_compile_mode == "default"
     assert args.per_device_train_batch_size == 16 and args.gradient_accumulation_steps == 4
     assert args.dataloader_num_workers == 2 and args.dataloader_prefetch_factor == 4 and args.dataloader_persistent_workers
-    assert args.optim == "adamw_torch_fused" and getattr(args, F._hf_checkpointing_name()) is True
+    assert args.optim == "adamw_torch_fused"
+    assert getattr(args, hf_checkpointing_argument(F._version("transformers"))) is True
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
     exec(F.text(doc, "hf-trainer"), scope)  # the snippet as a user pastes it

@@ -7,7 +7,7 @@ from torch import nn
 from autotune import knobs
 from autotune.errors import KnobError
 from autotune.examples import SmallResNet, TinyLM
-from autotune.plan import NotApplicableAtRuntime, Plan, checkpoint_blocks, infinite
+from autotune.plan import CARRIED_OUT, NotApplicableAtRuntime, Plan, checkpoint_blocks, infinite, optimizer_switches
 
 CPU = knobs.Context(device_type="cpu", task="train", input_rank=4)
 
@@ -94,8 +94,12 @@ def test_bf16_step_autocasts_and_trains():
 def test_global_batch_sets_accumulation():
     cfg = knobs.resolve({"batch_size": 16}, CPU).config
     assert Plan.from_config(cfg, "cpu", "train", global_batch=64).accumulation == 4
+    assert Plan.from_config(cfg, "cpu", "train").accumulation == 1
+    assert Plan.from_config(cfg, "cpu", "infer", global_batch=64).accumulation == 1  # inference accumulates nothing
     with pytest.raises(KnobError, match="does not divide"):
         Plan.from_config(cfg, "cpu", "train", global_batch=40)
+    with pytest.raises(KnobError, match="does not divide"):
+        Plan.from_config(cfg, "cpu", "infer", global_batch=40)
 
 
 def test_infinite_cycles_and_rejects_empty():
@@ -111,3 +115,50 @@ def test_infer_step_runs_in_inference_mode():
     assert not model.training
     out = p.stepper(model, None)([(torch.randn(3, 4),)])
     assert out.is_inference()
+
+
+def test_the_plan_carries_out_every_effect_the_registry_declares():
+    for k in knobs.REGISTRY:
+        for effect in k.effects:
+            assert isinstance(effect, CARRIED_OUT), (k.name, effect)
+    assert optimizer_switches() == {"foreach", "fused"}
+
+
+@pytest.fixture
+def restore_backend_flags():
+    saved = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.get_num_threads())
+    yield
+    torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[:3]
+    torch.set_num_threads(saved[3])
+
+
+def test_backend_flags_are_set_on_their_device_only(restore_backend_flags):
+    torch.backends.cudnn.benchmark = torch.backends.cuda.matmul.allow_tf32 = False
+    Plan({"cudnn_benchmark": True, "precision": "tf32", "batch_size": 8}, torch.device("cpu")).apply_process()
+    assert torch.backends.cudnn.benchmark is False and torch.backends.cuda.matmul.allow_tf32 is False
+    # torch.device("cuda") needs no GPU to be named; the flags are plain process state
+    gpu = {"cudnn_benchmark": True, "precision": "tf32", "threads": 1, "batch_size": 8}
+    Plan(gpu, torch.device("cuda")).apply_process()
+    assert torch.backends.cudnn.benchmark is True and torch.backends.cuda.matmul.allow_tf32 is True
+    assert torch.backends.cudnn.allow_tf32 is True and torch.get_num_threads() == 1
+    Plan({"precision": "fp32", "batch_size": 8}, torch.device("cuda")).apply_process()
+    assert torch.backends.cuda.matmul.allow_tf32 is False  # fp32 keeps PyTorch's default: no TF32 matmuls
+
+
+def test_fp16_trains_with_a_grad_scaler_and_infers_without():
+    train = Plan({"precision": "fp16", "batch_size": 8}, torch.device("cpu"), "train")
+    assert isinstance(train.make_scaler(), torch.amp.GradScaler)
+    with train.autocast():
+        assert torch.get_autocast_dtype("cpu") == torch.float16 and torch.is_autocast_enabled("cpu")
+    assert Plan({"precision": "fp16", "batch_size": 8}, torch.device("cpu"), "infer").make_scaler() is None
+    assert plan(precision="bf16").make_scaler() is None and plan().make_scaler() is None
+
+
+def test_a_knob_absent_from_the_configuration_is_not_applied():
+    p = Plan({"batch_size": 8}, torch.device("cpu"))
+    assert p.environment() == {} and p.loader_kwargs() == {"batch_size": 8, "drop_last": True}
+    assert p.precision == "fp32" and not p.channels_last and not p.pin_memory
+    model = nn.Linear(2, 2)
+    assert p.compile_model(model) is model
+    assert Plan({"pin_memory": True, "batch_size": 8}, torch.device("cpu")).loader_kwargs()["pin_memory"] is False

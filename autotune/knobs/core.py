@@ -1,20 +1,24 @@
-"""The knob registry: every performance knob autotune tunes, declared once as data.
+"""What a knob is: the :class:`Knob` declaration, the :class:`Context` a trial runs in, and the conditions
+that decide where a knob applies.
 
-A knob says what values it takes, what PyTorch does by default, when it applies
-(device, task, input rank, torch version, another knob's value, what the optimizer
-supports), at which stage it is applied, and one line of help. Space validation,
-the ``autotune knobs`` table, dashboards and exports all read this registry; no
-other module re-lists knob names. How each stage is applied lives in
-:mod:`autotune.plan`.
+Why a module of its own: the declarations in :mod:`autotune.knobs.registry` are data
+written in this vocabulary, and a file of thirteen declarations reads best without the
+machinery that gives them meaning. Also here: :func:`accumulation_steps`, the one check
+of a global batch against a batch size. Nothing here imports torch.
 """
 
 from __future__ import annotations
 
+import operator
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from autotune.errors import KnobError
+from autotune.knobs.effects import Effect, LoaderArg
+
+if TYPE_CHECKING:  # pragma: no cover
+    from autotune.knobs.exports import Export
 
 # Stages, in the order a trial applies them.
 ENV = "env"  # process environment, set before anything reads it
@@ -85,7 +89,14 @@ class Context:
 
 @dataclass(frozen=True)
 class Condition:
-    """A reason a knob (or one of its values) may not apply."""
+    """A reason a knob (or one of its values) may not apply.
+
+    ``portable`` conditions depend only on the task and the other knobs' values, so they can
+    be checked wherever a configuration is applied or exported; the others (device, input
+    rank, optimizer, platform) were settled when the configuration was resolved where it ran.
+    """
+
+    portable: ClassVar[bool] = False
 
     def check(self, ctx: Context, config: Mapping[str, Any]) -> str | None:
         """None when it holds, else why not."""
@@ -111,6 +122,7 @@ class OnDevice(Condition):
 @dataclass(frozen=True)
 class ForTask(Condition):
     task: str
+    portable: ClassVar[bool] = True
 
     def check(self, ctx: Context, config: Mapping[str, Any]) -> str | None:
         if ctx.task != self.task:
@@ -138,8 +150,11 @@ class InputRank(Condition):
 class KnobAbove(Condition):
     knob: str
     threshold: int
+    portable: ClassVar[bool] = True
 
     def check(self, ctx: Context, config: Mapping[str, Any]) -> str | None:
+        from autotune.knobs.registry import KNOBS  # the conditions are declared before the knobs they name
+
         value = config.get(self.knob, KNOBS[self.knob].default_for(ctx))
         if not value > self.threshold:
             return f"only when {self.knob} > {self.threshold} (it is {value})"
@@ -180,7 +195,14 @@ CPUS = "cpus"  # a bound that stands for the number of usable CPUs
 
 @dataclass(frozen=True)
 class Knob:
-    """One performance knob, declared as data."""
+    """One performance knob, declared as data.
+
+    Besides its values and where it applies, a knob declares how it is applied
+    (``effects``, carried out by :mod:`autotune.plan`), what a user writes to apply a value
+    by hand (``how``), and how each framework export expresses it (``exports``: format ->
+    a function that writes the value into a :class:`~autotune.knobs.exports.Job` as an
+    argument, or as a by-hand step that says why and how).
+    """
 
     name: str
     stage: str
@@ -194,6 +216,10 @@ class Knob:
     value_when: Mapping[Any, tuple[Condition, ...]] = field(default_factory=dict)
     torch_default: str = ""  # what PyTorch does when nobody sets it, in words
     recipe: Any = None  # the tuning guides' "every trick on" value; None: leave at the default
+    effects: tuple[Effect, ...] = ()  # what applying a value does (autotune.plan carries out each kind)
+    how: Callable[[Any], str] | None = None  # what to write by hand for a value, whatever the framework
+    exports: Mapping[str, Export] = field(default_factory=dict)  # framework format -> how it expresses the knob
+    always_stated: bool = False  # exports state it even at its default, which is nobody's choice (the batch size)
 
     @property
     def is_range(self) -> bool:
@@ -284,235 +310,49 @@ class Knob:
             return "on" if value else "off"
         return str(value)
 
+    def in_force(self, config: Mapping[str, Any], task: str) -> bool:
+        """Whether the knob's portable conditions hold (its task, the knobs it depends on): where they do
+        not, a plan passes no argument for it and an export says nothing (prefetch without workers)."""
+        ctx = Context(task=task)
+        return all(cond.check(ctx, config) is None for cond in self.when if cond.portable)
 
-REGISTRY: tuple[Knob, ...] = (
-    Knob(
-        "precision",
-        STEP,
-        "fp32",
-        "numeric precision of the step: autocast to bf16/fp16 (fp16 training with a GradScaler), or TF32 matmuls",
-        choices=("fp32", "tf32", "bf16", "fp16"),
-        value_when={"tf32": (OnDevice("cuda"),), "fp16": (OnDevice("cuda"),)},
-        torch_default="fp32, no autocast",
-        recipe="bf16",
-    ),
-    Knob(
-        "compile",
-        MODEL,
-        "off",
-        "torch.compile mode; compile time is kept apart as time to first step",
-        choices=("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
-        when=(CompileSupported(),),
-        value_when={
-            "reduce-overhead": (OnDevice("cuda"),),
-            "max-autotune-no-cudagraphs": (OnDevice("cuda"),),
-        },
-        torch_default="eager",
-        recipe="default",
-    ),
-    Knob(
-        "memory_format",
-        MODEL,
-        "contiguous",
-        "channels_last puts model weights and 4-D inputs in NHWC layout",
-        choices=("contiguous", "channels_last"),
-        when=(InputRank(4),),
-        torch_default="contiguous (NCHW)",
-        recipe="channels_last",
-    ),
-    Knob(
-        "batch_size",
-        BATCH,
-        32,
-        "samples per step; with --global-batch the effective batch is kept by gradient accumulation",
-        low=1,
-        high=65536,
-        step=8,
-        torch_default="the user's choice",
-    ),
-    Knob(
-        "num_workers",
-        LOADER,
-        0,
-        "DataLoader worker processes",
-        low=0,
-        high=CPUS,
-        torch_default="0 (load in the main process)",
-        recipe=4,
-    ),
-    Knob(
-        "prefetch_factor",
-        LOADER,
-        2,
-        "batches each DataLoader worker loads ahead",
-        low=1,
-        high=8,
-        when=(KnobAbove("num_workers", 0),),
-        torch_default="2",
-        recipe=2,
-    ),
-    Knob(
-        "persistent_workers",
-        LOADER,
-        False,
-        "keep DataLoader workers alive between epochs",
-        choices=(False, True),
-        when=(KnobAbove("num_workers", 0),),
-        torch_default="off",
-        recipe=True,
-    ),
-    Knob(
-        "pin_memory",
-        LOADER,
-        False,
-        "page-locked host batches, copied to the GPU with non_blocking=True",
-        choices=(False, True),
-        when=(OnDevice("cuda"),),
-        torch_default="off",
-        recipe=True,
-    ),
-    Knob(
-        "activation_checkpointing",
-        MODEL,
-        False,
-        "recompute the activations of each block in backward: less memory, more compute",
-        choices=(False, True),
-        when=(ForTask("train"),),
-        torch_default="off",
-    ),
-    Knob(
-        "cudnn_benchmark",
-        BACKEND,
-        False,
-        "let cuDNN time its algorithms for each input shape and keep the fastest",
-        choices=(False, True),
-        when=(OnDevice("cuda"),),
-        torch_default="off",
-        recipe=True,
-    ),
-    Knob(
-        "optimizer_impl",
-        OPTIMIZER,
-        "default",
-        "optimizer kernels: per-tensor loop, foreach (multi-tensor), or fused",
-        choices=("default", "foreach", "fused"),
-        when=(ForTask("train"),),
-        value_when={"foreach": (OptimizerSupports("foreach"),), "fused": (OptimizerSupports("fused"),)},
-        torch_default="default (foreach on CUDA where possible)",
-        recipe="fused",
-    ),
-    Knob(
-        "threads",
-        ENV,
-        CPUS,
-        "intra-op CPU threads (torch.set_num_threads, OMP_NUM_THREADS)",
-        low=1,
-        high=CPUS,
-        torch_default="one per core",
-    ),
-    Knob(
-        "cuda_allocator",
-        ENV,
-        "default",
-        "CUDA caching allocator setting (PYTORCH_CUDA_ALLOC_CONF), set before CUDA starts",
-        choices=("default", "expandable_segments"),
-        when=(OnDevice("cuda"),),
-        torch_default="default",
-    ),
-)
-
-KNOBS: dict[str, Knob] = {k.name: k for k in REGISTRY}
-NAMES: tuple[str, ...] = tuple(KNOBS)
+    def how_to(self, value: Any) -> str:
+        """What to write by hand to apply ``value``, whatever the framework."""
+        if self.how is not None:
+            return self.how(value)
+        for effect in self.effects:
+            if isinstance(effect, LoaderArg):
+                return f"DataLoader(dataset, {effect.keyword}={value!r})"
+        return f"apply it with autotune.load_config(...).apply(...) ({self.help})"
 
 
-def get(name: str) -> Knob:
-    try:
-        return KNOBS[name]
-    except KeyError:
-        raise KnobError(f"unknown knob {name!r}; known knobs: {', '.join(NAMES)}") from None
+def accumulation_steps(global_batch: int | None, batch_size: int) -> int:
+    """Micro-batches per optimizer step that keep the effective batch at ``global_batch`` (1 without one).
 
-
-def defaults(ctx: Context | None = None) -> dict[str, Any]:
-    """The PyTorch defaults, as knob values."""
-    return {k.name: k.default_for(ctx) for k in REGISTRY}
-
-
-def parse_assignments(items: Iterable[str], ctx: Context | None = None) -> dict[str, Any]:
-    """Parse ``name=value`` strings (``--set``) into validated knob values."""
-    out: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise KnobError(f"--set {item!r}: expected name=value")
-        name, raw = item.split("=", 1)
-        knob = get(name.strip())
-        out[knob.name] = knob.validate(raw, ctx)
-    return out
-
-
-def validate_config(config: Mapping[str, Any], ctx: Context | None = None) -> dict[str, Any]:
-    """Validate a knob->value mapping (from JSON or TOML); raises KnobError."""
-    return {get(name).name: get(name).validate(value, ctx) for name, value in config.items()}
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """A configuration as it will really run: every knob's value, and what was dropped."""
-
-    config: dict[str, Any]
-    not_applicable: dict[str, str]
-
-    def key(self) -> str:
-        """A canonical string of the effective configuration (for de-duplication)."""
-        return ";".join(f"{name}={KNOBS[name].format(self.config[name])}" for name in NAMES)
-
-
-def resolve(config: Mapping[str, Any], ctx: Context) -> Resolved:
-    """Fill in defaults and drop (to the default) every knob that does not apply here.
-
-    Knobs are resolved in registry order against the values decided so far, so a
-    knob that depends on another (``prefetch_factor`` on ``num_workers``) is
-    declared after it and sees the value that will really be used.
+    The one place that checks a global batch against a batch size: the request, the
+    study's batch candidates, the plan and the exports all ask here. Raises
+    :class:`KnobError` when ``batch_size`` does not divide ``global_batch``.
     """
-    effective: dict[str, Any] = {}
-    dropped: dict[str, str] = {}
-    requested = dict(config)
-    for knob in REGISTRY:
-        default = knob.default_for(ctx)
-        value = requested.get(knob.name, default)
-        context_config = {**requested, **effective}
-        reason = knob.not_applicable(value, ctx, context_config)
-        if reason is not None:
-            if knob.name in requested and value != default:
-                dropped[knob.name] = reason
-            # The default of an inapplicable knob may itself not apply (e.g. none at all).
-            value = default
-        effective[knob.name] = value
-    return Resolved(effective, dropped)
+    batch_size = _whole(batch_size, "the batch size")
+    if global_batch is None:
+        return 1
+    global_batch = _whole(global_batch, "the global batch")
+    if global_batch % batch_size:
+        raise KnobError(
+            f"the batch size {batch_size} does not divide the global batch {global_batch} ({global_batch} is not a "
+            f"multiple of {batch_size}): gradient accumulation needs a whole number of batches per optimizer step"
+        )
+    return global_batch // batch_size
 
 
-def differs_from_default(config: Mapping[str, Any], ctx: Context | None = None) -> dict[str, Any]:
-    """The knobs of ``config`` whose value differs from PyTorch's default."""
-    base = defaults(ctx)
-    return {k: v for k, v in config.items() if k in base and base[k] != v}
 
 
-def short(config: Mapping[str, Any], ctx: Context | None = None) -> str:
-    """A short human string of the knobs that differ from the defaults."""
-    diff = differs_from_default(config, ctx)
-    if not diff:
-        return "defaults"
-    return " ".join(f"{k}={KNOBS[k].format(v)}" for k, v in diff.items())
-
-
-def recipe(ctx: Context, base: Mapping[str, Any]) -> dict[str, Any]:
-    """The tuning guides' "every trick on" configuration, as far as it applies here."""
-    config = dict(base)
-    for knob in REGISTRY:
-        if knob.recipe is None:
-            continue
-        value = knob.recipe
-        if knob.is_range:
-            low, high = knob.bounds(ctx)
-            value = max(low, min(high, int(value)))
-        config[knob.name] = value
-    return resolve(config, ctx).config
+def _whole(value: Any, what: str) -> int:
+    """``value`` as a positive int (numpy integers too); KnobError for anything else."""
+    try:
+        number = operator.index(value) if not isinstance(value, bool) else None
+    except TypeError:
+        number = None
+    if number is None or number < 1:
+        raise KnobError(f"{what} must be a positive whole number of samples, not {value!r}")
+    return number

@@ -1,0 +1,67 @@
+"""The knob registry: every performance knob autotune tunes, declared once as data.
+
+A knob says what values it takes, what PyTorch does by default, when it applies
+(device, task, input rank, torch version, another knob's value, what the optimizer
+supports), at which stage it is applied, what applying it does, what a user writes to
+apply it by hand, how each framework export (Trainer, Lightning, Accelerate) expresses
+it, and one line of help. Space validation, the ``autotune knobs`` table, the plan that
+applies a configuration, dashboards and exports all read this registry; no other module
+names a knob (``tests/test_knobs.py`` checks the package's sources for that).
+
+The package's parts:
+
+- :mod:`~autotune.knobs.core`: the vocabulary (:class:`Knob`, :class:`Context`, the conditions);
+- :mod:`~autotune.knobs.effects`: what applying a knob does, as data that :mod:`autotune.plan` carries out;
+- :mod:`~autotune.knobs.exports`: the :class:`~autotune.knobs.exports.Job` a knob's framework mapping writes into;
+- :mod:`~autotune.knobs.registry`: the declarations themselves and the functions that read them.
+
+Importing it imports neither torch nor Optuna: read commands stay light.
+"""
+
+from __future__ import annotations
+
+from autotune.errors import KnobError
+from autotune.knobs import effects, exports
+from autotune.knobs.core import (
+    BACKEND,
+    BATCH,
+    CPUS,
+    ENV,
+    LOADER,
+    MODEL,
+    OPTIMIZER,
+    STAGE_HELP,
+    STEP,
+    CompileSupported,
+    Condition,
+    Context,
+    ForTask,
+    InputRank,
+    Knob,
+    KnobAbove,
+    OnDevice,
+    OptimizerSupports,
+    accumulation_steps,
+    cpu_count,
+)
+from autotune.knobs.registry import (
+    KNOBS,
+    NAMES,
+    REGISTRY,
+    Resolved,
+    defaults,
+    differs_from_default,
+    get,
+    parse_assignments,
+    recipe,
+    resolve,
+    short,
+    validate_config,
+)
+
+__all__ = [
+    "BACKEND", "BATCH", "CPUS", "ENV", "KNOBS", "LOADER", "MODEL", "NAMES", "OPTIMIZER", "REGISTRY", "STAGE_HELP",
+    "STEP", "CompileSupported", "Condition", "Context", "ForTask", "InputRank", "Knob", "KnobAbove", "KnobError",
+    "OnDevice", "OptimizerSupports", "Resolved", "accumulation_steps", "cpu_count", "defaults", "differs_from_default",
+    "effects", "exports", "get", "parse_assignments", "recipe", "resolve", "short", "validate_config",
+]

@@ -1,0 +1,127 @@
+"""What applying a knob does, as data: the effects a knob declares and :mod:`autotune.plan` carries out.
+
+Why: the registry is the one place that names knobs, yet applying one needs torch
+(setting a thread count, converting a model to channels-last, wrapping blocks in
+checkpoints, autocasting the step). So a knob declares *which* effects its value has,
+with their data (the environment variables, the DataLoader keyword, the torch flag, the
+autocast dtypes), and the plan implements each kind of effect once, without knowing
+which knob asked for it. A new knob that reuses a kind (another environment variable,
+DataLoader argument or backend flag) touches only the registry; only a new kind of
+effect needs code in the plan. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One thing that applying a knob's value does."""
+
+
+# ---------------------------------------------------------------- the process, before and after torch starts
+
+
+@dataclass(frozen=True)
+class Env(Effect):
+    """Environment variables, set before torch (or CUDA) reads them: in a trial's process before the
+    workload is built, in a user's script before Python starts."""
+
+    names: tuple[str, ...]
+    values: Mapping[Any, str] | None = None  # knob value -> the variables' value (absent: unset); None: the value
+
+    def variables(self, value: Any) -> dict[str, str]:
+        if self.values is not None:
+            text = self.values.get(value)
+        else:
+            text = None if value is None or value is False else str(value)
+        return {} if text is None else {name: text for name in self.names}
+
+
+@dataclass(frozen=True)
+class NumThreads(Effect):
+    """``torch.set_num_threads(value)`` in this process (its environment only reaches new processes)."""
+
+
+@dataclass(frozen=True)
+class Flag(Effect):
+    """A global torch attribute (``path`` below ``torch``, e.g. ``backends.cudnn.benchmark``) set to
+    ``value(knob value)`` in the process, on devices of ``device_type`` only."""
+
+    path: str
+    device_type: str
+    value: Callable[[Any], Any] = bool
+
+
+# ---------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class LoaderArg(Effect):
+    """A DataLoader keyword argument; left out where the knob is not in force (prefetch without workers)."""
+
+    keyword: str
+
+
+@dataclass(frozen=True)
+class BatchSize(LoaderArg):
+    """The micro-batch: the DataLoader's batch size; with a global batch, gradient accumulation makes up the
+    rest (:func:`autotune.knobs.accumulation_steps`)."""
+
+
+@dataclass(frozen=True)
+class PinnedCopies(LoaderArg):
+    """Page-locked batches copied to a CUDA device with ``non_blocking=True``; off on other devices."""
+
+
+# ---------------------------------------------------------------- the model and the optimizer
+
+
+@dataclass(frozen=True)
+class ChannelsLast(Effect):
+    """At value ``on``: the model's weights and its 4-D floating-point inputs in NHWC layout."""
+
+    on: Any
+
+
+@dataclass(frozen=True)
+class CheckpointBlocks(Effect):
+    """When the value is true (training only): each repeated block recomputes its activations in backward;
+    a model without such blocks makes the knob not applicable at run time."""
+
+
+@dataclass(frozen=True)
+class Compile(Effect):
+    """``torch.compile`` the model last: no compile at value ``off``, no ``mode=`` at value ``plain``, else the
+    value is the mode."""
+
+    off: Any
+    plain: Any
+
+
+@dataclass(frozen=True)
+class OptimizerImpl(Effect):
+    """At a value other than ``default``, the optimizer is rebuilt with the same hyperparameters and
+    ``<value>=True`` (``foreach``, ``fused``); an optimizer without that keyword makes it not applicable."""
+
+    default: Any
+
+
+# ---------------------------------------------------------------- the step
+
+
+@dataclass(frozen=True)
+class Autocast(Effect):
+    """Forward and loss under ``torch.autocast`` at the dtype (a ``torch`` attribute name) the value maps to;
+    values not in ``dtypes`` run without autocast."""
+
+    dtypes: Mapping[Any, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GradScaler(Effect):
+    """A training step scales the loss with ``torch.amp.GradScaler`` at these values (fp16's narrow range)."""
+
+    values: tuple[Any, ...]

@@ -1,0 +1,89 @@
+"""How a knob is expressed in a framework export: the :class:`Job` a knob's mapping writes into, and the two
+mappings most knobs use (:func:`arg`, :func:`by_hand`).
+
+Why here and not in :mod:`autotune.frameworks`: each knob declares its own mapping for
+every format (``Knob.exports``), next to its values and effects, so a knob added to the
+registry is exported everywhere without touching another module. A mapping is a function
+``(job, name, value)`` that sets the framework's arguments or records a by-hand step with
+why and how; :mod:`autotune.frameworks` sets up each format's arguments, calls the knobs'
+mappings in registry order, and writes the result as a file. Nothing here imports a
+framework or torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from autotune.knobs.core import Knob, accumulation_steps
+
+HF_TRAINER = "hf-trainer"
+LIGHTNING = "lightning"
+ACCELERATE = "accelerate"
+FRAMEWORKS = (HF_TRAINER, LIGHTNING, ACCELERATE)  # every knob declares a mapping for each
+
+
+@dataclass
+class Job:
+    """One rendering: the knob values and what they became."""
+
+    fmt: str
+    where: str  # what the format's arguments are called ("TrainingArguments"), for "... has no argument for it"
+    knobs: Mapping[str, Knob]
+    values: dict[str, Any]
+    defaults: dict[str, Any]
+    task: str
+    device: str
+    global_batch: int | None
+    version: Callable[[str], str | None] = lambda package: None  # the installed version of a package, if any
+    arguments: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # more objects of the format (Accelerator(...) arguments)
+    launch: dict[str, Any] = field(default_factory=dict)  # options of the framework's launcher (accelerate launch)
+    manual: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+    @property
+    def train(self) -> bool:
+        return self.task == "train"
+
+    def accumulation(self, batch_size: int) -> int | None:
+        """Micro-batches per optimizer step when the document sets a global batch (training only)."""
+        if not self.global_batch or not self.train:
+            return None
+        return accumulation_steps(self.global_batch, batch_size)
+
+    def is_default(self, name: str) -> bool:
+        """At PyTorch's default, so nothing needs doing (unless the knob is always stated)."""
+        return not self.knobs[name].always_stated and self.values[name] == self.defaults[name]
+
+    def by_hand(self, name: str, why: str, how: str | None = None) -> None:
+        value = self.values[name]
+        self.manual.append({"knob": name, "value": value, "why": why, "how": how or self.knobs[name].how_to(value)})
+
+    def unless_default(self, name: str, why: str | None = None) -> None:
+        if not self.is_default(name):
+            self.by_hand(name, why or f"{self.where} has no argument for it")
+
+
+Export = Callable[[Job, str, Any], None]  # (the rendering, the knob's name, its value)
+
+
+def arg(argument: str, section: str | None = None) -> Export:
+    """The knob's value as the framework's argument (in a section of the arguments, e.g. Lightning's ``trainer``)."""
+
+    def write(job: Job, name: str, value: Any) -> None:
+        (job.arguments[section] if section else job.arguments)[argument] = value
+
+    return write
+
+
+def by_hand(why: str | None = None) -> Export:
+    """Not expressible in the format: a by-hand step (the knob's ``how``), unless the value is PyTorch's default."""
+
+    def write(job: Job, name: str, value: Any) -> None:
+        job.unless_default(name, why)
+
+    return write

@@ -1,0 +1,522 @@
+"""The registry: every performance knob autotune tunes, declared once, and the functions that read it.
+
+Each declaration below holds everything about one knob: its values and PyTorch's
+default, where it applies, the tuning guides' recipe value, what applying it does
+(``effects``, carried out by :mod:`autotune.plan`), what to write by hand (``how``), and
+how each framework export expresses it (``exports``, with the mapping functions written
+just above the knob). This is the only module that names knobs: adding one means adding
+its declaration here, to ``REGISTRY``, and its tests.
+
+The order of ``REGISTRY`` matters: knobs are resolved in it (a knob that depends on
+another, ``prefetch_factor`` on ``num_workers``, comes after it) and exports list
+by-hand steps in it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from autotune.errors import KnobError
+from autotune.knobs.core import (
+    BACKEND,
+    BATCH,
+    CPUS,
+    ENV,
+    LOADER,
+    MODEL,
+    OPTIMIZER,
+    STEP,
+    CompileSupported,
+    Context,
+    ForTask,
+    InputRank,
+    Knob,
+    KnobAbove,
+    OnDevice,
+    OptimizerSupports,
+)
+from autotune.knobs.effects import (
+    Autocast,
+    BatchSize,
+    ChannelsLast,
+    CheckpointBlocks,
+    Compile,
+    Env,
+    Flag,
+    GradScaler,
+    LoaderArg,
+    NumThreads,
+    OptimizerImpl,
+    PinnedCopies,
+)
+from autotune.knobs.exports import ACCELERATE, HF_TRAINER, LIGHTNING, Job, arg, by_hand
+
+# ---------------------------------------------------------------- precision
+
+
+def _precision_how(value: Any) -> str:
+    return {
+        "tf32": "torch.backends.cuda.matmul.allow_tf32 = True and torch.backends.cudnn.allow_tf32 = True "
+                "before training",
+        "bf16": "with torch.autocast(device_type, dtype=torch.bfloat16): around forward and loss",
+        "fp16": "with torch.autocast(device_type, dtype=torch.float16): around forward and loss, "
+                "with torch.amp.GradScaler",
+    }.get(value, "no autocast: run the step in float32")
+
+
+def _hf_precision(job: Job, name: str, value: Any) -> None:
+    job.arguments.update(bf16=value == "bf16", fp16=value == "fp16")
+    if value == "tf32":
+        job.arguments["tf32"] = True
+
+
+def _pl_precision(job: Job, name: str, value: Any) -> None:
+    job.arguments["trainer"]["precision"] = {"bf16": "bf16-mixed", "fp16": "16-mixed"}.get(value, "32-true")
+    if value == "tf32":
+        job.by_hand(name, "Lightning's precision has no TF32 setting",
+                    "torch.set_float32_matmul_precision('high') and torch.backends.cudnn.allow_tf32 = True "
+                    "before trainer.fit")
+
+
+def _acc_precision(job: Job, name: str, value: Any) -> None:
+    mixed = {"bf16": "bf16", "fp16": "fp16"}.get(value, "no")
+    job.arguments["mixed_precision"] = mixed
+    job.extra["accelerator"]["mixed_precision"] = mixed
+    if value == "tf32":
+        job.by_hand(name, "the Accelerate config has no TF32 setting")
+    elif value == "fp32" and job.cuda and job.values[COMPILE.name] != "off":
+        job.by_hand(name, "Accelerate turns TF32 matmuls on when dynamo runs without mixed precision; "
+                          "the measured step kept them off",
+                    "torch.backends.cuda.matmul.allow_tf32 = False after creating the Accelerator")
+
+
+PRECISION = Knob(
+    "precision",
+    STEP,
+    "fp32",
+    "numeric precision of the step: autocast to bf16/fp16 (fp16 training with a GradScaler), or TF32 matmuls",
+    choices=("fp32", "tf32", "bf16", "fp16"),
+    value_when={"tf32": (OnDevice("cuda"),), "fp16": (OnDevice("cuda"),)},
+    torch_default="fp32, no autocast",
+    recipe="bf16",
+    effects=(
+        Autocast({"bf16": "bfloat16", "fp16": "float16"}),
+        GradScaler(("fp16",)),
+        # fp32 keeps PyTorch's defaults: TF32 off for matmuls, on for cuDNN convolutions.
+        Flag("backends.cuda.matmul.allow_tf32", "cuda", lambda value: value == "tf32"),
+        Flag("backends.cudnn.allow_tf32", "cuda", lambda value: True),
+    ),
+    how=_precision_how,
+    exports={HF_TRAINER: _hf_precision, LIGHTNING: _pl_precision, ACCELERATE: _acc_precision},
+)
+
+# ---------------------------------------------------------------- compile
+
+
+def _compile_how(value: Any) -> str:
+    return "model = torch.compile(model)" if value == "default" else f"model = torch.compile(model, mode={value!r})"
+
+
+def _hf_compile(job: Job, name: str, value: Any) -> None:
+    job.arguments["torch_compile"] = value != "off"
+    if value != "off":
+        job.arguments["torch_compile_mode"] = value
+        if job.cuda and job.values[PRECISION.name] in ("fp32", "bf16"):
+            job.by_hand(PRECISION.name, "with torch_compile, Trainer (through Accelerate) turns TF32 matmuls on; "
+                                        "the measured step kept them off",
+                        "torch.backends.cuda.matmul.allow_tf32 = False after building the Trainer")
+
+
+def _pl_compile(job: Job, name: str, value: Any) -> None:
+    if value != "off":
+        job.by_hand(name, "Lightning's Trainer has no compile argument",
+                    _compile_how(value) + " on the LightningModule before trainer.fit(model)")
+
+
+def _acc_compile(job: Job, name: str, value: Any) -> None:
+    if value != "off":
+        job.arguments["dynamo_config"] = {"dynamo_backend": "INDUCTOR", "dynamo_mode": value,
+                                          "dynamo_use_fullgraph": False, "dynamo_use_dynamic": False}
+
+
+COMPILE = Knob(
+    "compile",
+    MODEL,
+    "off",
+    "torch.compile mode; compile time is kept apart as time to first step",
+    choices=("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+    when=(CompileSupported(),),
+    value_when={
+        "reduce-overhead": (OnDevice("cuda"),),
+        "max-autotune-no-cudagraphs": (OnDevice("cuda"),),
+    },
+    torch_default="eager",
+    recipe="default",
+    effects=(Compile(off="off", plain="default"),),
+    how=_compile_how,
+    exports={HF_TRAINER: _hf_compile, LIGHTNING: _pl_compile, ACCELERATE: _acc_compile},
+)
+
+# ---------------------------------------------------------------- memory_format
+
+MEMORY_FORMAT = Knob(
+    "memory_format",
+    MODEL,
+    "contiguous",
+    "channels_last puts model weights and 4-D inputs in NHWC layout",
+    choices=("contiguous", "channels_last"),
+    when=(InputRank(4),),
+    torch_default="contiguous (NCHW)",
+    recipe="channels_last",
+    effects=(ChannelsLast(on="channels_last"),),
+    how=lambda value: ("model = model.to(memory_format=torch.channels_last), "
+                       "and 4-D inputs x.contiguous(memory_format=torch.channels_last)"),
+    exports={HF_TRAINER: by_hand(), LIGHTNING: by_hand(), ACCELERATE: by_hand()},
+)
+
+# ---------------------------------------------------------------- batch_size
+
+
+def _hf_batch(job: Job, name: str, value: Any) -> None:
+    job.arguments["per_device_train_batch_size" if job.train else "per_device_eval_batch_size"] = value
+    steps = job.accumulation(value)
+    if steps:
+        job.arguments["gradient_accumulation_steps"] = steps
+
+
+def _pl_batch(job: Job, name: str, value: Any) -> None:
+    job.arguments["dataloader"]["batch_size"] = value
+    steps = job.accumulation(value)
+    if steps:
+        job.arguments["trainer"]["accumulate_grad_batches"] = steps
+
+
+def _acc_batch(job: Job, name: str, value: Any) -> None:
+    how = BATCH_SIZE.how_to(value)
+    steps = job.accumulation(value)
+    if steps:
+        job.extra["accelerator"]["gradient_accumulation_steps"] = steps
+        how += (f"; Accelerator(gradient_accumulation_steps={steps}) and `with accelerator.accumulate(model):` "
+                f"around each step (global batch {job.global_batch})")
+    job.by_hand(name, "the Accelerate config has no batch size: your script builds the DataLoader", how)
+
+
+BATCH_SIZE = Knob(
+    "batch_size",
+    BATCH,
+    32,
+    "samples per step; with --global-batch the effective batch is kept by gradient accumulation",
+    low=1,
+    high=65536,
+    step=8,
+    torch_default="the user's choice",
+    effects=(BatchSize("batch_size"),),
+    exports={HF_TRAINER: _hf_batch, LIGHTNING: _pl_batch, ACCELERATE: _acc_batch},
+    always_stated=True,
+)
+
+# ---------------------------------------------------------------- the DataLoader's workers and pinned memory
+
+ACC_LOADER = "the Accelerate config has no DataLoader arguments: your script builds the DataLoader"
+
+NUM_WORKERS = Knob(
+    "num_workers",
+    LOADER,
+    0,
+    "DataLoader worker processes",
+    low=0,
+    high=CPUS,
+    torch_default="0 (load in the main process)",
+    recipe=4,
+    effects=(LoaderArg("num_workers"),),
+    exports={HF_TRAINER: arg("dataloader_num_workers"), LIGHTNING: arg("num_workers", "dataloader"),
+             ACCELERATE: by_hand(ACC_LOADER)},
+)
+
+PREFETCH_FACTOR = Knob(
+    "prefetch_factor",
+    LOADER,
+    2,
+    "batches each DataLoader worker loads ahead",
+    low=1,
+    high=8,
+    when=(KnobAbove(NUM_WORKERS.name, 0),),
+    torch_default="2",
+    recipe=2,
+    effects=(LoaderArg("prefetch_factor"),),
+    exports={HF_TRAINER: arg("dataloader_prefetch_factor"), LIGHTNING: arg("prefetch_factor", "dataloader"),
+             ACCELERATE: by_hand(ACC_LOADER)},
+)
+
+PERSISTENT_WORKERS = Knob(
+    "persistent_workers",
+    LOADER,
+    False,
+    "keep DataLoader workers alive between epochs",
+    choices=(False, True),
+    when=(KnobAbove(NUM_WORKERS.name, 0),),
+    torch_default="off",
+    recipe=True,
+    effects=(LoaderArg("persistent_workers"),),
+    exports={HF_TRAINER: arg("dataloader_persistent_workers"), LIGHTNING: arg("persistent_workers", "dataloader"),
+             ACCELERATE: by_hand(ACC_LOADER)},
+)
+
+PIN_MEMORY = Knob(
+    "pin_memory",
+    LOADER,
+    False,
+    "page-locked host batches, copied to the GPU with non_blocking=True",
+    choices=(False, True),
+    when=(OnDevice("cuda"),),
+    torch_default="off",
+    recipe=True,
+    effects=(PinnedCopies("pin_memory"),),
+    how=lambda value: f"DataLoader(dataset, pin_memory={value!r})"
+                      + (", and batch.to(device, non_blocking=True)" if value else ""),
+    exports={
+        HF_TRAINER: arg("dataloader_pin_memory"),  # always said: Trainer's default is on, PyTorch's off
+        LIGHTNING: arg("pin_memory", "dataloader"),
+        ACCELERATE: by_hand(ACC_LOADER),
+    },
+)
+
+# ---------------------------------------------------------------- activation_checkpointing
+
+HF_ACTIVATION_CHECKPOINTING = (5, 23)  # transformers renamed gradient_checkpointing to activation_checkpointing
+
+
+def hf_checkpointing_argument(transformers_version: str | None) -> str:
+    """``activation_checkpointing`` from transformers 5.23; ``gradient_checkpointing`` before (and when not
+    installed)."""
+    try:
+        parts = tuple(int(p) for p in (transformers_version or "0.0").split(".")[:2])
+    except ValueError:
+        return "gradient_checkpointing"
+    return "activation_checkpointing" if parts >= HF_ACTIVATION_CHECKPOINTING else "gradient_checkpointing"
+
+
+def _hf_checkpointing(job: Job, name: str, value: Any) -> None:
+    job.arguments[hf_checkpointing_argument(job.version("transformers"))] = value
+
+
+ACTIVATION_CHECKPOINTING = Knob(
+    "activation_checkpointing",
+    MODEL,
+    False,
+    "recompute the activations of each block in backward: less memory, more compute",
+    choices=(False, True),
+    when=(ForTask("train"),),
+    torch_default="off",
+    effects=(CheckpointBlocks(),),
+    how=lambda value: ("torch.utils.checkpoint.checkpoint(block, *inputs, use_reentrant=False) around each repeated "
+                       "block (Hugging Face models: model.gradient_checkpointing_enable())"),
+    exports={HF_TRAINER: _hf_checkpointing, LIGHTNING: by_hand(), ACCELERATE: by_hand()},
+)
+
+# ---------------------------------------------------------------- cudnn_benchmark
+
+CUDNN_BENCHMARK = Knob(
+    "cudnn_benchmark",
+    BACKEND,
+    False,
+    "let cuDNN time its algorithms for each input shape and keep the fastest",
+    choices=(False, True),
+    when=(OnDevice("cuda"),),
+    torch_default="off",
+    recipe=True,
+    effects=(Flag("backends.cudnn.benchmark", "cuda"),),
+    how=lambda value: f"torch.backends.cudnn.benchmark = {value!r} before training",
+    exports={HF_TRAINER: by_hand(), LIGHTNING: arg("benchmark", "trainer"), ACCELERATE: by_hand()},
+)
+
+# ---------------------------------------------------------------- optimizer_impl
+
+
+def _hf_optimizer(job: Job, name: str, value: Any) -> None:
+    # explicit, even for the default loop: transformers' own default is the fused one
+    job.arguments["optim"] = "adamw_torch_fused" if value == "fused" else "adamw_torch"
+    if value == "foreach":
+        job.by_hand(name, "TrainingArguments' optim names have no foreach variant (adamw_torch is the default loop)",
+                    "Trainer(..., optimizers=(torch.optim.AdamW(model.parameters(), lr=args.learning_rate, "
+                    "foreach=True), None))")
+
+
+def _pl_optimizer(job: Job, name: str, value: Any) -> None:
+    if value != "default":
+        job.by_hand(name, "the optimizer is built in configure_optimizers, not by the Trainer",
+                    f"in configure_optimizers: torch.optim.AdamW(self.parameters(), lr=..., {value}=True)")
+
+
+OPTIMIZER_IMPL = Knob(
+    "optimizer_impl",
+    OPTIMIZER,
+    "default",
+    "optimizer kernels: per-tensor loop, foreach (multi-tensor), or fused",
+    choices=("default", "foreach", "fused"),
+    when=(ForTask("train"),),
+    value_when={"foreach": (OptimizerSupports("foreach"),), "fused": (OptimizerSupports("fused"),)},
+    torch_default="default (foreach on CUDA where possible)",
+    recipe="fused",
+    effects=(OptimizerImpl(default="default"),),
+    how=lambda value: (f"build the optimizer with {value}=True, "
+                       f"e.g. torch.optim.AdamW(model.parameters(), lr=..., {value}=True)"),
+    exports={HF_TRAINER: _hf_optimizer, LIGHTNING: _pl_optimizer,
+             ACCELERATE: by_hand("your script builds the optimizer")},
+)
+
+# ---------------------------------------------------------------- threads
+
+
+def _acc_threads(job: Job, name: str, value: Any) -> None:
+    # Always said: unless told, `accelerate launch` sets OMP_NUM_THREADS itself (1, or the physical cores on a CPU).
+    job.launch["--num_cpu_threads_per_process"] = value
+    job.by_hand(name, "the Accelerate config has no thread count, and accelerate launch picks one of its own",
+                f"accelerate launch --num_cpu_threads_per_process {value} (sets OMP_NUM_THREADS), "
+                f"or torch.set_num_threads({value})")
+
+
+THREADS = Knob(
+    "threads",
+    ENV,
+    CPUS,
+    "intra-op CPU threads (torch.set_num_threads, OMP_NUM_THREADS)",
+    low=1,
+    high=CPUS,
+    torch_default="one per core",
+    effects=(Env(("OMP_NUM_THREADS", "MKL_NUM_THREADS")), NumThreads()),
+    how=lambda value: (f"torch.set_num_threads({value}) at start, and OMP_NUM_THREADS={value} in the environment "
+                       "before Python starts"),
+    exports={HF_TRAINER: by_hand(), LIGHTNING: by_hand(), ACCELERATE: _acc_threads},
+)
+
+# ---------------------------------------------------------------- cuda_allocator
+
+CUDA_ALLOCATOR = Knob(
+    "cuda_allocator",
+    ENV,
+    "default",
+    "CUDA caching allocator setting (PYTORCH_CUDA_ALLOC_CONF), set before CUDA starts",
+    choices=("default", "expandable_segments"),
+    when=(OnDevice("cuda"),),
+    torch_default="default",
+    effects=(Env(("PYTORCH_CUDA_ALLOC_CONF",), {"expandable_segments": "expandable_segments:True"}),),
+    how=lambda value: "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the environment before Python starts",
+    exports={HF_TRAINER: by_hand(), LIGHTNING: by_hand(), ACCELERATE: by_hand()},
+)
+
+
+# ---------------------------------------------------------------- the registry and its readers
+
+REGISTRY: tuple[Knob, ...] = (
+    PRECISION,
+    COMPILE,
+    MEMORY_FORMAT,
+    BATCH_SIZE,
+    NUM_WORKERS,
+    PREFETCH_FACTOR,
+    PERSISTENT_WORKERS,
+    PIN_MEMORY,
+    ACTIVATION_CHECKPOINTING,
+    CUDNN_BENCHMARK,
+    OPTIMIZER_IMPL,
+    THREADS,
+    CUDA_ALLOCATOR,
+)
+
+KNOBS: dict[str, Knob] = {k.name: k for k in REGISTRY}
+NAMES: tuple[str, ...] = tuple(KNOBS)
+
+
+def get(name: str) -> Knob:
+    try:
+        return KNOBS[name]
+    except KeyError:
+        raise KnobError(f"unknown knob {name!r}; known knobs: {', '.join(NAMES)}") from None
+
+
+def defaults(ctx: Context | None = None) -> dict[str, Any]:
+    """The PyTorch defaults, as knob values."""
+    return {k.name: k.default_for(ctx) for k in REGISTRY}
+
+
+def parse_assignments(items: Iterable[str], ctx: Context | None = None) -> dict[str, Any]:
+    """Parse ``name=value`` strings (``--set``) into validated knob values."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise KnobError(f"--set {item!r}: expected name=value")
+        name, raw = item.split("=", 1)
+        knob = get(name.strip())
+        out[knob.name] = knob.validate(raw, ctx)
+    return out
+
+
+def validate_config(config: Mapping[str, Any], ctx: Context | None = None) -> dict[str, Any]:
+    """Validate a knob->value mapping (from JSON or TOML); raises KnobError."""
+    return {get(name).name: get(name).validate(value, ctx) for name, value in config.items()}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A configuration as it will really run: every knob's value, and what was dropped."""
+
+    config: dict[str, Any]
+    not_applicable: dict[str, str]
+
+    def key(self) -> str:
+        """A canonical string of the effective configuration (for de-duplication)."""
+        return ";".join(f"{name}={KNOBS[name].format(self.config[name])}" for name in NAMES)
+
+
+def resolve(config: Mapping[str, Any], ctx: Context) -> Resolved:
+    """Fill in defaults and drop (to the default) every knob that does not apply here.
+
+    Knobs are resolved in registry order against the values decided so far, so a
+    knob that depends on another (``prefetch_factor`` on ``num_workers``) is
+    declared after it and sees the value that will really be used.
+    """
+    effective: dict[str, Any] = {}
+    dropped: dict[str, str] = {}
+    requested = dict(config)
+    for knob in REGISTRY:
+        default = knob.default_for(ctx)
+        value = requested.get(knob.name, default)
+        context_config = {**requested, **effective}
+        reason = knob.not_applicable(value, ctx, context_config)
+        if reason is not None:
+            if knob.name in requested and value != default:
+                dropped[knob.name] = reason
+            # The default of an inapplicable knob may itself not apply (e.g. none at all).
+            value = default
+        effective[knob.name] = value
+    return Resolved(effective, dropped)
+
+
+def differs_from_default(config: Mapping[str, Any], ctx: Context | None = None) -> dict[str, Any]:
+    """The knobs of ``config`` whose value differs from PyTorch's default."""
+    base = defaults(ctx)
+    return {k: v for k, v in config.items() if k in base and base[k] != v}
+
+
+def short(config: Mapping[str, Any], ctx: Context | None = None) -> str:
+    """A short human string of the knobs that differ from the defaults."""
+    diff = differs_from_default(config, ctx)
+    if not diff:
+        return "defaults"
+    return " ".join(f"{k}={KNOBS[k].format(v)}" for k, v in diff.items())
+
+
+def recipe(ctx: Context, base: Mapping[str, Any]) -> dict[str, Any]:
+    """The tuning guides' "every trick on" configuration, as far as it applies here."""
+    config = dict(base)
+    for knob in REGISTRY:
+        if knob.recipe is None:
+            continue
+        value = knob.recipe
+        if knob.is_range:
+            low, high = knob.bounds(ctx)
+            value = max(low, min(high, int(value)))
+        config[knob.name] = value
+    return resolve(config, ctx).config
