@@ -62,9 +62,14 @@ def test_export_document(study):
 def test_export_errors(study):
     url, folder, _ = study
     res = CliRunner().invoke(main, ["export", "mlp", "--storage", url, "--max-memory", "1KiB"])
-    assert res.exit_code == 2 and "no successful trial within the --max-memory budget" in res.output
+    assert res.exit_code == 2 and "successful trials fits in --max-memory 1.0 KiB (the smallest peaked at" in res.output
     res = CliRunner().invoke(main, ["export", "nosuch", "--storage", url])
     assert res.exit_code == 2 and "no study 'nosuch'" in res.output and "mlp" in res.output
+    res = CliRunner().invoke(main, ["export", "mlp", "--storage", url, "--max-memory", "0"])
+    assert res.exit_code == 2 and res.output.strip().count("\n") == 0 and "must be positive" in res.output
+    res = CliRunner().invoke(main, ["export", "mlp", "--storage", url, "-o", str(folder)])
+    assert res.exit_code == 2 and res.output.strip() == f"error: -o {folder}: is a folder; name a file, e.g. {folder / 'best.json'}"
+    assert not list(folder.glob("*.tmp"))
 
 
 def test_load_config_errors(tmp_path):

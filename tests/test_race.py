@@ -12,9 +12,11 @@ import random
 import pytest
 
 from autotune import config as C
-from autotune import knobs, race, space, storage
+from autotune import knobs, race, space
 from autotune import result as R
 from autotune import study as S
+from autotune.request import DEFAULT_CONFIRM
+from autotune.store import Store
 from autotune.errors import StudyError
 from autotune.evidence import Evidence
 
@@ -44,7 +46,7 @@ def noisy(truth, seed: int, calls: list | None = None):
 def tune(truth, seed: int, name: str = "race", options: S.Options | None = None, calls: list | None = None):
     attrs = {"workload": {"model": "x:y"}, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
              "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
-    study, _ = storage.create_or_check(name, "sqlite:///:memory:", attrs, S.make_sampler("random", seed))
+    study, _ = Store("sqlite:///:memory:").create_or_check(name, attrs, S.make_sampler("random", seed))
     base = S.base_config(CTX, SPACE.fixed, None)
     eff = space.effective(SPACE, CTX, base)
     options = options or S.Options(trials=12, max_repeats=500)
@@ -132,7 +134,7 @@ def test_race_costs_stay_with_the_leaders():
     assert summary.repeats == report.measurements + race.FLOOR_REPEATS
     # each round measures the baseline and the candidates still in the race, nothing else
     assert report.measurements <= report.rounds * (1 + len(report.candidates))
-    assert report.rounds <= S.DEFAULT_RACE_ROUNDS
+    assert report.rounds <= DEFAULT_CONFIRM
 
 
 def test_a_stopped_race_resumes_where_it_stopped():

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import socket
 import statistics
 
 import optuna
 import pytest
 
-from autotune import knobs, space, storage
+from autotune import knobs, recovery, space
 from autotune import result as R
 from autotune import study as S
+from autotune.store import Store
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
 SPACE = space.parse(
@@ -47,7 +49,7 @@ def make(tmp_path, name="s", sampler="tpe", seed=0, url=None):
     url = url or f"sqlite:///{tmp_path}/{name}.db"
     attrs = {"workload": {"model": "x:y"}, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
              "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
-    study, _ = storage.create_or_check(name, url, attrs, S.make_sampler(sampler, seed))
+    study, _ = Store(url).create_or_check(name, attrs, S.make_sampler(sampler, seed))
     base = S.base_config(CTX, SPACE.fixed, None)
     eff = space.effective(SPACE, CTX, base)
     return study, eff, base, url
@@ -157,8 +159,8 @@ def test_stale_running_trial_is_recovered(tmp_path):
     if dead == 0:
         os._exit(0)
     os.waitpid(dead, 0)
-    study._storage.set_trial_system_attr(trial._trial_id, "autotune:owner", {"host": storage.socket.gethostname(), "pid": dead, "started": 0})
-    assert storage.recover_stale(study, grace_s=60) == [trial.number]
+    study._storage.set_trial_system_attr(trial._trial_id, recovery.OWNER, {"host": socket.gethostname(), "pid": dead, "started": 0})
+    assert recovery.recover_stale(study, grace_s=60) == [trial.number]
     assert study.get_trials()[trial.number].user_attrs["outcome"] == "interrupted"
     waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     assert len(waiting) == 1 and waiting[0].system_attrs["fixed_params"] == trial.params
@@ -167,8 +169,8 @@ def test_stale_running_trial_is_recovered(tmp_path):
 def test_live_running_trial_of_another_process_is_left_alone(tmp_path):
     study, *_ = make(tmp_path)
     trial = study.ask()
-    study._storage.set_trial_system_attr(trial._trial_id, "autotune:owner", {"host": storage.socket.gethostname(), "pid": os.getppid(), "started": 0})
-    assert storage.recover_stale(study, grace_s=60) == []
+    study._storage.set_trial_system_attr(trial._trial_id, recovery.OWNER, {"host": socket.gethostname(), "pid": os.getppid(), "started": 0})
+    assert recovery.recover_stale(study, grace_s=60) == []
 
 
 def _sampler_draws(name: str, seed: int | None) -> list[tuple[float, ...]]:
@@ -208,9 +210,9 @@ def test_a_claim_waits_for_an_earlier_trial_still_choosing_so_a_configuration_is
     study, eff, base, _ = make(tmp_path)
     tuner = S.Tuner(study, eff, CTX, base, fake([]), S.Options(trials=10, race_rounds=0))
     a, b = study.ask(), study.ask()
-    other = {**storage.owner(), "pid": os.getppid()}  # #a belongs to another live process of this host
-    study._storage.set_trial_system_attr(a._trial_id, "autotune:owner", other)
-    study._storage.set_trial_system_attr(b._trial_id, "autotune:owner", storage.owner())
+    other = {**recovery.owner(), "pid": os.getppid()}  # #a belongs to another live process of this host
+    study._storage.set_trial_system_attr(a._trial_id, recovery.OWNER, other)
+    study._storage.set_trial_system_attr(b._trial_id, recovery.OWNER, recovery.owner())
     resolved = knobs.resolve(base, CTX)
 
     # #a chooses only once #b's claim has read the study and found #a still choosing
