@@ -240,3 +240,38 @@ def test_a_claim_waits_for_an_earlier_trial_still_choosing_so_a_configuration_is
         chooser.join()
     assert claim_saw_a_undecided.is_set(), "the claim never read the study while #a was still choosing"
     assert answer == f"#{a.number} is measuring the same configuration"
+
+
+def test_a_trial_over_the_memory_budget_says_so_in_its_line(tmp_path):
+    from autotune.progress import trial_line
+
+    study, eff, base, _ = make(tmp_path)
+    records: list = []
+    S.Tuner(study, eff, CTX, base, fake([]), S.Options(trials=3, max_memory_bytes=1, race_rounds=0, floor_repeats=0),
+            on_trial=records.append).run()
+    ok = [r for r in records if r.outcome == R.OK]
+    assert ok and all(r.over_budget for r in ok)
+    assert all("(over the --max-memory budget: not a candidate)" in trial_line(r) for r in ok)
+
+
+def test_the_noise_floor_is_measured_by_the_process_that_measured_the_baseline(tmp_path, monkeypatch):
+    """Two processes starting on one study measure the floor once: the baseline's own process does, and
+    another takes over only when that one is gone."""
+    import socket as sockets
+
+    from autotune import race
+
+    dead = os.fork()
+    if dead == 0:
+        os._exit(0)
+    os.waitpid(dead, 0)
+    for pid, expected in ((os.getppid(), 0), (dead, 2)):  # a live process of this host measured the baseline; a gone one
+        study, eff, base, _ = make(tmp_path, name=f"s{pid}")
+        with monkeypatch.context() as m:
+            m.setattr(recovery, "owner", lambda pid=pid: {"host": sockets.gethostname(), "pid": pid, "started": 0.0})
+            S.Tuner(study, eff, CTX, base, fake([]), S.Options(trials=1, race_rounds=0, floor_repeats=0)).run()
+            assert race.floor_missing(study, 2, grace_s=60) == 2  # the process that measured the baseline takes it
+        assert race.floor_missing(study, 2, grace_s=60) == expected
+        floor = []
+        S.Tuner(study, eff, CTX, base, fake(floor), S.Options(trials=1, race_rounds=0)).run()
+        assert len(floor) == expected  # this process measured the floor only when the baseline's own was gone
