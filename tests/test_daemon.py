@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import optuna
 import pytest
 from click.testing import CliRunner
 
-from autotune import daemon, storage
+from autotune import daemon
+from autotune.store import Store
 from autotune.cli import main
 from autotune.evidence import is_measured
 
@@ -53,9 +56,9 @@ def submit(url: str, tmp_path: Path, name: str = "job", trials: int = 20, model:
 
 
 def kind_study(url: str, job: str = "job") -> optuna.Study:
-    names = [n for n in storage.study_names(storage.open_storage(url)) if n.startswith(job + "@")]
+    names = [n for n in Store(url, read_only=True).names() if n.startswith(job + "@")]
     assert len(names) == 1, names
-    return optuna.load_study(study_name=names[0], storage=storage.open_storage(url))
+    return Store(url, read_only=True).load(names[0])
 
 
 def assert_exact(study: optuna.Study, n: int) -> None:
@@ -68,20 +71,23 @@ def assert_exact(study: optuna.Study, n: int) -> None:
     assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
 
 
-def wait_for_trial(url: str, min_done: int, timeout: float = 120, procs: list[subprocess.Popen] | None = None) -> optuna.Study:
+def wait_for_trial(url: str, min_done: int, timeout: float = 120, procs: list[subprocess.Popen] | None = None,
+                   load: Callable[[], optuna.Study] | None = None) -> optuna.Study:
     """Until ``min_done`` configurations are measured and a trial (of one of ``procs``) is being measured.
 
     Measured, not merely running: a trial that has written its configuration may still give way to
     an earlier claim of the same one (then killing its worker leaves nothing to measure again).
+    ``load`` loads the study (default: the submitted job's study for this machine).
     """
     pids = {p.pid for p in procs} if procs else None
+    loader = load or (lambda: kind_study(url))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         ended = [p for p in procs or [] if p.poll() is not None]
         if ended:
             raise AssertionError(f"worker {ended[0].pid} ended with {ended[0].returncode}: {ended[0].communicate()[0]}")
         try:
-            study = kind_study(url)
+            study = loader()
             done = sum(1 for t in study.get_trials(deepcopy=False) if is_measured(t))
             running = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.RUNNING and "measuring_since" in t.user_attrs
                        and (pids is None or (t.system_attrs.get("autotune:owner") or {}).get("pid") in pids)]
@@ -91,6 +97,11 @@ def wait_for_trial(url: str, min_done: int, timeout: float = 120, procs: list[su
             pass
         time.sleep(0.1)
     raise AssertionError("no trial started")
+
+
+def owner_pid(trial: optuna.trial.FrozenTrial) -> int | None:
+    """The pid of the process that measured a trial (the owner it signed it with)."""
+    return (trial.system_attrs.get("autotune:owner") or {}).get("pid")
 
 
 def run_workers(url: str, tmp_path: Path, n: int = 3) -> list[subprocess.Popen]:
@@ -109,11 +120,17 @@ def finish(procs: list[subprocess.Popen]) -> list[str]:
 
 def test_three_workers_finish_a_20_trial_job_exactly_on_postgres(postgres_url, tmp_path):
     submit(postgres_url, tmp_path)
-    outs = finish(run_workers(postgres_url, tmp_path))
+    procs = run_workers(postgres_url, tmp_path)
+    outs = finish(procs)
     study = kind_study(postgres_url)
     assert_exact(study, 20)
-    hosts = {(t.user_attrs["placement"]["host"], tuple(t.user_attrs["placement"]["cpus"])) for t in study.trials if "placement" in t.user_attrs}
-    assert hosts  # the study records where each trial ran
+    measured = [t for t in study.trials if is_measured(t)]
+    # the three workers shared the job: each measured some of the 20 configurations, nobody else did
+    by_worker = {p.pid: [t.number for t in measured if owner_pid(t) == p.pid] for p in procs}
+    assert all(by_worker.values()) and sum(map(len, by_worker.values())) == 20, by_worker
+    # the study records where each trial ran: this host, on the cores the workers may use
+    where = {(t.user_attrs["placement"]["host"], tuple(t.user_attrs["placement"]["cpus"])) for t in measured}
+    assert where == {(socket.gethostname(), tuple(sorted(os.sched_getaffinity(0))))}, where
     assert sum(out.count(" ok ") for out in outs) >= 20
     listing = CliRunner().invoke(main, ["list", "--storage", postgres_url])
     assert listing.exit_code == 0 and "job (job)" in listing.output and "20 / 20" in listing.output
@@ -160,8 +177,14 @@ def test_run_with_two_workers_splits_the_cores_and_measures_each_configuration_o
     cores = sorted(os.sched_getaffinity(0))
     shares = {tuple(share) for share in daemon.shares(2)}
     assert len(shares) == 2 and set().union(*shares) == set(cores)
-    # every configuration was measured by one of the two workers, on its own share of the cores
-    assert {tuple(t.user_attrs["placement"]["cpus"]) for t in study.trials if is_measured(t)} <= shares
+    # each of the two workers measured some of the configurations, each on its own share of the cores
+    measured = [t for t in study.trials if is_measured(t)]
+    share_of = {}
+    for t in measured:
+        share_of.setdefault(owner_pid(t), set()).add(tuple(t.user_attrs["placement"]["cpus"]))
+    assert len(share_of) == 2 and None not in share_of, share_of
+    assert all(len(used) == 1 for used in share_of.values()), share_of  # a worker stays on its share
+    assert {next(iter(used)) for used in share_of.values()} == shares, share_of
 
 
 def test_journal_storage_with_three_processes_and_a_kill_9(tmp_path):
@@ -197,8 +220,11 @@ def test_workers_carry_on_through_a_database_outage(postgres_url, postgres_serve
     submit(postgres_url, tmp_path, trials=12, model="failing_workloads:slow")
     procs = run_workers(postgres_url, tmp_path, 2)
     wait_for_trial(postgres_url, min_done=2)
-    with postgres_server.down(seconds=4):
-        time.sleep(1)
+    with postgres_server.down(seconds=4):  # held down 4 s, while the workers measure and write
+        import psycopg2
+
+        with pytest.raises(psycopg2.OperationalError):  # the outage is real
+            psycopg2.connect(postgres_url, connect_timeout=2).close()
     outs = finish(procs)
     assert any("storage unreachable" in out for out in outs), outs
     assert_exact(kind_study(postgres_url), 12)
@@ -210,10 +236,16 @@ def test_two_runs_on_one_sqlite_study_share_it_without_double_counting(tmp_path)
     args = ["run", "--model", "failing_workloads:slow", "--space", str(tmp_path / "space.toml"), "--study", "shared",
             "--storage", url, "--trials", "10", "--quick", "--no-early-stop", "--confirm", "0", "--seed", "2", "--sampler", "tpe"]
     first = start(*args, cwd=tmp_path)
-    time.sleep(3)
+    wait_for_trial(url, min_done=0, procs=[first], load=lambda: optuna.load_study(study_name="shared", storage=url))
     second = start(*args, cwd=tmp_path)
     finish([first, second])
-    assert_exact(optuna.load_study(study_name="shared", storage=url), 10)
+    study = optuna.load_study(study_name="shared", storage=url)
+    assert_exact(study, 10)
+    # they did share it: both measured configurations, and at the same time (a trial of each overlapped)
+    measured = {pid: [t for t in study.trials if is_measured(t) and owner_pid(t) == pid] for pid in (first.pid, second.pid)}
+    assert all(measured.values()) and sum(map(len, measured.values())) == 10, _trials_text(study)
+    assert any(a.datetime_start < b.datetime_complete and b.datetime_start < a.datetime_complete
+               for a in measured[first.pid] for b in measured[second.pid]), "the two runs never measured at the same time"
 
 
 def test_a_worker_of_another_machine_kind_refuses_to_join(tmp_path):
@@ -235,3 +267,14 @@ def test_shares_split_the_cores():
     assert daemon.shares(2, [0, 1, 2, 3, 4]) == [[0, 1, 2], [3, 4]]
     with pytest.raises(Exception, match="one worker needs one"):
         daemon.shares(3, [0, 1])
+
+
+def test_a_worker_joins_a_submitted_job_by_its_name(tmp_path):
+    """`submit --study fleet` then `worker --study fleet` (the worker's own --help example): the worker works on the
+    job's study for this machine's kind, as `worker --all` would (it said "holds no job (made before autotune 0.2)")."""
+    url = f"journal:{tmp_path / 'fleet.log'}"
+    submit(url, tmp_path, name="fleet", trials=3)
+    res = cli("worker", "--study", "fleet", "--storage", url, cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "job 'fleet': working on study 'fleet@" in res.stdout and "Traceback" not in res.stderr
+    assert_exact(kind_study(url, "fleet"), 3)
