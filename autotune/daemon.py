@@ -49,6 +49,8 @@ def retrying(what: Callable[[], Any], log: Log, store: Store | None = None, stop
             raise
         except StorageUnreachable as exc:
             reason = exc.reason
+        except AutotuneError:
+            raise
         except Exception as exc:  # noqa: BLE001 - only an unreachable server is retried
             fault = store.fault(exc) if store is not None else None
             if fault is None:

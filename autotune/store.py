@@ -407,22 +407,27 @@ class Store:
     def fault(self, exc: BaseException) -> StorageError | None:
         """The storage refusing to work, as one line with the cause and the fix; None for any other error."""
         text = _first_line(exc).lower()
+        if isinstance(exc, AutotuneError):
+            return exc if isinstance(exc, StorageError) else None
         chain = [exc, getattr(exc, "orig", None), exc.__cause__, exc.__context__]
-        os_error = next((e for e in chain if isinstance(e, OSError)), None)
+        # an OSError speaks of the store only when it names the store's file (or names none: SQLite's own)
+        os_error = next((e for e in chain if isinstance(e, OSError) and (
+            e.filename is None or self.path is None or str(e.filename).startswith(str(self.path)))), None)
         code = os_error.errno if os_error is not None else None
         where = self.shown
         refused = any(s in text for s in ("readonly database", "read-only", "unable to open database file", "disk i/o error",
                                           "no such table", "database or disk is full", "disk is full"))
         if self.path is not None and (refused or code is not None):
             # A file store: its state says which (SQLite's own words are the same for several causes).
-            gone = not self.path.exists() or (self._identity is not None and _identity(self.path) != self._identity)
-            if gone or code == errno.ENOENT:
+            exists = self.path.exists()
+            gone = self._identity is not None and (not exists or _identity(self.path) != self._identity)
+            if gone or (code == errno.ENOENT and self._identity is not None):
                 return StorageError(f"{where} was deleted, moved or replaced while in use: restore it, or start again with "
                                     "the same command")
             if "full" in text or code == errno.ENOSPC:
                 return StorageError(f"the disk holding {where} is full: free some space and run the same command again "
                                     "(the trial that was running is measured again)")
-            if not (os.access(self.path, os.W_OK) and os.access(self.path.parent, os.W_OK)) or code in (
+            if not ((not exists or os.access(self.path, os.W_OK)) and os.access(self.path.parent, os.W_OK)) or code in (
                     errno.EROFS, errno.EACCES, errno.EPERM) or "readonly" in text or "read-only" in text:
                 return StorageError(f"{where} refuses writes (a read-only file or folder): make it writable, or copy the "
                                     "study somewhere writable and pass --storage; read commands (status, export) still work on it")
@@ -433,7 +438,7 @@ class Store:
                                 "writable one; read commands (status, export) still work on it")
         if "disk is full" in text or "no space left" in text:
             return StorageError(f"the database of {where} is out of space: free some and run the same command again")
-        if _is_unreachable(exc):
+        if self.is_server and _is_unreachable(exc):
             reason = redact_message(_first_line(exc), self._url)[:160]
             return StorageUnreachable(f"the database server of {where} is unreachable ({reason}): start it, or check the "
                                       "URL, and run the same command again (the trial that was running is measured again)",
@@ -450,7 +455,7 @@ class Store:
         """Turn the storage refusing to work into one StorageError (other errors pass through)."""
         try:
             yield
-        except StorageError:
+        except AutotuneError:
             raise
         except Exception as exc:  # noqa: BLE001 - only what fault() recognises is converted
             fault = self.fault(exc)

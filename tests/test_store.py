@@ -427,3 +427,14 @@ def test_run_ends_in_one_line_when_its_study_file_is_deleted(tmp_path, monkeypat
     assert "Traceback" not in out.output
     last = out.output.strip().splitlines()[-1]
     assert last.startswith("error: ") and "was deleted, moved or replaced while in use" in last
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_a_new_study_in_a_read_only_folder_is_refused_in_one_line(read_only_folder, kind):
+    folder, make_read_only, _ = read_only_folder
+    make_read_only()
+    store = Store(f"sqlite:///{folder / 's.db'}" if kind == "sqlite" else f"journal:{folder / 's.log'}")
+    with pytest.raises(StorageError, match=r"refuses writes \(a read-only file or folder\)") as info:
+        with store.faults():
+            store.create_or_check("s", ATTRS)
+    assert "\n" not in str(info.value) and list(folder.iterdir()) == []
