@@ -5,17 +5,8 @@ import torch
 
 from autotune import Workload
 from autotune.errors import SpecError, WorkloadError
-from autotune.workload import (
-    SyntheticDataset,
-    WorkloadSpec,
-    build,
-    default_loss,
-    import_spec,
-    input_rank,
-    parse_model_args,
-    parse_shape,
-    split_batch,
-)
+from autotune.request import WorkloadSpec, parse_model_args, parse_shape
+from autotune.workload import SyntheticDataset, build, default_loss, import_spec, input_rank, split_batch
 
 
 def test_spec_without_colon():
