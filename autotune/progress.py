@@ -58,6 +58,18 @@ def trial_line(rec: Any) -> str:
     return f"{head}{body}  {knobs.short(rec.config)} {' '.join(tags)}".rstrip()
 
 
+SLOW_TRIAL_S = 60.0  # a baseline trial longer than this gets advice with its estimate
+
+
+def estimate_line(trial_s: float, rest_s: float) -> str:
+    """What ``run`` says once the defaults are measured: their trial's time, and the rest of the study at that pace."""
+    line = (f"the defaults took {format_duration(trial_s)} per trial here: the rest of the study (trials, noise floor, "
+            f"race) will take up to about {format_duration(rest_s)}")
+    if trial_s > SLOW_TRIAL_S:
+        line += "; to spend less, use --quick, a smaller model or batch, or --time-budget"
+    return line
+
+
 def _echo(line: str) -> None:
     import click
 
@@ -119,6 +131,8 @@ class Progress:
         if rec.duplicate_of is None:
             self.done += 1
         self.print(trial_line(rec))
+        if getattr(rec, "estimate_s", None) is not None:
+            self.print(estimate_line(rec.duration_s, rec.estimate_s))
         if self.bar is not None:
             self.bar.update(self.task, completed=min(self.done, self.total), info=self.info())
 

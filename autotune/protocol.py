@@ -48,6 +48,9 @@ class Settings:
         return cls(windows=3, window_s=0.08, min_warmup_steps=2, min_warmup_s=0.0, max_warmup_s=3.0, profile_steps=2)
 
 
+WARMUP_CUT_FACTOR = 2.0  # a warm-up rate this many times over must still be dominated to cut during warm-up
+
+
 class NonFinite(Exception):
     """The loss (or a parameter) became NaN or Inf."""
 
@@ -143,6 +146,9 @@ class StepLoop:
     batches: Iterator[Any]
     data_s: float = 0.0
     steps: int = 0
+    step_s: float = 0.0  # time spent in steps so far (host clock; what a progress report divides by)
+    first_step_s: float | None = None  # the first step's time (compilation included), once it is done
+    first_done_at: float | None = None  # perf_counter() when the first step ended
     _bad: torch.Tensor | None = None
 
     def one(self, stepper: Stepper | None = None) -> None:
@@ -153,6 +159,13 @@ class StepLoop:
         finite = torch.isfinite(out.detach()).all() if out.is_floating_point() else torch.ones((), dtype=torch.bool)
         self._bad = ~finite if self._bad is None else (self._bad | ~finite)
         self.steps += 1
+        self.step_s += time.perf_counter() - t0
+
+    def rate(self) -> float | None:
+        """Samples per second over the steps after the first (None before two steps)."""
+        if self.first_step_s is None or self.steps < 2 or self.step_s <= self.first_step_s:
+            return None
+        return (self.steps - 1) * self.plan.samples_per_step / (self.step_s - self.first_step_s)
 
     def check_finite(self) -> None:
         """Raises NonFinite when any step so far produced a non-finite loss (synchronises)."""
@@ -244,6 +257,7 @@ class Measurement:
     flops_per_step: float | None = None
     profile: dict[str, Any] = field(default_factory=dict)
     cut_short: bool = False
+    cut_in_warmup: bool = False
 
     @property
     def samples_per_s(self) -> float:
@@ -261,11 +275,15 @@ def run_protocol(
 
     ``dominated(median_so_far)`` is asked after ``settings.cut_after_windows`` windows;
     when it says yes the remaining windows and the profile are skipped (``cut_short``).
+    It is asked during warm-up too, of twice the warm-up rate (``WARMUP_CUT_FACTOR``): a
+    configuration that a front point beats even then stops before its windows
+    (``cut_in_warmup``; its figure is the warm-up rate).
     """
     phases: dict[str, float] = {}
     samples = loop.plan.samples_per_step
 
     first = loop.timed(1)
+    loop.first_step_s, loop.first_done_at = first, time.perf_counter()
     phases["first_step"] = first
     loop.check_finite()
 
@@ -284,6 +302,15 @@ def run_protocol(
                 break
         if len(times) >= settings.max_warmup_steps or elapsed >= settings.max_warmup_s:
             break
+        if dominated is not None and len(times) >= settings.min_warmup_steps:
+            # Far below the front already: even twice as fast once warm, a front point would still beat it.
+            rate = samples / statistics.median(times[-3:])
+            if dominated(WARMUP_CUT_FACTOR * rate):
+                loop.check_finite()
+                phases["warmup"] = time.perf_counter() - warm_start
+                return Measurement(time_to_first_step_s=first, warmup_steps=len(times), window_samples_per_s=[rate],
+                                   window_steps=min(3, len(times)), data_wait_share=0.0, phases_s=phases,
+                                   flops_per_step=flops, profile={}, cut_short=True, cut_in_warmup=True)
     loop.check_finite()
     phases["warmup"] = time.perf_counter() - warm_start
 

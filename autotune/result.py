@@ -14,8 +14,9 @@ TIMEOUT = "timeout"
 CRASHED = "crashed"
 NOT_APPLICABLE = "not_applicable"
 INTERRUPTED = "interrupted"
+SLOWER = "slower"  # stopped: ran k times the defaults' whole trial without finishing (autotune.study.SLOW_FACTOR)
 
-OUTCOMES = (OK, OOM, NAN, ERROR, TIMEOUT, CRASHED, NOT_APPLICABLE, INTERRUPTED)
+OUTCOMES = (OK, OOM, NAN, ERROR, TIMEOUT, CRASHED, NOT_APPLICABLE, INTERRUPTED, SLOWER)
 
 
 @dataclass
@@ -45,6 +46,7 @@ class TrialResult:
     device: str | None = None
     error: dict[str, Any] | None = None
     notes: dict[str, Any] = field(default_factory=dict)
+    load: dict[str, Any] = field(default_factory=dict)  # what else ran on the machine meanwhile (autotune.load)
 
     @property
     def ok(self) -> bool:

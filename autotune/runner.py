@@ -68,24 +68,32 @@ class Runner:
         self.settings = settings or Settings()
         self.global_batch = global_batch
         self._current: Any = None
+        self.last_progress: dict[str, Any] = {}
 
     # ------------------------------------------------------------ processes
 
-    def _spawn(self, request: Mapping[str, Any], timeout_s: float) -> tuple[str, dict[str, Any] | None, int | None, list[str], float]:
-        """Run one child; returns (status, payload, exitcode, log tail, wall seconds)."""
+    def _spawn(self, request: Mapping[str, Any], timeout_s: float, limit_s: float | None = None
+               ) -> tuple[str, dict[str, Any] | None, int | None, list[str], float]:
+        """Run one child; returns (status, payload, exitcode, log tail, wall seconds).
+
+        ``limit_s``: stop the child as ``slower`` once it has run this long after its first step (compilation
+        is in the first); the last progress it reported is then ``self.last_progress``.
+        """
         server = forkserver.get()
-        request = {**request, "sys_path": list(sys.path), "cwd": os.getcwd()}
         with tempfile.TemporaryDirectory(prefix="autotune-trial-") as tmp:
             result_path = os.path.join(tmp, "result.json")
             log_path = os.path.join(tmp, "output.log")
+            progress_path = os.path.join(tmp, "progress.json")
+            request = {**request, "sys_path": list(sys.path), "cwd": os.getcwd(), "progress_path": progress_path}
             start = time.perf_counter()
             pid = server.spawn(dict(request), result_path, log_path)
             self._current = pid
+            self.last_progress = {}
             status = "done"
             try:
-                exitcode = server.wait(pid, timeout_s)
+                exitcode = self._wait(server, pid, start, timeout_s, limit_s, progress_path)
                 if exitcode is None:
-                    status = "timeout"
+                    status = "slower" if self.last_progress.get("over_limit") else "timeout"
                     kill_group(pid)
                     exitcode = server.wait(pid, 30)
             except BaseException:
@@ -102,6 +110,27 @@ class Runner:
                 with open(result_path) as fh:
                     payload = json.load(fh)
             return status, payload, exitcode, _tail(log_path), wall
+
+    def _wait(self, server: Any, pid: int, start: float, timeout_s: float, limit_s: float | None, progress_path: str) -> int | None:
+        """The child's exit code, or None when it ran past the timeout or (after its first step) past ``limit_s``."""
+        if limit_s is None:
+            return server.wait(pid, timeout_s)
+        while True:
+            left = timeout_s - (time.perf_counter() - start)
+            if left <= 0:
+                return None
+            exitcode = server.wait(pid, min(left, 1.0))
+            if exitcode is not None:
+                return exitcode
+            try:
+                with open(progress_path) as fh:
+                    self.last_progress = json.load(fh)
+            except (OSError, ValueError):
+                continue
+            since = self.last_progress.get("since_first_step_s")
+            if since is not None and since > limit_s:
+                self.last_progress["over_limit"] = True
+                return None
 
     def stop(self) -> None:
         """Kill the running trial's process group (from a signal handler or another thread)."""
@@ -131,7 +160,7 @@ class Runner:
 
     def measure(
         self, config: Mapping[str, Any], dominators: Sequence[tuple[float, float]] = (), cut_margin: float | None = None,
-        settings: Settings | None = None,
+        settings: Settings | None = None, limit_s: float | None = None,
     ) -> R.TrialResult:
         """Measure one configuration in an isolated process; every ending becomes a TrialResult.
 
@@ -139,6 +168,9 @@ class Runner:
         early when one of them is ``cut_margin`` faster at no more memory (default:
         measure.Settings.cut_margin; the study passes one never below its noise floor).
         ``settings``: this trial's, instead of the runner's (the batch-ceiling probes).
+        ``limit_s``: a trial whose steps after the first take longer than this is stopped as
+        ``slower`` (the study passes a multiple of the defaults' whole trial; see
+        :func:`autotune.study.slow_limit`); ``--trial-timeout`` still bounds the whole trial.
         """
         request = {
             "kind": "trial",
@@ -150,8 +182,17 @@ class Runner:
             "dominators": [list(d) for d in dominators],
             "cut_margin": cut_margin,
         }
-        status, payload, exitcode, log, wall = self._spawn(request, self.timeout_s)
-        if status == "timeout":
+        status, payload, exitcode, log, wall = self._spawn(request, self.timeout_s, limit_s)
+        if status == "slower":
+            got = self.last_progress
+            rate = got.get("samples_per_s")
+            result = R.TrialResult.failure(
+                R.SLOWER, f"stopped after {wall:.0f} s: {limit_s:.0f} s after its first step (a multiple of the "
+                f"defaults' whole trial) it had not finished; {got.get('steps', 0)} steps"
+                + (f" at {rate:.1f} samples/s so far" if rate else ""), stderr_tail=log, progress=dict(got))
+            if rate:
+                result.notes["samples_per_s_so_far"] = rate
+        elif status == "timeout":
             result = R.TrialResult.failure(
                 R.TIMEOUT, f"the trial ran past its {self.timeout_s:g} s timeout and was killed", stderr_tail=log
             )

@@ -127,6 +127,7 @@ class TrialRecord:
     duration_s: float | None = None
     cut_short: bool = False
     over_budget: bool = False  # ok, but its peak memory is over --max-memory: never a candidate
+    estimate_s: float | None = None  # on the baseline's record: about how long the rest of the study will take
 
 
 @dataclass
@@ -366,6 +367,14 @@ class Tuner:
 
     # ------------------------------------------------------------ the loop
 
+    def estimate_s(self, trial_s: float, remaining: int) -> float:
+        """The rest of the study at the defaults' pace: the remaining trials, the noise floor, and a race of
+        ``race_candidates`` configurations and the baseline for all its rounds (an upper bound: a race stops
+        as soon as it is settled, and dominated trials are cut short)."""
+        opts = self.options
+        race_measurements = opts.race_rounds * (opts.race_candidates + 1) if opts.race_rounds else 0
+        return trial_s * (max(0, remaining) + opts.floor_repeats + race_measurements)
+
     def _repeat(self, config: Mapping[str, Any]) -> R.TrialResult:
         return self.evaluate(config, (), None)
 
@@ -407,6 +416,8 @@ class Tuner:
                 if rec is None:  # another process measures it, or the budget filled up meanwhile
                     continue
                 summary.records.append(rec)
+                if rec.role == "baseline" and rec.outcome == R.OK and rec.duration_s and rec.duplicate_of is None:
+                    rec.estimate_s = self.estimate_s(rec.duration_s, opts.trials - self._budget_counts()[0])
                 if self.on_trial:
                     self.on_trial(rec)
                 if rec.duplicate_of is not None:
@@ -590,6 +601,22 @@ class Heartbeat:
         self.stop.set()
         if self.enabled:
             self.thread.join(timeout=5)
+
+
+SLOW_FACTOR = 3.0  # a trial whose steps run this many times the defaults' whole trial, unfinished, is stopped as slower
+
+
+def slow_limit(study: optuna.Study, config: Mapping[str, Any]) -> float | None:
+    """How long a configuration's steps may run before it is stopped as ``slower``: SLOW_FACTOR times the
+    baseline's whole trial (None before the baseline is measured, and for the baseline's own configuration,
+    which only ``--trial-timeout`` bounds). A configuration that has run three times as long as the whole
+    baseline trial without finishing its windows cannot be the answer; waiting longer teaches nothing."""
+    base = baseline_trial(study)
+    if base is None or not base.user_attrs.get("duration_s"):
+        return None
+    if base.user_attrs.get("config") == dict(config):
+        return None
+    return SLOW_FACTOR * float(base.user_attrs["duration_s"])
 
 
 def baseline_measured(study: optuna.Study) -> bool:

@@ -152,3 +152,22 @@ def deletes_file(path: str, counter: str, on_build: int = 2) -> nn.Module:
     if builds == on_build and os.path.exists(path):
         os.remove(path)
     return _Tiny("ok")
+
+
+class _SlowAbove(nn.Linear):
+    """Fast with small batches; each step of a batch above ``batch`` takes ``delay`` seconds (a configuration far
+    slower than the defaults, as bf16 on a CPU without native bf16 is)."""
+
+    def __init__(self, batch: int, delay: float) -> None:
+        super().__init__(8, 4)
+        self.batch, self.delay = batch, delay
+        self.example_input = torch.zeros(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] > self.batch:
+            time.sleep(self.delay)
+        return super().forward(x)
+
+
+def slow_above(batch: int = 32, delay: float = 1.0) -> nn.Module:
+    return _SlowAbove(batch, delay)

@@ -122,3 +122,22 @@ def test_env_knob_reaches_the_trial_process(quick):
     assert res.ok, res.error
     assert os.environ.get("OMP_NUM_THREADS") == before  # the parent's environment is untouched
     assert run("failing_workloads:env_check", quick, {"threads": 2}, model_args=args).outcome == R.ERROR
+
+
+def test_a_trial_slower_than_the_limit_stops_early_as_slower_and_says_how_far_it_got(quick):
+    runner = Runner(WorkloadSpec("failing_workloads:slow_above", model_args=(("batch", 32), ("delay", 2.0))), timeout_s=120,
+                    settings=quick)
+    fast = runner.measure({"batch_size": 32}, limit_s=10)
+    assert fast.outcome == R.OK, fast.error  # under the limit: measured as usual
+    started = time.monotonic()
+    slow = runner.measure({"batch_size": 64}, limit_s=10)
+    assert slow.outcome == R.SLOWER, slow.error
+    assert time.monotonic() - started < 60  # stopped near its limit, far before the 120 s timeout
+    assert slow.error["progress"]["steps"] >= 2 and "samples/s so far" in slow.error["message"]
+    assert 0 < slow.notes["samples_per_s_so_far"] < 40  # 64 samples per 2 s step: about 32 a second
+
+
+def test_the_limit_never_applies_to_the_first_step(quick):
+    """Compilation happens in the first step: a slow first step alone is not 'slower'."""
+    runner = Runner(WorkloadSpec("failing_workloads:slow", model_args=(("delay", 0.05),)), timeout_s=120, settings=quick)
+    assert runner.measure({}, limit_s=30).outcome == R.OK

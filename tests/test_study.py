@@ -275,3 +275,26 @@ def test_the_noise_floor_is_measured_by_the_process_that_measured_the_baseline(t
         floor = []
         S.Tuner(study, eff, CTX, base, fake(floor), S.Options(trials=1, race_rounds=0)).run()
         assert len(floor) == expected  # this process measured the floor only when the baseline's own was gone
+
+
+def test_a_configuration_may_run_three_times_the_defaults_whole_trial(tmp_path):
+    study, eff, base, _ = make(tmp_path)
+    assert S.slow_limit(study, base) is None  # before the baseline: only --trial-timeout
+    records: list = []
+    S.Tuner(study, eff, CTX, base, fake([]), S.Options(trials=1, race_rounds=0, floor_repeats=0), on_trial=records.append).run()
+    baseline = S.baseline_trial(study)
+    assert S.slow_limit(study, baseline.user_attrs["config"]) is None  # the baseline itself is never cut
+    other = {**baseline.user_attrs["config"], "precision": "bf16"}
+    assert S.slow_limit(study, other) == pytest.approx(S.SLOW_FACTOR * baseline.user_attrs["duration_s"])
+    (rec,) = records
+    assert rec.estimate_s == 0  # trials=1: nothing left, no floor, no race
+
+
+def test_the_baseline_line_is_followed_by_the_estimate_of_the_rest():
+    from autotune.progress import estimate_line
+
+    assert estimate_line(10.0, 600.0) == ("the defaults took 10.0s per trial here: the rest of the study (trials, noise "
+                                          "floor, race) will take up to about 10m00s")
+    assert estimate_line(240.0, 7200.0).endswith("use --quick, a smaller model or batch, or --time-budget")
+    tuner = S.Tuner(None, None, CTX, {}, fake([]), S.Options(trials=30, floor_repeats=2, race_rounds=8, race_candidates=6))
+    assert tuner.estimate_s(10.0, 29) == 10.0 * (29 + 2 + 8 * 7)
