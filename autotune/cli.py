@@ -586,6 +586,7 @@ def _print_status(study: Any, store: Any) -> None:
     out.print(f"workload {doc['workload'].get('model')}  device {doc['device']}  {hardware.short(doc['fingerprint'])}", markup=False)
     out.print(f"trials {doc['trials']}: {counts or 'none'}; time spent {format_duration(doc['time_spent_s'])}", markup=False)
     out.print(doc["noise_text"], markup=False)
+    out.print(doc["load"]["text"], markup=False)
     if doc["batch_ceiling"]:
         out.print(f"batch ceiling: {doc['batch_ceiling']['text']}", markup=False)
     table = Table(title="Pareto front: throughput vs peak memory (speed-up over the defaults, 90% interval)", title_justify="left")

@@ -143,6 +143,7 @@ def export(
         },
         "speedup": speedup.to_dict() if speedup else None,
         "noise": ev.noise.to_dict(),
+        "load": ev.load.to_dict(),
         "verdict": ev.verdict().to_dict(),
         "workload": attrs.get("workload"),
         "device": attrs.get("device"),

@@ -54,6 +54,7 @@ def record_measurement(study: optuna.Study, trial: int, round_id: str, result: R
             "samples_per_s": rate,
             "outcome": result.outcome if ok or not result.ok else R.ERROR,
             "peak_memory_bytes": result.peak_memory_bytes if ok else None,
+            "other_cores": (result.load or {}).get("other_cores"),
             "at": dt.datetime.now(dt.timezone.utc).timestamp(),
         },
     )
@@ -82,6 +83,8 @@ class Config:
     repeats: list[Measurement] = field(default_factory=list)
     failed_repeats: int = 0
     changes: dict[str, Any] = field(default_factory=dict)
+    loads: dict[str, float] = field(default_factory=dict)  # round -> cores other processes used meanwhile
+    left_out: frozenset[str] = frozenset()  # rounds much busier than the baseline's: not part of the claim
 
     @property
     def is_baseline(self) -> bool:
@@ -89,10 +92,19 @@ class Config:
 
     @property
     def claim(self) -> list[Measurement]:
-        """The measurements a claim about this configuration rests on (see the module docstring)."""
+        """The measurements a claim about this configuration rests on (see the module docstring), less those
+        taken while the machine was much busier than during the baseline's (unless that would leave none)."""
         if self.is_baseline:
-            return [self.first, *self.repeats]
-        return list(self.repeats) if self.repeats else [self.first]
+            taken = [self.first, *self.repeats]
+        else:
+            taken = list(self.repeats) if self.repeats else [self.first]
+        kept = [m for m in taken if m[0] not in self.left_out]
+        return kept or taken
+
+    @property
+    def busy_only(self) -> bool:
+        """Every measurement of its claim was taken on a machine much busier than during the baseline's."""
+        return bool(self.left_out) and all(m[0] in self.left_out for m in self.claim)
 
     @property
     def samples_per_s(self) -> float:
@@ -144,7 +156,7 @@ class Evidence:
     def __init__(self, trials: Sequence[FrozenTrial], attrs: Mapping[str, Any], max_memory_bytes: int | None = None) -> None:
         self.attrs = dict(attrs)
         self.max_memory_bytes = max_memory_bytes if max_memory_bytes is not None else attrs.get("max_memory_bytes")
-        repeats, failed = _repeats(attrs)
+        repeats, failed, loads = _repeats(attrs)
         self.configs: dict[int, Config] = {}
         self.baseline: Config | None = None
         for t in trials:
@@ -163,6 +175,7 @@ class Evidence:
                 first=(f"search-{t.number}", float(t.values[0])),
                 repeats=repeats.get(t.number, []),
                 failed_repeats=failed.get(t.number, 0),
+                loads=_first_load(t) | loads.get(t.number, {}),
             )
             self.configs[t.number] = c
             if c.is_baseline and self.baseline is None:
@@ -170,6 +183,9 @@ class Evidence:
         reference = self.baseline.config if self.baseline else knobs.defaults()
         for c in self.configs.values():
             c.changes = {k: v for k, v in c.config.items() if k in reference and reference[k] != v}
+        self.load = Load.of(self.configs.values(), self.baseline, attrs)
+        for c in self.configs.values():
+            c.left_out = frozenset(r for r, other in c.loads.items() if self.load.much_busier(other))
         self.noise: Noise = stats.pooled_noise([v for _, v in c.claim] for c in self.configs.values())
         self.raced = [n for n, c in self.configs.items() if c.confirmed and not c.is_baseline]
         # Every interval of the study is simultaneous over the configurations its verdict
@@ -272,14 +288,51 @@ class Evidence:
         return [c.number for c in chosen]
 
     def verdict(self) -> Verdict:
-        """The recommendation: the raced configurations (or, before a race, every one) compared through the noise."""
+        """The recommendation: the raced configurations (or, before a race, every one) compared through the noise.
+
+        On a busy machine (:class:`Load`) a configuration whose gain rests on a load-sensitive knob
+        (``threads``: fewer threads suffer less from other processes) is not recommended: the verdict
+        names what was seen and how to re-check it on a quiet machine, and recommends among the others.
+        """
+        verdict = self._verdict()
+        if not self.load.was_busy or verdict.state == "gain" and not self._sensitive(verdict.winner):
+            return self._busy_note(verdict) if self.load.was_busy else verdict
+        if verdict.state != "gain":
+            return self._busy_note(verdict)
+        seen = verdict
+        quiet = self._verdict(exclude_sensitive=True)
+        c = self.configs[seen.winner]  # type: ignore[index]
+        names = ", ".join(k for k in c.changes if self._sensitive_knob(k))
+        model = (self.attrs.get("workload") or {}).get("model") or "MODEL"
+        sets = " ".join(f"--set {k}={knobs.KNOBS[k].format(v)}" for k, v in c.changes.items() if k in knobs.KNOBS)
+        note = (f"#{seen.winner} ({_changes_text(c.changes)}) measured {seen.speedup.text() if seen.speedup else '-'} but its "
+                f"gain rests on {names}, which depends on the load, and {self.load.text()}: not recommended from these "
+                f"measurements; re-check it on a quiet machine with `autotune measure --model {model} {sets} --repeat 5` "
+                f"against `autotune measure --model {model} --repeat 5`")
+        text = quiet.text if quiet.state == "gain" else "keep PyTorch's defaults"
+        return Verdict(quiet.state, quiet.winner, seen.leader, quiet.speedup, quiet.tied, quiet.confirmed,
+                       quiet.simpler_preferred, f"{text}; {note}")
+
+    def _sensitive_knob(self, name: str) -> bool:
+        return name in knobs.KNOBS and knobs.KNOBS[name].load_sensitive
+
+    def _sensitive(self, number: int | None) -> bool:
+        return number is not None and any(self._sensitive_knob(k) for k in self.configs[number].changes)
+
+    def _busy_note(self, verdict: Verdict) -> Verdict:
+        return Verdict(verdict.state, verdict.winner, verdict.leader, verdict.speedup, verdict.tied, verdict.confirmed,
+                       verdict.simpler_preferred, f"{verdict.text}; {self.load.text()}")
+
+    def _verdict(self, exclude_sensitive: bool = False) -> Verdict:
         if not self.configs:
             return Verdict("no_results", None, None, None, (), False, False, "no successful measurement yet")
         if self.baseline is None:
             return Verdict("no_baseline", None, None, None, (), False, False, "the baseline (PyTorch's defaults) has not been measured yet")
         base = self.baseline
         pool = self.raced or [c.number for c in self.ok() if not c.is_baseline]
-        pool = [n for n in pool if self.configs[n].feasible]
+        pool = [n for n in pool if self.configs[n].feasible and not self.configs[n].busy_only]
+        if exclude_sensitive:
+            pool = [n for n in pool if not self._sensitive(n)]
         if not pool:
             return Verdict("no_gain", base.number, None, None, (), False, False,
                            "no other configuration ran successfully within the budget: keep PyTorch's defaults")
@@ -342,6 +395,7 @@ class Evidence:
             "comparisons": self.comparisons,
             "verdict": self.verdict().to_dict(),
             "front": [self.row(n) for n in self.front()],
+            "load": self.load.to_dict(),
         }
 
 
@@ -349,10 +403,16 @@ def _changes_text(changes: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={knobs.KNOBS[k].format(v)}" for k, v in changes.items() if k in knobs.KNOBS) or "defaults"
 
 
-def _repeats(attrs: Mapping[str, Any]) -> tuple[dict[int, list[Measurement]], dict[int, int]]:
-    """Re-measurements by trial from the study's attributes (and legacy ``confirmations``)."""
+def _first_load(t: FrozenTrial) -> dict[str, float]:
+    other = ((t.user_attrs.get("result") or {}).get("load") or {}).get("other_cores")
+    return {f"search-{t.number}": float(other)} if other is not None else {}
+
+
+def _repeats(attrs: Mapping[str, Any]) -> tuple[dict[int, list[Measurement]], dict[int, int], dict[int, dict[str, float]]]:
+    """Re-measurements by trial from the study's attributes (and legacy ``confirmations``), and the load during each."""
     out: dict[int, list[Measurement]] = {}
     failed: dict[int, int] = {}
+    loads: dict[int, dict[str, float]] = {}
     for key, value in attrs.items():
         if not key.startswith(MEASUREMENT) or not isinstance(value, Mapping):
             continue
@@ -362,6 +422,8 @@ def _repeats(attrs: Mapping[str, Any]) -> tuple[dict[int, list[Measurement]], di
         except ValueError:
             continue
         rate = value.get("samples_per_s")
+        if value.get("other_cores") is not None:
+            loads.setdefault(number, {})[round_id] = float(value["other_cores"])
         if rate:
             out.setdefault(number, []).append((round_id, float(rate)))
         else:
@@ -371,4 +433,65 @@ def _repeats(attrs: Mapping[str, Any]) -> tuple[dict[int, list[Measurement]], di
             out.setdefault(int(trial), []).append((f"confirm-{i + 1}", float(rate)))
     for values in out.values():
         values.sort(key=lambda m: m[0])
-    return out, failed
+    return out, failed, loads
+
+
+@dataclass(frozen=True)
+class Load:
+    """How busy the machine was while the study measured (other processes' cores, :mod:`autotune.load`).
+
+    A measurement is *busy* when other processes used more than :func:`autotune.load.busy_threshold`
+    cores; it is *much busier than the baseline's* when they used that much more than during the
+    baseline's measurements (their median), and is then left out of its configuration's claim: a
+    ratio between a quiet baseline and a busy candidate (or the reverse) is a claim about that minute.
+    """
+
+    cores: int
+    baseline_other: float  # the median of other processes' cores during the baseline's measurements
+    measurements: int  # measurements whose load is known
+    busy: int  # of them, taken on a busy machine
+    max_other: float
+    median_other: float
+    left_out: int = 0
+
+    @classmethod
+    def of(cls, configs: Any, baseline: Config | None, attrs: Mapping[str, Any]) -> Load:
+        import statistics
+
+        from autotune.load import busy_threshold
+
+        cores = int((attrs.get("fingerprint") or {}).get("cpu_count") or 0) or 1
+        every = [v for c in configs for v in c.loads.values()]
+        base = [v for v in baseline.loads.values()] if baseline else []
+        threshold = busy_threshold(cores)
+        probe = cls(cores, statistics.median(base) if base else 0.0, len(every), sum(1 for v in every if v > threshold),
+                    max(every, default=0.0), statistics.median(every) if every else 0.0)
+        left = sum(1 for c in configs for v in c.loads.values() if probe.much_busier(v))
+        return cls(**{**probe.__dict__, "left_out": left})
+
+    @property
+    def threshold(self) -> float:
+        from autotune.load import busy_threshold
+
+        return busy_threshold(self.cores)
+
+    def much_busier(self, other: float) -> bool:
+        return other > self.baseline_other + self.threshold
+
+    @property
+    def was_busy(self) -> bool:
+        return self.busy > 0
+
+    def text(self) -> str:
+        if not self.measurements:
+            return "machine load: not recorded"
+        if not self.was_busy:
+            return f"machine quiet while measuring: other processes used at most {self.max_other:.1f} of {self.cores} cores"
+        text = (f"measured on a busy machine: other processes used up to {self.max_other:.1f} of {self.cores} cores "
+                f"during {self.busy} of {self.measurements} measurements (median {self.median_other:.1f})")
+        if self.left_out:
+            text += f"; {self.left_out} taken while it was much busier than during the baseline's were left out of the claims"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "busy_machine": self.was_busy, "text": self.text()}

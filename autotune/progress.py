@@ -55,6 +55,13 @@ def trial_line(rec: Any) -> str:
         tags.append("(cut short: dominated)")
     if rec.over_budget:
         tags.append("(over the --max-memory budget: not a candidate)")
+    other = (getattr(rec, "load", None) or {}).get("other_cores")
+    if other is not None:
+        from autotune.load import busy_threshold
+
+        cores = rec.load.get("cores") or 1
+        if other > busy_threshold(cores):
+            tags.append(f"(busy machine: other processes used {other:.1f} of {cores} cores)")
     return f"{head}{body}  {knobs.short(rec.config)} {' '.join(tags)}".rstrip()
 
 

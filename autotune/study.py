@@ -128,6 +128,7 @@ class TrialRecord:
     cut_short: bool = False
     over_budget: bool = False  # ok, but its peak memory is over --max-memory: never a candidate
     estimate_s: float | None = None  # on the baseline's record: about how long the rest of the study will take
+    load: dict[str, Any] = field(default_factory=dict)  # what else ran on the machine while it measured (autotune.load)
 
 
 @dataclass
@@ -331,6 +332,7 @@ class Tuner:
             duration_s=result.wall_s,
             cut_short=bool(result.notes.get("cut_short")),
             over_budget=ok and self._memory_violation(result.peak_memory_bytes) > 0,
+            load=dict(result.load or {}),
         )
 
     def record_duplicate(self, trial: Trial, role: str, resolved: knobs.Resolved, hit: FrozenTrial) -> TrialRecord:

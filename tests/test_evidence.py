@@ -91,3 +91,72 @@ def test_time_spent_counts_overlapping_workers_once():
         f"{SESSION}c": {"started_at": 2000.0, "elapsed_s": 10.0},
     }
     assert Evidence([], attrs).time_spent() == {"wall_s": 160.0, "sessions": 3.0}
+
+
+# ---------------------------------------------------------------- a busy machine, named
+
+
+BASE = {"batch_size": 32, "threads": 2, "precision": "fp32"}
+FP = {"fingerprint": {"cpu_count": 2}}
+
+
+def loaded(number: int, rate: float, other: float, role: str = "search", **changes):
+    t = trial(number, rate, role=role, config={**BASE, **changes})
+    t.user_attrs["result"] = {"load": {"other_cores": other, "cores": 2}}
+    return t
+
+
+def rounds(loads: dict[int, tuple[float, float]], prefix: str = "race-a-", n: int = 4) -> dict:
+    """``n`` race rounds: each trial at its rate, measured while other processes used ``other`` cores."""
+    out = {}
+    for k in range(1, n + 1):
+        for number, (rate, other) in loads.items():
+            out[measurement_key(f"{prefix}{k}", number)] = {"samples_per_s": rate * (1 + 0.01 * k), "outcome": R.OK,
+                                                            "other_cores": other}
+    return out
+
+
+def test_a_quiet_study_says_so_and_its_verdict_stands():
+    trials = [loaded(0, 100.0, 0.1, role="baseline"), loaded(1, 150.0, 0.1, precision="bf16")]
+    ev = Evidence(trials, {**FP, **rounds({0: (100.0, 0.1), 1: (150.0, 0.1)})})
+    assert not ev.load.was_busy and ev.load.text().startswith("machine quiet while measuring")
+    assert ev.verdict().state == "gain" and ev.verdict().winner == 1 and "busy" not in ev.verdict().text
+
+
+def test_a_thread_count_that_won_on_a_busy_machine_is_not_recommended_and_how_to_recheck_is_said():
+    # On a busy machine threads=1 looks 3x faster (the baseline's 2 threads fight the other process);
+    # bf16 is 1.5x whatever the load.
+    trials = [loaded(0, 100.0, 1.0, role="baseline"), loaded(1, 300.0, 1.0, threads=1), loaded(2, 150.0, 1.0, precision="bf16")]
+    ev = Evidence(trials, {**FP, "workload": {"model": "autotune.examples:cnn"},
+                           **rounds({0: (100.0, 1.0), 1: (300.0, 1.0), 2: (150.0, 1.0)})})
+    assert ev.load.was_busy and ev.load.busy == ev.load.measurements
+    v = ev.verdict()
+    assert v.state == "gain" and v.winner == 2  # the load-free gain is recommended, not threads=1
+    assert "#1 (threads=1) measured" in v.text and "depends on the load" in v.text
+    assert "autotune measure --model autotune.examples:cnn --set threads=1 --repeat 5" in v.text
+    assert "measured on a busy machine: other processes used up to 1.0 of 2 cores" in v.text
+
+
+def test_with_nothing_else_separated_a_busy_study_keeps_the_defaults():
+    trials = [loaded(0, 100.0, 1.0, role="baseline"), loaded(1, 300.0, 1.0, threads=1)]
+    ev = Evidence(trials, {**FP, **rounds({0: (100.0, 1.0), 1: (300.0, 1.0)})})
+    v = ev.verdict()
+    assert v.state == "no_gain" and v.text.startswith("keep PyTorch's defaults; #1 (threads=1) measured")
+
+
+def test_measurements_much_busier_than_the_baselines_are_left_out_of_the_claim():
+    # #1 raced in 4 rounds; in two of them another process used 1.5 of the 2 cores (the baseline's saw 0.1).
+    trials = [loaded(0, 100.0, 0.1, role="baseline"), loaded(1, 150.0, 0.1, precision="bf16")]
+    attrs = {**FP, **rounds({0: (100.0, 0.1), 1: (150.0, 0.1)}, n=2), **rounds({1: (60.0, 1.5)}, prefix="race-b-", n=2)}
+    ev = Evidence(trials, attrs)
+    c = ev.configs[1]
+    assert c.left_out == {"race-b-1", "race-b-2"} and all(r.startswith("race-a-") for r, _ in c.claim)
+    assert ev.samples_per_s(1) > 140 and ev.load.left_out == 2
+    assert "2 taken while it was much busier than during the baseline's were left out" in ev.load.text()
+
+
+def test_a_configuration_measured_only_while_much_busier_cannot_win():
+    trials = [loaded(0, 100.0, 0.0, role="baseline"), loaded(1, 400.0, 1.9, precision="bf16")]
+    ev = Evidence(trials, {**FP, **measured("floor-1", {0: 101.0}), **measured("floor-2", {0: 99.0})})
+    assert ev.configs[1].busy_only
+    assert ev.verdict().winner != 1

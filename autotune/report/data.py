@@ -105,6 +105,7 @@ def header_info(study: optuna.Study | Snapshot) -> dict[str, Any]:
         "verdict": _plain(verdict.to_dict()),
         "noise": _plain(ev.noise.to_dict()),
         "noise_text": ev.noise.text(),
+        "load": _plain(ev.load.to_dict()),
         "batch_ceiling": _plain(ceiling.describe(attrs)),
         "front_size": len(snap.front),
     }

@@ -123,7 +123,7 @@ def _header_html(h: Mapping[str, Any]) -> str:
         ("workload", model, f"data {data}; " + ", ".join(b for b in workload_bits if b)),
         ("machine", device, ", ".join(b for b in machine_bits if b)),
         ("trials", str(h["n_trials"]), outcomes),
-        ("time spent", format_duration(h["total_time_s"]), f"search space {h['space'] or '-'}{budget}; {h['noise_text']}"),
+        ("time spent", format_duration(h["total_time_s"]), f"search space {h['space'] or '-'}{budget}; {h['noise_text']}; {h['load']['text']}"),
         ("baseline", figures(base), "PyTorch defaults"),
         ("speed-up (90% interval)", speedup, figures(best) + (f": {best['config_text']}" if best else "")),
     ]
