@@ -146,8 +146,10 @@ class Progress:
     def repeat(self, what: str, number: int, rate: float | None) -> None:
         """A re-measurement: the baseline's noise floor, or a round of the final race."""
         again = f"{format_rate(rate)} samples/s" if rate is not None else "failed"
-        label = "noise floor: baseline" if what == "floor" else "race"
-        self.print(f"{label} #{number} measured again in a new process: {again}")
+        label = "noise floor: baseline" if what == "floor" else what
+        self.print(f"{label}: #{number} measured again in a new process: {again}")
+        if self.bar is not None:
+            self.bar.update(self.task, info=", ".join(p for p in (label, self.info()) if p))
 
     def close(self) -> None:
         if self.bar is not None:

@@ -114,11 +114,14 @@ def run_race(
     max_candidates: int = MAX_CANDIDATES,
     min_rounds: int = MIN_ROUNDS,
     on_measure: OnMeasure | None = None,
+    deadline: float | None = None,
 ) -> RaceReport | None:
     """Race the candidates tied with the fastest; resumes a race a stopped run left unfinished.
 
     A race covers the trials measured when it started; once the study holds more, a new race
-    starts (the earlier rounds still count as evidence).
+    starts (the earlier rounds still count as evidence). ``deadline`` (epoch seconds, from
+    ``--time-budget``): no round starts after it. ``on_measure`` is told each measurement as
+    ``("race round K of at most N", trial, samples/s)``.
     """
     import time
 
@@ -160,6 +163,9 @@ def run_race(
         if report.rounds >= rounds:
             report.stopped = f"budget of {rounds} rounds spent (--confirm)"
             break
+        if deadline is not None and time.time() >= deadline:
+            report.stopped = "time budget spent (--time-budget)"
+            break
         if report.rounds >= min_rounds:
             leader = max(alive, key=lambda n: ev.configs[n].samples_per_s)
             s = ev.speedup(leader)
@@ -177,7 +183,7 @@ def run_race(
             rate = record_measurement(study, number, round_id, measure(ev.configs[number].config))
             report.measurements += 1
             if on_measure:
-                on_measure("race", number, rate)
+                on_measure(f"race round {k + 1} of at most {rounds}", number, rate)
     record = {**record, "done": True, "stopped": report.stopped, "rounds_run": report.rounds, "eliminated": {str(k): v for k, v in report.eliminated.items()}}
     study.set_user_attr(RACE + race_id, record)
     return report

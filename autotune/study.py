@@ -434,7 +434,9 @@ class Tuner:
                 summary.measured = self._budget_counts()[0]
                 summary.new += 1
             if opts.race_rounds > 0:
-                summary.race = race.run_race(self.study, self._repeat, opts.race_rounds, opts.race_candidates, on_measure=self._on_repeat)
+                ends = [d for d in (opts.deadline, session.started_at + opts.time_budget_s if opts.time_budget_s else None) if d]
+                summary.race = race.run_race(self.study, self._repeat, opts.race_rounds, opts.race_candidates,
+                                             on_measure=self._on_repeat, deadline=min(ends) if ends else None)
         finally:
             session.save()
         summary.elapsed_s = session.elapsed_s

@@ -7,6 +7,7 @@ processes, the machine's spread described in DESIGN.md. 20 seeds per scenario.
 from __future__ import annotations
 
 import math
+import time
 import random
 
 import pytest
@@ -172,3 +173,16 @@ def test_a_stopped_race_resumes_where_it_stopped():
     record = study.user_attrs[keys[0]]
     assert record["done"] and record["rounds_run"] == 4
     assert len({k.rpartition(":")[0] for k in study.user_attrs if k.startswith(f"measurement:race-{more.race.race_id}-")}) == 4
+
+
+def test_the_race_honours_the_time_budget_and_numbers_its_rounds():
+    study, summary = tune(lambda c: 1.5 if is_fast(c) else 1.0, 3, options=S.Options(trials=12, max_repeats=500, race_rounds=0))
+    seen: list[str] = []
+    late = race.run_race(study, noisy(lambda c: 1.0, 3), 5, deadline=time.time() - 1, on_measure=lambda w, n, r: seen.append(w))
+    assert late is not None and late.rounds == 0 and late.stopped == "time budget spent (--time-budget)" and not seen
+    later = race.run_race(study, noisy(lambda c: 1.0, 3), 5, on_measure=lambda w, n, r: seen.append(w))
+    assert later is None or later.rounds == 0  # that race is over: the deadline ended it
+    fresh, _ = tune(lambda c: 1.5 if is_fast(c) else 1.0, 4, name="race2", options=S.Options(trials=12, max_repeats=500, race_rounds=0))
+    report = race.run_race(fresh, noisy(lambda c: 1.0, 4), 5, on_measure=lambda w, n, r: seen.append(w))
+    assert report is not None and report.rounds >= 1
+    assert seen[0] == "race round 1 of at most 5" and f"race round {report.rounds} of at most 5" in seen
