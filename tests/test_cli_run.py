@@ -14,6 +14,7 @@ import optuna
 import psutil
 import pytest
 from click.testing import CliRunner
+from conftest import wait_until
 
 from autotune.cli import main
 
@@ -168,6 +169,18 @@ def _wait_for_running(tmp_path: Path, study: str, min_done: int, pid: int, timeo
     raise AssertionError("the study never reached a running trial")
 
 
+def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of ``processes`` still running (a zombie has ended)."""
+    alive = []
+    for p in processes:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
 def _trial_processes(parent_pid: int) -> list[psutil.Process]:
     try:
         return psutil.Process(parent_pid).children(recursive=True)
@@ -192,8 +205,7 @@ def test_interrupt_records_and_resume_remeasures(tmp_path, sig):
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 128 + int(sig), out  # 130 after Ctrl-C, 143 after SIGTERM, as shells expect
     assert "recorded as interrupted" in out and "Traceback" not in out
-    time.sleep(0.5)
-    assert not [p for p in descendants if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], "trial processes survive"
+    wait_until(lambda: not _alive(descendants), 1, lambda: f"the trial processes to end after the signal; alive: {_alive(descendants)}")
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path}/{name}.db")
     stopped = [t for t in study.trials if t.user_attrs.get("outcome") == "interrupted"]
     assert len(stopped) == 1 and stopped[0].state == optuna.trial.TrialState.FAIL
@@ -212,10 +224,7 @@ def test_sigkill_loses_nothing_finished(tmp_path):
     finished = {t.number: t.values for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE}
     proc.kill()
     proc.communicate(timeout=60)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and [p for p in descendants if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]:
-        time.sleep(0.1)
-    assert not [p for p in descendants if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], "the fork server or trial outlived kill -9"
+    wait_until(lambda: not _alive(descendants), 10, lambda: f"the fork server and trial to end after kill -9; alive: {_alive(descendants)}")
     res = _start(tmp_path, name)
     out, _ = res.communicate(timeout=300)
     assert res.returncode == 0, out
