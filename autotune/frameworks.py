@@ -7,8 +7,10 @@ arguments for the knob values autotune measured. Not every knob has one (no fram
 has a channels-last or thread-count argument, Lightning has no compile switch), and a
 knob quietly lost in translation makes the framework run something other than what was
 measured. So :func:`render` maps every knob of the registry (:mod:`autotune.knobs`) for
-every format: to an argument, or to a ``not_expressible`` entry that says why and what
-to do by hand; only a knob at PyTorch's default, which needs nothing, is left out.
+every format: to an argument; else, for the Trainer and Lightning, to the callback that
+applies it in the framework's own loop (:mod:`autotune.callbacks`, passed as
+``Trainer(callbacks=[...])``); else to a ``not_expressible`` entry that says why and what
+to do by hand. Only a knob at PyTorch's default, which needs nothing, is left out.
 
 Each knob declares its own mapping for every format (``Knob.exports``, written into a
 :class:`~autotune.knobs.exports.Job`); this module names no knob. It sets up each
@@ -17,8 +19,10 @@ format's arguments (device, sections), calls the knobs' mappings in registry ord
 training), and writes the result as the file a user keeps.
 
 Input is the document :func:`autotune.config.export` writes; ``render(doc, fmt)`` gives a
-JSON-able dict, ``text(doc, fmt)`` the file a user keeps (a Python snippet, YAML for
-Accelerate, the document itself for ``json``). No framework needs to be installed.
+JSON-able dict (``arguments``: the keyword form, ``callback``: the callback's factory and
+knob values), ``text(doc, fmt)`` the file a user keeps (a Python snippet whose keyword dicts
+go to ``TrainingArguments(**training_args_kwargs)`` or ``lightning.Trainer(**trainer_kwargs)``,
+YAML for Accelerate, the document itself for ``json``). No framework needs to be installed.
 """
 
 from __future__ import annotations
@@ -139,6 +143,9 @@ def _render(doc: Mapping[str, Any], fmt: str) -> tuple[dict[str, Any], Job]:
         "format": fmt,
         "framework": {"package": package, "version": _version(package)},
         "arguments": job.arguments,
+        # the knobs the arguments cannot express, for autotune's callback of the format (autotune.callbacks)
+        "callback": ({"factory": f"autotune.callbacks.{exports.CALLBACKS[fmt]}", "knobs": job.callback}
+                     if job.callback else None),
         **job.extra,
         "not_expressible": job.manual,
         "source": {"study": study.get("name"), "trial": study.get("trial"), "storage": study.get("storage"),
@@ -175,9 +182,23 @@ def _manual_lines(out: Mapping[str, Any], where: str) -> list[str]:
     return lines
 
 
-def _call(target: str, func: str, kwargs: Mapping[str, Any], first: str | None = None) -> list[str]:
-    body = ([f"    {first}"] if first else []) + [f"    {k}={v!r}," for k, v in kwargs.items()]
-    return [f"{target} = {func}(", *body, ")"]
+def _kwargs(target: str, kwargs: Mapping[str, Any]) -> list[str]:
+    """A keyword dict as Python source (its values are JSON-able: ``json.dumps`` it for a config system)."""
+    return [f"{target} = {{", *[f"    {k!r}: {v!r}," for k, v in kwargs.items()], "}"]
+
+
+def _callback(out: Mapping[str, Any], where: str, kind: str) -> list[str]:
+    """The callback that applies what the arguments cannot express, as ``autotune_callbacks``; none when all fit."""
+    callback = out["callback"]
+    if not callback:
+        return []
+    task = f", task={out['task']!r}" if out["task"] != "train" else ""
+    call = f"autotune_callbacks = [{callback['factory']}({callback['knobs']!r}{task})]"
+    if len(call) > 116:  # one knob a line
+        call = "\n".join([f"autotune_callbacks = [{callback['factory']}({{",
+                          *[f"    {k!r}: {v!r}," for k, v in callback["knobs"].items()], f"}}{task})]"])
+    return [f"# What {where} cannot express, applied by a {kind} in the framework's own loop (autotune.callbacks):",
+            call]
 
 
 def text(doc: Mapping[str, Any], fmt: str) -> str:
@@ -188,15 +209,28 @@ def text(doc: Mapping[str, Any], fmt: str) -> str:
         return json.dumps(doc, indent=2, default=str) + "\n"
     out, job = _render(doc, fmt)
     lines = _header(out)
+    imports = ["import autotune.callbacks"] if out["callback"] else []
     if fmt == "hf-trainer":
-        lines += ["from transformers import TrainingArguments", ""]
-        lines += _call("training_args", "TrainingArguments", out["arguments"], 'output_dir="autotune-trainer",  # yours')
-        lines += _manual_lines(out, "TrainingArguments")
+        callbacks = _callback(out, "TrainingArguments", "TrainerCallback")
+        lines += ["from transformers import Trainer, TrainingArguments", *imports, ""]
+        lines += ["# The keyword form (as data: autotune.frameworks.render(doc, 'hf-trainer')['arguments'])"]
+        lines += _kwargs("training_args_kwargs", out["arguments"])
+        lines += ['training_args = TrainingArguments(output_dir="autotune-trainer", **training_args_kwargs)  # yours']
+        lines += callbacks
+        given = ", callbacks=autotune_callbacks" if callbacks else ""
+        lines += [f"# trainer = Trainer(model=model, args=training_args, train_dataset=train_dataset{given})"]
+        lines += _manual_lines(out, "TrainingArguments or autotune's callback")
     elif fmt == "lightning":
-        lines += ["import lightning", ""] + _call("trainer", "lightning.Trainer", out["arguments"]["trainer"])
-        lines += ["dataloader_kwargs = " + repr(out["arguments"]["dataloader"])]
+        callbacks = _callback(out, "these arguments", "Lightning Callback")
+        lines += ["import lightning", *imports, ""]
+        lines += ["# The keyword form (as data: autotune.frameworks.render(doc, 'lightning')['arguments'])"]
+        lines += _kwargs("trainer_kwargs", out["arguments"]["trainer"])
+        lines += _kwargs("dataloader_kwargs", out["arguments"]["dataloader"])
+        lines += callbacks
+        given = ", callbacks=autotune_callbacks" if callbacks else ""
+        lines += [f"trainer = lightning.Trainer(**trainer_kwargs{given})"]
         lines += ["# train_loader = torch.utils.data.DataLoader(train_dataset, **dataloader_kwargs)"]
-        lines += _manual_lines(out, "the Trainer or DataLoader arguments")
+        lines += _manual_lines(out, "the Trainer or DataLoader arguments or autotune's callback")
     else:
         import yaml  # PyYAML comes with Optuna
 

@@ -1,17 +1,23 @@
-"""Framework exports: every knob becomes an argument or a by-hand step, and the real frameworks accept the arguments."""
+"""Framework exports: every knob becomes an argument, autotune's callback, or a by-hand step; the real frameworks
+accept the arguments, and a tiny training run under the exported objects sees the knobs in force."""
 
 from __future__ import annotations
 
+import ast
 import json
+import os
 import subprocess
 import sys
+import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
+from autotune import callbacks as C
 from autotune import frameworks as F
 from autotune import knobs
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, KnobError
 from autotune.knobs.registry import hf_checkpointing_argument
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=8)
@@ -35,6 +41,11 @@ def make_doc(device: str = "cpu", task: str = "train", global_batch: int | None 
 
 def manual(out: dict) -> dict:
     return {item["knob"]: item for item in out["not_expressible"]}
+
+
+def by_callback(out: dict) -> dict:
+    """The knob values the export hands to autotune's callback."""
+    return (out["callback"] or {}).get("knobs", {})
 
 
 def other_values(knob: knobs.Knob) -> list:
@@ -70,13 +81,16 @@ def test_no_knob_value_is_dropped_silently(fmt):
         base = F.render(make_doc("cuda:0", global_batch=None, **extra), fmt)
         for value in other_values(knob):
             out = F.render(make_doc("cuda:0", **{**extra, knob.name: value}), fmt)
-            assert out["arguments"] != base["arguments"] or knob.name in manual(out), (fmt, knob.name, value)
+            assert (out["arguments"] != base["arguments"] or knob.name in manual(out)
+                    or by_callback(out).get(knob.name) == value), (fmt, knob.name, value)
 
 
 @pytest.mark.parametrize("fmt", ["hf-trainer", "lightning"])
 def test_defaults_need_nothing_by_hand(fmt):
     for device in ("cpu", "cuda:0"):
         assert F.render(make_doc(device), fmt)["not_expressible"] == []
+        assert F.render(make_doc(device), fmt)["callback"] is None
+        assert "autotune.callbacks" not in F.text(make_doc(device), fmt)
     # Accelerate's config has no batch size, and accelerate launch sets its own thread count: those are always said
     assert list(manual(F.render(make_doc(), "accelerate"))) == ["batch_size", "threads"]
 
@@ -124,21 +138,24 @@ def test_hf_trainer_mapping():
     assert args["dataloader_persistent_workers"] is True and args["dataloader_pin_memory"] is False
     assert args["optim"] == "adamw_torch_fused" and args["use_cpu"] is True
     assert args[hf_checkpointing_argument(F._version("transformers"))] is True
-    by_hand = manual(out)
-    assert set(by_hand) == {"memory_format", "threads"}
-    assert "torch.set_num_threads(4)" in by_hand["threads"]["how"]
-    assert "channels_last" in by_hand["memory_format"]["how"]
+    assert out["not_expressible"] == []  # the callback applies what TrainingArguments cannot
+    assert out["callback"] == {"factory": "autotune.callbacks.for_trainer",
+                               "knobs": {"memory_format": "channels_last", "threads": 4}}
 
 
 def test_hf_trainer_gpu_details():
-    out = F.render(make_doc("cuda:0", precision="tf32", optimizer_impl="foreach", cudnn_benchmark=True, pin_memory=True), "hf-trainer")
-    args, by_hand = out["arguments"], manual(out)
+    out = F.render(make_doc("cuda:0", precision="tf32", optimizer_impl="foreach", cudnn_benchmark=True, pin_memory=True,
+                            cuda_allocator="expandable_segments"), "hf-trainer")
+    args = out["arguments"]
     assert args["tf32"] is True and "use_cpu" not in args and args["dataloader_pin_memory"] is True
-    assert args["optim"] == "adamw_torch" and "foreach=True" in by_hand["optimizer_impl"]["how"]
-    assert by_hand["cudnn_benchmark"]["how"] == "torch.backends.cudnn.benchmark = True before training"
-    # compile without tf32 on a GPU: Trainer would switch TF32 on, which the measurement did not
+    assert args["optim"] == "adamw_torch" and out["not_expressible"] == []
+    # no optim name for foreach, no argument for cuDNN's benchmark or the allocator: the callback applies them
+    assert by_callback(out) == {"optimizer_impl": "foreach", "cudnn_benchmark": True,
+                                "cuda_allocator": "expandable_segments"}
+    # compile without tf32 on a GPU: Trainer would switch TF32 on, which the measurement did not; the callback
+    # sets the precision's flags back (matmul TF32 off)
     out = F.render(make_doc("cuda:0", compile="default"), "hf-trainer")
-    assert "allow_tf32 = False" in manual(out)["precision"]["how"]
+    assert by_callback(out) == {"precision": "fp32"} and out["not_expressible"] == []
 
 
 def test_hf_trainer_inference_and_defaults():
@@ -172,14 +189,17 @@ def test_lightning_mapping():
     assert trainer == {"accelerator": "gpu", "devices": [1], "precision": "16-mixed", "accumulate_grad_batches": 4, "benchmark": True}
     assert loader == {"batch_size": 32, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": False, "pin_memory": True}
     by_hand = manual(out)
-    assert set(by_hand) == {"compile", "optimizer_impl", "cuda_allocator"}
+    assert set(by_hand) == {"compile"}  # a callback cannot swap the module fit() was given for a compiled one
     assert "torch.compile(model, mode='reduce-overhead')" in by_hand["compile"]["how"]
-    assert "configure_optimizers" in by_hand["optimizer_impl"]["how"]
+    assert out["callback"] == {"factory": "autotune.callbacks.for_lightning",
+                               "knobs": {"optimizer_impl": "fused", "cuda_allocator": "expandable_segments"}}
     cpu = F.render(make_doc(precision="bf16"), "lightning")["arguments"]
     assert cpu["trainer"]["precision"] == "bf16-mixed" and cpu["trainer"]["accelerator"] == "cpu"
     assert "prefetch_factor" not in cpu["dataloader"]
     tf32 = F.render(make_doc("cuda:0", precision="tf32"), "lightning")
-    assert tf32["arguments"]["trainer"]["precision"] == "32-true" and "precision" in manual(tf32)
+    assert tf32["arguments"]["trainer"]["precision"] == "32-true" and by_callback(tf32) == {"precision": "tf32"}
+    checkpointed = F.render(make_doc(activation_checkpointing=True, memory_format="channels_last"), "lightning")
+    assert by_callback(checkpointed) == {"memory_format": "channels_last", "activation_checkpointing": True}
 
 
 def test_accelerate_mapping():
@@ -211,6 +231,11 @@ def test_text_snippets_are_valid_and_name_every_by_hand_step():
         for item in F.render(doc, fmt)["not_expressible"]:
             assert item["how"] in snippet
     assert "training_args = TrainingArguments(" in F.text(doc, "hf-trainer")
+    for fmt, factory in (("hf-trainer", "for_trainer"), ("lightning", "for_lightning")):
+        snippet = F.text(doc, fmt)
+        assert f"autotune_callbacks = [autotune.callbacks.{factory}({by_callback(F.render(doc, fmt))!r})]" in snippet
+    assert "TrainingArguments(output_dir=\"autotune-trainer\", **training_args_kwargs)" in F.text(doc, "hf-trainer")
+    assert "lightning.Trainer(**trainer_kwargs, callbacks=autotune_callbacks)" in F.text(doc, "lightning")
     assert json.loads(F.text(doc, "json")) == json.loads(json.dumps(doc))
 
 
@@ -316,3 +341,186 @@ def test_real_accelerate_launch_reads_the_config(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "RESULT bf16 INDUCTOR max-autotune 3" in done.stdout
+
+
+# ---------------------------------------------------------------- autotune's callbacks
+
+ENV_NAMES = sorted({name for knob in knobs.REGISTRY for effect in knob.effects
+                    if isinstance(effect, knobs.effects.Env) for name in effect.names})
+
+
+@pytest.fixture
+def process_state(monkeypatch):
+    """The callbacks set the thread count, backend flags and environment variables of this process: put them back."""
+    for name in ENV_NAMES:
+        monkeypatch.delenv(name, raising=False)
+    threads, benchmark = torch.get_num_threads(), torch.backends.cudnn.benchmark
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    yield
+    torch.set_num_threads(threads)
+    torch.backends.cudnn.benchmark = benchmark
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+
+
+def other_than_default_everywhere(device: str) -> dict:
+    return {"precision": "tf32", "compile": "default", "memory_format": "channels_last", "num_workers": 2,
+            "activation_checkpointing": True, "cudnn_benchmark": True, "optimizer_impl": "foreach", "threads": 3,
+            "cuda_allocator": "expandable_segments", "pin_memory": True} if device.startswith("cuda") else {}
+
+
+@pytest.mark.parametrize("fmt", ["hf-trainer", "lightning"])
+def test_what_the_callback_is_given_it_can_carry_out(fmt):
+    """A knob handed to the callback declares an effect a callback carries out; the rest are the framework's."""
+    for device in ("cpu", "cuda:0"):
+        for knob in knobs.REGISTRY:
+            extra = {"num_workers": 2} if knob.name in ("prefetch_factor", "persistent_workers") else {}
+            for value in other_values(knob):
+                everything = {**other_than_default_everywhere(device), knob.name: value}
+                for values in ({**extra, knob.name: value}, everything):
+                    out = F.render(make_doc(device, **values), fmt)
+                    for name in by_callback(out):
+                        effects = knobs.KNOBS[name].effects
+                        assert any(isinstance(e, C.CARRIED_OUT) for e in effects), (fmt, name)
+                    assert not set(by_callback(out)) & set(manual(out)), (fmt, values)
+    assert F.render(make_doc(threads=2, memory_format="channels_last"), "accelerate")["callback"] is None
+
+
+def test_importing_the_callbacks_imports_no_framework():
+    """The frameworks are imported when a callback class is first needed, never at import (autotune needs neither)."""
+    tree = ast.parse(Path(C.__file__).read_text())
+    top = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    names = {alias.name for node in top if isinstance(node, ast.Import) for alias in node.names}
+    names |= {node.module or "" for node in top if isinstance(node, ast.ImportFrom)}
+    assert not {n for n in names if n.split(".")[0] in ("transformers", "lightning", "pytorch_lightning")}
+
+
+def test_the_callback_refuses_bad_values_and_warns_what_does_not_apply(process_state):
+    with pytest.raises(KnobError, match="warp_drive"):
+        C.KnobsInForce({"warp_drive": True})
+    with pytest.raises(KnobError, match="task"):
+        C.KnobsInForce({}, task="serve")
+    core = C.KnobsInForce({"threads": 1, "activation_checkpointing": True, "optimizer_impl": "fused"})
+    assert os.environ["OMP_NUM_THREADS"] == "1"  # when built: before the framework starts worker processes
+    model = torch.nn.Linear(4, 2)  # no blocks to checkpoint
+    optimizer = torch.optim.LBFGS(model.parameters())  # no fused= keyword
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        core.begin(model, [optimizer])
+    said = sorted(str(w.message) for w in caught if issubclass(w.category, C.NotAppliedWarning))
+    assert len(said) == 2 and "activation_checkpointing" in said[0] and "optimizer_impl" in said[1]
+    assert "LBFGS takes no fused= argument" in said[1]
+    assert torch.get_num_threads() == 1
+
+
+def test_the_callback_switches_the_optimizer_in_place(process_state):
+    """The framework and its LR schedulers hold the optimizer: it is switched, not replaced."""
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    C.KnobsInForce({"optimizer_impl": "foreach"}).begin(model, [optimizer])
+    assert optimizer.defaults["foreach"] is True and all(g["foreach"] is True for g in optimizer.param_groups)
+    model(torch.randn(3, 4)).sum().backward()
+    optimizer.step()
+    scheduler.step()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05) and scheduler.optimizer is optimizer
+
+
+class TinyConvNet(torch.nn.Module):
+    """A few conv blocks over 3x8x8 images (a 3-channel NCHW batch is not channels-last until converted); each
+    conv records, from inside the step, what the knobs made of the process and of its input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                            torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU())
+        self.head = torch.nn.Linear(8, 4)
+        self.seen: list[tuple[int, bool, bool]] = []
+        for layer in self.features:
+            if isinstance(layer, torch.nn.Conv2d):
+                layer.register_forward_hook(self._record)
+
+    def _record(self, layer, args, output) -> None:
+        cl = torch.channels_last
+        self.seen.append((torch.get_num_threads(), args[0].is_contiguous(memory_format=cl),
+                          layer.weight.is_contiguous(memory_format=cl)))
+
+    def forward(self, pixel_values, labels=None):
+        logits = self.head(self.features(pixel_values).mean(dim=(2, 3)))
+        loss = torch.nn.functional.cross_entropy(logits, labels) if labels is not None else None
+        return {"loss": loss, "logits": logits}
+
+
+class Images(torch.utils.data.Dataset):
+    def __init__(self, n: int = 32) -> None:
+        self.x, self.y = torch.randn(n, 3, 8, 8), torch.randint(0, 4, (n,))
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return {"pixel_values": self.x[i], "labels": self.y[i]}
+
+
+def assert_in_force(seen: list[tuple[int, bool, bool]], threads: int) -> None:
+    assert seen, "the step never ran the model's convolutions"
+    assert all(t == threads for t, _, _ in seen), seen  # torch.get_num_threads() inside the step
+    assert all(inputs and weights for _, inputs, weights in seen), seen  # channels_last inputs and weights
+
+
+def test_trainer_with_the_exported_callback_trains_with_the_knobs_in_force(tmp_path, monkeypatch, process_state):
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
+    threads = 1 if torch.get_num_threads() > 1 else 2
+    doc = make_doc(memory_format="channels_last", threads=threads, optimizer_impl="foreach", batch_size=4)
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(F.text(doc, "hf-trainer"), scope)  # the snippet as a user pastes it: its keyword dict and its callback
+    assert os.environ["OMP_NUM_THREADS"] == str(threads)  # set when the callback was built
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=2, report_to="none", save_strategy="no",
+                                          logging_strategy="no", disable_tqdm=True, **scope["training_args_kwargs"])
+    model = TinyConvNet()
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=Images(),
+                                   callbacks=scope["autotune_callbacks"])
+    result = trainer.train()
+    assert result.global_step == 2 and len(model.seen) == 2 * 2  # two steps, two convs each
+    assert_in_force(model.seen, threads)
+    inner = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # inside Accelerate's wrapper
+    assert inner.param_groups[0]["foreach"] is True  # optim has no foreach name: the callback switched it
+
+
+def test_lightning_with_the_exported_callback_trains_with_the_knobs_in_force(tmp_path, monkeypatch, process_state):
+    lightning = pytest.importorskip("lightning", reason="lightning is not installed (pip install -e '.[frameworks]')")
+    threads = 1 if torch.get_num_threads() > 1 else 2
+    doc = make_doc(memory_format="channels_last", threads=threads, optimizer_impl="foreach",
+                   activation_checkpointing=True, batch_size=4)
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(F.text(doc, "lightning"), scope)  # builds lightning.Trainer(**trainer_kwargs, callbacks=autotune_callbacks)
+    assert isinstance(scope["trainer"], lightning.Trainer)
+    # that Trainer appended its own ModelCheckpoint to the list it was given: keep autotune's callback
+    ours = [cb for cb in scope["autotune_callbacks"] if isinstance(cb, C.AutotuneLightningCallback)]
+    assert len(ours) == 1
+    net = TinyConvNet()
+
+    class Module(lightning.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = net
+            self.built: torch.optim.Optimizer | None = None
+
+        def training_step(self, batch, _):
+            return self.net(batch["pixel_values"], batch["labels"])["loss"]  # a submodule, not self(...)
+
+        def configure_optimizers(self):
+            self.built = torch.optim.AdamW(self.parameters(), lr=1e-3)
+            return self.built
+
+    module = Module()
+    loader = torch.utils.data.DataLoader(Images(), **scope["dataloader_kwargs"])
+    trainer = lightning.Trainer(**scope["trainer_kwargs"], callbacks=ours, max_steps=2,
+                                default_root_dir=tmp_path, logger=False, enable_checkpointing=False,
+                                enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(module, loader)
+    assert trainer.global_step == 2 and len(net.seen) == 2 * 2
+    assert_in_force(net.seen, threads)
+    assert trainer.optimizers[0] is module.built and module.built.param_groups[0]["foreach"] is True  # in place
+    assert all(hasattr(block.forward, "__wrapped__") for block in net.features if isinstance(block, torch.nn.Conv2d))

@@ -1,5 +1,5 @@
-"""How a knob is expressed in a framework export: the :class:`Job` a knob's mapping writes into, and the two
-mappings most knobs use (:func:`arg`, :func:`by_hand`).
+"""How a knob is expressed in a framework export: the :class:`Job` a knob's mapping writes into, and the three
+mappings most knobs use (:func:`arg`, :func:`callback`, :func:`by_hand`).
 
 Why here and not in :mod:`autotune.frameworks`: each knob declares its own mapping for
 every format (``Knob.exports``), next to its values and effects, so a knob added to the
@@ -8,6 +8,12 @@ registry is exported everywhere without touching another module. A mapping is a 
 why and how; :mod:`autotune.frameworks` sets up each format's arguments, calls the knobs'
 mappings in registry order, and writes the result as a file. Nothing here imports a
 framework or torch.
+
+A knob the framework's arguments cannot express is not left to the user where the
+framework has an extension point that can apply it: the Trainer's and Lightning's
+callbacks (:mod:`autotune.callbacks`) carry out a knob's effects inside the framework's
+own loop, so a mapping hands such a knob to the callback (:func:`callback`). Only what no
+argument and no callback can apply becomes a by-hand step.
 """
 
 from __future__ import annotations
@@ -15,12 +21,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from autotune.errors import KnobError
 from autotune.knobs.core import Knob, accumulation_steps
 
 HF_TRAINER = "hf-trainer"
 LIGHTNING = "lightning"
 ACCELERATE = "accelerate"
 FRAMEWORKS = (HF_TRAINER, LIGHTNING, ACCELERATE)  # every knob declares a mapping for each
+# The formats with an extension point autotune ships a callback for (autotune.callbacks): the factory's name there.
+# Accelerate has none: the user's own loop applies what its config cannot say (or autotune.load_config(...).apply).
+CALLBACKS = {HF_TRAINER: "for_trainer", LIGHTNING: "for_lightning"}
 
 
 @dataclass
@@ -40,6 +50,7 @@ class Job:
     extra: dict[str, Any] = field(default_factory=dict)  # more objects of the format (Accelerator(...) arguments)
     launch: dict[str, Any] = field(default_factory=dict)  # options of the framework's launcher (accelerate launch)
     manual: list[dict[str, Any]] = field(default_factory=list)
+    callback: dict[str, Any] = field(default_factory=dict)  # knob -> value, applied by the format's callback
 
     @property
     def cuda(self) -> bool:
@@ -63,6 +74,13 @@ class Job:
         value = self.values[name]
         self.manual.append({"knob": name, "value": value, "why": why, "how": how or self.knobs[name].how_to(value)})
 
+    def by_callback(self, name: str) -> None:
+        """Applied in training by autotune's callback for the format (:mod:`autotune.callbacks`), which carries out
+        the knob's effects there."""
+        if self.fmt not in CALLBACKS:
+            raise KnobError(f"{name}: autotune ships no callback for {self.fmt}")
+        self.callback[name] = self.values[name]
+
     def unless_default(self, name: str, why: str | None = None) -> None:
         if not self.is_default(name):
             self.by_hand(name, why or f"{self.where} has no argument for it")
@@ -76,6 +94,17 @@ def arg(argument: str, section: str | None = None) -> Export:
 
     def write(job: Job, name: str, value: Any) -> None:
         (job.arguments[section] if section else job.arguments)[argument] = value
+
+    return write
+
+
+def callback() -> Export:
+    """Applied by autotune's callback for the format (the framework's own extension point), unless the value is
+    PyTorch's default."""
+
+    def write(job: Job, name: str, value: Any) -> None:
+        if not job.is_default(name):
+            job.by_callback(name)
 
     return write
 

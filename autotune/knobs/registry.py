@@ -50,7 +50,7 @@ from autotune.knobs.effects import (
     OptimizerImpl,
     PinnedCopies,
 )
-from autotune.knobs.exports import ACCELERATE, HF_TRAINER, LIGHTNING, Job, arg, by_hand
+from autotune.knobs.exports import ACCELERATE, HF_TRAINER, LIGHTNING, Job, arg, by_hand, callback
 
 # ---------------------------------------------------------------- precision
 
@@ -74,9 +74,7 @@ def _hf_precision(job: Job, name: str, value: Any) -> None:
 def _pl_precision(job: Job, name: str, value: Any) -> None:
     job.arguments["trainer"]["precision"] = {"bf16": "bf16-mixed", "fp16": "16-mixed"}.get(value, "32-true")
     if value == "tf32":
-        job.by_hand(name, "Lightning's precision has no TF32 setting",
-                    "torch.set_float32_matmul_precision('high') and torch.backends.cudnn.allow_tf32 = True "
-                    "before trainer.fit")
+        job.by_callback(name)  # Lightning's precision has no TF32 setting: the callback sets the TF32 flags
 
 
 def _acc_precision(job: Job, name: str, value: Any) -> None:
@@ -123,14 +121,15 @@ def _hf_compile(job: Job, name: str, value: Any) -> None:
     if value != "off":
         job.arguments["torch_compile_mode"] = value
         if job.cuda and job.values[PRECISION.name] in ("fp32", "bf16"):
-            job.by_hand(PRECISION.name, "with torch_compile, Trainer (through Accelerate) turns TF32 matmuls on; "
-                                        "the measured step kept them off",
-                        "torch.backends.cuda.matmul.allow_tf32 = False after building the Trainer")
+            # with torch_compile, Trainer (through Accelerate) turns TF32 matmuls on; the measured step kept them
+            # off: the callback sets the precision's TF32 flags back once the Trainer is built
+            job.by_callback(PRECISION.name)
 
 
 def _pl_compile(job: Job, name: str, value: Any) -> None:
     if value != "off":
-        job.by_hand(name, "Lightning's Trainer has no compile argument",
+        job.by_hand(name, "Lightning's Trainer has no compile argument, and a callback cannot swap the module "
+                          "fit() was given for a compiled one",
                     _compile_how(value) + " on the LightningModule before trainer.fit(model)")
 
 
@@ -172,7 +171,7 @@ MEMORY_FORMAT = Knob(
     effects=(ChannelsLast(on="channels_last"),),
     how=lambda value: ("model = model.to(memory_format=torch.channels_last), "
                        "and 4-D inputs x.contiguous(memory_format=torch.channels_last)"),
-    exports={HF_TRAINER: by_hand(), LIGHTNING: by_hand(), ACCELERATE: by_hand()},
+    exports={HF_TRAINER: callback(), LIGHTNING: callback(), ACCELERATE: by_hand()},
 )
 
 # ---------------------------------------------------------------- batch_size
@@ -312,7 +311,7 @@ ACTIVATION_CHECKPOINTING = Knob(
     effects=(CheckpointBlocks(),),
     how=lambda value: ("torch.utils.checkpoint.checkpoint(block, *inputs, use_reentrant=False) around each repeated "
                        "block (Hugging Face models: model.gradient_checkpointing_enable())"),
-    exports={HF_TRAINER: _hf_checkpointing, LIGHTNING: by_hand(), ACCELERATE: by_hand()},
+    exports={HF_TRAINER: _hf_checkpointing, LIGHTNING: callback(), ACCELERATE: by_hand()},
 )
 
 # ---------------------------------------------------------------- cudnn_benchmark
@@ -328,7 +327,7 @@ CUDNN_BENCHMARK = Knob(
     recipe=True,
     effects=(Flag("backends.cudnn.benchmark", "cuda"),),
     how=lambda value: f"torch.backends.cudnn.benchmark = {value!r} before training",
-    exports={HF_TRAINER: by_hand(), LIGHTNING: arg("benchmark", "trainer"), ACCELERATE: by_hand()},
+    exports={HF_TRAINER: callback(), LIGHTNING: arg("benchmark", "trainer"), ACCELERATE: by_hand()},
 )
 
 # ---------------------------------------------------------------- optimizer_impl
@@ -338,15 +337,7 @@ def _hf_optimizer(job: Job, name: str, value: Any) -> None:
     # explicit, even for the default loop: transformers' own default is the fused one
     job.arguments["optim"] = "adamw_torch_fused" if value == "fused" else "adamw_torch"
     if value == "foreach":
-        job.by_hand(name, "TrainingArguments' optim names have no foreach variant (adamw_torch is the default loop)",
-                    "Trainer(..., optimizers=(torch.optim.AdamW(model.parameters(), lr=args.learning_rate, "
-                    "foreach=True), None))")
-
-
-def _pl_optimizer(job: Job, name: str, value: Any) -> None:
-    if value != "default":
-        job.by_hand(name, "the optimizer is built in configure_optimizers, not by the Trainer",
-                    f"in configure_optimizers: torch.optim.AdamW(self.parameters(), lr=..., {value}=True)")
+        job.by_callback(name)  # optim has no foreach variant: the callback switches the Trainer's optimizer to it
 
 
 OPTIMIZER_IMPL = Knob(
@@ -362,7 +353,8 @@ OPTIMIZER_IMPL = Knob(
     effects=(OptimizerImpl(default="default"),),
     how=lambda value: (f"build the optimizer with {value}=True, "
                        f"e.g. torch.optim.AdamW(model.parameters(), lr=..., {value}=True)"),
-    exports={HF_TRAINER: _hf_optimizer, LIGHTNING: _pl_optimizer,
+    # Lightning's optimizer comes from configure_optimizers: the callback switches it in place (schedulers kept)
+    exports={HF_TRAINER: _hf_optimizer, LIGHTNING: callback(),
              ACCELERATE: by_hand("your script builds the optimizer")},
 )
 
@@ -388,7 +380,7 @@ THREADS = Knob(
     effects=(Env(("OMP_NUM_THREADS", "MKL_NUM_THREADS")), NumThreads()),
     how=lambda value: (f"torch.set_num_threads({value}) at start, and OMP_NUM_THREADS={value} in the environment "
                        "before Python starts"),
-    exports={HF_TRAINER: by_hand(), LIGHTNING: by_hand(), ACCELERATE: _acc_threads},
+    exports={HF_TRAINER: callback(), LIGHTNING: callback(), ACCELERATE: _acc_threads},
 )
 
 # ---------------------------------------------------------------- cuda_allocator
@@ -403,7 +395,8 @@ CUDA_ALLOCATOR = Knob(
     torch_default="default",
     effects=(Env(("PYTORCH_CUDA_ALLOC_CONF",), {"expandable_segments": "expandable_segments:True"}),),
     how=lambda value: "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the environment before Python starts",
-    exports={HF_TRAINER: by_hand(), LIGHTNING: by_hand(), ACCELERATE: by_hand()},
+    # the callbacks set it when built (before the Trainer starts CUDA), or on CUDA's running allocator
+    exports={HF_TRAINER: callback(), LIGHTNING: callback(), ACCELERATE: by_hand()},
 )
 
 
