@@ -236,6 +236,7 @@ def tune(
     task: str | None = None,
     trial_timeout: float | str = DEFAULT_TRIAL_TIMEOUT_S,
     batch_ceiling: bool | None = None,
+    warm_start: bool = True,
     progress: bool = True,
 ) -> TuneResult:
     """Tune a model's performance knobs (``autotune run`` as a function); resume the study if it exists.
@@ -249,7 +250,8 @@ def tune(
     ``study`` and ``storage`` default as in the CLI (``studies/<name>.db``). ``confirm``:
     rounds of the final race (0: none). ``quick``: short windows (smoke runs).
     ``batch_ceiling``: first find the largest batch that fits and search none above it
-    (default: on a GPU, or with ``max_memory``).
+    (default: on a GPU, or with ``max_memory``). ``warm_start``: a new study first measures the winners of
+    earlier studies in the same storage on this kind of machine (False: only the baseline and the recipe).
     ``progress``: a progress bar and one line per trial (False: silent).
 
     Ctrl-C (a notebook's interrupt) stops the running trial, records it as interrupted
@@ -268,6 +270,7 @@ def tune(
         spec=spec, space=space, trials=trials, time_budget_s=_seconds(time_budget, "time_budget"),
         max_memory_bytes=_bytes(max_memory, "max_memory"), global_batch=global_batch, sampler=sampler, seed=seed,
         quick=quick, confirm=confirm, trial_timeout_s=_seconds(trial_timeout, "trial_timeout"), batch_ceiling=batch_ceiling,
+        warm_start=warm_start,
     )
     name = study or default_study(spec)
     store = _store(storage, name)

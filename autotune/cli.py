@@ -180,6 +180,7 @@ def job_options(trials_help: str, time_budget_help: str) -> Callable[[Callable[.
         click.option("--quick", is_flag=True, help="Short measurement windows (smoke runs; noisier figures)."),
         click.option("--no-early-stop", is_flag=True, help="Never cut a dominated trial short."),
         click.option("--confirm", type=click.IntRange(0, MAX_CONFIRM), default=DEFAULT_CONFIRM, show_default=True, help="Rounds of the final race at most: the configurations tied with the fastest and the baseline measured again, interleaved, until they separate (0: no race; claims then rest on single measurements)."),
+        click.option("--warm-start/--no-warm-start", "warm_start", default=True, show_default=True, help="A new study first measures the winners of earlier studies in the same storage on this kind of machine (after the baseline and the recipe), before the sampler takes over."),
         click.option("--batch-ceiling/--no-batch-ceiling", "batch_ceiling", default=None, help="First find the largest batch that fits (doubling, then bisection, in isolated trials) and search no batch above it (default: on a GPU, or with --max-memory)."),
     ]
 
@@ -198,7 +199,7 @@ def job_from(spec: Any, timeout: float, options: dict[str, Any]) -> TuneConfig:
         max_memory_bytes=options["max_memory"],
         global_batch=options["global_batch"], sampler=options["sampler"], seed=options["seed"], quick=options["quick"],
         early_stop=not options["no_early_stop"], confirm=options["confirm"], trial_timeout_s=timeout,
-        batch_ceiling=options["batch_ceiling"],
+        batch_ceiling=options["batch_ceiling"], warm_start=options["warm_start"],
     )
 
 

@@ -162,6 +162,7 @@ class TuneConfig:
     confirm: int = DEFAULT_CONFIRM
     trial_timeout_s: float = DEFAULT_TRIAL_TIMEOUT_S
     batch_ceiling: bool | None = None  # probe the largest batch that fits; None: on a GPU or with a memory budget
+    warm_start: bool = True  # a new study first measures earlier studies' winners on this kind of machine (autotune.warmstart)
 
     def __post_init__(self) -> None:
         if not isinstance(self.spec, WorkloadSpec):
@@ -180,7 +181,7 @@ class TuneConfig:
             _whole(self.max_memory_bytes, "the memory budget (--max-memory, max_memory=) in bytes", 1)
         if self.space is not None and (not isinstance(self.space, str) or not self.space.strip()):
             raise KnobError(f"the space (--space, space=) must name a space or a TOML file, not {self.space!r}")
-        for flag in ("quick", "early_stop"):
+        for flag in ("quick", "early_stop", "warm_start"):
             if not isinstance(getattr(self, flag), bool):
                 raise KnobError(f"{flag} must be True or False, not {getattr(self, flag)!r}")
         if self.batch_ceiling is not None and not isinstance(self.batch_ceiling, bool):

@@ -202,9 +202,11 @@ class Tuner:
         on_trial: Callable[[TrialRecord], None] | None = None,
         on_repeat: race.OnMeasure | None = None,
         check: Callable[[], None] | None = None,
+        warm: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]] = (),
     ) -> None:
         """``check()`` runs before each trial and raises when the store can no longer keep results
-        (:meth:`autotune.store.Store.check_alive`)."""
+        (:meth:`autotune.store.Store.check_alive`). ``warm``: (parameters, user attributes) of the seeds
+        queued after the recipe, each once (:mod:`autotune.warmstart`: earlier studies' winners)."""
         self.study = study
         self.space = space
         self.ctx = ctx
@@ -214,6 +216,7 @@ class Tuner:
         self.on_trial = on_trial
         self.on_repeat = on_repeat
         self.check = check or (lambda: None)
+        self.warm = list(warm)
 
     # ------------------------------------------------------------ seeds
 
@@ -233,11 +236,16 @@ class Tuner:
             recipe[name] = value
         return [("baseline", baseline), ("recipe", recipe)]
 
-    def _seeded(self, role: str) -> bool:
-        """A trial of this role is queued, running, or has been answered (measured, failed, or a cache answer)."""
+    def _seeded(self, role: str, **match: Any) -> bool:
+        """A trial of this role (and these user attributes, or queued again for one that had them) is queued,
+        running, or has been answered (measured, failed, or a cache answer)."""
+        matched: set[int] = set()
         for t in self.study.get_trials(deepcopy=False):
             if t.user_attrs.get("role") != role:
                 continue
+            if any(t.user_attrs.get(k) != v for k, v in match.items()) and t.user_attrs.get("requeued_from") not in matched:
+                continue
+            matched.add(t.number)
             if t.state in (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE):
                 return True
             if t.state == TrialState.FAIL and t.user_attrs.get("outcome") not in (None, R.INTERRUPTED):
@@ -245,12 +253,18 @@ class Tuner:
         return False
 
     def enqueue_seeds(self) -> None:
-        """Queue the next seed, just in time: the baseline first; the recipe once the baseline is measured."""
+        """Queue the next seed, just in time: the baseline first; the recipe once the baseline is measured;
+        then the warm-start seeds, one at a time."""
         seeds = dict(self.seed_params())
         if not self._seeded("baseline"):
             self.study.enqueue_trial(seeds["baseline"], user_attrs={"role": "baseline"})
         elif baseline_measured(self.study) and not self._seeded("recipe"):
             self.study.enqueue_trial(seeds["recipe"], user_attrs={"role": "recipe"})
+        elif baseline_measured(self.study):
+            for params, attrs in self.warm:
+                if not self._seeded(attrs["role"], **{k: v for k, v in attrs.items() if k != "role"}):
+                    self.study.enqueue_trial(dict(params), user_attrs=dict(attrs))
+                    break
 
     # ------------------------------------------------------------ sampling
 

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Mapping
 import optuna
 
 from autotune import ceiling as ceilings
-from autotune import knobs, recovery, view
+from autotune import knobs, recovery, view, warmstart
 from autotune import space as spaces
 from autotune import study as S
 from autotune.ceiling import Ceiling
@@ -60,6 +60,7 @@ class Prepared:
     measured: int
     runner: Runner = field(repr=False)
     ceiling: Ceiling | None = None  # the batch-size ceiling the searched batch sizes were fitted to
+    warm: list[warmstart.Seed] = field(default_factory=list)  # earlier studies' winners, queued after the recipe
 
     def run(self) -> S.Summary:
         """Tune until the budget is spent; a storage that refuses a write ends it in one StorageError."""
@@ -75,6 +76,8 @@ class Prepared:
         ]
         if self.ceiling is not None:
             lines.append(f"batch ceiling: {self.ceiling.text()}")
+        if self.warm:
+            lines.append(warmstart.line(self.warm, self.tuner.base) or "")
         if self.recovered:
             n = len(self.recovered)
             lines.append(f"re-queued {n} trial{'s' if n > 1 else ''} left running by a stopped process: "
@@ -175,9 +178,11 @@ def _prepare(config: TuneConfig, name: str, store: Store, device: str, *, on_tri
                            placement=placement(device))
     tuner = S.Tuner(study, effective, ctx, base, runner.measure, options, on_trial=on_trial, on_repeat=on_repeat,
                     check=store.check_alive)
+    warm = warmstart.seeds(store, study, created, config.warm_start, probe["fingerprint"], tuner)
+    tuner.warm = [(seed.params, seed.attrs()) for seed in warm]
     measured = sum(1 for t in study.get_trials(deepcopy=False) if S.is_measured(t))
     return Prepared(config, name, store, study, created, recovered, tuner, device, space.name, effective.size(),
-                    list(effective.search), measured, runner, ceiling)
+                    list(effective.search), measured, runner, ceiling, warm=warm)
 
 
 def _deadline(study: optuna.Study, config: TuneConfig, created: bool, joining: bool) -> float | None:

@@ -1,0 +1,167 @@
+"""A head start from earlier studies: the winners of studies on the same kind of machine, measured early.
+
+Why: what makes one model fast on a machine often makes another fast on it too (the precision
+the device computes fastest in, the threads its cores want, a batch large enough to keep it
+busy). A new study in a store that already holds tuned studies of this kind of machine
+(:func:`autotune.store.kind`) therefore measures their winners right after the baseline and the
+guides' recipe, before the sampler takes over: a few trials that can save many. ``--no-warm-start``
+(``TuneConfig.warm_start=False``) turns it off. benchmarks/warm_start.py measures the trials saved
+on a model whose grid did not pick the source.
+
+What it reads, once, when a study is created: the store's study summaries (one query, names and
+attributes), then, newest first and only for studies of this kind of machine, each one's trials
+for its verdict (:class:`autotune.evidence.Evidence`), until :data:`LIMIT` seeds are found or
+:data:`EXAMINED` studies were read. Only a ``gain`` verdict counts (a study whose defaults won has
+nothing to pass on), and its winner's knob values come from the winner trial's ``config``.
+
+What it keeps: the winners' values of the knobs *this* study searches, each one a value this
+study's space holds (Optuna's ``enqueue_trial`` refuses a categorical value outside the choices
+and only warns for an out-of-range integer): a range value outside the space goes to the nearest
+value in it, a choice the space lacks, or a knob the winner did not set, takes the baseline's
+value. A seed that comes out as the baseline, the recipe or an earlier seed is dropped.
+
+What it writes: the chosen seeds, on the new study (``warm_start``), so a resumed run and every
+worker that joins queue the same ones; the :class:`autotune.study.Tuner` queues each just in time
+(role ``warm``, ``warm_from`` naming the source study and trial), never twice. A resumed study
+does not look for new winners.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from autotune import knobs
+from autotune.evidence import Evidence
+from autotune.space import Space
+from autotune.store import Store, kind
+
+LIMIT = 3  # seeds at most: each one is a measured trial of the budget
+EXAMINED = 12  # earlier studies of this kind whose trials are read at most
+ATTR = "warm_start"  # the study's chosen seeds
+ROLE = "warm"
+FROM = "warm_from"  # on a seed's trial: {"study", "trial"} it came from
+
+
+@dataclass(frozen=True)
+class Seed:
+    """The winner of an earlier study, as values of this study's searched knobs."""
+
+    study: str
+    trial: int
+    params: dict[str, Any]
+    speedup: float | None = None  # the winner's speed-up over its own study's defaults
+
+    def attrs(self) -> dict[str, Any]:
+        """The user attributes of the trial that measures it."""
+        return {"role": ROLE, FROM: {"study": self.study, "trial": self.trial}}
+
+    def text(self, base: Mapping[str, Any]) -> str:
+        changes = " ".join(f"{k}={knobs.KNOBS[k].format(v)}" for k, v in self.params.items()
+                           if k in knobs.KNOBS and base.get(k) != v)
+        return f"#{self.trial} of {self.study!r} ({changes or 'defaults'})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"study": self.study, "trial": self.trial, "params": dict(self.params), "speedup": self.speedup}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Seed:
+        return cls(str(d["study"]), int(d["trial"]), dict(d["params"]), d.get("speedup"))
+
+
+def fit(config: Mapping[str, Any], space: Space, base: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` as values of the knobs ``space`` searches, every one a value the space holds (see the module)."""
+    out: dict[str, Any] = {}
+    for name, dim in space.search.items():
+        value = config.get(name, base.get(name))
+        if not dim.contains(value):
+            candidates = dim.values()
+            if knobs.KNOBS[name].is_range and isinstance(value, int) and not isinstance(value, bool):
+                value = min(candidates, key=lambda v: (abs(v - value), -v))
+            else:
+                value = base.get(name)
+        if not dim.contains(value):  # the baseline's own value is always a candidate; a guard all the same
+            value = dim.values()[0]
+        out[name] = value
+    return out
+
+
+def choose(store: Store, name: str, fingerprint: Mapping[str, Any], space: Space, base: Mapping[str, Any],
+           ctx: knobs.Context, taken: Iterable[Mapping[str, Any]] = (), limit: int = LIMIT,
+           examined: int = EXAMINED) -> list[Seed]:
+    """The winners of the newest earlier studies of this kind of machine in ``store``, fitted to ``space``.
+
+    ``taken``: parameters already queued (the baseline and the recipe); a seed equal to one of them is dropped.
+    """
+    mine = kind(fingerprint)
+    summaries = [s for s in store.summaries() if s.study_name != name and isinstance(s.user_attrs.get("fingerprint"), Mapping)
+                 and kind(s.user_attrs["fingerprint"]) == mine]
+    order = sorted(range(len(summaries)), key=lambda i: (str(summaries[i].user_attrs.get("created_at") or ""), i), reverse=True)
+    seen = {_key(p, base, ctx) for p in taken}
+    out: list[Seed] = []
+    for i in order[:examined]:
+        if len(out) >= limit:
+            break
+        seed = _winner(store, summaries[i], space, base)
+        if seed is None or _key(seed.params, base, ctx) in seen:
+            continue
+        seen.add(_key(seed.params, base, ctx))
+        out.append(seed)
+    return out
+
+
+def _winner(store: Store, summary: Any, space: Space, base: Mapping[str, Any]) -> Seed | None:
+    """A study's recommended configuration (a ``gain`` verdict only), fitted to ``space``."""
+    storage = store.storage
+    trials = storage.get_all_trials(storage.get_study_id_from_name(summary.study_name), deepcopy=False)
+    try:
+        evidence = Evidence(trials, summary.user_attrs)
+        verdict = evidence.verdict()
+    except (KeyError, TypeError, ValueError, AttributeError):  # a study too odd to read gives no seed, never an error
+        return None
+    if verdict.state != "gain" or verdict.winner is None or verdict.winner not in evidence.configs:
+        return None
+    config = evidence.configs[verdict.winner].config
+    if not config:
+        return None
+    speedup = verdict.speedup.estimate if verdict.speedup else None
+    return Seed(summary.study_name, verdict.winner, fit(config, space, base), speedup)
+
+
+def _key(params: Mapping[str, Any], base: Mapping[str, Any], ctx: knobs.Context) -> str:
+    return knobs.resolve({**base, **params}, ctx).key()
+
+
+def stored(attrs: Mapping[str, Any], space: Space, base: Mapping[str, Any]) -> list[Seed]:
+    """The seeds a study chose when it was created, fitted again to the space as it is now."""
+    out = []
+    for raw in attrs.get(ATTR) or ():
+        try:
+            seed = Seed.from_dict(raw)
+        except (KeyError, TypeError, ValueError):
+            continue
+        out.append(Seed(seed.study, seed.trial, fit(seed.params, space, base), seed.speedup))
+    return out
+
+
+def line(seeds: Sequence[Seed], base: Mapping[str, Any]) -> str | None:
+    """What ``run`` says about the seeds before the first trial (None: there are none)."""
+    if not seeds:
+        return None
+    n = len(seeds)
+    return (f"warm start: {n} winner{'s' if n > 1 else ''} of earlier studies on this kind of machine: "
+            + ", ".join(s.text(base) for s in seeds))
+
+
+def seeds(store: Store, study: Any, created: bool, enabled: bool, fingerprint: Mapping[str, Any], tuner: Any) -> list[Seed]:
+    """This study's seeds (for :class:`autotune.study.Tuner`'s ``warm``): chosen now and stored on the study when it
+    was just created, else the ones it stored then; none with warm start off."""
+    if not enabled:
+        return []
+    if not created:
+        return stored(study.user_attrs, tuner.space, tuner.base)
+    chosen = choose(store, study.study_name, fingerprint, tuner.space, tuner.base, tuner.ctx,
+                    taken=[params for _, params in tuner.seed_params()])
+    if chosen:
+        study.set_user_attr(ATTR, [s.to_dict() for s in chosen])
+    return chosen

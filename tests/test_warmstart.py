@@ -1,0 +1,284 @@
+"""Warm start (autotune/warmstart.py): a new study first measures the winners of earlier studies of its kind.
+
+The earlier studies are real ones: tuned by the real study loop (autotune.study.Tuner) in a real SQLite
+store, with a fake measurement whose fastest configuration is known, so each one has a 'gain' verdict
+with a known winner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+from typing import Any, Mapping
+
+import optuna
+import pytest
+
+from autotune import knobs, space, tuning, warmstart
+from autotune import result as R
+from autotune import study as S
+from autotune.request import TuneConfig, WorkloadSpec
+from autotune.store import Store, kind
+
+CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
+SAME = {"device_type": "cpu", "device_name": "Test CPU", "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.5.0"}
+OTHER = {**SAME, "cpu_count": 8}
+TARGET = {
+    "precision": ["fp32", "bf16"],
+    "batch_size": {"low": 16, "high": 128, "step": 16},
+    "optimizer_impl": ["default", "foreach"],
+    "memory_format": ["contiguous", "channels_last"],
+}
+# The earlier studies: (name, fingerprint, searched space, the configuration the fake measures fastest, created_at)
+EARLIER = [
+    ("a", SAME, {"batch_size": [32, 64], "optimizer_impl": ["default", "foreach"]},
+     {"batch_size": 64, "optimizer_impl": "foreach"}, "2025-01-01T00:00:00+00:00"),
+    ("b", SAME, {"precision": ["fp32", "bf16"], "batch_size": [32, 128]},
+     {"precision": "bf16", "batch_size": 128}, "2025-01-02T00:00:00+00:00"),
+    ("c", OTHER, {"batch_size": [32, 96], "memory_format": ["contiguous", "channels_last"]},
+     {"batch_size": 96, "memory_format": "channels_last"}, "2025-01-03T00:00:00+00:00"),
+]
+
+
+def peaked(best: Mapping[str, Any], calls: list | None = None, interrupt_role: list | None = None):
+    """A fake measurement: twice as fast for every knob that has its ``best`` value (so ``best`` wins)."""
+
+    def evaluate(config, dominators=(), margin=None):
+        if calls is not None:
+            calls.append(dict(config))
+        if interrupt_role:
+            interrupt_role.pop()
+            raise KeyboardInterrupt
+        matches = sum(1 for k, v in best.items() if config.get(k) == v)
+        return R.TrialResult(outcome=R.OK, samples_per_s=100.0 * 2**matches, samples_per_s_cv=0.01,
+                             peak_memory_bytes=100_000_000, wall_s=0.01)
+
+    return evaluate
+
+
+def attrs(sp: space.Space, fingerprint: Mapping[str, Any]) -> dict[str, Any]:
+    return {"workload": {"model": "x:y"}, "space": sp.to_dict(), "space_hash": sp.hash(), "fingerprint": dict(fingerprint),
+            "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
+
+
+def tuned(store: Store, name: str, fingerprint: Mapping[str, Any], search: Mapping[str, Any], best: Mapping[str, Any],
+          created_at: str, trials: int) -> optuna.Study:
+    """An earlier study, tuned to the end: its verdict's winner is ``best``."""
+    sp = space.parse({"search": dict(search)}, f"{name}.toml", name)
+    study, created = store.create_or_check(name, attrs(sp, fingerprint), S.make_sampler("random", 0))
+    assert created
+    study.set_user_attr("created_at", created_at)
+    base = S.base_config(CTX, {}, None)
+    eff = space.effective(sp, CTX, base)
+    S.Tuner(study, eff, CTX, base, peaked(best), S.Options(trials=trials, race_rounds=0, max_repeats=60)).run()
+    return study
+
+
+@pytest.fixture(scope="module")
+def earlier(tmp_path_factory) -> Path:
+    """A SQLite file holding the EARLIER studies, made once (each test works on a copy)."""
+    path = tmp_path_factory.mktemp("earlier") / "earlier.db"
+    store = Store(f"sqlite:///{path}")
+    for name, fingerprint, search, best, created_at in EARLIER:
+        study = tuned(store, name, fingerprint, search, best, created_at, trials=4)
+        verdict = S.Evidence.of(study).verdict()
+        assert verdict.state == "gain", verdict.text
+    return path
+
+
+@pytest.fixture
+def url(earlier, tmp_path) -> str:
+    path = tmp_path / "store.db"
+    shutil.copy(earlier, path)
+    return f"sqlite:///{path}"
+
+
+def winner_config(store: Store, name: str) -> dict[str, Any]:
+    study = store.load(name)
+    verdict = S.Evidence.of(study).verdict()
+    return study.trials[verdict.winner].user_attrs["config"]
+
+
+def new_target(store: Store, name: str, fingerprint: Mapping[str, Any] = SAME, search: Mapping[str, Any] = TARGET,
+               enabled: bool = True) -> tuple[optuna.Study, S.Tuner, list[warmstart.Seed]]:
+    """A new study, its Tuner and its seeds, the way tuning.prepare makes them."""
+    sp = space.parse({"search": dict(search)}, "target.toml", "target")
+    study, created = store.create_or_check(name, attrs(sp, fingerprint), S.make_sampler("random", 1))
+    base = S.base_config(CTX, {}, None)
+    eff = space.effective(sp, CTX, base)
+    tuner = S.Tuner(study, eff, CTX, base, peaked({"batch_size": 112}), S.Options(trials=5, race_rounds=0, max_repeats=60))
+    seeds = warmstart.seeds(store, study, created, enabled, fingerprint, tuner)
+    tuner.warm = [(s.params, s.attrs()) for s in seeds]
+    return study, tuner, seeds
+
+
+def test_a_new_study_of_the_same_kind_measures_the_earlier_winners_after_the_baseline_and_the_recipe(url):
+    store = Store(url)
+    study, tuner, seeds = new_target(store, "target")
+    # the newest first; 'c' ran on another kind of machine
+    assert [(s.study, s.trial) for s in seeds] == [("b", S.Evidence.of(store.load("b")).verdict().winner),
+                                                    ("a", S.Evidence.of(store.load("a")).verdict().winner)]
+    assert seeds[0].params == {"precision": "bf16", "batch_size": 128, "optimizer_impl": "default", "memory_format": "contiguous"}
+    assert seeds[1].params == {"precision": "fp32", "batch_size": 64, "optimizer_impl": "foreach", "memory_format": "contiguous"}
+    assert study.user_attrs[warmstart.ATTR] == [s.to_dict() for s in seeds]  # stored: workers and resumes queue the same
+    tuner.run()
+    trials = study.get_trials()
+    assert [t.user_attrs["role"] for t in trials[:4]] == ["baseline", "recipe", "warm", "warm"]
+    assert [t.user_attrs["warm_from"] for t in trials[2:4]] == [{"study": s.study, "trial": s.trial} for s in seeds]
+    for t, seed in zip(trials[2:4], seeds):
+        assert {k: t.user_attrs["config"][k] for k in TARGET} == seed.params
+        assert t.user_attrs.get("duplicate_of") is None  # measured, not a cache answer
+    assert all(t.user_attrs["role"] == "search" for t in trials[4:])
+    assert warmstart.line(seeds, tuner.base) == (
+        f"warm start: 2 winners of earlier studies on this kind of machine: #{seeds[0].trial} of 'b' "
+        f"(precision=bf16 batch_size=128), #{seeds[1].trial} of 'a' (batch_size=64 optimizer_impl=foreach)")
+
+
+def test_a_study_on_another_kind_of_machine_gets_no_seeds(url):
+    store = Store(url)
+    alone = {**SAME, "device_name": "Another CPU", "cpu_model": "Another CPU"}
+    assert kind(alone) != kind(SAME)
+    study, tuner, seeds = new_target(store, "elsewhere", fingerprint=alone)
+    assert seeds == [] and warmstart.ATTR not in study.user_attrs
+    tuner.run()
+    assert not any(t.user_attrs.get("role") == "warm" for t in study.get_trials())
+    # and 'c''s kind gets 'c''s winner only
+    _, _, theirs = new_target(store, "eight-cores", fingerprint=OTHER)
+    assert [s.study for s in theirs] == ["c"]
+
+
+def test_without_warm_start_no_seeds_are_chosen_or_queued(url):
+    store = Store(url)
+    study, tuner, seeds = new_target(store, "cold", enabled=False)
+    assert seeds == [] and warmstart.ATTR not in study.user_attrs
+    tuner.run()
+    assert [t.user_attrs["role"] for t in study.get_trials()][:2] == ["baseline", "recipe"]
+    assert not any(t.user_attrs.get("role") == "warm" for t in study.get_trials())
+
+
+def test_values_the_space_does_not_hold_are_mapped_or_left_out(url):
+    store = Store(url)
+    wide = {"batch_size": [32, 256], "optimizer_impl": ["default", "fused"], "threads": [1, 2]}
+    tuned(store, "wide", SAME, wide, {"batch_size": 256, "optimizer_impl": "fused", "threads": 1},
+          "2025-02-01T00:00:00+00:00", trials=8)
+    won = winner_config(store, "wide")
+    assert (won["batch_size"], won["optimizer_impl"], won["threads"]) == (256, "fused", 1)
+    study, tuner, seeds = new_target(store, "narrow")
+    assert [s.study for s in seeds] == ["wide", "b", "a"]
+    # 256 is above the range: the nearest batch there is; 'fused' is no choice here: the baseline's value;
+    # threads is not searched here: left out
+    assert seeds[0].params == {"precision": "fp32", "batch_size": 128, "optimizer_impl": "default", "memory_format": "contiguous"}
+    for seed in seeds:
+        assert set(seed.params) == set(tuner.space.search)
+        assert all(tuner.space.search[k].contains(v) for k, v in seed.params.items())
+    # a seed that fits to a configuration already queued (the baseline, the recipe, an earlier seed) is dropped
+    base = S.base_config(CTX, {}, None)
+    sp = tuner.space
+    assert warmstart.fit({"batch_size": 4096, "optimizer_impl": "fused", "threads": 1}, sp, base) == {
+        "precision": "fp32", "batch_size": 128, "optimizer_impl": "default", "memory_format": "contiguous"}
+    assert warmstart.choose(store, "narrow2", SAME, sp, base, CTX, taken=[seeds[0].params]) == seeds[1:]
+    assert warmstart.choose(store, "narrow2", SAME, sp, base, CTX, limit=1) == seeds[:1]
+
+
+def test_a_resumed_study_queues_its_seeds_once_and_looks_for_no_new_ones(url):
+    store = Store(url)
+    calls: list = []
+    interrupt: list = []
+    study, tuner, seeds = new_target(store, "resumed")
+    assert len(seeds) == 2
+    tuner.evaluate = peaked({"batch_size": 112}, calls, interrupt)
+    tuner.options.trials = 3  # baseline, recipe, the first seed
+    tuner.run()
+    # the second seed's trial is stopped by Ctrl-C: it is recorded as interrupted and queued again
+    tuner.options.trials = 5
+    interrupt.append(True)
+    with pytest.raises(KeyboardInterrupt):
+        tuner.run()
+    # a newer winner appears meanwhile: a resumed study does not look for new ones
+    tuned(store, "newer", SAME, {"optimizer_impl": ["default", "foreach"], "precision": ["fp32", "bf16"]},
+          {"optimizer_impl": "foreach", "precision": "bf16"}, "2025-03-01T00:00:00+00:00", trials=4)
+    again = optuna.load_study(study_name="resumed", storage=url)
+    assert warmstart.seeds(store, again, False, True, SAME, tuner) == seeds
+    resumed = S.Tuner(again, tuner.space, CTX, tuner.base, peaked({"batch_size": 112}, calls),
+                      S.Options(trials=7, race_rounds=0, max_repeats=60), warm=[(s.params, s.attrs()) for s in seeds])
+    resumed.run()
+    warm = [t for t in again.get_trials() if t.user_attrs.get("role") == "warm"]
+    measured = [t for t in warm if S.is_measured(t)]
+    assert [t.user_attrs["outcome"] for t in warm].count(R.INTERRUPTED) == 1
+    assert len(measured) == 2 and not any(t.user_attrs.get("duplicate_of") is not None for t in warm)
+    assert sorted(tuple(sorted(t.params.items())) for t in measured) == sorted(tuple(sorted(s.params.items())) for s in seeds)
+    roles = [t.user_attrs["role"] for t in again.get_trials() if S.is_measured(t)]
+    assert roles.count("baseline") == 1 and roles.count("recipe") == 1 and roles.count("warm") == 2
+
+
+# ---------------------------------------------------------------- through tuning.prepare (the wiring of run and tune())
+
+
+class FakeRunner:
+    """tuning.Runner without processes: the probe says this machine is of SAME's kind."""
+
+    def __init__(self, spec: WorkloadSpec, **_: Any) -> None:
+        self.spec = spec
+
+    def probe(self) -> dict[str, Any]:
+        return {"context": CTX.to_dict(), "workload": {}, "fingerprint": dict(SAME)}
+
+    def measure(self, config, dominators=(), margin=None, **_: Any) -> R.TrialResult:
+        return peaked({"batch_size": 112})(config)
+
+
+def test_prepare_queues_the_seeds_of_a_new_study_and_says_so_unless_warm_start_is_off(url, tmp_path, monkeypatch):
+    monkeypatch.setattr(tuning, "Runner", FakeRunner)
+    monkeypatch.setattr("autotune.load.other_cores_now", lambda *a, **k: {})  # no half-second wait
+    toml = tmp_path / "target.toml"
+    toml.write_text("[search]\nprecision = ['fp32', 'bf16']\nbatch_size = { low = 16, high = 128, step = 16 }\n"
+                    "optimizer_impl = ['default', 'foreach']\nmemory_format = ['contiguous', 'channels_last']\n")
+    job = TuneConfig(spec=WorkloadSpec(model="x:y"), space=str(toml), trials=5, confirm=0)
+    store = Store(url)
+    prepared = tuning.prepare(job, "via-prepare", store, "cpu")
+    assert [(s.study, s.params["batch_size"]) for s in prepared.warm] == [("b", 128), ("a", 64)]
+    assert prepared.tuner.warm == [(s.params, s.attrs()) for s in prepared.warm]
+    assert sum(line.startswith("warm start: 2 winners of earlier studies on this kind of machine: #") for line in prepared.opening()) == 1
+    prepared.run()
+    assert [t.user_attrs["role"] for t in prepared.study.get_trials()][:4] == ["baseline", "recipe", "warm", "warm"]
+    assert prepared.study.user_attrs["job"]["warm_start"] is True
+    # resumed: the stored seeds, none queued again
+    again = tuning.prepare(dataclasses.replace(job, trials=6), "via-prepare", store, "cpu")
+    assert again.warm == prepared.warm
+    again.run()
+    assert [t.user_attrs["role"] for t in again.study.get_trials()].count("warm") == 2
+
+    cold = tuning.prepare(dataclasses.replace(job, warm_start=False), "cold", store, "cpu")
+    assert cold.warm == [] and cold.tuner.warm == [] and not any(line.startswith("warm start") for line in cold.opening())
+    assert warmstart.ATTR not in cold.study.user_attrs and cold.study.user_attrs["job"]["warm_start"] is False
+
+
+def test_warm_start_is_part_of_the_job_and_old_jobs_load():
+    job = TuneConfig(spec=WorkloadSpec(model="x:y"))
+    assert job.warm_start is True
+    stored = job.to_dict()
+    assert stored["warm_start"] is True
+    del stored["warm_start"]  # a job stored before the option existed
+    assert TuneConfig.from_dict(stored).warm_start is True
+    assert TuneConfig.from_dict({**stored, "warm_start": False}).warm_start is False
+    from autotune.errors import KnobError
+
+    with pytest.raises(KnobError, match="warm_start must be True or False"):
+        TuneConfig(spec=job.spec, warm_start="no")  # type: ignore[arg-type]
+
+
+def test_run_and_submit_take_no_warm_start(tmp_path):
+    from click.testing import CliRunner
+
+    from autotune import cli
+
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    for flag, expected in (("--no-warm-start", False), ("--warm-start", True), (None, True)):
+        name = f"job-{expected}-{flag is None}"
+        args = ["submit", "--model", "autotune.examples:mlp", "--storage", url, "--study", name] + ([flag] if flag else [])
+        out = CliRunner().invoke(cli.main, args)
+        assert out.exit_code == 0, out.output
+        assert tuning.stored_config(Store(url).load(name)).warm_start is expected
+    help_text = CliRunner().invoke(cli.main, ["run", "--help"]).output
+    assert "--warm-start / --no-warm-start" in help_text
