@@ -55,6 +55,7 @@ def record_measurement(study: optuna.Study, trial: int, round_id: str, result: R
             "outcome": result.outcome if ok or not result.ok else R.ERROR,
             "peak_memory_bytes": result.peak_memory_bytes if ok else None,
             "other_cores": (result.load or {}).get("other_cores"),
+            "wall_s": result.wall_s,  # what it cost: the dashboard's time per trial counts it
             "at": dt.datetime.now(dt.timezone.utc).timestamp(),
         },
     )
