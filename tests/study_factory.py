@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import math
 import random
+import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
@@ -38,6 +39,8 @@ SEARCH: dict[str, dict[str, Any]] = {
     "optimizer_impl": {"choices": ["default", "foreach", "fused"]},
     "threads": {"choices": [1, 2]},
 }
+#: The search as the study stores it: search_spaces/cpu.toml's threads, of which a 2-CPU machine searches 1 and 2.
+STORED_SEARCH: dict[str, dict[str, Any]] = {**SEARCH, "threads": {"choices": [1, 2, 4, 8, 16]}}
 FIXED: dict[str, Any] = {}
 CONTEXT = knobs.Context(device_type="cpu", task="train", input_rank=4, torch_version=(2, 13), cpu_count=2)
 #: Memory at which the made-up device runs out.
@@ -85,6 +88,8 @@ def make_study(
     name: str = "demo",
     with_failures: bool = True,
     max_memory_bytes: int | None = None,
+    speed: Callable[[dict[str, Any]], float] | None = None,
+    data_wait_share: float | None = None,
 ) -> optuna.Study:
     """Write a fake study of ``n_trials`` trials (baseline and recipe included) and return it.
 
@@ -93,7 +98,9 @@ def make_study(
     the same study. With ``with_failures`` (and at least 8 trials) it holds at
     least one oom, nan, error and interrupted trial; it always holds one duplicate
     when there are at least 6 trials. ``max_memory_bytes`` is stored as the
-    ``--max-memory`` budget and makes bigger trials infeasible.
+    ``--max-memory`` budget and makes bigger trials infeasible. ``speed`` replaces the
+    made-up model's samples/s of a configuration (3% noise is added); ``data_wait_share``
+    replaces its share of the step spent waiting for data.
     """
     rng = random.Random(seed)
     # Trials are asked and told in memory, the way autotune records them, then copied
@@ -111,14 +118,20 @@ def make_study(
         study.set_metric_names(["samples_per_s", "peak_memory_bytes"])
     for key, value in _study_attrs(max_memory_bytes).items():
         study.set_user_attr(key, value)
-    _record_trials(study, n_trials, rng, with_failures, max_memory_bytes)
+    _record_trials(study, n_trials, rng, with_failures, max_memory_bytes, speed, data_wait_share)
     target = path_or_url if isinstance(path_or_url, optuna.storages.BaseStorage) else storage_url(path_or_url)
     optuna.copy_study(from_study_name=name, from_storage=memory, to_storage=target)
     return optuna.load_study(study_name=name, storage=target)
 
 
 def _record_trials(
-    study: optuna.Study, n_trials: int, rng: random.Random, with_failures: bool, max_memory_bytes: int | None
+    study: optuna.Study,
+    n_trials: int,
+    rng: random.Random,
+    with_failures: bool,
+    max_memory_bytes: int | None,
+    speed_of: Callable[[dict[str, Any]], float] | None = None,
+    data_wait_share: float | None = None,
 ) -> None:
     """Ask and tell ``n_trials`` trials the way autotune's study loop records them."""
     dists = distributions()
@@ -157,6 +170,8 @@ def _record_trials(
         if outcome == "ok" and role == "search" and with_failures and rng.random() < 0.08:
             outcome = rng.choice(["oom", "nan", "error"])
         speed, peak = _model(resolved.config, rng)
+        if speed_of is not None:
+            speed = max(speed_of(resolved.config) * rng.gauss(1.0, 0.03), 0.01)
         if outcome == "ok" and peak > CAPACITY:
             outcome = "oom"
         duration = round(6.0 + 14.0 * rng.random() + (25.0 if resolved.config["compile"] != "off" else 0.0), 2)
@@ -180,6 +195,8 @@ def _record_trials(
             continue
 
         result = _result(resolved.config, speed, peak, duration, rng)
+        if data_wait_share is not None:
+            result["profile"]["data_wait_share"] = data_wait_share
         trial.set_user_attr("result", result)
         _constrain(trial, ok=True, peak=peak, budget=max_memory_bytes)
         values = [result["samples_per_s"], float(peak)]
@@ -212,6 +229,58 @@ def add_failed_trial(
     return trial.number
 
 
+def add_race(
+    study: optuna.Study,
+    rates: Mapping[int, float],
+    rounds: int = 3,
+    floor: int = 2,
+    spread: float = 0.01,
+    wall_s: bool = False,
+    seed: int = 0,
+) -> None:
+    """Record a noise floor and a finished race the way autotune's race does (docs/storage.md).
+
+    The baseline (#0) is measured again ``floor`` times (rounds ``floor-<k>-<id>``), then in
+    each of ``rounds`` rounds the baseline and every trial of ``rates`` (trial -> samples/s)
+    once more (``race-<id>-<kk>``), as study attributes ``measurement:<round>:<trial>``; each
+    rate gets ``spread`` noise. The baseline's rate is its own first value unless given.
+    With ``wall_s`` each measurement stores its wall time (about its trial's own
+    ``duration_s``), as autotune does since it stores it.
+    """
+    rng = random.Random(seed)
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    base = trials[0]
+    speeds = {0: float(base.values[0]), **{int(k): float(v) for k, v in rates.items()}}
+    now = time.time()
+
+    def record(round_id: str, number: int) -> None:
+        t = trials[number]
+        value: dict[str, Any] = {
+            "samples_per_s": round(speeds[number] * rng.gauss(1.0, spread), 3),
+            "outcome": "ok",
+            "peak_memory_bytes": int(t.values[1]),
+            "other_cores": None,
+            "at": now,
+        }
+        if wall_s:
+            value["wall_s"] = round(float(t.user_attrs.get("duration_s") or 0.0) * rng.uniform(0.9, 1.1), 2)
+        study.set_user_attr(f"measurement:{round_id}:{number}", value)
+
+    for k in range(floor):
+        record(f"floor-{k + 1}-f{seed:05d}", 0)
+    race_id = f"r{seed:07d}"
+    candidates = [n for n in speeds if n != 0]
+    for k in range(rounds):
+        for number in [0, *candidates]:
+            record(f"race-{race_id}-{k + 1:02d}", number)
+    measured = sum(1 for t in trials.values() if t.state.is_finished() and "duplicate_of" not in t.user_attrs)
+    study.set_user_attr(
+        f"race:{race_id}",
+        {"candidates": candidates, "measured": measured, "rounds": rounds, "started": now, "done": True,
+         "stopped": f"budget of {rounds} rounds spent (--confirm)", "rounds_run": rounds, "eliminated": {}},
+    )
+
+
 # ---------------------------------------------------------------- internals
 
 
@@ -230,7 +299,7 @@ def _study_attrs(max_memory_bytes: int | None) -> dict[str, Any]:
             "num_classes": 10,
             "task": "train",
         },
-        "space": {"name": "cpu", "path": "search_spaces/cpu.toml", "search": SEARCH, "fixed": FIXED},
+        "space": {"name": "cpu", "path": "search_spaces/cpu.toml", "search": STORED_SEARCH, "fixed": FIXED},
         "space_hash": "3f2a9c1d0b7e",
         "fingerprint": {
             "device_type": "cpu",

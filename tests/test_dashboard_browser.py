@@ -19,9 +19,10 @@ from pathlib import Path
 
 import optuna
 import pytest
-from study_factory import MiB, add_failed_trial, make_study, storage_url
+from study_factory import MiB, add_failed_trial, add_race, make_study, storage_url
 
 from autotune import report
+from autotune.evidence import Evidence
 
 pytestmark = pytest.mark.slow
 
@@ -85,12 +86,17 @@ def page(tmp_path_factory) -> Path:
     return report.write_dashboard(study, folder / "dashboard.html")
 
 
-def test_every_figure_renders_without_errors(page, tmp_path):
+def self_test(page: Path, profile: Path) -> dict:
+    """The page's own summary of itself, opened with ``#selftest`` in headless Chromium."""
     binary = find_chromium()
-    proc = run_chromium(binary, tmp_path / "profile", "--dump-dom", page.resolve().as_uri() + "#selftest")
+    proc = run_chromium(binary, profile, "--dump-dom", page.resolve().as_uri() + "#selftest")
     match = re.search(r'<pre id="autotune-selftest"[^>]*>(.*?)</pre>', proc.stdout, re.DOTALL)
     assert match and match.group(1).strip(), f"no self-test output (rc={proc.returncode}): {proc.stderr[-2000:]}"
-    summary = json.loads(html.unescape(match.group(1)))
+    return json.loads(html.unescape(match.group(1)))
+
+
+def test_every_figure_renders_without_errors(page, tmp_path):
+    summary = self_test(page, tmp_path / "profile")
 
     assert summary["ready"]
     assert summary["errors"] == []
@@ -118,3 +124,91 @@ def test_screenshot(page, tmp_path):
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert (width, height) == (1400, 4000)
     assert len(data) > 100_000  # a blank page compresses to a few kB
+
+
+# ---------------------------------------------------------------- what a reader sees (issue 19)
+
+
+def lm_speed(config) -> float:
+    """An hf:gpt2-like model on a busy 2-CPU machine: 4 to 6.5 samples/s."""
+    return 4.0 + 2.5 * (config["batch_size"] - 16) / 240
+
+
+@pytest.fixture(scope="module")
+def small_page(tmp_path_factory) -> tuple[Path, int]:
+    """A 4-trial hf:gpt2-like study, as filed: a few samples/s, no data wait, synthetic data with nothing else said
+    of the workload, threads stored as 1-16 on 2 CPUs, and a race whose measurements stored no wall time."""
+    folder = tmp_path_factory.mktemp("small")
+    study = make_study(
+        folder / "small.db", n_trials=4, name="hf-gpt2", with_failures=False, speed=lm_speed, data_wait_share=0.0003
+    )
+    study.set_user_attr("workload", {"model": "hf:gpt2", "data": None, "model_args": {}, "task": None})
+    ev = Evidence.of(study)
+    add_race(study, {n: ev.configs[n].samples_per_s for n in ev.configs if n != 0}, rounds=3)
+    study = optuna.load_study(study_name="hf-gpt2", storage=storage_url(folder / "small.db"))
+    verdict = Evidence.of(study).verdict()
+    recommended = verdict.winner if verdict.state == "gain" else 0
+    return report.write_dashboard(study, folder / "small.html"), recommended
+
+
+def plot(summary: dict, name: str) -> dict:
+    (found,) = [p for p in summary["plots"] if p["name"] == name]
+    return found
+
+
+def assert_readable_ticks(summary: dict) -> None:
+    """On every axis of every figure, as drawn: no two tick labels read the same."""
+    for p in summary["plots"]:
+        for axis, labels in p["ticks"].items():
+            shown = [t for t in labels if t]
+            assert len(shown) == len(set(shown)), (p["name"], axis, labels)
+        for axis in p["axes"]:
+            assert len(axis["ticks"]) == len(set(axis["ticks"])), (p["name"], axis)
+
+
+def assert_whole_trial_numbers(summary: dict) -> None:
+    for name in ("history", "durations"):
+        labels = plot(summary, name)["ticks"]["xtick"]
+        assert labels and all(re.fullmatch(r"\d+", t) for t in labels), (name, labels)
+
+
+def test_a_small_study_reads_right(small_page, tmp_path):
+    page, recommended = small_page
+    summary = self_test(page, tmp_path / "profile")
+    assert summary["errors"] == [] and summary["resources"] == []
+    assert_readable_ticks(summary)
+    assert_whole_trial_numbers(summary)  # 4 trials: plotly's own ticks read -0.5, 0.5, 1.5, ...
+    # the parallel coordinates: threads within the 2 CPUs, samples/s (4 to 6.5) on a scale that reads
+    axes = {a["title"]: a["ticks"] for a in plot(summary, "parallel")["axes"]}
+    assert set(axes["threads"]) <= {"1", "2"}, axes["threads"]
+    assert len(axes["samples/s"]) >= 3, axes["samples/s"]
+    # where time goes: the data-wait axis reads 0%, 2%, 4% (not 0% 0% 0%)
+    wait = plot(summary, "profile")["ticks"]["x2tick"]
+    assert wait[0] == "0%" and len(wait) >= 2, wait
+    # the recommendation is a labelled point on the front
+    annotations = plot(summary, "pareto")["annotations"]
+    assert any(a.startswith(f"recommended: #{recommended}") for a in annotations), annotations
+    # time per trial counts the race's re-measurements, estimated and said to be
+    legend = plot(summary, "durations")["legend"]
+    assert any(entry.startswith("re-measured") and "estimated" in entry for entry in legend), legend
+    assert any("re-measurements" in h and "estimated" in h for h in summary["hints"])
+    # the header: counts agree with their nouns, and no separator is left dangling
+    assert re.search(r"front: (1 trial|[02-9]\d* trials)$", summary["meta"]), summary["meta"]
+    assert "data synthetic" in summary["cards"]
+    for text in [summary["meta"], *summary["cards"]]:
+        assert text == text.strip() and not re.search(r"(^[;,·]|[;,·]$|[;,·]\s*[;,·])", text), text
+        assert not re.search(r"\b1 (trials|processes|CPUs|re-measurements)\b", text), text
+
+
+def test_a_full_study_reads_right(page, tmp_path):
+    summary = self_test(page, tmp_path / "profile")
+    assert summary["errors"] == []
+    assert_readable_ticks(summary)
+    assert_whole_trial_numbers(summary)
+    # no race: nothing beats the defaults beyond the noise, so the baseline is the one labelled recommended
+    annotations = plot(summary, "pareto")["annotations"]
+    assert any(a.startswith("recommended: #0") for a in annotations), annotations
+    axes = {a["title"]: a["ticks"] for a in plot(summary, "parallel")["axes"]}
+    assert set(axes["threads"]) == {"1", "2"}, axes["threads"]
+    legend = plot(summary, "importance")["legend"]
+    assert any(entry.startswith("samples/s where ") for entry in legend), legend  # within the dominant split

@@ -9,10 +9,12 @@ import time
 
 import optuna
 import pytest
-from study_factory import CAPACITY, MiB, add_failed_trial, make_study, storage_url
+from study_factory import CAPACITY, MiB, add_failed_trial, add_race, make_study, storage_url
 
 from autotune import knobs, report
+from autotune import result as R
 from autotune.errors import AutotuneError
+from autotune.evidence import Evidence, record_measurement
 
 HOSTILE_NAME = "<script>alert(1)</script>"
 HOSTILE_MESSAGE = "bad input <img src=x onerror=alert(1)> & more"
@@ -161,8 +163,9 @@ def test_importance_info(snap):
     assert_json(info)
     assert info["note"] is None
     assert set(info["samples_per_s"]) <= set(report.searched_knobs(snap)) and info["samples_per_s"]
-    assert sum(info["samples_per_s"].values()) == pytest.approx(1.0, abs=1e-6)
+    assert all(0.0 <= v <= 1.0 for v in [*info["samples_per_s"].values(), *info["peak_memory_bytes"].values()])
     assert max(info["peak_memory_bytes"], key=info["peak_memory_bytes"].get) == "batch_size"
+    assert max(info["samples_per_s"], key=info["samples_per_s"].get) == "threads"  # the made-up model's largest factor
 
 
 def test_importance_with_too_few_trials_is_a_note():
@@ -178,7 +181,8 @@ def test_parallel_info(snap):
     n = len(info["numbers"])
     assert n == len(snap.measured_ok()) == len(info["samples_per_s"]) == len(info["peak_memory_bytes"])
     dims = {d["name"]: d for d in info["dimensions"]}
-    assert dims["batch_size"]["ticktext"] is None  # a range: numeric axis
+    assert dims["batch_size"]["numeric"] and dims["batch_size"]["tickvals"]  # a range: numeric axis, whole ticks
+    assert all(float(v).is_integer() for v in dims["batch_size"]["tickvals"])
     assert dims["precision"]["ticktext"] == ["fp32", "bf16"]
     assert dims["threads"]["ticktext"] == ["1", "2"]  # searched as choices: categorical
     for d in info["dimensions"]:
@@ -401,3 +405,243 @@ def test_watch_rewrites_until_told(stored, tmp_path):
         report.watch(lambda: (_ for _ in ()).throw(RuntimeError("no such study")), tmp_path / "x.html", interval_s=1)
     with pytest.raises(ValueError):
         report.watch(lambda: study, target, interval_s=0)
+
+
+# ---------------------------------------------------------------- issue 19: what a reader sees
+
+
+SEPARATORS = (";", ",", "·", ":")
+
+
+def assert_tidy(text: str) -> None:
+    """No dangling, doubled or empty separators, and no count that disagrees with its noun."""
+    stripped = text.strip()
+    assert stripped == text, repr(text)
+    for sep in SEPARATORS:
+        assert not stripped.startswith(sep) and not stripped.endswith(sep), repr(text)
+    assert not re.search(r"[;,·]\s*[;,·]", text), repr(text)
+    assert not re.search(r"\b1 (trials|processes|CPUs|re-measurements|classes)\b", text), repr(text)
+
+
+def test_header_texts_agree_in_number_and_leave_no_separator_dangling():
+    # the recipe's bigger batch is slower here and takes more memory: the baseline alone is the front
+    study = make_study(
+        optuna.storages.InMemoryStorage(), n_trials=2, with_failures=False, speed=lambda c: 2e3 / c["batch_size"]
+    )
+    study.set_user_attr("workload", {"model": "hf:gpt2", "data": None, "model_args": {}, "task": None})
+    info = report.header_info(study)
+    assert info["front_size"] == 1
+    assert info["meta"].endswith("front: 1 trial")
+    workload = next(c for c in info["cards"] if c["label"] == "workload")
+    assert workload["sub"] == "data synthetic"  # was "data synthetic; "
+    for text in [info["meta"], *(c["sub"] for c in info["cards"]), *(c["value"] for c in info["cards"])]:
+        assert_tidy(text)
+    page = report.render_html(study)
+    assert "front: 1 trial<" in page and "1 trials" not in page and "synthetic; <" not in page
+
+
+def test_header_texts_of_a_full_study_are_tidy(snap):
+    info = report.header_info(snap)
+    assert re.search(r"front: \d+ trials$", info["meta"]) and info["front_size"] > 1
+    for text in [info["meta"], *(c["sub"] for c in info["cards"])]:
+        assert_tidy(text)
+
+
+def test_trial_axes_tick_whole_numbers():
+    study = make_study(optuna.storages.InMemoryStorage(), n_trials=3, with_failures=False)
+    info = report.history_info(study)
+    ticks = info["trial_ticks"]
+    assert ticks["tickvals"] == [0, 1, 2] and ticks["ticktext"] == ["0", "1", "2"]
+    for fig in (report.history_figure(info), report.duration_figure(info)):
+        axis = fig.layout.xaxis
+        assert list(axis.tickvals) == [0, 1, 2] and all(isinstance(v, int) for v in axis.tickvals)
+    for n in (1, 7, 40, 200):
+        vals = report.nice_ticks(0, n - 1, target=8, integer=True)["tickvals"]
+        assert vals and all(isinstance(v, int) for v in vals) and vals == sorted(set(vals))
+
+
+@pytest.mark.parametrize(
+    ("low", "high"), [(4.0, 6.5), (9.5, 125.0), (0.37, 0.372), (0.0, 0.0004), (1.0, 2.0), (5.2, 5.2), (380.8, 386.9)]
+)
+def test_nice_ticks_never_repeat_a_label(low, high):
+    ticks = report.nice_ticks(low, high)
+    assert ticks["tickvals"] and len(set(ticks["ticktext"])) == len(ticks["ticktext"])
+    assert all(low - 1e-9 <= v <= high + 1e-9 for v in ticks["tickvals"])
+    percent = report.nice_ticks(low / 1000, high / 1000, percent=True)
+    assert len(set(percent["ticktext"])) == len(percent["ticktext"])
+
+
+def lm_speed(config):
+    """An hf:gpt2-like model on a busy 2-CPU machine: 4-6.5 samples/s."""
+    return 4.0 + 2.5 * (config["batch_size"] - 16) / 240
+
+
+def test_parallel_axes_never_repeat_a_tick_label():
+    study = make_study(optuna.storages.InMemoryStorage(), n_trials=12, with_failures=False, speed=lm_speed)
+    info = report.parallel_info(study)
+    assert max(info["samples_per_s"]) < 8  # where ",.0f" read 6,5,5,5,5,5,4,4
+    memory, speed = info["objectives"]
+    assert speed["name"] == "samples/s" and memory["name"].startswith("peak memory (")
+    for axis in [*info["dimensions"], memory, speed]:
+        assert len(axis["ticktext"]) >= 1 and len(set(axis["ticktext"])) == len(axis["ticktext"]), axis["name"]
+        assert len(axis["tickvals"]) == len(axis["ticktext"])
+    assert len(speed["ticktext"]) >= 3  # a readable scale, not one label
+    dims = report.parallel_figure(info, "MiB", MiB).data[0].dimensions
+    assert list(dims[-1].ticktext) == speed["ticktext"] and list(dims[-2].ticktext) == memory["ticktext"]
+
+
+def test_threads_axis_stays_within_the_machines_cpus(snap):
+    # The study stores search_spaces/cpu.toml's threads = [1, 2, 4, 8, 16]; on its 2 CPUs only 1 and 2 could run.
+    assert snap.attrs["space"]["search"]["threads"]["choices"] == [1, 2, 4, 8, 16]
+    assert snap.attrs["fingerprint"]["cpu_count"] == 2
+    dims = {d["name"]: d for d in report.parallel_info(snap)["dimensions"]}
+    assert dims["threads"]["ticktext"] == ["1", "2"] and dims["threads"]["tickvals"] == [0, 1]
+    effects = {k["name"]: k for k in report.knob_effects_info(snap)["knobs"]}
+    assert {v["value"] for v in effects["threads"]["values"]} <= {"1", "2"}
+
+
+def test_threads_range_stays_within_the_cpus_of_an_older_study():
+    study = make_study(optuna.storages.InMemoryStorage(), n_trials=10, with_failures=False)
+    space = study.user_attrs["space"]
+    study.set_user_attr("space", {**space, "search": {**space["search"], "threads": {"low": 1, "high": 16}}})
+    study.set_user_attr("context", None)  # older studies stored only the fingerprint's CPU count
+    dims = {d["name"]: d for d in report.parallel_info(study)["dimensions"]}
+    threads = dims["threads"]
+    assert threads["numeric"] and threads["range"][1] <= 2 and threads["tickvals"] == [1, 2]
+
+
+def test_data_wait_axis_is_readable_when_nothing_waits():
+    study = make_study(optuna.storages.InMemoryStorage(), n_trials=8, with_failures=False, data_wait_share=0.0003)
+    info = report.profile_info(study)
+    axis = info["data_wait_axis"]
+    assert axis["range"][1] >= 0.05  # a 0.03% wait is a sliver, not a full-width bar
+    assert len(set(axis["ticktext"])) == len(axis["ticktext"]) >= 2 and axis["ticktext"][0] == "0%"
+    assert info["ops_axis"]["ticktext"][-1] == "100%"
+    fig = report.profile_figure(info)
+    assert list(fig.layout.xaxis2.ticktext) == axis["ticktext"]
+
+
+def test_race_time_counts_in_time_per_trial():
+    study = make_study(optuna.storages.InMemoryStorage(), n_trials=12, with_failures=False)
+    ev = Evidence.of(study)
+    racers = sorted(ev.configs, key=lambda n: -ev.configs[n].samples_per_s)[:2]
+    add_race(study, {n: ev.configs[n].samples_per_s for n in racers if n != 0}, rounds=3, floor=2)
+    info = report.history_info(study)
+    durations = {d["number"]: d for d in info["durations"]}
+    base = durations[0]
+    again = base["remeasured"]
+    assert again["count"] == 2 + 3 and again["by_kind"] == {"noise floor": 2, "race": 3}
+    # stored without their wall time: estimated as long as the trial's own measurement each, and said to be
+    assert again["estimated"] == 5 and again["timed"] == 0
+    assert again["time_s"] == pytest.approx(5 * base["duration_s"])
+    total = sum(d["remeasured"]["time_s"] for d in info["durations"])
+    assert info["remeasurements"]["time_s"] == pytest.approx(total) and total > 0
+    fig = report.duration_figure(info)
+    (bars,) = [t for t in fig.data if t.name.startswith("re-measured")]
+    assert "estimated" in bars.name and fig.layout.barmode == "stack"
+    assert dict(zip(bars.x, bars.y))[0] == pytest.approx(again["time_s"])
+    header = report.header_info(study)
+    time_card = next(c for c in header["cards"] if c["label"] == "time spent")
+    assert "5" not in time_card["sub"] or "re-measurements" in time_card["sub"]
+    assert "(estimated: each as long as its trial)" in time_card["sub"]
+    assert "estimated as long as" in report.render_html(study)
+
+
+def test_race_time_is_shown_as_measured_where_stored():
+    study = make_study(optuna.storages.InMemoryStorage(), n_trials=8, with_failures=False)
+    add_race(study, {}, rounds=2, floor=1, wall_s=True)
+    # and from now on the race stores it: record_measurement keeps the measurement's wall time
+    record_measurement(study, 0, "race-new-01", R.TrialResult(outcome=R.OK, samples_per_s=400.0, wall_s=12.5))
+    assert study.user_attrs["measurement:race-new-01:0"]["wall_s"] == 12.5
+    again = {d["number"]: d for d in report.history_info(study)["durations"]}[0]["remeasured"]
+    assert again["count"] == again["timed"] == 4 and again["estimated"] == 0
+    stored = [v["wall_s"] for k, v in study.user_attrs.items() if k.startswith("measurement:")]
+    assert again["time_s"] == pytest.approx(sum(stored))
+    fig = report.duration_figure(report.history_info(study))
+    assert [t.name for t in fig.data if t.name.startswith("re-measured")] == ["re-measured (noise floor, race)"]
+
+
+def busy_threads_speed(config):
+    """The filed study: in fp32, 2 threads on a busy 2-CPU machine ran 9.5-13.3 samples/s and 1 thread 50-125;
+    in bf16 the thread count made no difference."""
+    if config["precision"] == "bf16":
+        return 600.0 * (config["batch_size"] / 128) ** 0.1
+    return (11.0 if config["threads"] == 2 else 85.0) * (config["batch_size"] / 128) ** 0.1
+
+
+def test_importance_sees_an_effect_within_the_dominant_split():
+    study = make_study(optuna.storages.InMemoryStorage(), n_trials=40, seed=2, speed=busy_threads_speed)
+    info = report.importance_info(study)
+    assert info["note"] is None
+    assert max(info["samples_per_s"], key=info["samples_per_s"].get) == "precision"
+    splits = {s["value"]: s for s in info["splits"]}
+    assert {s["knob"] for s in info["splits"]} == {"precision"} and "fp32" in splits
+    fp32 = splits["fp32"]["samples_per_s"]
+    assert "precision" not in fp32
+    assert max(fp32, key=fp32.get) == "threads" and fp32["threads"] > 0.8
+    if "bf16" in splits:
+        assert splits["bf16"]["samples_per_s"].get("threads", 0.0) < 0.2
+    fig = report.importance_figure(info)
+    names = [t.name for t in fig.data]
+    assert any(n.startswith("samples/s where precision=fp32") for n in names)
+    (within,) = [t for t in fig.data if t.name.startswith("samples/s where precision=fp32")]
+    assert dict(zip(within.y, within.x))["threads"] == pytest.approx(fp32["threads"])
+
+
+def test_importance_without_a_varied_knob_is_a_note():
+    study = make_study(optuna.storages.InMemoryStorage(), n_trials=8, with_failures=False)
+    snap = report.snapshot(study)
+    snap.attrs["space"] = {**snap.attrs["space"], "search": {"threads": {"choices": [2]}}}
+    for r in snap.rows:
+        r["config"]["threads"] = 2
+    info = report.importance_info(snap)
+    assert info["samples_per_s"] == {} and info["note"]
+
+
+def dominated_winner(study):
+    """A gain whose winner changes fewer knobs than a tied, faster configuration that also uses less memory."""
+    ev = Evidence.of(study)
+    configs = [c for c in ev.configs.values() if not c.is_baseline and c.feasible]
+    pairs = [
+        (w, s)
+        for w in configs
+        for s in configs
+        if s.peak_memory_bytes < w.peak_memory_bytes and len(s.changes) > len(w.changes)
+    ]
+    winner, shadow = min(pairs, key=lambda p: (len(p[0].changes), p[0].number, p[1].number))
+    base = study.trials[0].values[0]
+    add_race(study, {winner.number: 2.0 * base, shadow.number: 2.02 * base}, rounds=4, spread=0.02)
+    return winner.number, shadow.number
+
+
+def test_recommended_is_labelled_on_the_front_even_when_dominated():
+    study = make_study(optuna.storages.InMemoryStorage(), n_trials=40, seed=0)
+    winner, shadow = dominated_winner(study)
+    verdict = Evidence.of(study).verdict()
+    assert verdict.state == "gain" and verdict.winner == winner and verdict.leader == shadow
+    info = report.pareto_info(study)
+    assert info["recommended"] == winner and winner not in info["front"]  # dominated on memory by the leader
+    (label,) = [lb for lb in info["labels"] if lb["recommended"]]
+    assert label["number"] == winner and label["text"] == f"recommended: #{winner}"
+    assert [p["number"] for p in info["points"] if p["recommended"]] == [winner]
+    fig = report.pareto_figure(info)
+    assert any(f"recommended: #{winner}" in a.text for a in fig.layout.annotations)
+    page = report.render_html(study)
+    assert f"recommended: #{winner}" in page
+    table = report.front_table_info(study)
+    assert table["recommended"] == winner
+
+
+def test_keeping_the_defaults_labels_the_baseline_recommended():
+    study = make_study(optuna.storages.InMemoryStorage(), n_trials=12, seed=0, with_failures=False)
+    ev = Evidence.of(study)
+    fastest = max((n for n in ev.configs if n != 0), key=lambda n: ev.configs[n].samples_per_s)
+    add_race(study, {fastest: study.trials[0].values[0]}, rounds=4, spread=0.02)  # no faster than the defaults
+    verdict = Evidence.of(study).verdict()
+    assert verdict.state == "no_gain"
+    info = report.pareto_info(study)
+    assert info["recommended"] == 0
+    (label,) = [lb for lb in info["labels"] if lb["recommended"]]
+    assert label["number"] == 0 and label["text"].startswith("recommended: #0") and "baseline" in label["text"]
+    assert [lb["number"] for lb in info["labels"] if lb["role"] == "baseline"] == [0]  # one label for the point
+    assert any(a.text.startswith("<b>recommended: #0") for a in report.pareto_figure(info).layout.annotations)

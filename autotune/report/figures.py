@@ -26,9 +26,13 @@ OUTCOME_COLORS = {
     "not_applicable": "#adb5bd",
     "interrupted": "#6c757d",
 }
+#: Colours of importance within the dominant split's values.
+SPLIT_COLORS = ["#2a9d8f", "#8ab17d", "#6d597a"]
 #: Colours of values and ops, in order.
 PALETTE = ["#264653", "#2a9d8f", "#8ab17d", "#e9c46a", "#f4a261", "#e76f51", "#6d597a", "#b56576", "#355070", "#4d908e"]
 FRONT_COLOR = "#e76f51"
+RECOMMENDED_COLOR = "#2a9d8f"
+REMEASURE_COLOR = "#457b9d"
 TRIAL_COLOR = "#8ab6d6"
 FONT = "system-ui, -apple-system, Segoe UI, Roboto, sans-serif"
 
@@ -136,16 +140,26 @@ def pareto_figure(info: Mapping[str, Any]) -> go.Figure:
                 hoverinfo="text",
             )
         )
+    x_top = info["edge_memory_bytes"] * (1.03 + 0.012 * len(by_outcome)) / scale
     for label in info["labels"]:
+        chosen = label.get("recommended")
+        x = label["peak_memory_bytes"] / scale
+        # Each label on the side of its point with more room (never off the plot); the recommendation's below it,
+        # the others above, so that a recommendation next to the recipe or the baseline does not cover theirs.
+        left = x > 0.5 * x_top or (label["role"] == BASELINE and x > 0.2 * x_top)
         fig.add_annotation(
-            x=label["peak_memory_bytes"] / scale,
+            x=x,
             y=label["samples_per_s"],
-            text=f"{_t(label['role'])} #{label['number']}",
+            text=f"<b>{_t(label['text'])}</b>" if chosen else _t(label["text"]),
             showarrow=True,
             arrowhead=2,
-            ax=-40 if label["role"] == BASELINE else 40,
-            ay=-30,
-            bgcolor="rgba(255,255,255,0.8)",
+            ax=-30 if left else 30,
+            ay=36 if chosen and label["role"] != BASELINE else -30,
+            xanchor="right" if left else "left",
+            bgcolor="rgba(255,255,255,0.85)",
+            bordercolor=RECOMMENDED_COLOR if chosen else "rgba(0,0,0,0)",
+            borderwidth=1.5 if chosen else 0,
+            arrowcolor=RECOMMENDED_COLOR if chosen else "#444",
         )
     if info["max_memory_bytes"]:
         fig.add_vline(
@@ -157,7 +171,7 @@ def pareto_figure(info: Mapping[str, Any]) -> go.Figure:
     _layout(fig, 520, xaxis_title=f"peak memory ({unit})", yaxis_title="samples/s", hovermode="closest")
     # Fixed ranges from 0, with room below 0 samples/s for the failures drawn there.
     top_speed = max((p["samples_per_s"] for p in info["points"]), default=1.0)
-    fig.update_xaxes(range=[0, info["edge_memory_bytes"] * (1.03 + 0.012 * len(by_outcome)) / scale])
+    fig.update_xaxes(range=[0, x_top])
     fig.update_yaxes(range=[-0.05 * top_speed, 1.1 * top_speed])
     return fig
 
@@ -195,31 +209,43 @@ def knob_figure(knob: Mapping[str, Any], memory_unit: str, memory_scale: float) 
 
 
 def importance_figure(info: Mapping[str, Any]) -> go.Figure:
-    """Horizontal bars of knob importance for samples/s and for peak memory."""
-    speed = info["samples_per_s"]
-    names = sorted(speed, key=lambda k: speed[k])
+    """Horizontal bars of knob importance: samples/s over all trials and within the dominant split, peak memory."""
+    n = info.get("n_trials")
+    series: list[tuple[str, Mapping[str, float], str]] = [
+        (f"samples/s, all {n} trials" if n else "samples/s, all trials", info["samples_per_s"], "#264653")
+    ]
+    for i, split in enumerate(info.get("splits") or []):
+        series.append(
+            (
+                f"samples/s where {split['knob']}={split['value']} ({split['n_trials']} trials)",
+                split["samples_per_s"],
+                SPLIT_COLORS[i % len(SPLIT_COLORS)],
+            )
+        )
+    series.append(("peak memory, all trials", info["peak_memory_bytes"], "#e9c46a"))
+    speed_series = [values for _, values, _ in series[:-1]]
+    knobs_shown = {k for _, values, _ in series for k in values}
+    names = sorted(knobs_shown, key=lambda k: (max(v.get(k, 0.0) for v in speed_series), k))
     fig = go.Figure()
-    for key, label, color in (
-        ("samples_per_s", "samples/s", "#264653"),
-        ("peak_memory_bytes", "peak memory", "#e9c46a"),
-    ):
+    for label, values, color in series:
         fig.add_trace(
             go.Bar(
                 y=[_t(n) for n in names],
-                x=[info[key].get(n, 0.0) for n in names],
+                x=[values.get(n) for n in names],
                 orientation="h",
-                name=f"for {label}",
+                name=_t(label),
                 marker={"color": color},
-                hovertemplate="%{y}: %{x:.3f}<extra>" + label + "</extra>",
+                hovertemplate="%{y}: %{x:.2f}<extra>" + _t(label) + "</extra>",
             )
         )
     _layout(
         fig,
-        max(260, 40 + 38 * len(names)),
+        max(260, 60 + 16 * len(series) * len(names)),
         barmode="group",
-        xaxis_title="importance (share)",
-        legend={"orientation": "h", "y": -0.25},
+        xaxis_title="importance (share of the spread of log samples/s or log memory it explains)",
+        legend={"orientation": "h", "y": -0.12 - 0.02 * len(series)},
     )
+    fig.update_xaxes(range=[0, 1.0], tickvals=[0, 0.25, 0.5, 0.75, 1.0], ticktext=["0", "0.25", "0.5", "0.75", "1"])
     return fig
 
 
@@ -228,16 +254,22 @@ def parallel_figure(info: Mapping[str, Any], memory_unit: str, memory_scale: flo
     dims = []
     for d in info["dimensions"]:
         dim: dict[str, Any] = {"label": _t(d["name"]), "values": d["values"]}
-        if d["ticktext"] is not None:
-            dim.update(
-                tickvals=d["tickvals"],
-                ticktext=[_t(t) for t in d["ticktext"]],
-                range=[-0.3, max(len(d["tickvals"]) - 0.7, 0.3)],
-            )
+        if d.get("ticktext") is not None:
+            dim.update(tickvals=d["tickvals"], ticktext=[_t(t) for t in d["ticktext"]])
+        if d.get("range") is not None:
+            dim["range"] = d["range"]
         dims.append(dim)
-    memory = [None if m is None else m / memory_scale for m in info["peak_memory_bytes"]]
-    dims.append({"label": f"peak memory ({memory_unit})", "values": memory, "tickformat": ".2f"})
-    dims.append({"label": "samples/s", "values": info["samples_per_s"], "tickformat": ",.0f"})
+    objectives = info.get("objectives")
+    if objectives is None:  # info from before the axes carried their ticks
+        memory = [None if m is None else m / memory_scale for m in info["peak_memory_bytes"]]
+        objectives = [
+            {"name": f"peak memory ({memory_unit})", "values": memory},
+            {"name": "samples/s", "values": info["samples_per_s"]},
+        ]
+    for o in objectives:
+        dim = {"label": _t(o["name"]), "values": o["values"]}
+        dim.update({k: o[k] for k in ("tickvals", "ticktext", "range") if o.get(k) is not None})
+        dims.append(dim)
     fig = go.Figure(
         go.Parcoords(
             line={
@@ -250,7 +282,7 @@ def parallel_figure(info: Mapping[str, Any], memory_unit: str, memory_scale: flo
             labelangle=-20,
         )
     )
-    _layout(fig, 420, margin={"l": 60, "r": 110, "t": 80, "b": 30})
+    _layout(fig, 420, margin={"l": 100, "r": 110, "t": 80, "b": 30})  # room for the first axis's labels
     return fig
 
 
@@ -281,6 +313,7 @@ def history_figure(info: Mapping[str, Any]) -> go.Figure:
         secondary_y=True,
     )
     _layout(fig, 340, xaxis_title="trial")
+    _trial_axis(fig, info)
     fig.update_yaxes(
         title_text="speed-up over baseline" if info["metric"] == "speedup" else "samples/s", secondary_y=False
     )
@@ -297,8 +330,21 @@ def history_figure(info: Mapping[str, Any]) -> go.Figure:
     return fig
 
 
+def _trial_axis(fig: go.Figure, info: Mapping[str, Any]) -> None:
+    """Whole trial numbers on the x axis (plotly's own ticks for 3 trials read -0.5, 0.5, 2.5)."""
+    ticks = info.get("trial_ticks")
+    if ticks and ticks["tickvals"]:
+        numbers = info["numbers"]
+        fig.update_xaxes(
+            tickmode="array",
+            tickvals=ticks["tickvals"],
+            ticktext=ticks["ticktext"],
+            range=[min(numbers) - 0.6, max(numbers) + 0.6],
+        )
+
+
 def duration_figure(info: Mapping[str, Any]) -> go.Figure:
-    """Time per trial, one bar per trial, coloured by outcome."""
+    """Time per trial, one bar per trial coloured by outcome, with its re-measurements (noise floor, race) on top."""
     fig = go.Figure()
     by_outcome: dict[str, list[Mapping[str, Any]]] = {}
     for d in info["durations"]:
@@ -319,8 +365,53 @@ def duration_figure(info: Mapping[str, Any]) -> go.Figure:
                 hoverinfo="text",
             )
         )
-    _layout(fig, 300, xaxis_title="trial", yaxis_title="duration (s)", barmode="overlay", bargap=0.1)
+    for estimated in (False, True):
+        items = [
+            d
+            for d in info["durations"]
+            if (d.get("remeasured") or {}).get("count")
+            and bool(d["remeasured"].get("estimated") or d["remeasured"].get("untimed")) == estimated
+        ]
+        if not items:
+            continue
+        name = (
+            "re-measured (noise floor, race), estimated: each as long as its trial"
+            if estimated
+            else "re-measured (noise floor, race)"
+        )
+        fig.add_trace(
+            go.Bar(
+                x=[d["number"] for d in items],
+                y=[d["remeasured"]["time_s"] for d in items],
+                name=name,
+                width=[0.8] * len(items),
+                marker={
+                    "color": REMEASURE_COLOR,
+                    "pattern": {"shape": "/" if estimated else "", "fgcolor": "#ffffff", "solidity": 0.3},
+                },
+                hovertext=[_remeasure_hover(d) for d in items],
+                hoverinfo="text",
+            )
+        )
+    _layout(fig, 300, xaxis_title="trial", yaxis_title="duration (s)", barmode="stack", bargap=0.1)
+    _trial_axis(fig, info)
     return fig
+
+
+def _remeasure_hover(d: Mapping[str, Any]) -> str:
+    again = d["remeasured"]
+    kinds = ", ".join(f"{n} {kind}" for kind, n in (again.get("by_kind") or {}).items())
+    parts = [f"#{d['number']} measured again {again['count']} time{'s' if again['count'] != 1 else ''} ({_t(kinds)})"]
+    if again.get("timed"):
+        parts.append(f"{again['timed']} timed: {format_duration(again.get('timed_s'))}")
+    if again.get("estimated"):
+        parts.append(
+            f"{again['estimated']} not timed when measured, estimated as long as the trial's own "
+            f"{format_duration(d['duration_s'])} each: {format_duration(again.get('estimated_s'))}"
+        )
+    if again.get("untimed"):
+        parts.append(f"{again['untimed']} of unknown time")
+    return "<br>".join(parts)
 
 
 def profile_figure(info: Mapping[str, Any]) -> go.Figure:
@@ -332,7 +423,7 @@ def profile_figure(info: Mapping[str, Any]) -> go.Figure:
         cols=2,
         shared_yaxes=True,
         column_widths=[0.78, 0.22],
-        horizontal_spacing=0.03,
+        horizontal_spacing=0.06,  # room between the ops' "100%" and the data wait's "0%"
         subplot_titles=("share of step time by op", "waiting for data"),
     )
     for i, op in enumerate(list(info["ops"]) + ["other ops"]):
@@ -371,7 +462,13 @@ def profile_figure(info: Mapping[str, Any]) -> go.Figure:
         barmode="stack",
         legend={"orientation": "h", "y": -0.2 - 6.0 / max(len(trials) * 34, 120)},
     )
-    fig.update_xaxes(tickformat=".0%", rangemode="tozero")
+    for col, key in ((1, "ops_axis"), (2, "data_wait_axis")):
+        axis = info.get(key)
+        if axis:
+            ticks = {"tickmode": "array", "tickvals": axis["tickvals"], "ticktext": axis["ticktext"]}
+            fig.update_xaxes(range=axis["range"], row=1, col=col, **ticks)
+        else:
+            fig.update_xaxes(tickformat=".0%", rangemode="tozero", row=1, col=col)
     fig.update_yaxes(autorange="reversed", type="category")
     return fig
 

@@ -45,7 +45,7 @@ from autotune.report.figures import (
     pareto_figure,
     profile_figure,
 )
-from autotune.report.source import Snapshot, _clip, _e, _pct, config_text, script_json
+from autotune.report.source import Snapshot, _clip, _e, _pct, config_text, join, plural, script_json
 from autotune.units import format_bytes, format_duration, format_rate
 
 log = logging.getLogger(__name__)
@@ -67,10 +67,10 @@ class _Page:
         """One ``<section>`` with its heading and body parts."""
         self.add(f'<section id="{anchor}"><h2>{title}</h2>' + "".join(parts) + "</section>")
 
-    def figure(self, fig: go.Figure, css: str = "plot") -> str:
+    def figure(self, fig: go.Figure, css: str = "plot", name: str = "") -> str:
         fig_id = f"fig-{len(self.figures) + 1}"
         self.figures.append({"id": fig_id, "json": plotly.io.to_json(fig, validate=False)})
-        return f'<div id="{fig_id}" class="{css}"></div>'
+        return f'<div id="{fig_id}" class="{css}" data-name="{_e(name)}"></div>'
 
     def figures_json(self) -> str:
         body = ",".join(f'{{"id":{json.dumps(f["id"])},"figure":{f["json"]}}}' for f in self.figures)
@@ -82,66 +82,16 @@ def _note(text: str) -> str:
 
 
 def _header_html(h: Mapping[str, Any]) -> str:
-    w, fp = h["workload"], h["fingerprint"]
-    model = w.get("model") or "-"
-    data = w.get("data") or "synthetic"
-    shape = "×".join(map(str, w["input_shape"])) if isinstance(w.get("input_shape"), list) else w.get("input_shape")
-    workload_bits = [
-        f"task {w['task']}" if w.get("task") else "",
-        f"input {shape}" if shape else "",
-        f"{w['num_classes']} classes" if w.get("num_classes") else "",
-    ]
-    args = w.get("model_args")
-    if isinstance(args, Mapping) and args:
-        workload_bits.append("args " + ", ".join(f"{k}={v}" for k, v in args.items()))
-    elif args:
-        workload_bits.append(f"args {args}")
-    device = fp.get("device_name") or h.get("device") or "-"
-    machine_bits = [
-        fp["cpu_model"] if fp.get("cpu_model") and fp.get("cpu_model") != device else "",
-        f"torch {fp['torch']}" if fp.get("torch") else "",
-        f"{fp['cpu_count']} CPUs" if fp.get("cpu_count") else "",
-        f"CUDA {fp['cuda']}" if fp.get("cuda") else "",
-    ]
-    outcomes = ", ".join(f"{n} {o}" for o, n in h["outcomes"].items()) or "none yet"
-    if h["duplicates"]:
-        outcomes += f"; {h['duplicates']} answered from the cache"
-    base, best = h["baseline"], h["best"]
-
-    def figures(r: Mapping[str, Any] | None) -> str:
-        if not r:
-            return "not measured"
-        runs = f" from {r['processes']} processes" if (r.get("processes") or 1) > 1 else ", 1 process"
-        mfu = f", MFU {_pct(r['mfu'])}" if r.get("mfu") is not None else ""
-        return f"{format_rate(r['samples_per_s'])} samples/s{runs}, {format_bytes(r['peak_memory_bytes'])}{mfu} (#{r['number']})"
-
-    speedup = h.get("best_speedup_text") or "-"
-    budget = f", memory budget {format_bytes(h['max_memory_bytes'])}" if h["max_memory_bytes"] else ""
-    if h.get("batch_ceiling"):
-        budget += f"; batch ceiling {h['batch_ceiling']['text']}"
-    cards = [
-        ("workload", model, f"data {data}; " + ", ".join(b for b in workload_bits if b)),
-        ("machine", device, ", ".join(b for b in machine_bits if b)),
-        ("trials", str(h["n_trials"]), outcomes),
-        ("time spent", format_duration(h["total_time_s"]), f"search space {h['space'] or '-'}{budget}; {h['noise_text']}; {h['load']['text']}"),
-        ("baseline", figures(base), "PyTorch defaults"),
-        ("speed-up (90% interval)", speedup, figures(best) + (f": {best['config_text']}" if best else "")),
-    ]
     card_html = "".join(
-        f'<div class="card"><div class="label">{_e(label)}</div><div class="value">{_e(value)}</div><div class="sub">{_e(sub)}</div></div>'
-        for label, value, sub in cards
-    )
-    meta = " · ".join(
-        _e(x)
-        for x in (
-            f"autotune {h['autotune_version']}" if h["autotune_version"] else "",
-            f"created {h['created_at']}" if h["created_at"] else "",
-            f"front: {h['front_size']} trials",
-        )
-        if x
+        f'<div class="card"><div class="label">{_e(c["label"])}</div><div class="value">{_e(c["value"])}</div>'
+        f'<div class="sub">{_e(c["sub"])}</div></div>'
+        for c in h["cards"]
     )
     verdict = f'<p class="verdict" id="verdict">{_e(h["verdict"]["text"])}</p>'
-    return f'<header><h1>autotune study <span class="name">{_e(h["name"])}</span></h1><p class="meta">{meta}</p><div class="cards">{card_html}</div>{verdict}</header>'
+    return (
+        f'<header><h1>autotune study <span class="name">{_e(h["name"])}</span></h1><p class="meta">{_e(h["meta"])}</p>'
+        f'<div class="cards">{card_html}</div>{verdict}</header>'
+    )
 
 
 def _front_table_html(info: Mapping[str, Any]) -> str:
@@ -163,7 +113,7 @@ def _front_table_html(info: Mapping[str, Any]) -> str:
     for r in info["rows"]:
         cells: list[tuple[Any, str]] = [
             (r["number"], f"#{r['number']}"),
-            (r["role"], r["role"]),
+            (r["role"], f"{r['role']} · recommended" if r.get("recommended") else r["role"]),
             (r["samples_per_s"], format_rate(r["samples_per_s"])),
             (r["processes"], str(r["processes"])),
             (r["peak_memory_bytes"], format_bytes(r["peak_memory_bytes"])),
@@ -221,7 +171,7 @@ def render_html(study: optuna.Study | Snapshot, refresh_s: float | None = None) 
     unit, scale = pareto["memory_unit"], pareto["memory_scale"]
     section: list[str] = []
     if pareto["points"] or pareto["failed"]:
-        section.append(page.figure(pareto_figure(pareto)))
+        section.append(page.figure(pareto_figure(pareto), name="pareto"))
         section.append(
             '<p class="hint">Hover a point for its knobs. Failed trials sit at 0 samples/s, at their memory when known.</p>'
         )
@@ -237,23 +187,22 @@ def render_html(study: optuna.Study | Snapshot, refresh_s: float | None = None) 
     if shown:
         section.append('<div class="grid">')
         for k in shown:
-            section.append(
-                f'<div class="knob">{page.figure(knob_figure(k, unit, scale), "plot small")}<p class="hint">{_e(k["help"])}</p></div>'
-            )
+            drawn = page.figure(knob_figure(k, unit, scale), "plot small", "knob:" + k["name"])
+            section.append(f'<div class="knob">{drawn}<p class="hint">{_e(k["help"])}</p></div>')
         section.append("</div>")
     else:
         section.append(_note("No ok trial yet: nothing to show per knob."))
     importance = importance_info(snap)
     section.append("<h3>Knob importance</h3>")
-    section.append(
-        page.figure(importance_figure(importance))
-        if importance["samples_per_s"]
-        else _note(importance["note"] or "No importance.")
-    )
+    if importance["samples_per_s"]:
+        section.append(page.figure(importance_figure(importance), name="importance"))
+        section.append(f'<p class="hint">{_e(importance["method"])}</p>')
+    else:
+        section.append(_note(importance["note"] or "No importance."))
     parallel = parallel_info(snap)
     section.append("<h3>Knobs against samples/s</h3>")
     if parallel["numbers"] and parallel["dimensions"]:
-        section.append(page.figure(parallel_figure(parallel, unit, scale)))
+        section.append(page.figure(parallel_figure(parallel, unit, scale), name="parallel"))
         section.append('<p class="hint">Drag along an axis to filter the lines.</p>')
     else:
         section.append(_note("No ok trial with searched knobs yet."))
@@ -262,13 +211,33 @@ def render_html(study: optuna.Study | Snapshot, refresh_s: float | None = None) 
     history = history_info(snap)
     section = []
     if history["numbers"]:
-        section.append(page.figure(history_figure(history)))
+        section.append(page.figure(history_figure(history), name="history"))
         ref = history["reference"]["peak_memory_bytes"]
         section.append(
             f'<p class="hint">Hypervolume reference point: 0 samples/s, {_e(format_bytes(ref))} (1.1 × the largest peak memory of an ok trial).</p>'
         )
         section.append("<h3>Time per trial</h3>")
-        section.append(page.figure(duration_figure(history)))
+        section.append(page.figure(duration_figure(history), name="durations"))
+        again = history["remeasurements"]
+        if again["count"]:
+            guessed = again["estimated"] + again["untimed"]
+            section.append(
+                '<p class="hint">'
+                + _e(
+                    join(
+                        [
+                            f"On top of each trial, the time its configuration was measured again (noise floor, race): "
+                            f"{plural(again['count'], 're-measurement')}, {format_duration(again['time_s'])} in all",
+                            f"{guessed} of them were not timed when stored and are estimated as long as their trial's "
+                            f"own measurement (hatched)"
+                            if guessed
+                            else "",
+                        ],
+                        "; ",
+                    )
+                )
+                + ".</p>"
+            )
     else:
         section.append(_note("No finished trial yet."))
     page.section("history", "History", section)
@@ -277,7 +246,11 @@ def render_html(study: optuna.Study | Snapshot, refresh_s: float | None = None) 
     page.section(
         "time",
         "Where time goes on the front",
-        [page.figure(profile_figure(prof)) if prof["trials"] else _note("No profile for the front trials.")],
+        [
+            page.figure(profile_figure(prof), name="profile")
+            if prof["trials"]
+            else _note("No profile for the front trials.")
+        ],
     )
 
     failures = failures_info(snap)
@@ -474,11 +447,28 @@ _PAGE_JS = """
     return new Promise(function (resolve) { setTimeout(resolve, 200); });
   }).then(function () {
     function count(el, sel) { return el.querySelectorAll(sel).length; }
+    function texts(el, sel) {
+      return Array.prototype.map.call(el.querySelectorAll(sel), function (t) { return t.textContent; });
+    }
     var plots = Array.prototype.map.call(document.querySelectorAll('.js-plotly-plot'), function (el) {
-      var c = {id: el.id, points: count(el, '.scatterlayer .point'), bars: count(el, '.barlayer .point'),
-               boxes: count(el, '.boxlayer .point'), lines: count(el, '.scatterlayer .js-line'),
-               parcoords: count(el, '.parcoords .axis'), canvases: count(el, 'canvas')};
+      var c = {id: el.id, name: el.getAttribute('data-name') || '', points: count(el, '.scatterlayer .point'),
+               bars: count(el, '.barlayer .point'), boxes: count(el, '.boxlayer .point'),
+               lines: count(el, '.scatterlayer .js-line'), parcoords: count(el, '.parcoords .axis'),
+               canvases: count(el, 'canvas')};
       c.marks = c.points + c.bars + c.boxes + c.lines + c.parcoords;
+      // What a reader sees: tick labels by axis (xtick, x2tick, ytick, ...), annotations, legend entries,
+      // and each parallel-coordinates axis with its title and tick labels.
+      c.ticks = {};
+      el.querySelectorAll('.xaxislayer-above > g, .yaxislayer-above > g').forEach(function (g) {
+        var k = g.getAttribute('class');
+        (c.ticks[k] = c.ticks[k] || []).push(g.textContent);
+      });
+      c.annotations = texts(el, '.annotation-text');
+      c.legend = texts(el, '.legendtext');
+      c.axes = Array.prototype.map.call(el.querySelectorAll('.parcoords .y-axis'), function (a) {
+        var title = a.querySelector('.axis-title');
+        return {title: title ? title.textContent : '', ticks: texts(a, '.axis .tick text')};
+      });
       return c;
     });
     var sorted = null, th = document.querySelector('#front-table th');
@@ -492,6 +482,8 @@ _PAGE_JS = """
     var out = {ready: true, errors: window.__autotune.errors, expected: figures.length, plots: plots, table_sorts: sorted,
                webgl: !!(canvas.getContext('webgl') || canvas.getContext('experimental-webgl')), resources: resources,
                title: document.title, tables: document.querySelectorAll('table').length,
+               meta: (document.querySelector('header .meta') || {}).textContent || '',
+               cards: texts(document, 'header .card .sub'), hints: texts(document, '.hint'),
                scripts: document.querySelectorAll('script').length, images: document.querySelectorAll('img').length,
                height: document.body.scrollHeight};
     var pre = document.getElementById('autotune-selftest');

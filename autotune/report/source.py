@@ -19,6 +19,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import knobs
+from autotune import space as spaces
 from autotune.evidence import Evidence
 
 OK = "ok"
@@ -44,6 +45,9 @@ class Snapshot:
     trials: list[FrozenTrial] = field(repr=False, default_factory=list)
     defaults: dict[str, Any] = field(default_factory=dict)
     evidence: Evidence | None = field(repr=False, default=None)
+    context: knobs.Context | None = field(repr=False, default=None)  # the machine the study ran on
+    # The stored space's values as they applied on that machine (threads within its CPUs, ...); None when unknown.
+    values_here: dict[str, list[Any]] | None = field(repr=False, default=None)
 
     @classmethod
     def of(cls, study: optuna.Study | Snapshot) -> Snapshot:
@@ -70,12 +74,21 @@ class Snapshot:
         number = (verdict.winner if verdict.state == "gain" else verdict.leader) if verdict else None
         return self.by_number().get(number) if number is not None else None
 
+    def recommended(self) -> dict[str, Any] | None:
+        """The configuration the verdict recommends: its winner when it finds a gain, else the defaults (the
+        baseline); None before the baseline is measured. The dashboard labels it on the front."""
+        verdict = self.evidence.verdict() if self.evidence else None
+        if verdict is not None and verdict.state == "gain" and verdict.winner is not None:
+            return self.by_number().get(verdict.winner)
+        return self.baseline()
+
 
 def snapshot(study: optuna.Study) -> Snapshot:
     """Read a study once into a :class:`Snapshot`."""
     trials = study.get_trials(deepcopy=False)
     attrs = dict(study.user_attrs)
-    defaults = _knob_defaults(attrs)
+    context = _context(attrs)
+    defaults = knobs.defaults(context)
     rows = [_row(t, defaults) for t in trials]
     ev = Evidence(trials, attrs)
     for r in rows:
@@ -89,11 +102,12 @@ def snapshot(study: optuna.Study) -> Snapshot:
             r["speedup"] = s.estimate if s else None
             r["speedup_text"] = s.text() if s else "-"
     front = ev.front()
-    return Snapshot(study.study_name, attrs, rows, front, list(trials), defaults, ev)
+    here = _values_here(attrs, context, defaults)
+    return Snapshot(study.study_name, attrs, rows, front, list(trials), defaults, ev, context, here)
 
 
-def _knob_defaults(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    """PyTorch's defaults as knob values, for the machine the study ran on."""
+def _context(attrs: Mapping[str, Any]) -> knobs.Context | None:
+    """The machine the study ran on, as knobs see it: its stored context, else its fingerprint's CPU count."""
     ctx = None
     context = attrs.get("context")
     if isinstance(context, Mapping):
@@ -105,7 +119,22 @@ def _knob_defaults(attrs: Mapping[str, Any]) -> dict[str, Any]:
         fingerprint = attrs.get("fingerprint") if isinstance(attrs.get("fingerprint"), Mapping) else {}
         cpus = _num(fingerprint.get("cpu_count"))
         ctx = knobs.Context(cpu_count=int(cpus)) if cpus else None
-    return knobs.defaults(ctx)
+    return ctx
+
+
+def _values_here(
+    attrs: Mapping[str, Any], ctx: knobs.Context | None, defaults: Mapping[str, Any]
+) -> dict[str, list[Any]] | None:
+    """Each knob's values in the stored space as it applied on the study's machine (:func:`autotune.space.effective`:
+    ``threads = [1, 2, 4, 8, 16]`` is 1 and 2 on 2 CPUs); a knob it left out is absent. None when not known."""
+    stored = attrs.get("space")
+    if ctx is None or not isinstance(stored, Mapping) or not isinstance(stored.get("search"), Mapping):
+        return None
+    try:
+        fitted = spaces.effective(spaces.Space.from_dict(stored), ctx, defaults)
+    except Exception:  # noqa: BLE001 - an older or foreign space: the stored values are shown as they are
+        return None
+    return {name: dim.values() for name, dim in fitted.search.items()}
 
 
 def _row(t: FrozenTrial, defaults: Mapping[str, Any]) -> dict[str, Any]:
@@ -252,6 +281,9 @@ def searched_knobs(study: optuna.Study | Snapshot) -> list[str]:
     search = space.get("search") if isinstance(space, Mapping) else None
     if isinstance(search, Mapping) and search:
         names = [str(n) for n in search]
+        if snap.values_here is not None:
+            # Knobs not searched on the study's machine (bf16 left out where the CPU has none) only if they vary.
+            names = [n for n in names if n in snap.values_here or len(_observed(snap, n)) > 1]
     else:
         names = sorted({p for t in snap.trials for p in t.params})
         if not names:
@@ -264,8 +296,15 @@ def searched_knobs(study: optuna.Study | Snapshot) -> list[str]:
     return sorted(names, key=lambda n: (order.get(n, len(order)), n))
 
 
+def _observed(snap: Snapshot, name: str) -> set[str]:
+    return {json.dumps(_knob_value(snap, r, name), sort_keys=True, default=str) for r in snap.measured_ok()}
+
+
 def _value_order(snap: Snapshot, name: str, observed: Iterable[Any]) -> list[Any]:
-    """A knob's values in a sensible order: the space's choices, the registry's, else sorted."""
+    """A knob's values in a sensible order: the space's choices (those that applied on the study's machine), the
+    registry's, else sorted; then any other value a trial ran with."""
+    if snap.values_here is not None and not _is_range(snap, name):
+        return _with_extra(list(snap.values_here.get(name, [])), observed)
     space = snap.attrs.get("space")
     spec = (
         space.get("search", {}).get(name)
@@ -277,7 +316,11 @@ def _value_order(snap: Snapshot, name: str, observed: Iterable[Any]) -> list[Any
         choices = list(spec["choices"])
     elif name in knobs.KNOBS and knobs.KNOBS[name].choices:
         choices = list(knobs.KNOBS[name].choices or ())
-    extra = []
+    return _with_extra(choices, observed)
+
+
+def _with_extra(choices: list[Any], observed: Iterable[Any]) -> list[Any]:
+    extra: list[Any] = []
     for v in observed:
         if v not in choices and v not in extra:
             extra.append(v)
@@ -296,6 +339,23 @@ def _is_range(snap: Snapshot, name: str) -> bool:
     if isinstance(spec, Mapping):
         return "choices" not in spec
     return name in knobs.KNOBS and knobs.KNOBS[name].is_range
+
+
+def range_here(snap: Snapshot, name: str) -> tuple[float, float] | None:
+    """A range knob's bounds as searched on the study's machine (``threads``: 1 to its CPUs); None when unknown."""
+    values = (snap.values_here or {}).get(name)
+    numbers = [float(v) for v in values or () if _num(v) is not None]
+    return (min(numbers), max(numbers)) if numbers else None
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 trial``, ``2 trials``."""
+    return f"{n} {word if n == 1 else many or word + 's'}"
+
+
+def join(parts: Iterable[str | None], sep: str = ", ") -> str:
+    """The non-empty parts joined: never a leading, trailing or doubled separator."""
+    return sep.join(p.strip() for p in parts if p and p.strip())
 
 
 def _knob_value(snap: Snapshot, row: Mapping[str, Any], name: str) -> Any:
