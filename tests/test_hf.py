@@ -174,3 +174,35 @@ def test_seq_len_bad_input_is_one_line():
     out = CliRunner().invoke(cli.main, ["measure", "--model", "autotune.examples:cnn", "--seq-len", "64"])
     assert out.exit_code != 0 and "Traceback" not in out.output
     assert out.output.strip().splitlines()[-1].startswith("error: --seq-len applies to hf: models")
+
+
+@needs_transformers
+@pytest.mark.parametrize(
+    ("model", "sizes", "names"),
+    [
+        ("hf:gpt2", {"n_layer": 1, "n_embd": 64, "n_head": 2}, {"n_layer": 1, "n_embd": 64, "n_head": 2}),
+        ("hf:llama", {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2,
+                      "intermediate_size": 128}, {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 2}),
+    ],
+)
+def test_model_args_from_the_command_line_size_the_config_and_the_vocabulary(model, sizes, names):
+    """`--model-arg vocab_size=8000` (as the README's line gives it) reaches the configuration, the embedding and the
+    output layer, and the synthetic tokens are drawn from that vocabulary (not the type's own 50,257 or 32,000)."""
+    from autotune.cli import workload_from
+
+    words = tuple(f"{key}={value}" for key, value in {**sizes, "vocab_size": 8000}.items())
+    spec, _, _ = workload_from({"model": model, "data": None, "model_args": words, "input_shape": None,
+                                "num_classes": None, "task": None, "device": "cpu", "trial_timeout": "60", "seq_len": 32})
+    workload = build(spec)
+    config = workload.model.config
+    assert {key: getattr(config, key) for key in names} == names
+    assert config.vocab_size == 8000 and workload.metadata["hf"]["vocab_size"] == 8000
+    assert workload.model.get_input_embeddings().num_embeddings == 8000
+    assert workload.model.get_output_embeddings().out_features == 8000
+    for key in hf.SPECIAL_TOKENS:  # the type's special tokens fit the smaller vocabulary
+        token = getattr(config, key, None)
+        assert not isinstance(token, int) or token < 8000, (key, token)
+    ids = torch.stack([workload.dataset[i]["input_ids"] for i in range(64)])
+    assert ids.shape == (64, 32) and int(ids.min()) >= 0 and int(ids.max()) < 8000
+    assert int(ids.max()) >= 4000  # drawn from the whole vocabulary (2,048 uniform draws all below 4000: p = 2^-2048)
+    assert math.isfinite(loss_of(workload).item())
