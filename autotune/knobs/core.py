@@ -242,6 +242,9 @@ class Knob:
         return self.default
 
     def parse(self, raw: Any) -> Any:
+    # Its gain depends on what else runs on the machine (fewer threads suffer less from other processes): never
+    # recommended from measurements taken on a busy machine (autotune.evidence, autotune.load).
+    load_sensitive: bool = False
         """Turn a value from the command line, TOML or JSON into this knob's type."""
         if self.is_bool:
             if isinstance(raw, bool):

@@ -233,6 +233,7 @@ NUM_WORKERS = Knob(
              ACCELERATE: by_hand(ACC_LOADER)},
 )
 
+    load_sensitive=True,
 PREFETCH_FACTOR = Knob(
     "prefetch_factor",
     LOADER,
@@ -383,6 +384,7 @@ THREADS = Knob(
     exports={HF_TRAINER: callback(), LIGHTNING: callback(), ACCELERATE: _acc_threads},
 )
 
+    load_sensitive=True,
 # ---------------------------------------------------------------- cuda_allocator
 
 CUDA_ALLOCATOR = Knob(
