@@ -30,11 +30,12 @@ from autotune import knobs, shipping, tuning
 from autotune import study as S
 from autotune.errors import KnobError, SpecError, WorkloadError
 from autotune.evidence import Evidence, Verdict
-from autotune.request import DEFAULT_CONFIRM, DEFAULT_SAMPLER, DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS, TuneConfig, WorkloadSpec
+from autotune.request import DEFAULT_CONFIRM, DEFAULT_PICK, DEFAULT_SAMPLER, DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS
+from autotune.request import TuneConfig, WorkloadSpec
 from autotune.request import parse_model_args, parse_shape
 from autotune.result import TrialResult
 from autotune.stats import Noise, Ratio
-from autotune.store import Store, default_study_name
+from autotune.store import Store
 from autotune.units import parse_duration, parse_size
 from autotune.workload import import_spec
 
@@ -134,11 +135,8 @@ def _device(device: str | None) -> str:
 
 
 def default_study(spec: WorkloadSpec) -> str:
-    """The study name ``autotune run`` would choose; a pickled object's name without its digest."""
-    model = spec.model
-    if shipping.is_pickled(model):
-        model = model[len(shipping.PREFIX):].rsplit("@", 1)[0]
-    return default_study_name(model)
+    """The study name ``autotune run`` would choose (:meth:`WorkloadSpec.default_study_name`)."""
+    return spec.default_study_name()
 
 
 # ---------------------------------------------------------------- the result
@@ -164,6 +162,9 @@ class TuneResult:
         self.front: list[dict[str, Any]] = [evidence.row(n) for n in evidence.front()]
         self.verdict: Verdict = evidence.verdict()
         self.noise: Noise = evidence.noise
+        self.recommended: int | None = evidence.recommended()
+        self._speedup = evidence.speedup(self.recommended) if self.recommended is not None else None
+        self._changes = evidence.configs[self.recommended].changes if self.recommended is not None else {}
         self.measured = sum(1 for t in study.get_trials(deepcopy=False) if S.is_measured(t))
 
     @property
@@ -172,28 +173,31 @@ class TuneResult:
 
     @property
     def winner(self) -> int | None:
-        return self.verdict.winner
+        """The recommended trial (the baseline's when nothing beats the defaults beyond the noise)."""
+        return self.recommended
 
     @property
     def speedup(self) -> Ratio | None:
-        return self.verdict.speedup
+        """The recommendation's own speed-up over the defaults (1.00x when it is the defaults)."""
+        return self._speedup
 
-    def export(self, path: str | Path | None = None, format: str = "json", pick: str = "fastest",
-               allow_no_gain: bool = False, max_memory: int | str | None = None) -> Any:
+    def export(self, path: str | Path | None = None, format: str = "json", pick: str = DEFAULT_PICK,
+               max_memory: int | str | None = None) -> Any:
         """The configuration to use, as ``autotune export`` writes it.
 
         ``format="json"`` returns the document :func:`autotune.load_config` reads;
         ``"hf-trainer"``, ``"lightning"`` or ``"accelerate"`` return the framework's
         arguments as text (what the framework cannot express is listed in it). With
-        ``path``, it is also written there. ``pick``: fastest (the verdict's winner;
-        refused when nothing beats the defaults beyond the noise, unless
-        ``allow_no_gain``), smallest or balanced; ``max_memory``: only front points within it.
+        ``path``, it is also written there. ``pick``: recommended (the verdict's configuration, or
+        the defaults when nothing beats them beyond the noise; the document says which and why),
+        fastest (the fastest-looking, labelled with the verdict), smallest or balanced;
+        ``max_memory``: only front points within it.
         """
         from autotune import config as C
         from autotune import frameworks
 
         frameworks.check_format(format)
-        doc = C.export(self.study, pick, _bytes(max_memory, "max_memory"), self.store.shown, allow_no_gain=allow_no_gain)
+        doc = C.export(self.study, pick, _bytes(max_memory, "max_memory"), self.store.shown)
         if format == "json":
             if path is not None:
                 C.write(doc, path)
@@ -206,14 +210,67 @@ class TuneResult:
         return text
 
     def __repr__(self) -> str:
+        what = " ".join(f"{k}={v}" for k, v in self._changes.items()) or "the defaults"
         speed = f", speed-up {self.speedup.text()}" if self.speedup else ""
-        return (f"TuneResult(study={self.name!r}, measured={self.measured}, winner={self.winner}{speed})\n"
+        return (f"TuneResult(study={self.name!r}, measured={self.measured}, recommended=#{self.recommended} ({what}){speed})\n"
                 f"verdict: {self.verdict.text}")
+
+
+# ---------------------------------------------------------------- errors in Python's words
+
+_OPTIONS = {"--model-arg": "model_args", "--input-shape": "input_shape", "--num-classes": "num_classes",
+            "--seq-len": "model_args seq_len", "--time-budget": "time_budget", "--max-memory": "max_memory",
+            "--trial-timeout": "trial_timeout", "--global-batch": "global_batch", "--batch-ceiling": "batch_ceiling",
+            "--model": "model", "--data": "data", "--task": "task", "--device": "device", "--trials": "trials",
+            "--space": "space", "--study": "study", "--storage": "storage", "--confirm": "confirm", "--sampler": "sampler",
+            "--seed": "seed", "--quick": "quick", "--set": "config", "--repeat": "repeat", "--pick": "pick"}
+
+
+def python_words(text: str) -> str:
+    """An error's message as a Python caller reads it: ``--input-shape`` -> ``input_shape=``, ``(--trials, trials=)``
+    -> ``(trials=)``, ``--model 'pickled:Net@1a2b...'`` -> ``model=Net`` (the object's own name)."""
+    import re
+
+    text = re.sub(r"'pickled:([^'@\s]+)@[0-9a-f]+'", "'\x00\\1'", text)
+    text = re.sub(r"pickled:([^'@\s]+)@[0-9a-f]+", "\\1", text)
+    text = re.sub(r"\((--[a-z-]+), ([a-z_]+=)\)", r"(\2)", text)
+
+    def word(name: str, m: re.Match[str]) -> str:
+        quoted, number, assignment = m.group(2), m.group(3), m.group(4)
+        if quoted is not None:
+            return f"{name}={quoted[1:]}" if quoted.startswith("\x00") else f"{name}={quoted!r}"
+        if number is not None:
+            return f"{name}={number}"
+        if assignment is not None:
+            return f"{name} {assignment}"
+        return f"{name}="
+
+    for option in sorted(_OPTIONS, key=len, reverse=True):
+        pattern = rf"(?<![\w-]){re.escape(option)}(?![\w-])( '([^']*)'| (\d[^\s,;:)]*)| ([a-z_]\w*=[^\s,;)]*))?"
+        text = re.sub(pattern, lambda m, name=_OPTIONS[option]: word(name, m), text)
+    return text
+
+
+def _in_python_words(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Re-raise an AutotuneError with its message in Python's words (the API's edge; the CLI's is cli.py)."""
+    import functools
+
+    from autotune.errors import AutotuneError
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except AutotuneError as exc:
+            raise type(exc)(python_words(str(exc))) from None
+
+    return wrapper
 
 
 # ---------------------------------------------------------------- tune
 
 
+@_in_python_words
 def tune(
     model: Any = None,
     data: Any = None,
@@ -313,6 +370,7 @@ def _echo(line: str) -> None:
 # ---------------------------------------------------------------- measure
 
 
+@_in_python_words
 def measure(
     model: Any,
     config: Mapping[str, Any] | Iterable[str] | None = None,

@@ -14,11 +14,11 @@ from typing import Any, Callable
 import click
 
 from autotune import knobs
-from autotune.config import PICKS
 from autotune.errors import AutotuneError, KnobError, SpecError
 from autotune.frameworks import FORMATS
 from autotune.progress import Progress, console
-from autotune.request import DEFAULT_CONFIRM, DEFAULT_SAMPLER, DEFAULT_TRIALS, MAX_CONFIRM, MAX_TRIALS, SAMPLERS, TuneConfig
+from autotune.request import (DEFAULT_CONFIRM, DEFAULT_PICK, DEFAULT_SAMPLER, DEFAULT_TRIALS, MAX_CONFIRM, MAX_TRIALS, PICKS,
+                              SAMPLERS, TuneConfig)
 from autotune.units import format_bytes, format_duration, format_flops, format_rate, parse_duration, parse_size
 
 
@@ -113,7 +113,8 @@ SIZE = Size()
 def workload_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """The options that name a workload, shared by measure and run."""
     options = [
-        click.option("--model", "model", required=True, help="Model factory, module:attr (returns an nn.Module or an autotune.Workload)."),
+        click.option("--model", "model", required=True, help="Model factory, module:attr (returns an nn.Module or an autotune.Workload), "
+                     "or hf:<model_type> for a Hugging Face model built from its config (e.g. hf:gpt2; sizes with --model-arg)."),
         click.option("--data", "data", default=None, help="Dataset factory, module:attr (else the workload's data or synthetic data)."),
         click.option("--model-arg", "model_args", multiple=True, metavar="KEY=VALUE", help="Keyword argument for the model factory (repeatable)."),
         click.option("--seq-len", type=click.IntRange(1), default=None, help="Tokens per synthetic sample of an hf: model (as --model-arg seq_len=N)."),
@@ -261,6 +262,24 @@ def knobs_cmd(as_json: bool) -> None:
 # ---------------------------------------------------------------- measure
 
 
+def op_name(raw: str) -> str:
+    """A profiler event as a reader knows it: ``## Call CompiledFxGraph fgqrddoohho5...`` -> ``compiled graph``."""
+    import re
+
+    name = re.sub(r"^#+\s*Call\s+", "", raw.strip())
+    if name.startswith("CompiledFxGraph"):
+        return "compiled graph"
+    name = re.sub(r"\s+[a-z0-9]{16,}.*$", "", name)  # generated hashes
+    return name if len(name) <= 48 else name[:45] + "..."
+
+
+def _compiled(config: dict[str, Any] | None) -> bool:
+    """The configuration compiled the model (so its first step holds the compilation)."""
+    from autotune.knobs.registry import COMPILE
+
+    return bool(config) and config.get(COMPILE.name, COMPILE.default) != COMPILE.default
+
+
 def _result_lines(res: Any) -> list[tuple[str, str]]:
     from autotune.result import OK
 
@@ -275,7 +294,8 @@ def _result_lines(res: Any) -> list[tuple[str, str]]:
                 f"(median of {len(res.window_samples_per_s)} windows)",
             ),
             ("step time", f"{1000 * (res.step_time_s or 0):.1f} ms ({res.samples_per_step} samples)"),
-            ("first step", f"{res.time_to_first_step_s:.2f} s (includes compilation)"),
+            ("first step", f"{res.time_to_first_step_s:.2f} s"
+             + (" (includes compilation)" if _compiled(res.config) else "")),
             ("peak memory", format_bytes(res.peak_memory_bytes) + (" (CUDA reserved)" if res.device and res.device.startswith("cuda") else " (process tree RSS)")),
         ]
         if res.flops_per_sample:
@@ -285,7 +305,7 @@ def _result_lines(res: Any) -> list[tuple[str, str]]:
         lines.append(("data wait", f"{100 * prof.get('data_wait_share', 0):.1f}% of step time"))
         top = prof.get("top_ops") or []
         if top:
-            lines.append(("top ops", ", ".join(f"{op['name']} {100 * op['share']:.0f}%" for op in top[:4])))
+            lines.append(("top ops", ", ".join(f"{op_name(op['name'])} {100 * op['share']:.0f}%" for op in top[:4])))
         lines.append(("trial", f"{format_duration(res.wall_s)} wall, {format_duration(res.overhead_s)} outside the steps"))
     elif res.error:
         lines.append(("error", f"{res.error.get('type', '')}: {res.error.get('message', '')}".strip(": ")))
@@ -313,9 +333,11 @@ def measure(assignments: tuple[str, ...], global_batch: int | None, repeat: int,
 
     \b
     Examples:
-      autotune measure --model autotune.examples:cnn --set precision=bf16 --set batch_size=64
+      autotune measure --model autotune.examples:mlp --set batch_size=128 --set optimizer_impl=fused
       autotune measure --model mypkg.models:build --data mypkg.data:build --repeat 5 --json
-      autotune measure --model hf:gpt2 --model-arg n_layer=2 --set compile=default --quick
+      autotune measure --model hf:gpt2 --model-arg n_layer=2 --model-arg n_embd=128 --model-arg n_head=2 \\
+                       --model-arg vocab_size=8000 --seq-len 64 --set activation_checkpointing=on --quick
+      (mypkg stands for your own package: that line shows the options, it does not run as it is)
     """
     from autotune.api import measure_spec
     from autotune.protocol import cv
@@ -372,9 +394,10 @@ def run(study_name: str | None, storage: str | None, workers: int, devices: str 
 
     \b
     Examples:
-      autotune run --model autotune.examples:cnn --trials 30
+      autotune run --model autotune.examples:mlp --study mynet --trials 20   # a built-in example
       autotune run --model mypkg.models:build --data mypkg.data:build --time-budget 2h --max-memory 20GiB
-      autotune run --model mypkg.models:build --workers 2 --study mynet      # two trials at a time, cores split
+      autotune run --model mypkg.models:build --workers 2 --study mymodel    # two trials at a time, cores split
+      (mypkg stands for your own package: those lines show the options, they do not run as they are)
     """
     from autotune import tuning
 
@@ -417,9 +440,7 @@ def _parse_devices(devices: str | None) -> list[int]:
 
 
 def _default_study(spec: Any) -> str:
-    from autotune.store import default_study_name
-
-    return default_study_name(spec.model)
+    return str(spec.default_study_name())
 
 
 class Terminated(KeyboardInterrupt):
@@ -489,6 +510,7 @@ def worker(device: str | None, study_name: str | None, storage: str | None, all_
       autotune worker --study mynet --storage postgresql://tuner@db/autotune  # a study, or a job from submit
       autotune worker --all --storage postgresql://tuner@db/autotune          # the daemon
       autotune worker --all --storage journal:/shared/autotune.log --exit-when-idle
+      (db stands for your PostgreSQL server, /shared for a file system every machine mounts)
     """
     from autotune import daemon
 
@@ -559,7 +581,8 @@ def submit(study_name: str | None, storage: str, **options: Any) -> None:
     \b
     Examples:
       autotune submit --model mypkg.models:build --trials 50 --storage postgresql://tuner@db/autotune
-      autotune submit --model autotune.examples:cnn --study cnn-nightly --storage journal:/shared/autotune.log
+      autotune submit --model autotune.examples:mlp --study mlp-nightly --trials 20 --storage journal:/shared/autotune.log
+      (mypkg stands for your own package, db for your PostgreSQL server, /shared for a file system every machine mounts)
     """
     from autotune import tuning
 
@@ -573,6 +596,35 @@ def submit(study_name: str | None, storage: str, **options: Any) -> None:
 
 
 # ---------------------------------------------------------------- list / status / export
+
+
+RECOMMENDED_MARK = " recommended"
+
+
+def front_rows(doc: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+    """The rows of a front table: the recommended configuration first (marked, even when the front leaves it out,
+    dominated on memory), then the rest of the front."""
+    rec = doc.get("recommended")
+    rows = [(rec, RECOMMENDED_MARK)] if rec else []
+    return rows + [(row, "") for row in doc["front"] if not rec or row["trial"] != rec["trial"]]
+
+
+def _the_only_study(storage: str | None) -> str:
+    """The study ``status`` shows when no name is given: the only one in the storage (or in studies/)."""
+    from autotune.errors import StudyError
+    from autotune.store import STUDIES_DIR
+
+    if storage:
+        names = open_store(storage, read_only=True).names()
+        where = open_store(storage, read_only=True).shown
+    else:
+        names = sorted(p.stem for p in STUDIES_DIR.glob("*.db"))
+        where = f"{STUDIES_DIR}/"
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise StudyError(f"no study in {where}: run one with `autotune run --model ...`")
+    raise StudyError(f"which study? {len(names)} in {where}: {', '.join(names)} (autotune status NAME)")
 
 
 def _print_status(study: Any, store: Any) -> None:
@@ -590,13 +642,15 @@ def _print_status(study: Any, store: Any) -> None:
     out.print(doc["load"]["text"], markup=False)
     if doc["batch_ceiling"]:
         out.print(f"batch ceiling: {doc['batch_ceiling']['text']}", markup=False)
-    table = Table(title="Pareto front: throughput vs peak memory (speed-up over the defaults, 90% interval)", title_justify="left")
+    table = Table(title="Recommended, then the Pareto front: throughput vs peak memory (speed-up over the defaults, 90% interval)",
+                  title_justify="left")
     for col in ("trial", "knobs that differ from the defaults", "samples/s", "processes", "peak memory", "speed-up"):
         table.add_column(col, overflow="fold")
-    for row in doc["front"]:
+    for row, mark in front_rows(doc):
         changes = " ".join(f"{k}={knobs.KNOBS[k].format(v)}" for k, v in row["changes"].items()) or "defaults"
         speed = row["speedup"]["text"] if row["speedup"] else "-"
-        table.add_row(f"#{row['trial']}", changes, format_rate(row["samples_per_s"]), str(row["processes"]), format_bytes(row["peak_memory_bytes"]), speed)
+        table.add_row(f"#{row['trial']}{mark}", changes, format_rate(row["samples_per_s"]), str(row["processes"]),
+                      format_bytes(row["peak_memory_bytes"]), speed)
     out.print(table)
     if doc["failures"]:
         out.print("failures:", markup=False)
@@ -608,7 +662,7 @@ def _print_status(study: Any, store: Any) -> None:
 
 @main.command("list")
 @storage_option("A storage URL (default: every studies/*.db).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON (the same numbers as the table).")
 def list_cmd(storage: str | None, as_json: bool) -> None:
     """List jobs and studies: budget, trials measured, running, failed, workers seen lately, speed-up.
 
@@ -617,6 +671,7 @@ def list_cmd(storage: str | None, as_json: bool) -> None:
       autotune list
       autotune list --storage postgresql://tuner@db/autotune
       autotune list --storage journal:/shared/autotune.log --json
+      (db stands for your PostgreSQL server, /shared for a file system every machine mounts)
     """
     from autotune import hardware, view
     from autotune.store import STUDIES_DIR, redact
@@ -638,7 +693,7 @@ def list_cmd(storage: str | None, as_json: bool) -> None:
 
     table = Table()
     for col in ("study", "measured / budget", "running", "failed", "workers", "speed-up (90%)", "verdict", "machine", "storage"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col, overflow="fold" if col != "storage" else "ellipsis", no_wrap=col == "storage")
     for d in docs:
         if d["kind"] == "job":
             table.add_row(f"{d['study']} (job)", f"- / {d['budget']} per kind", "-", "-", "-", "-",
@@ -652,19 +707,21 @@ def list_cmd(storage: str | None, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("study_name")
+@click.argument("study_name", required=False)
 @storage_option("Storage URL (default: sqlite:///studies/<study>.db).")
-@click.option("--json", "as_json", is_flag=True)
-def status(study_name: str, storage: str | None, as_json: bool) -> None:
-    """Progress, failures and the Pareto front of a study.
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON (the same numbers as the table).")
+def status(study_name: str | None, storage: str | None, as_json: bool) -> None:
+    """Progress, failures and the Pareto front of a study (without a name: the only study there is).
 
     \b
     Examples:
       autotune status mynet
       autotune status mynet --storage postgresql://tuner@db/autotune --json
+      (db stands for your PostgreSQL server)
     """
     from autotune import view
 
+    study_name = study_name or _the_only_study(storage)
     store = study_store(study_name, storage, read_only=True)
     study = store.load(study_name)
     if as_json:
@@ -675,21 +732,23 @@ def status(study_name: str, storage: str | None, as_json: bool) -> None:
 
 @main.command()
 @click.argument("study_name")
-@click.option("--pick", type=click.Choice(PICKS), default="fastest", show_default=True)
+@click.option("--pick", type=click.Choice(PICKS), default=DEFAULT_PICK, show_default=True,
+              help="recommended: the verdict's configuration (the defaults when nothing beats them beyond the noise); "
+                   "fastest: the fastest-looking point of the front, labelled with the verdict when it is not the "
+                   "recommendation; smallest: the least peak memory; balanced: between the two.")
 @click.option("--max-memory", type=SIZE, default=None, help="Only front points within this peak memory (e.g. 20GiB).")
 @storage_option("Storage URL (default: sqlite:///studies/<study>.db).")
-@click.option("-o", "--output", default=None, help="Write the JSON here (default: print it).")
-@click.option("--allow-no-gain", is_flag=True, help="With --pick fastest: export the fastest-looking configuration even when nothing beats the defaults beyond the noise (the verdict is recorded).")
+@click.option("-o", "--output", default=None, help="Write it to this file (default: print it): the JSON document for "
+              "--format json, a Python snippet for hf-trainer and lightning, an Accelerate YAML config for accelerate.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="json", show_default=True,
               help="json (autotune.load_config), hf-trainer (TrainingArguments), lightning (Trainer + DataLoader), accelerate (a config file).")
-def export(study_name: str, pick: str, max_memory: int | None, storage: str | None, output: str | None, allow_no_gain: bool,
-           fmt: str) -> None:
+def export(study_name: str, pick: str, max_memory: int | None, storage: str | None, output: str | None, fmt: str) -> None:
     """Export a configuration: JSON for autotune.load_config(), or arguments for Hugging Face Trainer,
     Lightning or Accelerate (what a framework cannot express is listed, never dropped).
 
     \b
     Examples:
-      autotune export mynet --pick fastest -o best.json
+      autotune export mynet -o best.json                  # the recommendation (or the defaults, saying why)
       autotune export mynet --format hf-trainer -o training_args.py
       autotune export mynet --pick smallest --max-memory 20GiB --format lightning
     """
@@ -701,7 +760,7 @@ def export(study_name: str, pick: str, max_memory: int | None, storage: str | No
         C.check_output(output)  # a folder or an unwritable place fails before the study is read
     store = study_store(study_name, storage, read_only=True)
     study = store.load(study_name)
-    doc = C.export(study, pick, max_memory, store.shown, allow_no_gain=allow_no_gain)
+    doc = C.export(study, pick, max_memory, store.shown)
     if fmt != "json":
         rendered = frameworks.text(doc, fmt)
         if output is None:
@@ -721,8 +780,7 @@ def export(study_name: str, pick: str, max_memory: int | None, storage: str | No
         f"wrote {path}: trial #{doc['study']['trial']} ({pick}), {format_rate(doc['measured']['samples_per_s'])} samples/s "
         f"from {doc['measured']['processes']} processes, {format_bytes(doc['measured']['peak_memory_bytes'])}{speed}; {knobs.short(doc['knobs'])}"
     )
-    if doc["verdict"]["state"] != "gain" or doc["verdict"]["winner"] != doc["study"]["trial"]:
-        click.echo(f"verdict: {doc['verdict']['text']}")
+    click.echo(doc["pick_note"])
 
 
 @main.command()
@@ -736,7 +794,7 @@ def dashboard(study_name: str, storage: str | None, output: str | None, watch_s:
     \b
     Examples:
       autotune dashboard mynet                      # writes dashboards/mynet.html
-      autotune dashboard mynet -o report.html --storage sqlite:///runs/mynet.db
+      autotune dashboard mynet -o report.html --storage sqlite:///studies/mynet.db
       autotune dashboard mynet --watch 30           # rewrite it every 30 s while the study runs
     """
     from pathlib import Path

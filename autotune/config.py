@@ -1,6 +1,6 @@
 """Exported configurations: pick a point of a study's front, write it as JSON, and apply it in a user's script.
 
-``autotune export STUDY --pick fastest -o best.json`` writes a versioned JSON
+``autotune export STUDY -o best.json`` (``--pick recommended``, the default) writes a versioned JSON
 document (knob values, measured figures with spread, speed-up over the baseline,
 workload spec, fingerprint, study and trial). In a training script::
 
@@ -35,10 +35,10 @@ from autotune import __version__, hardware, knobs
 from autotune.evidence import Evidence
 from autotune.errors import ConfigError, StudyError
 from autotune.plan import Plan, Stepper
+from autotune.request import DEFAULT_PICK, PICKS
 
 SCHEMA = "autotune.config/2"  # /2: speedup became a claim with its interval
 SCHEMAS = ("autotune.config/1", SCHEMA)  # what load_config reads
-PICKS = ("fastest", "smallest", "balanced")
 
 
 class HardwareMismatchWarning(UserWarning):
@@ -48,12 +48,13 @@ class HardwareMismatchWarning(UserWarning):
 # ---------------------------------------------------------------- export
 
 
-def pick_trial(study: optuna.Study, pick: str, max_memory_bytes: int | None = None, allow_no_gain: bool = False) -> optuna.trial.FrozenTrial:
-    """A configuration to export.
+def pick_trial(study: optuna.Study, pick: str, max_memory_bytes: int | None = None) -> tuple[optuna.trial.FrozenTrial, str]:
+    """A configuration to export, and what it is (the line an export records as ``pick_note``).
 
-    ``fastest`` is the verdict's winner (:meth:`Evidence.verdict`: raced through the noise,
-    the simplest among the tied); when nothing beats the defaults beyond the noise it is
-    refused, unless ``allow_no_gain`` (then the fastest-looking one, its verdict recorded).
+    ``recommended`` is the verdict's winner (:meth:`Evidence.verdict`: raced through the noise,
+    the simplest among the tied), or the defaults when nothing beats them beyond the noise.
+    ``fastest`` is the fastest-looking point of the front: where it is not the recommendation it
+    is labelled so, with the verdict (never presented as a gain the evidence does not support).
     ``smallest`` and ``balanced`` pick on the front by memory.
     """
     if pick not in PICKS:
@@ -63,15 +64,30 @@ def pick_trial(study: optuna.Study, pick: str, max_memory_bytes: int | None = No
     candidates = [ev.configs[n] for n in ev.front()]
     if not candidates:
         raise StudyError(_nothing_to_export(study, ev, max_memory_bytes))
+    verdict = ev.verdict()
+    recommended = ev.recommended()
+    if pick == "recommended":
+        if recommended is None or not ev.configs[recommended].feasible:
+            raise StudyError(f"{verdict.text}; and the defaults themselves do not fit the memory budget: export --pick "
+                             "smallest, or one of the front's configurations")
+        if verdict.state == "gain":
+            return trials[recommended], f"recommended: {verdict.text}"
+        return trials[recommended], f"recommended: the defaults, because {verdict.text}"
     if pick == "fastest":
-        verdict = ev.verdict()
-        if verdict.state == "gain" and verdict.winner is not None:
-            return trials[verdict.winner]
-        if not allow_no_gain:
-            raise StudyError(f"{verdict.text}. Nothing to export; pass --allow-no-gain to export the fastest anyway")
-        return trials[verdict.leader if verdict.leader is not None else candidates[0].number]
-    if pick == "smallest":
-        return trials[min(candidates, key=lambda c: (c.peak_memory_bytes, -c.samples_per_s)).number]
+        chosen = max(candidates, key=lambda c: c.samples_per_s).number
+    elif pick == "smallest":
+        chosen = min(candidates, key=lambda c: (c.peak_memory_bytes, -c.samples_per_s)).number
+    else:
+        chosen = _balanced(candidates)
+    s = ev.speedup(chosen)
+    figure = f"{s.text()} the defaults" if s is not None else "no speed-up measured"
+    if chosen == recommended:
+        return trials[chosen], f"{pick}, and recommended: {verdict.text}"
+    return trials[chosen], (f"{pick}: #{chosen} at {figure}, not the recommendation (#{recommended}); the verdict: "
+                            f"{verdict.text}")
+
+
+def _balanced(candidates: list[Any]) -> int:
     t_lo, t_hi = min(c.samples_per_s for c in candidates), max(c.samples_per_s for c in candidates)
     m_lo, m_hi = min(c.peak_memory_bytes for c in candidates), max(c.peak_memory_bytes for c in candidates)
 
@@ -80,7 +96,7 @@ def pick_trial(study: optuna.Study, pick: str, max_memory_bytes: int | None = No
         mem_gap = (c.peak_memory_bytes - m_lo) / (m_hi - m_lo) if m_hi > m_lo else 0.0
         return speed_gap**2 + mem_gap**2
 
-    return trials[min(candidates, key=distance).number]
+    return min(candidates, key=distance).number
 
 
 def _nothing_to_export(study: optuna.Study, ev: Evidence, max_memory_bytes: int | None) -> str:
@@ -103,13 +119,12 @@ def _nothing_to_export(study: optuna.Study, ev: Evidence, max_memory_bytes: int 
 
 def export(
     study: optuna.Study,
-    pick: str,
+    pick: str = DEFAULT_PICK,
     max_memory_bytes: int | None = None,
     storage_url: str | None = None,
-    allow_no_gain: bool = False,
 ) -> dict[str, Any]:
     """The exported document of a picked configuration, with the study's figures for it (see module docstring)."""
-    trial = pick_trial(study, pick, max_memory_bytes, allow_no_gain)
+    trial, note = pick_trial(study, pick, max_memory_bytes)
     ev = Evidence.of(study)
     res = trial.user_attrs.get("result", {})
     c = ev.configs[trial.number]
@@ -121,6 +136,7 @@ def export(
         "autotune_version": __version__,
         "exported_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "pick": pick,
+        "pick_note": note,
         "knobs": trial.user_attrs["config"],
         "not_applicable": trial.user_attrs.get("not_applicable", {}),
         "measured": {

@@ -310,9 +310,12 @@ class Evidence:
                 f"gain rests on {names}, which depends on the load, and {self.load.text()}: not recommended from these "
                 f"measurements; re-check it on a quiet machine with `autotune measure --model {model} {sets} --repeat 5` "
                 f"against `autotune measure --model {model} --repeat 5`")
-        text = quiet.text if quiet.state == "gain" else "keep PyTorch's defaults"
-        return Verdict(quiet.state, quiet.winner, seen.leader, quiet.speedup, quiet.tied, quiet.confirmed,
-                       quiet.simpler_preferred, f"{text}; {note}")
+        if quiet.state == "gain":
+            return Verdict("gain", quiet.winner, seen.leader, quiet.speedup, quiet.tied, quiet.confirmed,
+                           quiet.simpler_preferred, f"{quiet.text}; {note}")
+        return Verdict("no_gain", self.baseline.number if self.baseline else None, seen.leader, seen.speedup, seen.tied,
+                       seen.confirmed, False, "no configuration beats PyTorch's defaults beyond the noise once the "
+                       f"load-sensitive knobs are set aside: keep the defaults; {note}")
 
     def _sensitive_knob(self, name: str) -> bool:
         return name in knobs.KNOBS and knobs.KNOBS[name].load_sensitive
@@ -374,6 +377,14 @@ class Evidence:
             text += "; measured once, not confirmed by a race (run with --confirm)"
         return Verdict("gain", winner, leader, s, tied, confirmed, choice.simpler_than_leader, text)
 
+    def recommended(self) -> int | None:
+        """The configuration to use: the verdict's winner, or the defaults (the baseline) when nothing beats them
+        beyond the noise; None before the baseline is measured."""
+        verdict = self.verdict()
+        if verdict.state == "gain" and verdict.winner is not None:
+            return verdict.winner
+        return self.baseline.number if self.baseline else None
+
     def time_spent(self) -> dict[str, float]:
         """Wall-clock time during which any process worked on the study (overlapping workers count once)."""
         sessions = [v for k, v in self.attrs.items() if k.startswith(SESSION) and isinstance(v, Mapping)]
@@ -396,6 +407,7 @@ class Evidence:
             "comparisons": self.comparisons,
             "verdict": self.verdict().to_dict(),
             "front": [self.row(n) for n in self.front()],
+            "recommended": self.row(rec) if (rec := self.recommended()) is not None else None,
             "load": self.load.to_dict(),
         }
 

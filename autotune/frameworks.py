@@ -149,7 +149,7 @@ def _render(doc: Mapping[str, Any], fmt: str) -> tuple[dict[str, Any], Job]:
         **job.extra,
         "not_expressible": job.manual,
         "source": {"study": study.get("name"), "trial": study.get("trial"), "storage": study.get("storage"),
-                   "pick": doc.get("pick"), "exported_at": doc.get("exported_at")},
+                   "pick": doc.get("pick"), "pick_note": doc.get("pick_note"), "exported_at": doc.get("exported_at")},
         "knobs": job.values,
         "task": job.task,
         "device": job.device,
@@ -169,7 +169,13 @@ def _header(out: Mapping[str, Any]) -> list[str]:
     pick = f" (pick {src['pick']})" if src["pick"] else ""
     fw = out["framework"]
     target = f"{fw['package']} {fw['version']}" if fw["version"] else f"{fw['package']} (not installed here)"
-    return [f"# autotune export for {target}: {where}{pick}, measured on {out['device']} ({out['task']})"]
+    lines = [f"# autotune export for {target}: {where}{pick}, measured on {out['device']} ({out['task']})"]
+    speedup = (out.get("speedup") or {}).get("text")
+    if speedup:
+        lines.append(f"# speed-up over PyTorch's defaults: {speedup} (90% interval)")
+    if src.get("pick_note"):
+        lines.append(f"# {src['pick_note']}")
+    return lines
 
 
 def _manual_lines(out: Mapping[str, Any], where: str) -> list[str]:

@@ -44,7 +44,7 @@ def trial_line(rec: Any) -> str:
 
     head = f"#{rec.number:<4} {rec.role:<8} "
     if rec.outcome == OK and rec.samples_per_s:
-        speed = rec.speedup.text() if rec.speedup else "-"
+        speed = speedup_text(rec.speedup, rec.role)
         body = f"{'ok':<8} {format_rate(rec.samples_per_s):>9} samples/s {format_bytes(rec.peak_memory_bytes):>10}  {speed:<18}"
     else:
         body = f"{rec.outcome:<8} {(rec.error or '')[:60]}"
@@ -75,6 +75,18 @@ def estimate_line(trial_s: float, rest_s: float) -> str:
     if trial_s > SLOW_TRIAL_S:
         line += "; to spend less, use --quick, a smaller model or batch, or --time-budget"
     return line
+
+
+def speedup_text(speedup: Any, role: str = "search") -> str:
+    """A trial line's ratio to the defaults: a single measurement as what it is (``1.23x, 1 run``), without the
+    interval a claim would need (that comes from repeats: the noise floor and the race)."""
+    if speedup is None:
+        return "-"
+    if role == "baseline":
+        return "1.00x (the defaults)"
+    if speedup.processes <= 1:
+        return f"{speedup.estimate:.2f}x, 1 run"
+    return speedup.text()
 
 
 def _echo(line: str) -> None:

@@ -18,6 +18,9 @@ This module imports neither torch nor Optuna: the CLI reads its defaults before 
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
+import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Iterable, Mapping
 
@@ -31,9 +34,22 @@ DEFAULT_CONFIRM = 8  # rounds of the final race at most
 MAX_CONFIRM = 50
 MAX_TRIALS = 100_000
 DEFAULT_TRIAL_TIMEOUT_S = 600.0
+#: What ``autotune export --pick`` may take: the verdict's recommendation (the defaults when nothing beats them
+#: beyond the noise), the fastest-looking point of the front, the smallest, or the balance of the two.
+PICKS = ("recommended", "fastest", "smallest", "balanced")
+DEFAULT_PICK = "recommended"
 
 
 # ---------------------------------------------------------------- the workload
+
+MAX_NAME = 200
+
+
+def safe_name(text: str) -> str:
+    """A study name made from any text (a model spec, a callable's name): what is not allowed becomes '-'
+    (the rule: :func:`autotune.store.check_name`)."""
+    name = re.sub(r"[^A-Za-z0-9._@-]+", "-", text).strip("-.@")[:MAX_NAME]
+    return name or "study"
 
 
 @dataclass(frozen=True)
@@ -59,6 +75,20 @@ class WorkloadSpec:
                             f"not {self.num_classes!r}")
         if self.task is not None and self.task not in TASKS:
             raise KnobError(f"the task (--task, task=) must be one of {', '.join(TASKS)}, not {self.task!r}")
+
+    def default_study_name(self) -> str:
+        """The study a run of this workload resumes when no ``--study`` is given: the model's name, and, when
+        anything else sets this workload apart (model arguments, data, shapes, task, a Python object's code), a
+        digest of it, so that unrelated models and changed arguments never share a study by accident.
+        ``mypkg.models:build`` -> ``mypkg.models-build``; with ``--model-arg width=8`` -> ``mypkg.models-build-1a2b3c4d``."""
+        pickled = self.model.startswith("pickled:")
+        model = self.model[len("pickled:"):].rsplit("@", 1)[0] if pickled else self.model
+        name = safe_name(model.replace(":", "-").replace("/", "-"))
+        identity = self.to_dict(payload=False)
+        if pickled or any(v for k, v in identity.items() if k != "model"):
+            digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:8]
+            name = f"{name[:MAX_NAME - 9]}-{digest}"
+        return name
 
     def to_dict(self, payload: bool = True) -> dict[str, Any]:
         """The spec as JSON. ``payload=False`` leaves out the pickled bytes: the workload's name, not its bytes

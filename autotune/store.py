@@ -34,6 +34,7 @@ import optuna
 
 from autotune import __version__, hardware
 from autotune.errors import AutotuneError, StorageError, StorageUnreachable, StudyError
+from autotune.request import MAX_NAME
 
 METRICS = ["samples_per_s", "peak_memory_bytes"]
 DIRECTIONS = [optuna.study.StudyDirection.MAXIMIZE, optuna.study.StudyDirection.MINIMIZE]
@@ -104,7 +105,6 @@ def _secrets(url: str) -> list[str]:
 # ---------------------------------------------------------------- study names
 
 NAME_CHARS = "letters, digits and . _ - @"
-MAX_NAME = 200
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._@-]*")
 
 
@@ -124,20 +124,9 @@ def check_name(name: Any) -> str:
     return name
 
 
-def safe_name(text: str) -> str:
-    """A study name made from any text (a model spec, a callable's name): what is not allowed becomes '-'."""
-    name = re.sub(r"[^A-Za-z0-9._@-]+", "-", text).strip("-.@")[:MAX_NAME]
-    return name or "study"
-
-
 def default_url(study: str) -> str:
     """``sqlite:///studies/<study>.db``, for a name that is safe."""
     return f"sqlite:///{STUDIES_DIR / (check_name(study) + '.db')}"
-
-
-def default_study_name(model_spec: str) -> str:
-    """``mypkg.models:build_model`` -> ``mypkg.models-build_model`` (always a safe name)."""
-    return safe_name(model_spec.replace(":", "-").replace("/", "-"))
 
 
 # ---------------------------------------------------------------- the store

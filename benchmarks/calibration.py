@@ -28,7 +28,7 @@ from autotune import config as C  # noqa: E402
 from autotune import knobs, tuning  # noqa: E402
 from autotune.request import TuneConfig  # noqa: E402
 from autotune.store import Store  # noqa: E402
-from autotune.errors import StudyError  # noqa: E402
+from autotune.evidence import Evidence  # noqa: E402
 from autotune.runner import warm_up  # noqa: E402
 from autotune.stats import geomean  # noqa: E402
 from autotune.workload import WorkloadSpec  # noqa: E402
@@ -73,10 +73,9 @@ def main() -> None:
             elapsed = time.monotonic() - start
             race = summary.race
             study = prepared.study
-            try:
-                doc = C.export(study, "fastest")
-            except StudyError:
-                doc = C.export(study, "fastest", allow_no_gain=True)
+            # the claim checked: the recommendation's when there is a gain, else the fastest-looking one's
+            gain = Evidence.of(study).verdict().state == "gain"
+            doc = C.export(study, "recommended" if gain else "fastest")
             claim = doc["speedup"]
             runner = prepared.runner
             defaults, best = [], []

@@ -75,15 +75,15 @@ def test_tune_a_factory_defined_inside_the_test(tmp_path):
     assert attrs["job"]["spec"]["pickled"].keys() == {attrs["workload"]["model"]}
 
     best = tmp_path / "best.json"
-    doc = result.export(best)  # the winner: no allow_no_gain needed
+    doc = result.export(best)  # the recommendation: the verdict's winner
     assert doc["knobs"]["batch_size"] == 256 and doc["knobs"]["threads"] == 1
     assert json.loads(best.read_text())["knobs"] == doc["knobs"]
     cfg = autotune.load_config(best)
     assert cfg.knobs == doc["knobs"]
-    text = result.export(format="hf-trainer", allow_no_gain=True)
+    text = result.export(format="hf-trainer")
     assert "TrainingArguments" in text
     written = tmp_path / "out" / "args.py"
-    assert result.export(written, format="hf-trainer", allow_no_gain=True) == written.read_text()
+    assert result.export(written, format="hf-trainer") == written.read_text()
 
     # A new tune() without the object resumes from the bytes stored with the study.
     again = autotune.tune(None, study="s", storage=url, trials=3, space=str(tmp_path / "space.toml"), quick=True, confirm=0,
@@ -278,3 +278,59 @@ def test_progress_lines_without_a_terminal_or_in_jupyter(monkeypatch):
     jupyter(rec)
     jupyter.close()
     assert jupyter.bar is None and len(lines) == 2
+
+
+def test_errors_speak_python_and_a_failed_call_leaves_no_file(tmp_path, monkeypatch):
+    """The API's errors name its arguments and the callable's own name, and a call that fails before any trial
+    ran leaves no study file behind (it said '--model pickled:lambda@467cb7... returned NoneType' and left
+    studies/lambda.db)."""
+    from autotune.errors import WorkloadError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(WorkloadError) as nothing:
+        autotune.tune(lambda: None, trials=2, quick=True, progress=False)
+    import re
+
+    assert re.match(r"model=\S*lambda returned NoneType", str(nothing.value)) and "--" not in str(nothing.value)
+
+    class Net(nn.Module):  # no example input: the model gives no data
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.lin(x)
+
+    with pytest.raises(WorkloadError) as no_data:
+        autotune.tune(Net, trials=2, quick=True, progress=False)
+    message = str(no_data.value)
+    assert re.match(r"model=\S*Net gives no data: pass data=, or input_shape=", message) and "--" not in message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_default_study_names_tell_unrelated_workloads_apart():
+    from autotune.request import WorkloadSpec
+
+    plain = WorkloadSpec("autotune.examples:mlp").default_study_name()
+    wider = WorkloadSpec("autotune.examples:mlp", model_args=(("width", 64),)).default_study_name()
+    other = WorkloadSpec("autotune.examples:mlp", model_args=(("width", 128),)).default_study_name()
+    assert plain == "autotune.examples-mlp" and len({plain, wider, other}) == 3 and wider.startswith(plain + "-")
+    one = api._spec(lambda: nn.Linear(4, 2), None, None, None, None, None)
+    two = api._spec(lambda: nn.Linear(8, 2), None, None, None, None, None)
+    assert api.default_study(one) != api.default_study(two) and api.default_study(one).rsplit(".", 1)[-1].startswith("lambda-")
+
+
+def test_the_results_repr_shows_the_recommendations_own_figures(tmp_path):
+    from study_factory import make_study
+
+    url = f"sqlite:///{tmp_path}/r.db"
+    study = make_study(url, n_trials=12, name="r")
+    from autotune.store import Store
+
+    result = api.TuneResult(study, Store(url))
+    text = repr(result)
+    assert f"recommended=#{result.recommended}" in text
+    if result.verdict.state != "gain":
+        assert result.recommended == 0 and "(the defaults), speed-up 1.00x" in text
+    else:
+        assert result.speedup.text() in text and result.recommended == result.verdict.winner

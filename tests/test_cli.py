@@ -196,3 +196,77 @@ def test_a_real_server_is_shown_without_its_password(postgres_url, tmp_path):
     for res in (status, listing, exported):
         assert secret not in res.output
     assert secret not in page.read_text()
+
+
+# ---------------------------------------------------------------- what the user reads
+
+
+def test_the_cli_parses_before_it_imports_torch_or_optuna():
+    """--help answers at once: the command line imports neither torch nor Optuna until a command needs them."""
+    import subprocess
+    import sys
+
+    code = "import sys, autotune.cli; print(sorted(m for m in ('torch', 'optuna') if m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+
+
+def test_status_without_a_name_shows_the_only_study_or_lists_them(tmp_path, monkeypatch):
+    from study_factory import make_study
+
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["status"])
+    assert res.exit_code == 2 and res.output.strip() == "error: no study in studies/: run one with `autotune run --model ...`"
+    (tmp_path / "studies").mkdir()
+    make_study(tmp_path / "studies" / "one.db", n_trials=8, name="one")
+    res = CliRunner().invoke(main, ["status"])
+    assert res.exit_code == 0 and res.output.startswith("study one ")
+    make_study(tmp_path / "studies" / "two.db", n_trials=8, name="two")
+    res = CliRunner().invoke(main, ["status"])
+    assert res.exit_code == 2 and res.output.strip() == "error: which study? 2 in studies/: one, two (autotune status NAME)"
+
+
+def test_the_recommendation_is_the_first_row_of_the_front_table_even_off_the_front():
+    from autotune.cli import RECOMMENDED_MARK, front_rows
+
+    front = [{"trial": 3}, {"trial": 5}]
+    rows = front_rows({"recommended": {"trial": 7}, "front": front})
+    assert [(r["trial"], mark) for r, mark in rows] == [(7, RECOMMENDED_MARK), (3, ""), (5, "")]
+    rows = front_rows({"recommended": {"trial": 5}, "front": front})
+    assert [(r["trial"], mark) for r, mark in rows] == [(5, RECOMMENDED_MARK), (3, "")]
+
+
+def test_status_marks_the_recommendation_and_json_names_it(tmp_path):
+    from study_factory import make_study
+
+    url = f"sqlite:///{tmp_path}/demo.db"
+    make_study(url, n_trials=20, name="demo")
+    doc = json.loads(invoke("status", "demo", "--storage", url, "--json").output)
+    rec = doc["recommended"]
+    verdict = doc["verdict"]
+    assert rec["trial"] == (verdict["winner"] if verdict["state"] == "gain" else 0)
+    table = invoke("status", "demo", "--storage", url).output
+    first_row = next(line for line in table.splitlines() if line.startswith("│ #"))
+    assert first_row.startswith(f"│ #{rec['trial']} recommended")
+
+
+def test_a_trial_line_shows_one_measurement_as_one_measurement():
+    from autotune.progress import speedup_text
+    from autotune.stats import Ratio
+
+    assert speedup_text(Ratio(10.61, 1.03, 108.8, processes=1, reference_processes=3)) == "10.61x, 1 run"
+    assert speedup_text(Ratio(1.2, 1.1, 1.3, processes=4, reference_processes=7)) == "1.20x (1.10-1.30)"
+    assert speedup_text(Ratio(1.0, 1.0, 1.0, processes=3, reference_processes=3), role="baseline") == "1.00x (the defaults)"
+
+
+def test_measure_says_compilation_only_when_it_compiled():
+    from autotune.cli import _result_lines
+    from autotune.result import OK, TrialResult
+
+    res = TrialResult(outcome=OK, config={"compile": "off"}, samples_per_s=10.0, samples_per_s_cv=0.01,
+                      window_samples_per_s=[10.0], step_time_s=0.1, samples_per_step=1, time_to_first_step_s=2.0,
+                      peak_memory_bytes=1, profile={"top_ops": [{"name": "## Call CompiledFxGraph fgqrddoohho5abcdefgh", "share": 0.5}]})
+    lines = dict(_result_lines(res))
+    assert lines["first step"] == "2.00 s"
+    assert dict(_result_lines(TrialResult(**{**res.__dict__, "config": {"compile": "default"}})))["first step"].endswith(
+        "(includes compilation)")
+    assert lines["top ops"] == "compiled graph 50%"

@@ -42,8 +42,8 @@ def export(url, folder, *args):
 
 def test_export_document(study):
     url, folder, _ = study
-    path, doc = export(url, folder, "--pick", "fastest", "--allow-no-gain")
-    assert doc["schema"] == C.SCHEMA and doc["pick"] == "fastest"
+    path, doc = export(url, folder, "--pick", "fastest")
+    assert doc["schema"] == C.SCHEMA and doc["pick"] == "fastest" and doc["pick_note"].startswith("fastest")
     for key in ("knobs", "measured", "baseline", "speedup", "workload", "fingerprint", "study"):
         assert key in doc
     assert doc["measured"]["samples_per_s"] > 0 and doc["measured"]["processes"] >= 1
@@ -89,7 +89,7 @@ def test_load_config_errors(tmp_path):
 
 def test_load_config_warns_on_other_hardware(study):
     url, folder, _ = study
-    path, doc = export(url, folder, "--allow-no-gain")
+    path, doc = export(url, folder)
     doc["fingerprint"]["torch"] = "1.0.0"
     path.write_text(json.dumps(doc))
     with pytest.warns(C.HardwareMismatchWarning, match="torch: 1.0.0"):
@@ -143,7 +143,7 @@ def test_user_loop_matches_the_study(study):
     import sys
 
     url, folder, _ = study
-    path, doc = export(url, folder, "--pick", "fastest", "--allow-no-gain")
+    path, doc = export(url, folder, "--pick", "fastest")
     out = subprocess.run([sys.executable, "-c", USER_SCRIPT, str(path)], capture_output=True, text=True, check=True)
     windows = json.loads(out.stdout.strip().splitlines()[-1])
     mine = statistics.median(windows)
@@ -168,16 +168,21 @@ def test_every_view_quotes_the_same_speedup(study):
     claim = verdict["speedup"]["text"]
     assert f"verdict: {verdict['text']}" in " ".join(run_output.split())  # the run's summary (rich may wrap it)
     assert claim in " ".join(run_output.split())
-    _, doc = export(url, folder, "--pick", "fastest", "--allow-no-gain")
-    shown = verdict["winner"] if verdict["state"] == "gain" else verdict["leader"]
-    assert doc["study"]["trial"] == shown and doc["speedup"]["text"] == claim
-    assert doc["verdict"] == verdict
+    _, doc = export(url, folder)  # --pick recommended
+    rec = status["recommended"]
+    assert doc["pick"] == "recommended" and doc["study"]["trial"] == rec["trial"]
+    assert doc["speedup"]["text"] == rec["speedup"]["text"] and doc["verdict"] == verdict
+    if verdict["state"] == "gain":
+        assert rec["trial"] == verdict["winner"] and rec["speedup"]["text"] == claim
+    else:  # keep the defaults: the recommendation is the baseline, at exactly 1.00x
+        assert rec["role"] == "baseline" and rec["speedup"]["text"] == "1.00x (1.00-1.00)"
+        assert doc["pick_note"] == f"recommended: the defaults, because {verdict['text']}"
     front = {row["trial"]: row for row in status["front"]}
-    if shown in front:
-        assert front[shown]["speedup"]["text"] == claim
+    if rec["trial"] in front:
+        assert front[rec["trial"]]["speedup"]["text"] == rec["speedup"]["text"]
     snap = report.snapshot(optuna.load_study(study_name="mlp", storage=url))
     header = report.header_info(snap)
-    assert header["best_speedup_text"] == claim and header["verdict"]["text"] == verdict["text"]
+    assert header["best_speedup_text"] == rec["speedup"]["text"] and header["verdict"]["text"] == verdict["text"]
     assert header["noise"]["percent"] == pytest.approx(status["noise"]["percent"])
     points = {p["number"]: p for p in report.pareto_info(snap)["points"]}
     assert points[shown]["speedup_text"] == claim

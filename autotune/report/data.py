@@ -109,6 +109,7 @@ def header_info(study: optuna.Study | Snapshot) -> dict[str, Any]:
     outcomes = Counter(r["outcome"] for r in snap.rows if r["duplicate_of"] is None)
     baseline = snap.baseline()
     best = snap.best()
+    recommended = ev.speedup(best["number"]) if best else None  # the recommendation's own figure, as every view shows it
     ev = snap.evidence or Evidence([], {})
     verdict = ev.verdict()
 
@@ -159,8 +160,8 @@ def header_info(study: optuna.Study | Snapshot) -> dict[str, Any]:
         "trial_time_s": sum(r["duration_s"] or 0.0 for r in snap.rows),
         "baseline": figures(baseline),
         "best": figures(best),
-        "best_speedup": verdict.speedup.estimate if verdict.speedup else None,
-        "best_speedup_text": verdict.speedup.text() if verdict.speedup else "-",
+        "best_speedup": recommended.estimate if recommended else None,
+        "best_speedup_text": recommended.text() if recommended else "-",
         "verdict": _plain(verdict.to_dict()),
         "noise": _plain(ev.noise.to_dict()),
         "noise_text": ev.noise.text(),

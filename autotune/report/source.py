@@ -69,9 +69,9 @@ class Snapshot:
         return None
 
     def best(self) -> dict[str, Any] | None:
-        """The verdict's recommendation (the fastest-looking one when nothing beats the defaults beyond the noise)."""
-        verdict = self.evidence.verdict() if self.evidence else None
-        number = (verdict.winner if verdict.state == "gain" else verdict.leader) if verdict else None
+        """The recommendation (:meth:`Evidence.recommended`: the verdict's winner, or the defaults when nothing beats
+        them beyond the noise)."""
+        number = self.evidence.recommended() if self.evidence else None
         return self.by_number().get(number) if number is not None else None
 
     def recommended(self) -> dict[str, Any] | None:

@@ -66,13 +66,14 @@ for row in result.front:
 # ## Export for the Hugging Face Trainer
 #
 # `export(format="hf-trainer")` writes the `TrainingArguments` of the chosen configuration
-# (what the Trainer cannot express is listed in the file, to do by hand). When nothing beats
-# the defaults beyond the noise, as is likely in a run this short, export refuses unless
-# `allow_no_gain=True` (the verdict is then recorded in the file). `format="json"` writes
-# what `autotune.load_config()` applies in your own training loop.
+# (what the Trainer cannot express is listed in the file, to do by hand). It exports the
+# recommendation: when nothing beats the defaults beyond the noise, as is likely in a run this
+# short, that is the defaults, and the file says so with the verdict (`pick="fastest"` exports the
+# fastest-looking one instead, labelled as such). `format="json"` writes what
+# `autotune.load_config()` applies in your own training loop.
 
 # %%
 path = out / "training_args.py"
-result.export(path, format="hf-trainer", allow_no_gain=True)
+result.export(path, format="hf-trainer")
 print(f"export: {path}")
 print(path.read_text())
