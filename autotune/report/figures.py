@@ -144,9 +144,16 @@ def pareto_figure(info: Mapping[str, Any]) -> go.Figure:
     for label in info["labels"]:
         chosen = label.get("recommended")
         x = label["peak_memory_bytes"] / scale
-        # Each label on the side of its point with more room (never off the plot); the recommendation's below it,
+        # Each label beside its point where it fits (the baseline's preferably left of it, others on the side with
+        # more room; about 7 px a character on a plot about 1100 px wide), the recommendation's below its point and
         # the others above, so that a recommendation next to the recipe or the baseline does not cover theirs.
-        left = x > 0.5 * x_top or (label["role"] == BASELINE and x > 0.2 * x_top)
+        frac = x / x_top if x_top else 0.0
+        need = min(0.9, (7 * len(label["text"]) + 40) / 1100)
+        left = frac > 0.5 or label["role"] == BASELINE
+        if left and frac < need:
+            left = False
+        elif not left and 1 - frac < need:
+            left = True
         fig.add_annotation(
             x=x,
             y=label["samples_per_s"],
