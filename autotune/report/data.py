@@ -109,8 +109,8 @@ def header_info(study: optuna.Study | Snapshot) -> dict[str, Any]:
     outcomes = Counter(r["outcome"] for r in snap.rows if r["duplicate_of"] is None)
     baseline = snap.baseline()
     best = snap.best()
-    recommended = ev.speedup(best["number"]) if best else None  # the recommendation's own figure, as every view shows it
     ev = snap.evidence or Evidence([], {})
+    recommended = ev.speedup(best["number"]) if best else None  # the recommendation's own figure, as every view shows it
     verdict = ev.verdict()
 
     def figures(r: Mapping[str, Any] | None) -> dict[str, Any] | None:

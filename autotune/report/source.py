@@ -68,19 +68,15 @@ class Snapshot:
                 return r
         return None
 
-    def best(self) -> dict[str, Any] | None:
+    def recommended(self) -> dict[str, Any] | None:
         """The recommendation (:meth:`Evidence.recommended`: the verdict's winner, or the defaults when nothing beats
-        them beyond the noise)."""
+        them beyond the noise); None before the baseline is measured. The dashboard labels it on the front."""
         number = self.evidence.recommended() if self.evidence else None
         return self.by_number().get(number) if number is not None else None
 
-    def recommended(self) -> dict[str, Any] | None:
-        """The configuration the verdict recommends: its winner when it finds a gain, else the defaults (the
-        baseline); None before the baseline is measured. The dashboard labels it on the front."""
-        verdict = self.evidence.verdict() if self.evidence else None
-        if verdict is not None and verdict.state == "gain" and verdict.winner is not None:
-            return self.by_number().get(verdict.winner)
-        return self.baseline()
+    def best(self) -> dict[str, Any] | None:
+        """The header's "speed-up" card: the recommendation (:meth:`recommended`)."""
+        return self.recommended()
 
 
 def snapshot(study: optuna.Study) -> Snapshot:
