@@ -74,6 +74,7 @@ def context_for(workload: Workload, device: torch.device) -> knobs.Context:
         torch_version=tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]),  # type: ignore[arg-type]
         optimizer_params=opt_params,
         compile_supported=compile_ok,
+        cpu_bf16=hardware.native_bf16(),
     )
 
 

@@ -44,3 +44,64 @@ def test_the_cpu_vector_isa_is_part_of_the_identity_and_the_kind():
     assert storage.kind(fp) != storage.kind(wider) and fp["cpu_capability"].lower() in storage.kind(fp)
     older = {k: v for k, v in fp.items() if k != "cpu_capability"}  # a study made before it was recorded
     assert hardware.differences(older, wider) == []
+
+
+# ---------------------------------------------------------------- native bf16 on the CPU
+
+ZEN3 = ("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\n"
+        "flags\t\t: fpu sse sse2 ssse3 fma avx f16c avx2 bmi2 sha_ni vaes vpclmulqdq\n\nprocessor\t: 1\n")
+ZEN4 = "flags\t\t: fpu avx2 avx512f avx512bw avx512_vnni avx512_bf16 vaes\n"
+SAPPHIRE_RAPIDS = "flags\t\t: fpu avx2 avx512f avx512_vnni amx_bf16 amx_tile amx_int8\n"
+CASCADE_LAKE = "flags\t\t: fpu avx2 avx512f avx512bw avx512_vnni\n"  # AVX-512 without bf16
+GRAVITON3 = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes sve asimdbf16 bf16 i8mm\n"
+GRAVITON2 = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics\n"
+
+
+@pytest.mark.parametrize("cpuinfo, native", [(ZEN3, False), (CASCADE_LAKE, False), (GRAVITON2, False),
+                                             (ZEN4, True), (SAPPHIRE_RAPIDS, True), (GRAVITON3, True)])
+def test_native_bf16_from_the_cpu_flags(cpuinfo, native, monkeypatch):
+    monkeypatch.setattr(hardware.torch.cpu, "_is_avx512_bf16_supported", lambda: not native, raising=False)
+    assert hardware.native_bf16(cpuinfo) is native  # the flags decide, whatever torch's probe says
+
+
+def test_native_bf16_without_flags_asks_torch_and_is_conservative(monkeypatch):
+    """Where no flags are listed (macOS, Windows): torch's probes; where they cannot say, no native bf16."""
+    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(hardware.torch.cpu, probe, lambda: False, raising=False)
+    assert hardware.native_bf16("") is False
+    monkeypatch.setattr(hardware.torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert hardware.native_bf16("") is True
+
+    def broken() -> bool:
+        raise RuntimeError("cpuinfo failed to initialise")
+
+    monkeypatch.setattr(hardware.torch.cpu, "_is_amx_tile_supported", broken)
+    assert hardware.native_bf16("") is False
+    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.delattr(hardware.torch.cpu, probe)
+    assert hardware.native_bf16("") is False
+
+
+def test_cpu_flags_reads_the_first_cpu_only():
+    zen3 = hardware.cpu_flags(ZEN3.splitlines())
+    assert zen3 is not None and {"avx2", "fma", "sha_ni"} <= zen3 and not zen3 & hardware.BF16_FLAGS
+    assert hardware.cpu_flags(GRAVITON3.splitlines()) >= {"bf16", "sve"}
+    assert hardware.cpu_flags(["processor : 0", "model name : Apple M2"]) is None
+
+    def lines():
+        yield "flags : avx2"
+        raise AssertionError("read past the first flags line")
+
+    assert hardware.cpu_flags(lines()) == {"avx2"}
+
+
+def test_the_probe_records_native_bf16_in_the_context(monkeypatch):
+    from autotune import knobs, worker
+    from autotune.workload import WorkloadSpec, build
+
+    w = build(WorkloadSpec("autotune.examples:mlp"))
+    for native in (False, True):
+        monkeypatch.setattr(hardware, "native_bf16", lambda cpuinfo=None, native=native: native)
+        ctx = worker.context_for(w, hardware.torch.device("cpu"))
+        assert ctx.cpu_bf16 is native
+        assert knobs.Context.from_dict(ctx.to_dict()).cpu_bf16 is native  # stored and read back with the study

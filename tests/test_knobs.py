@@ -209,3 +209,29 @@ def test_accumulation_steps():
     for bad in (0, -1, None, False):
         with pytest.raises(KnobError, match="batch size"):
             knobs.accumulation_steps(64, bad)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- values that apply but cannot pay
+
+
+def test_bf16_applies_everywhere_but_pays_on_a_cpu_only_with_native_bf16():
+    precision = knobs.KNOBS["precision"]
+    slow_cpu = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=4, cpu_bf16=False)
+    assert "no native bf16" in (precision.not_paying("bf16", slow_cpu) or "")
+    assert "AVX512-BF16/AMX" in (precision.not_paying("bf16", slow_cpu) or "")
+    assert precision.not_paying("fp32", slow_cpu) is None
+    assert precision.not_paying("bf16", CPU) is None  # a CPU with native bf16
+    assert precision.not_paying("bf16", knobs.Context(device_type="cuda", cpu_bf16=False)) is None  # GPUs keep it
+    # Asked for, it still runs (measure --set precision=bf16, a space's [fixed]): a claim can always be checked.
+    asked = knobs.resolve({"precision": "bf16"}, slow_cpu)
+    assert asked.config["precision"] == "bf16" and asked.not_applicable == {}
+    assert "bf16 (on a CPU, searched only with native bf16)" in precision.values_text()
+
+
+def test_context_records_native_bf16_and_reads_studies_stored_before_it():
+    ctx = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2, cpu_bf16=False)
+    assert ctx.to_dict()["cpu_bf16"] is False
+    assert knobs.Context.from_dict(ctx.to_dict()) == ctx
+    older = {k: v for k, v in ctx.to_dict().items() if k != "cpu_bf16"}  # a study stored before it was recorded
+    assert knobs.Context.from_dict(older) == knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
+    assert knobs.Context.from_dict(older).cpu_bf16 is True  # unknown: nothing is left out on a guess

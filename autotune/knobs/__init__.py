@@ -2,9 +2,10 @@
 
 A knob says what values it takes, what PyTorch does by default, when it applies
 (device, task, input rank, torch version, another knob's value, what the optimizer
-supports), at which stage it is applied, what applying it does, what a user writes to
-apply it by hand, how each framework export (Trainer, Lightning, Accelerate) expresses
-it, and one line of help. Space validation, the ``autotune knobs`` table, the plan that
+supports), where a value applies but cannot pay (a search leaves it out: bf16 on a CPU
+without native bf16), at which stage it is applied, what applying it does, what a user
+writes to apply it by hand, how each framework export (Trainer, Lightning, Accelerate)
+expresses it, and one line of help. Space validation, the ``autotune knobs`` table, the plan that
 applies a configuration, dashboards and exports all read this registry; no other module
 names a knob (``tests/test_knobs.py`` checks the package's sources for that).
 
@@ -39,6 +40,7 @@ from autotune.knobs.core import (
     InputRank,
     Knob,
     KnobAbove,
+    NativeBF16,
     OnDevice,
     OptimizerSupports,
     accumulation_steps,
@@ -62,6 +64,7 @@ from autotune.knobs.registry import (
 __all__ = [
     "BACKEND", "BATCH", "CPUS", "ENV", "KNOBS", "LOADER", "MODEL", "NAMES", "OPTIMIZER", "REGISTRY", "STAGE_HELP",
     "STEP", "CompileSupported", "Condition", "Context", "ForTask", "InputRank", "Knob", "KnobAbove", "KnobError",
-    "OnDevice", "OptimizerSupports", "Resolved", "accumulation_steps", "cpu_count", "defaults", "differs_from_default",
-    "effects", "exports", "get", "parse_assignments", "recipe", "resolve", "short", "validate_config",
+    "NativeBF16", "OnDevice", "OptimizerSupports", "Resolved", "accumulation_steps", "cpu_count", "defaults",
+    "differs_from_default", "effects", "exports", "get", "parse_assignments", "recipe", "resolve", "short",
+    "validate_config",
 ]

@@ -1,5 +1,5 @@
 """What a knob is: the :class:`Knob` declaration, the :class:`Context` a trial runs in, and the conditions
-that decide where a knob applies.
+that decide where a knob applies (and where a value that applies is worth searching: ``pays_when``).
 
 Why a module of its own: the declarations in :mod:`autotune.knobs.registry` are data
 written in this vocabulary, and a file of thirteen declarations reads best without the
@@ -59,6 +59,9 @@ class Context:
     cpu_count: int = field(default_factory=cpu_count)
     optimizer_params: frozenset[str] = frozenset({"foreach", "fused"})
     compile_supported: bool = True
+    # The CPU runs bf16 natively (AVX512-BF16, AMX, Arm BF16: autotune.hardware.native_bf16). True where not known
+    # (a study stored before it was recorded), so that nothing is left out of a search on a guess.
+    cpu_bf16: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -69,6 +72,7 @@ class Context:
             "cpu_count": self.cpu_count,
             "optimizer_params": sorted(self.optimizer_params),
             "compile_supported": self.compile_supported,
+            "cpu_bf16": self.cpu_bf16,
         }
 
     @classmethod
@@ -81,6 +85,7 @@ class Context:
             cpu_count=int(d.get("cpu_count", cpu_count())),
             optimizer_params=frozenset(d.get("optimizer_params", ())),
             compile_supported=bool(d.get("compile_supported", True)),
+            cpu_bf16=bool(d.get("cpu_bf16", True)),
         )
 
 
@@ -188,6 +193,20 @@ class CompileSupported(Condition):
         return "torch.compile available"
 
 
+@dataclass(frozen=True)
+class NativeBF16(Condition):
+    """On a CPU, bf16 pays only where the CPU runs it natively; elsewhere autocast converts to fp32 and back
+    (3-8x slower than fp32 measured on an AVX2-only EPYC). Holds on every other device."""
+
+    def check(self, ctx: Context, config: Mapping[str, Any]) -> str | None:
+        if ctx.device_type == "cpu" and not ctx.cpu_bf16:
+            return "this CPU has no native bf16 (AVX512-BF16/AMX)"
+        return None
+
+    def describe(self) -> str:
+        return "on a CPU, searched only with native bf16"
+
+
 # ---------------------------------------------------------------- knobs
 
 CPUS = "cpus"  # a bound that stands for the number of usable CPUs
@@ -214,6 +233,9 @@ class Knob:
     step: int = 1  # the grid step when searched
     when: tuple[Condition, ...] = ()
     value_when: Mapping[Any, tuple[Condition, ...]] = field(default_factory=dict)
+    # Where a value applies but cannot pay: a search leaves it out (saying why), a configuration that asks for it
+    # still runs it (measure --set, a space's [fixed]), so a claim can always be checked.
+    pays_when: Mapping[Any, tuple[Condition, ...]] = field(default_factory=dict)
     torch_default: str = ""  # what PyTorch does when nobody sets it, in words
     recipe: Any = None  # the tuning guides' "every trick on" value; None: leave at the default
     effects: tuple[Effect, ...] = ()  # what applying a value does (autotune.plan carries out each kind)
@@ -289,7 +311,7 @@ class Knob:
             return f"{self.low}..{high}{step}"
         parts = []
         for choice in self.choices or ():
-            conds = self.value_when.get(choice)
+            conds = (*self.value_when.get(choice, ()), *self.pays_when.get(choice, ()))
             parts.append(f"{choice} ({', '.join(c.describe() for c in conds)})" if conds else str(choice))
         return ", ".join(parts)
 
@@ -306,6 +328,14 @@ class Knob:
             reason = cond.check(ctx, config)
             if reason:
                 return f"{value}: {reason}"
+        return None
+
+    def not_paying(self, value: Any, ctx: Context) -> str | None:
+        """Why this value, though it applies here, is not worth searching here; None when it may pay."""
+        for cond in self.pays_when.get(value, ()):
+            reason = cond.check(ctx, {})
+            if reason:
+                return reason
         return None
 
     def format(self, value: Any) -> str:

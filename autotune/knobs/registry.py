@@ -33,6 +33,7 @@ from autotune.knobs.core import (
     InputRank,
     Knob,
     KnobAbove,
+    NativeBF16,
     OnDevice,
     OptimizerSupports,
 )
@@ -96,6 +97,7 @@ PRECISION = Knob(
     "numeric precision of the step: autocast to bf16/fp16 (fp16 training with a GradScaler), or TF32 matmuls",
     choices=("fp32", "tf32", "bf16", "fp16"),
     value_when={"tf32": (OnDevice("cuda"),), "fp16": (OnDevice("cuda"),)},
+    pays_when={"bf16": (NativeBF16(),)},  # on a CPU without AVX512-BF16/AMX it runs, several times slower
     torch_default="fp32, no autocast",
     recipe="bf16",
     effects=(
