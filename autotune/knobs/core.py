@@ -242,6 +242,9 @@ class Knob:
     how: Callable[[Any], str] | None = None  # what to write by hand for a value, whatever the framework
     exports: Mapping[str, Export] = field(default_factory=dict)  # framework format -> how it expresses the knob
     always_stated: bool = False  # exports state it even at its default, which is nobody's choice (the batch size)
+    # Its gain depends on what else runs on the machine (fewer threads suffer less from other processes): never
+    # recommended from measurements taken on a busy machine (autotune.evidence, autotune.load).
+    load_sensitive: bool = False
 
     @property
     def is_range(self) -> bool:
@@ -264,9 +267,6 @@ class Knob:
         return self.default
 
     def parse(self, raw: Any) -> Any:
-    # Its gain depends on what else runs on the machine (fewer threads suffer less from other processes): never
-    # recommended from measurements taken on a busy machine (autotune.evidence, autotune.load).
-    load_sensitive: bool = False
         """Turn a value from the command line, TOML or JSON into this knob's type."""
         if self.is_bool:
             if isinstance(raw, bool):

@@ -233,9 +233,9 @@ NUM_WORKERS = Knob(
     effects=(LoaderArg("num_workers"),),
     exports={HF_TRAINER: arg("dataloader_num_workers"), LIGHTNING: arg("num_workers", "dataloader"),
              ACCELERATE: by_hand(ACC_LOADER)},
+    load_sensitive=True,
 )
 
-    load_sensitive=True,
 PREFETCH_FACTOR = Knob(
     "prefetch_factor",
     LOADER,
@@ -384,9 +384,9 @@ THREADS = Knob(
     how=lambda value: (f"torch.set_num_threads({value}) at start, and OMP_NUM_THREADS={value} in the environment "
                        "before Python starts"),
     exports={HF_TRAINER: callback(), LIGHTNING: callback(), ACCELERATE: _acc_threads},
+    load_sensitive=True,
 )
 
-    load_sensitive=True,
 # ---------------------------------------------------------------- cuda_allocator
 
 CUDA_ALLOCATOR = Knob(
