@@ -23,7 +23,7 @@ import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import optuna
 
@@ -206,32 +206,87 @@ def parse(data: Mapping[str, Any], path: str, name: str) -> Space:
     return Space(name=name, path=path, search=ordered, fixed=fixed)
 
 
-def effective(space: Space, ctx: knobs.Context, base: Mapping[str, Any]) -> Space:
-    """The space as it applies here: knobs that cannot apply are dropped, values that cannot apply
-    are removed, ranges are clipped to this machine, and every base (baseline) value is a candidate."""
+@dataclass(frozen=True)
+class LeftOut:
+    """What fitting a space to this machine left out of it, and why: a whole knob (``what`` is its name), some of
+    its values (``precision=bf16``), or the top of a range (``threads above 2``)."""
+
+    knob: str
+    what: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """A space as it applies here (:func:`fit`), and what was left out of it."""
+
+    space: Space
+    left_out: tuple[LeftOut, ...] = ()
+
+    def text(self) -> str | None:
+        """One line: what was left out, grouped by reason (None when nothing was)."""
+        return left_out_text(self.left_out)
+
+
+def left_out_text(items: tuple[LeftOut, ...] | list[LeftOut]) -> str | None:
+    """``precision=bf16: this CPU has no native bf16 (AVX512-BF16/AMX); threads above 2: 2 CPUs here``."""
+    by_reason: dict[str, list[str]] = {}
+    for item in items:
+        by_reason.setdefault(item.reason, []).append(item.what)
+    if not by_reason:
+        return None
+    return "; ".join(f"{', '.join(whats)}: {reason}" for reason, whats in by_reason.items())
+
+
+def fit(space: Space, ctx: knobs.Context, base: Mapping[str, Any]) -> Fitted:
+    """The space as it applies here, and what was left out and why.
+
+    Knobs that cannot apply here are dropped (CUDA-only knobs on a CPU, channels_last without
+    4-D inputs), values that cannot apply or cannot pay here are removed (fp16 on a CPU; bf16
+    on a CPU without native bf16: ``pays_when``), ranges are clipped to this machine's CPUs,
+    and every base (baseline) value is a candidate. A knob left with one value is not searched.
+    """
     search: dict[str, Dimension] = {}
+    left: list[LeftOut] = []
     for name, dim in space.search.items():
         knob = knobs.KNOBS[name]
         device_level = [c for c in knob.when if not isinstance(c, knobs.KnobAbove)]
-        if any(c.check(ctx, {}) for c in device_level):
+        reason = _first(c.check(ctx, {}) for c in device_level)
+        if reason:
+            left.append(LeftOut(name, name, reason))
+            continue
+        values = dim.values()
+        if dim.choices is not None:
+            dropped: dict[str, list[Any]] = {}
+            for v in dim.choices:
+                why = _first(c.check(ctx, {}) for c in knob.value_when.get(v, ())) or knob.not_paying(v, ctx)
+                if why and v != base.get(name):  # the baseline's value is always a candidate
+                    dropped.setdefault(why, []).append(v)
+            for why, vs in dropped.items():
+                left.append(LeftOut(name, f"{name}={'/'.join(knob.format(v) for v in vs)}", why))
+            values = [v for v in values if not any(v in vs for vs in dropped.values())]
+        if knob.is_range:
+            low, high = knob.bounds(ctx)
+            if any(v > high for v in values):  # only a bound of this machine's CPUs depends on where it runs
+                left.append(LeftOut(name, f"{name} above {high}", f"{high} CPUs here"))
+            values = [v for v in values if low <= v <= high]
+        if not values:
             continue
         if dim.choices is not None:
-            keep = tuple(v for v in dim.choices if not any(c.check(ctx, {}) for c in knob.value_when.get(v, ())))
-            if knob.is_range:
-                low, high = knob.bounds(ctx)
-                keep = tuple(v for v in keep if low <= v <= high)
-            if not keep:
-                continue
-            dim = Dimension(name, keep)
+            dim = Dimension(name, tuple(values))
         else:
-            low, high = knob.bounds(ctx)
-            lo, hi = max(dim.low or low, low), min(dim.high or high, high)
-            if lo > hi:
-                continue
-            hi = lo + (hi - lo) // dim.step * dim.step
-            dim = Dimension(name, None, lo, hi, dim.step)
+            dim = Dimension(name, None, values[0], values[-1], dim.step)
         if name in base:
             dim = dim.with_value(base[name])
         if len(dim.values()) > 1:
             search[name] = dim
-    return Space(space.name, space.path, search, dict(space.fixed))
+    return Fitted(Space(space.name, space.path, search, dict(space.fixed)), tuple(left))
+
+
+def _first(reasons: Iterable[str | None]) -> str | None:
+    return next((r for r in reasons if r), None)
+
+
+def effective(space: Space, ctx: knobs.Context, base: Mapping[str, Any]) -> Space:
+    """The space as it applies here (:func:`fit`, without what was left out)."""
+    return fit(space, ctx, base).space

@@ -60,6 +60,7 @@ class Prepared:
     measured: int
     runner: Runner = field(repr=False)
     ceiling: Ceiling | None = None  # the batch-size ceiling the searched batch sizes were fitted to
+    left_out: str | None = None  # what fitting the space to this machine left out, and why (space.Fitted.text)
     warm: list[warmstart.Seed] = field(default_factory=list)  # earlier studies' winners, queued after the recipe
 
     def run(self) -> S.Summary:
@@ -68,12 +69,15 @@ class Prepared:
             return self.tuner.run()
 
     def opening(self, workers: int = 1) -> list[str]:
-        """What ``run`` and ``autotune.tune`` say before the first trial: the study, the ceiling, re-queued trials."""
+        """What ``run`` and ``autotune.tune`` say before the first trial: the study, what the space left out here,
+        the ceiling, re-queued trials."""
         lines = [
             f"{'new' if self.created else 'resuming'} study {self.name!r} in {self.store.shown}: {self.measured} measured, "
             f"target {self.config.trials}; space {self.space_name} ({self.configurations} configurations here: "
             f"{', '.join(self.searched)}); device {self.device}" + (f"; {workers} workers" if workers > 1 else "")
         ]
+        if self.left_out:
+            lines.append(f"left out here: {self.left_out}")
         if self.ceiling is not None:
             lines.append(f"batch ceiling: {self.ceiling.text()}")
         if self.warm:
@@ -124,7 +128,8 @@ def _prepare(config: TuneConfig, name: str, store: Store, device: str, *, on_tri
     probe = runner.probe()
     ctx = knobs.Context.from_dict(probe["context"])
     base = S.base_config(ctx, space.fixed, probe["workload"].get("batch_size"))
-    effective = spaces.effective(space, ctx, base)
+    fitted = spaces.fit(space, ctx, base)
+    effective = fitted.space
     if config.global_batch:
         knobs.accumulation_steps(config.global_batch, base["batch_size"])  # the baseline's batch must divide it
         dim = effective.search.get("batch_size")
@@ -132,7 +137,8 @@ def _prepare(config: TuneConfig, name: str, store: Store, device: str, *, on_tri
             effective.search["batch_size"] = spaces.Dimension(
                 "batch_size", tuple(v for v in dim.values() if config.global_batch % v == 0))
     if not effective.search:
-        raise SpaceError(f"{space.path}: none of its knobs applies to this workload on {device}: nothing to tune")
+        raise SpaceError(f"{space.path}: none of its knobs applies to this workload on {device}: nothing to tune"
+                         + (f" (left out here: {fitted.text()})" if fitted.left_out else ""))
     # The batch ceiling is found before a new study exists, so that every trial of a study
     # searches the same batch sizes; a study that exists keeps the one it stored.
     fresh = not join_only and name not in names
@@ -182,7 +188,7 @@ def _prepare(config: TuneConfig, name: str, store: Store, device: str, *, on_tri
     tuner.warm = [(seed.params, seed.attrs()) for seed in warm]
     measured = sum(1 for t in study.get_trials(deepcopy=False) if S.is_measured(t))
     return Prepared(config, name, store, study, created, recovered, tuner, device, space.name, effective.size(),
-                    list(effective.search), measured, runner, ceiling, warm=warm)
+                    list(effective.search), measured, runner, ceiling, left_out=fitted.text(), warm=warm)
 
 
 def _deadline(study: optuna.Study, config: TuneConfig, created: bool, joining: bool) -> float | None:

@@ -127,3 +127,80 @@ def test_range_dimension():
     dim = s.search["batch_size"]
     assert dim.values() == [8, 24, 40, 56]
     assert dim.with_value(32).contains(32)
+
+
+# ---------------------------------------------------------------- fitting a space to the machine, and saying what it left out
+
+NO_BF16 = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2, cpu_bf16=False)
+BF16 = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2, cpu_bf16=True)
+GPU_HOST_NO_BF16 = knobs.Context(device_type="cuda", task="train", input_rank=4, cpu_count=2, cpu_bf16=False)
+
+
+def test_a_cpu_without_native_bf16_leaves_bf16_out_of_the_cpu_space_and_says_why():
+    fitted = space.fit(space.load("cpu"), NO_BF16, knobs.defaults(NO_BF16))
+    assert "precision" not in fitted.space.search  # fp32 alone is no search
+    bf16 = [item for item in fitted.left_out if item.knob == "precision"]
+    assert [(item.what, item.reason) for item in bf16] == [
+        ("precision=bf16", "this CPU has no native bf16 (AVX512-BF16/AMX)")]
+    assert fitted.space.search["threads"].values() == [1, 2]
+    assert fitted.text() == ("precision=bf16: this CPU has no native bf16 (AVX512-BF16/AMX); "
+                             "threads above 2: 2 CPUs here")
+    assert space.effective(space.load("cpu"), NO_BF16, knobs.defaults(NO_BF16)) == fitted.space
+
+
+def test_a_cpu_with_native_bf16_and_a_gpu_keep_bf16():
+    fitted = space.fit(space.load("cpu"), BF16, knobs.defaults(BF16))
+    assert fitted.space.search["precision"].choices == ("fp32", "bf16")
+    assert [item.what for item in fitted.left_out] == ["threads above 2"]
+    on_gpu = space.fit(space.load("default"), GPU_HOST_NO_BF16, knobs.defaults(GPU_HOST_NO_BF16))
+    assert on_gpu.space.search["precision"].choices == ("fp32", "tf32", "bf16", "fp16")  # the host CPU is no matter
+    assert not [item for item in on_gpu.left_out if item.knob == "precision"]
+    assert "pin_memory" in on_gpu.space.search
+
+
+def test_cuda_only_knobs_and_values_are_left_out_on_a_cpu_with_the_reason():
+    fitted = space.fit(space.load("default"), BF16, knobs.defaults(BF16))
+    cuda = {item.what for item in fitted.left_out if "CUDA" in item.reason}
+    assert cuda == {"precision=tf32/fp16", "pin_memory", "cudnn_benchmark"}
+    assert not cuda & set(fitted.space.search)
+    assert "num_workers above 2: 2 CPUs here" in (fitted.text() or "")  # default.toml searches 0, 2, 4, 8 workers
+
+
+def test_a_range_above_the_cpus_is_clipped_with_the_reason_and_nothing_left_out_says_nothing():
+    s = space.parse({"search": {"threads": {"low": 1, "high": 16}, "num_workers": [0, 1]}}, "x.toml", "x")
+    fitted = space.fit(s, NO_BF16, knobs.defaults(NO_BF16))
+    assert fitted.space.search["threads"].values() == [1, 2]
+    assert fitted.text() == "threads above 2: 2 CPUs here"
+    fits = space.parse({"search": {"threads": [1, 2], "memory_format": ["contiguous", "channels_last"]}}, "y.toml", "y")
+    assert space.fit(fits, NO_BF16, knobs.defaults(NO_BF16)).left_out == ()
+    assert space.fit(fits, NO_BF16, knobs.defaults(NO_BF16)).text() is None
+
+
+def test_the_baselines_value_is_never_left_out():
+    base = {**knobs.defaults(NO_BF16), "precision": "bf16"}  # a space's [fixed] or a user's own baseline
+    s = space.parse({"search": {"precision": ["fp32", "bf16"]}}, "x.toml", "x")
+    fitted = space.fit(s, NO_BF16, base)
+    assert fitted.space.search["precision"].choices == ("fp32", "bf16") and fitted.left_out == ()
+
+
+def test_the_opening_says_what_was_left_out_here():
+    from types import SimpleNamespace
+
+    from autotune import tuning
+
+    fitted = space.fit(space.load("cpu"), NO_BF16, knobs.defaults(NO_BF16))
+
+    def opening(left_out: str | None) -> list[str]:
+        prepared = tuning.Prepared(
+            config=SimpleNamespace(trials=2), name="cnn", store=SimpleNamespace(shown="studies/cnn.db"), study=None,
+            created=True, recovered=[], tuner=None, device="cpu", space_name="cpu",
+            configurations=fitted.space.size(), searched=list(fitted.space.search), measured=0, runner=None,
+            left_out=left_out)  # type: ignore[arg-type]
+        return prepared.opening()
+
+    lines = opening(fitted.text())
+    assert lines[0].startswith("new study 'cnn' in studies/cnn.db: 0 measured, target 2; space cpu (")
+    assert lines[1] == ("left out here: precision=bf16: this CPU has no native bf16 (AVX512-BF16/AMX); "
+                        "threads above 2: 2 CPUs here")
+    assert len(lines) == 2
+    assert not any("left out" in line for line in opening(None))
