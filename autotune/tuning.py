@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Mapping
 import optuna
 
 from autotune import ceiling as ceilings
-from autotune import knobs, recovery, view, warmstart
+from autotune import knobs, load, recovery, view, warmstart
 from autotune import space as spaces
 from autotune import study as S
 from autotune.ceiling import Ceiling
@@ -61,6 +61,7 @@ class Prepared:
     runner: Runner = field(repr=False)
     ceiling: Ceiling | None = None  # the batch-size ceiling the searched batch sizes were fitted to
     left_out: str | None = None  # what fitting the space to this machine left out, and why (space.Fitted.text)
+    busy: dict[str, Any] = field(default_factory=dict)  # other processes' cores when it started (autotune.load)
     warm: list[warmstart.Seed] = field(default_factory=list)  # earlier studies' winners, queued after the recipe
 
     def run(self) -> S.Summary:
@@ -78,6 +79,11 @@ class Prepared:
         ]
         if self.left_out:
             lines.append(f"left out here: {self.left_out}")
+        other, cores = self.busy.get("other_cores"), self.busy.get("cores") or 1
+        if other is not None and other > load.busy_threshold(cores):
+            lines.append(f"warning: the machine is busy: {load.text(other, cores)} just now; figures measured while it "
+                         "stays busy say little about a quiet machine (they are named in the verdict, and threads are "
+                         "not recommended from them)")
         if self.ceiling is not None:
             lines.append(f"batch ceiling: {self.ceiling.text()}")
         if self.warm:
@@ -120,6 +126,7 @@ def prepare(
 def _prepare(config: TuneConfig, name: str, store: Store, device: str, *, on_trial: Any, on_repeat: Any, on_probe: Any,
              race: bool, join_only: bool, extra_attrs: Mapping[str, Any] | None) -> Prepared:
     names = store.names()  # an unreachable storage fails before any measurement
+    busy = load.other_cores_now()  # before anything of ours runs: is the machine already busy?
     if join_only and name not in names:
         store.load(name)  # the clear error: no such study, and those there are
     space = load_space(config, device)
@@ -182,13 +189,16 @@ def _prepare(config: TuneConfig, name: str, store: Store, device: str, *, on_tri
     recovered = recovery.recover_stale(study, grace_s=config.stale_grace_s)
     options = S.Options.of(config, max_memory_bytes=memory, race=race, deadline=_deadline(study, config, created, join_only),
                            placement=placement(device))
-    tuner = S.Tuner(study, effective, ctx, base, runner.measure, options, on_trial=on_trial, on_repeat=on_repeat,
+    def evaluate(config: Mapping[str, Any], dominators: Any = (), margin: float | None = None) -> Any:
+        return runner.measure(config, dominators, margin, limit_s=S.slow_limit(study, config))
+
+    tuner = S.Tuner(study, effective, ctx, base, evaluate, options, on_trial=on_trial, on_repeat=on_repeat,
                     check=store.check_alive)
     warm = warmstart.seeds(store, study, created, config.warm_start, probe["fingerprint"], tuner)
     tuner.warm = [(seed.params, seed.attrs()) for seed in warm]
     measured = sum(1 for t in study.get_trials(deepcopy=False) if S.is_measured(t))
     return Prepared(config, name, store, study, created, recovered, tuner, device, space.name, effective.size(),
-                    list(effective.search), measured, runner, ceiling, left_out=fitted.text(), warm=warm)
+                    list(effective.search), measured, runner, ceiling, left_out=fitted.text(), busy=busy, warm=warm)
 
 
 def _deadline(study: optuna.Study, config: TuneConfig, created: bool, joining: bool) -> float | None:

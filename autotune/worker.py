@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 import torch
 
-from autotune import hardware, knobs
+from autotune import hardware, knobs, load
 from autotune import result as R
 from autotune.errors import AutotuneError
 from autotune.protocol import MemoryMonitor, cv, NonFinite, Settings, StepLoop, check_parameters, run_protocol
@@ -107,6 +107,7 @@ def run(request: Mapping[str, Any]) -> R.TrialResult:
         watch_children=int(requested.get("num_workers", 0) or 0) > 0 or requested.get("compile", "off") != "off"
     )
     result = R.TrialResult(outcome=R.ERROR, config=requested, device=str(device), notes={"pid": os.getpid()})
+    progress = ProgressFile(request.get("progress_path"), start)
     try:
         # Environment-level knobs first, before the workload (or CUDA) can read them.
         env_plan = Plan(
@@ -156,9 +157,14 @@ def run(request: Mapping[str, Any]) -> R.TrialResult:
                 used = float(monitor.peak_so_far())
             return any(t >= median_so_far * (1 + margin) and mem <= used for t, mem in dominators)
 
+        progress.loop = loop
+        meter = load.Meter().start()
         m = run_protocol(
             loop, settings, eager=eager, on_memory_checkpoint=memory_checkpoint, dominated=dominated if dominators else None
         )
+        result.load = meter.stop()
+        if device.type == "cuda":
+            result.load["gpu_other_processes"] = load.gpu_others(device)
         if plan.task == "train":
             check_parameters(eager_model)
         samples = plan.samples_per_step
@@ -176,6 +182,8 @@ def run(request: Mapping[str, Any]) -> R.TrialResult:
         result.notes.update(plan.notes)
         if m.cut_short:
             result.notes["cut_short"] = True
+        if m.cut_in_warmup:
+            result.notes["cut_in_warmup"] = True
         result.notes["accumulation"] = plan.accumulation
         if m.flops_per_step:
             result.flops_per_sample = m.flops_per_step / samples
@@ -203,6 +211,7 @@ def run(request: Mapping[str, Any]) -> R.TrialResult:
         result.outcome = R.OOM if is_oom(exc) else R.ERROR
         result.error = _error(exc)
     finally:
+        progress.stop()
         gc.collect()
         host = monitor.stop()
         result.memory.update(host)
@@ -210,6 +219,44 @@ def run(request: Mapping[str, Any]) -> R.TrialResult:
             result.peak_memory_bytes = host["peak_tree_rss_bytes"]
         result.wall_s = time.perf_counter() - start
     return result
+
+
+class ProgressFile:
+    """How far a trial got, rewritten twice a second (``progress_path``): the runner reads it to stop a trial
+    that is slower than the defaults could ever be (:data:`autotune.result.SLOWER`) and to say how far it got."""
+
+    def __init__(self, path: str | None, start: float, interval_s: float = 0.5) -> None:
+        import threading
+
+        self.path = path
+        self.start = start
+        self.loop: StepLoop | None = None
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="autotune-progress", daemon=True)
+        if path:
+            self.interval_s = interval_s
+            self.thread.start()
+
+    def snapshot(self) -> dict[str, Any]:
+        loop = self.loop
+        now = time.perf_counter()
+        out: dict[str, Any] = {"elapsed_s": round(now - self.start, 3), "steps": 0, "first_step_s": None,
+                               "since_first_step_s": None, "samples_per_s": None}
+        if loop is not None:
+            out.update(steps=loop.steps, first_step_s=loop.first_step_s, samples_per_s=loop.rate())
+            if loop.first_done_at is not None:
+                out["since_first_step_s"] = round(now - loop.first_done_at, 3)
+        return out
+
+    def _run(self) -> None:
+        while not self.done.wait(self.interval_s):
+            try:
+                _write_atomic(self.path, json.dumps(self.snapshot()))  # type: ignore[arg-type]
+            except OSError:
+                return
+
+    def stop(self) -> None:
+        self.done.set()
 
 
 def _write_atomic(path: str, text: str) -> None:
