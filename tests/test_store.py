@@ -20,7 +20,8 @@ from autotune import result as R
 from autotune import store as storage
 from autotune import study as S
 from autotune.errors import StorageError, StorageUnreachable, StudyError
-from autotune.store import Store, check_name, default_study_name, redact, redact_message
+from autotune.request import WorkloadSpec
+from autotune.store import Store, check_name, redact, redact_message
 
 SECRET = "SECRETPW"
 
@@ -216,7 +217,7 @@ def test_a_safe_study_name_is_accepted(name):
 
 @pytest.mark.parametrize("spec", ["mypkg.models:build_model", "hf:gpt2", "<lambda>", "pkg/mod:f", "../x:y", "café:x"])
 def test_default_study_names_are_always_safe(spec):
-    assert check_name(default_study_name(spec))
+    assert check_name(WorkloadSpec(model=spec).default_study_name())
 
 
 @pytest.mark.parametrize("command", [["status"], ["export"], ["dashboard"], ["run", "--model", "autotune.examples:mlp", "--study"]])
