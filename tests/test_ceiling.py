@@ -90,7 +90,7 @@ def test_clip_keeps_the_grid_and_the_baseline():
 SPACE = """
 [search]
 batch_size = { low = 16, high = 128, step = 16 }
-precision = ["fp32", "bf16"]
+optimizer_impl = ["default", "foreach"]
 """
 
 
