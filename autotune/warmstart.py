@@ -94,9 +94,10 @@ def choose(store: Store, name: str, fingerprint: Mapping[str, Any], space: Space
     ``taken``: parameters already queued (the baseline and the recipe); a seed equal to one of them is dropped.
     """
     mine = kind(fingerprint)
-    summaries = [s for s in store.summaries() if s.study_name != name and isinstance(s.user_attrs.get("fingerprint"), Mapping)
-                 and kind(s.user_attrs["fingerprint"]) == mine]
-    order = sorted(range(len(summaries)), key=lambda i: (str(summaries[i].user_attrs.get("created_at") or ""), i), reverse=True)
+    summaries = [s for s in store.summaries() if s.study_name != name
+                 and isinstance(s.user_attrs.get("fingerprint"), Mapping) and kind(s.user_attrs["fingerprint"]) == mine]
+    order = sorted(range(len(summaries)), reverse=True,
+                   key=lambda i: (str(summaries[i].user_attrs.get("created_at") or ""), i))  # newest first
     seen = {_key(p, base, ctx) for p in taken}
     out: list[Seed] = []
     for i in order[:examined]:
@@ -153,7 +154,8 @@ def line(seeds: Sequence[Seed], base: Mapping[str, Any]) -> str | None:
             + ", ".join(s.text(base) for s in seeds))
 
 
-def seeds(store: Store, study: Any, created: bool, enabled: bool, fingerprint: Mapping[str, Any], tuner: Any) -> list[Seed]:
+def seeds(store: Store, study: Any, created: bool, enabled: bool, fingerprint: Mapping[str, Any],
+          tuner: Any) -> list[Seed]:
     """This study's seeds (for :class:`autotune.study.Tuner`'s ``warm``): chosen now and stored on the study when it
     was just created, else the ones it stored then; none with warm start off."""
     if not enabled:

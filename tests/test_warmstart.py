@@ -58,8 +58,8 @@ def peaked(best: Mapping[str, Any], calls: list | None = None, interrupt_role: l
 
 
 def attrs(sp: space.Space, fingerprint: Mapping[str, Any]) -> dict[str, Any]:
-    return {"workload": {"model": "x:y"}, "space": sp.to_dict(), "space_hash": sp.hash(), "fingerprint": dict(fingerprint),
-            "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
+    return {"workload": {"model": "x:y"}, "space": sp.to_dict(), "space_hash": sp.hash(),
+            "fingerprint": dict(fingerprint), "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
 
 
 def tuned(store: Store, name: str, fingerprint: Mapping[str, Any], search: Mapping[str, Any], best: Mapping[str, Any],
@@ -107,7 +107,8 @@ def new_target(store: Store, name: str, fingerprint: Mapping[str, Any] = SAME, s
     study, created = store.create_or_check(name, attrs(sp, fingerprint), S.make_sampler("random", 1))
     base = S.base_config(CTX, {}, None)
     eff = space.effective(sp, CTX, base)
-    tuner = S.Tuner(study, eff, CTX, base, peaked({"batch_size": 112}), S.Options(trials=5, race_rounds=0, max_repeats=60))
+    options = S.Options(trials=5, race_rounds=0, max_repeats=60)
+    tuner = S.Tuner(study, eff, CTX, base, peaked({"batch_size": 112}), options)
     seeds = warmstart.seeds(store, study, created, enabled, fingerprint, tuner)
     tuner.warm = [(s.params, s.attrs()) for s in seeds]
     return study, tuner, seeds
@@ -119,9 +120,12 @@ def test_a_new_study_of_the_same_kind_measures_the_earlier_winners_after_the_bas
     # the newest first; 'c' ran on another kind of machine
     assert [(s.study, s.trial) for s in seeds] == [("b", S.Evidence.of(store.load("b")).verdict().winner),
                                                     ("a", S.Evidence.of(store.load("a")).verdict().winner)]
-    assert seeds[0].params == {"precision": "bf16", "batch_size": 128, "optimizer_impl": "default", "memory_format": "contiguous"}
-    assert seeds[1].params == {"precision": "fp32", "batch_size": 64, "optimizer_impl": "foreach", "memory_format": "contiguous"}
-    assert study.user_attrs[warmstart.ATTR] == [s.to_dict() for s in seeds]  # stored: workers and resumes queue the same
+    assert seeds[0].params == {"precision": "bf16", "batch_size": 128, "optimizer_impl": "default",
+                               "memory_format": "contiguous"}
+    assert seeds[1].params == {"precision": "fp32", "batch_size": 64, "optimizer_impl": "foreach",
+                               "memory_format": "contiguous"}
+    # stored: workers and resumes queue the same
+    assert study.user_attrs[warmstart.ATTR] == [s.to_dict() for s in seeds]
     tuner.run()
     trials = study.get_trials()
     assert [t.user_attrs["role"] for t in trials[:4]] == ["baseline", "recipe", "warm", "warm"]
@@ -168,7 +172,8 @@ def test_values_the_space_does_not_hold_are_mapped_or_left_out(url):
     assert [s.study for s in seeds] == ["wide", "b", "a"]
     # 256 is above the range: the nearest batch there is; 'fused' is no choice here: the baseline's value;
     # threads is not searched here: left out
-    assert seeds[0].params == {"precision": "fp32", "batch_size": 128, "optimizer_impl": "default", "memory_format": "contiguous"}
+    assert seeds[0].params == {"precision": "fp32", "batch_size": 128, "optimizer_impl": "default",
+                               "memory_format": "contiguous"}
     for seed in seeds:
         assert set(seed.params) == set(tuner.space.search)
         assert all(tuner.space.search[k].contains(v) for k, v in seed.params.items())
@@ -207,7 +212,10 @@ def test_a_resumed_study_queues_its_seeds_once_and_looks_for_no_new_ones(url):
     measured = [t for t in warm if S.is_measured(t)]
     assert [t.user_attrs["outcome"] for t in warm].count(R.INTERRUPTED) == 1
     assert len(measured) == 2 and not any(t.user_attrs.get("duplicate_of") is not None for t in warm)
-    assert sorted(tuple(sorted(t.params.items())) for t in measured) == sorted(tuple(sorted(s.params.items())) for s in seeds)
+    def params(items):
+        return sorted(tuple(sorted(p.items())) for p in items)
+
+    assert params(t.params for t in measured) == params(s.params for s in seeds)
     roles = [t.user_attrs["role"] for t in again.get_trials() if S.is_measured(t)]
     assert roles.count("baseline") == 1 and roles.count("recipe") == 1 and roles.count("warm") == 2
 
@@ -239,7 +247,8 @@ def test_prepare_queues_the_seeds_of_a_new_study_and_says_so_unless_warm_start_i
     prepared = tuning.prepare(job, "via-prepare", store, "cpu")
     assert [(s.study, s.params["batch_size"]) for s in prepared.warm] == [("b", 128), ("a", 64)]
     assert prepared.tuner.warm == [(s.params, s.attrs()) for s in prepared.warm]
-    assert sum(line.startswith("warm start: 2 winners of earlier studies on this kind of machine: #") for line in prepared.opening()) == 1
+    said = "warm start: 2 winners of earlier studies on this kind of machine: #"
+    assert sum(line.startswith(said) for line in prepared.opening()) == 1
     prepared.run()
     assert [t.user_attrs["role"] for t in prepared.study.get_trials()][:4] == ["baseline", "recipe", "warm", "warm"]
     assert prepared.study.user_attrs["job"]["warm_start"] is True
@@ -250,7 +259,8 @@ def test_prepare_queues_the_seeds_of_a_new_study_and_says_so_unless_warm_start_i
     assert [t.user_attrs["role"] for t in again.study.get_trials()].count("warm") == 2
 
     cold = tuning.prepare(dataclasses.replace(job, warm_start=False), "cold", store, "cpu")
-    assert cold.warm == [] and cold.tuner.warm == [] and not any(line.startswith("warm start") for line in cold.opening())
+    assert cold.warm == [] and cold.tuner.warm == []
+    assert not any(line.startswith("warm start") for line in cold.opening())
     assert warmstart.ATTR not in cold.study.user_attrs and cold.study.user_attrs["job"]["warm_start"] is False
 
 
@@ -276,7 +286,8 @@ def test_run_and_submit_take_no_warm_start(tmp_path):
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
     for flag, expected in (("--no-warm-start", False), ("--warm-start", True), (None, True)):
         name = f"job-{expected}-{flag is None}"
-        args = ["submit", "--model", "autotune.examples:mlp", "--storage", url, "--study", name] + ([flag] if flag else [])
+        args = ["submit", "--model", "autotune.examples:mlp", "--storage", url, "--study", name]
+        args += [flag] if flag else []
         out = CliRunner().invoke(cli.main, args)
         assert out.exit_code == 0, out.output
         assert tuning.stored_config(Store(url).load(name)).warm_start is expected
