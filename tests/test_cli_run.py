@@ -76,7 +76,7 @@ def test_refuses_another_space(mlp_study, tmp_path):
     url, _ = mlp_study
     before = len(optuna.load_study(study_name="mlp", storage=url).trials)
     other = tmp_path / "other.toml"
-    other.write_text("[search]\nprecision = ['fp32', 'bf16']\n")
+    other.write_text("[search]\noptimizer_impl = ['default', 'foreach']\n")
     res = CliRunner().invoke(main, ["run", "--model", "autotune.examples:mlp", "--space", str(other), "--study", "mlp",
                                     "--storage", url, "--trials", "20", "--quick"])
     assert res.exit_code == 2 and "search space differs" in res.output and "--study mlp-2" in res.output
@@ -110,7 +110,7 @@ def test_refuses_another_memory_budget(mlp_study):
     [
         (["--space", "nosuchspace"], "no such space"),
         (["--storage", "sqlite:////nonexistent/dir/x.db"], "does not exist"),
-        (["--storage", "postgresql://autotune@127.0.0.1:1/none"], "storage 'postgresql://autotune@127.0.0.1:1/none'"),
+        (["--storage", "postgresql://autotune@127.0.0.1:1/none"], "the database server of postgresql://autotune@127.0.0.1:1/none is unreachable"),
         (["--storage", "NOTADB"], "cannot be opened"),
         (["--storage", "nonsense"], "expected a URL"),
         (["--max-memory", "lots"], "expected a size"),
