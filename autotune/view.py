@@ -34,7 +34,8 @@ def summary(study: optuna.Study, evidence: Any = None) -> dict[str, Any]:
         outcome = t.user_attrs.get("outcome") or t.state.name.lower()
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
     verdict = ev.verdict()
-    shown = verdict.winner if verdict.state == "gain" else verdict.leader
+    shown = ev.recommended()  # the configuration to use (the defaults when nothing beats them), as every view shows it
+    speedup = ev.speedup(shown) if shown is not None else None
     now = dt.datetime.now(dt.timezone.utc).timestamp()
     workers = {
         (who.get("host"), who.get("pid"))
@@ -55,7 +56,8 @@ def summary(study: optuna.Study, evidence: Any = None) -> dict[str, Any]:
         "outcomes": outcomes,
         "best_samples_per_s": ev.samples_per_s(shown) if shown is not None else None,
         "baseline_samples_per_s": ev.baseline.samples_per_s if ev.baseline else None,
-        "speedup": verdict.speedup.to_dict() if verdict.speedup else None,
+        "recommended": shown,
+        "speedup": speedup.to_dict() if speedup else None,
         "verdict": verdict.state,
         "fingerprint": study.user_attrs.get("fingerprint", {}),
         "workload": study.user_attrs.get("workload", {}),

@@ -185,11 +185,11 @@ def test_every_view_quotes_the_same_speedup(study):
     assert header["best_speedup_text"] == rec["speedup"]["text"] and header["verdict"]["text"] == verdict["text"]
     assert header["noise"]["percent"] == pytest.approx(status["noise"]["percent"])
     points = {p["number"]: p for p in report.pareto_info(snap)["points"]}
-    assert points[shown]["speedup_text"] == claim
+    assert points[rec["trial"]]["speedup_text"] == rec["speedup"]["text"]
     rows = {r["number"]: r for r in report.front_table_info(snap)["rows"]}
-    if shown in rows:
-        assert rows[shown]["speedup_text"] == claim
+    if rec["trial"] in rows:
+        assert rows[rec["trial"]]["speedup_text"] == rec["speedup"]["text"]
     listing = json.loads(CliRunner().invoke(main, ["list", "--storage", url, "--json"]).output)
-    assert listing[0]["speedup"]["text"] == claim
+    assert listing[0]["speedup"]["text"] == rec["speedup"]["text"] and listing[0]["recommended"] == rec["trial"]
     # time spent: the dashboard and status read the same sessions the run recorded
     assert header["total_time_s"] == pytest.approx(status["time_spent_s"])
