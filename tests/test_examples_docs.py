@@ -28,6 +28,6 @@ def test_tune_hf_model_example(tmp_path):
     export = tmp_path / "training_args.py"
     assert f"export: {export}" in out
     text = export.read_text()
-    assert "TrainingArguments(" in text and "per_device_train_batch_size=" in text
+    assert "TrainingArguments(" in text and "'per_device_train_batch_size':" in text  # the keyword form
     compile(text, str(export), "exec")  # the export is Python
     assert (tmp_path / "gpt2-tiny.db").exists() and not (tmp_path / "studies").exists()
