@@ -57,6 +57,28 @@ def wait_until(predicate, timeout: float, what, interval: float = 0.05):
         time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
 
 
+@pytest.fixture
+def hog():
+    """A real CPU-bound process outside this test's process tree, for as long as the test runs.
+
+    Started through a short-lived middle process, so that it is re-parented away from pytest:
+    the load meter counts the measuring process's own children as its own work, and a hog
+    that were pytest's child would be subtracted as such."""
+    import psutil
+
+    middle = subprocess.run(
+        [sys.executable, "-c",
+         "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'while True: pass'], "
+         "start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, "
+         "stderr=subprocess.DEVNULL); print(p.pid)"],
+        capture_output=True, text=True, check=True, timeout=60)
+    proc = psutil.Process(int(middle.stdout.strip()))
+    assert proc.pid not in {c.pid for c in psutil.Process().children(recursive=True)}
+    yield proc
+    proc.kill()
+    proc.wait(10)
+
+
 # ---------------------------------------------------------------- PostgreSQL (.ci/postgres.sh)
 
 POSTGRES_URL_VAR = "AUTOTUNE_TEST_POSTGRES_URL"

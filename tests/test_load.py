@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
 
 from autotune import load, tuning
-
-
-@pytest.fixture
-def hog():
-    """A real CPU-bound process, for as long as the test runs."""
-    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    yield proc
-    proc.kill()
-    proc.wait()
 
 
 def test_another_process_using_a_core_is_measured(hog):

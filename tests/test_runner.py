@@ -143,18 +143,10 @@ def test_the_limit_never_applies_to_the_first_step(quick):
     assert runner.measure({}, limit_s=30).outcome == R.OK
 
 
-def test_a_competing_process_is_measured_and_named(quick):
-    """A real CPU-bound process started by the test: the trial records that another process used about a core."""
-    import subprocess
-    import sys
-
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        res = Runner(WorkloadSpec("failing_workloads:slow", model_args=(("delay", 0.02),)), timeout_s=120,
-                     settings=quick).measure({"threads": 1})
-    finally:
-        hog.kill()
-        hog.wait()
+def test_a_competing_process_is_measured_and_named(quick, hog):
+    """A real CPU-bound process (the hog fixture): the trial records that another process used about a core."""
+    res = Runner(WorkloadSpec("failing_workloads:slow", model_args=(("delay", 0.02),)), timeout_s=120,
+                 settings=quick).measure({"threads": 1})
     assert res.outcome == R.OK, res.error
     assert res.load["cores"] >= 1 and res.load["wall_s"] > 0
     assert res.load["other_cores"] >= 0.6, res.load  # the hog kept one core busy throughout
