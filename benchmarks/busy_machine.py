@@ -112,6 +112,13 @@ def main() -> None:
     cores = os.cpu_count() or 1
     say(f"machine: {platform.processor() or platform.machine()}, {cores} cores; {time.strftime('%Y-%m-%d %H:%M')}")
     out: dict[str, Any] = {}
+    results = Path(__file__).resolve().parent / "results"
+    results.mkdir(exist_ok=True)
+
+    def save() -> None:  # after every part, so that a long run stopped midway keeps what it measured
+        (results / "busy_machine.json").write_text(json.dumps(out, indent=1, default=str))
+        (results / "busy_machine.txt").write_text("\n".join(LINES) + "\n")
+
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         if "quiet" in args.parts:
@@ -119,6 +126,7 @@ def main() -> None:
             v = ev.verdict()
             again = remeasure(CNN, ev.configs[v.winner].changes, args.repeats) if v.state == "gain" else None
             out["quiet"] = report("cnn, quiet machine", elapsed, ev, again, args.trials)
+            save()
         if "busy" in args.parts:
             load = hogs(cores)
             try:
@@ -129,6 +137,7 @@ def main() -> None:
             again = remeasure(CNN, ev.configs[v.winner].changes, args.repeats) if v.state == "gain" else None
             out["busy"] = report(f"cnn beside {cores} CPU-bound processes", elapsed, ev, again, args.trials)
             out["busy"]["not_slower_on_a_quiet_machine"] = again is None or again >= 1.0
+            save()
         if "midway" in args.parts:
             started: list[subprocess.Popen] = []
 
@@ -150,14 +159,12 @@ def main() -> None:
             again = remeasure(CNN, ev.configs[v.winner].changes, args.repeats) if v.state == "gain" else None
             out["midway"] = report("cnn, one CPU-bound process started after the noise floor", elapsed, ev, again, args.trials)
             out["midway"]["names_the_busy_machine"] = "busy machine" in v.text
+            save()
         if "hf" in args.parts:
             elapsed, ev = run(folder, "hf", HF, 6)
             out["hf"] = report("hf:gpt2 (2 layers, 128 wide), 6 trials", elapsed, ev, None, 6)
             out["hf"]["under_5_minutes"] = elapsed < 300
-    results = Path(__file__).resolve().parent / "results"
-    results.mkdir(exist_ok=True)
-    (results / "busy_machine.json").write_text(json.dumps(out, indent=1, default=str))
-    (results / "busy_machine.txt").write_text("\n".join(LINES) + "\n")
+            save()
 
 
 if __name__ == "__main__":
