@@ -182,8 +182,13 @@ class Store:
 
     @classmethod
     def open(cls, url: str, *, read_only: bool = False) -> Store:
-        """The process's store for ``url`` (opened on first use, then the same one: one engine per URL)."""
-        key = (url, read_only)
+        """The process's store for ``url`` (opened on first use, then the same one: one engine per URL).
+
+        A file named by a relative path is another file once the process changes its folder (a notebook's
+        ``os.chdir``, tests): such a URL is keyed with the current folder too."""
+        relative = (url.startswith("journal:") and not url.startswith("journal:/")) or (
+            url.startswith("sqlite:///") and not url.startswith("sqlite:////") and url != "sqlite:///:memory:")
+        key = (url, read_only, os.getcwd() if relative else None)
         store = cls._open.get(key)
         if store is None:
             store = cls._open[key] = cls(url, read_only=read_only)

@@ -165,6 +165,20 @@ def store_url(request, tmp_path):
     return request.getfixturevalue("postgres_url")
 
 
+@pytest.mark.parametrize("url", ["sqlite:///x.db", "journal:x.log"])
+def test_a_relative_file_is_another_store_once_the_process_changes_folder(url, tmp_path, monkeypatch):
+    """One store per URL and process, but ``x.db`` in another folder is another file (a notebook's os.chdir):
+    the store opened in the first folder is not handed out for the second."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    first = Store.open(url)
+    monkeypatch.chdir(tmp_path / "b")
+    second = Store.open(url)
+    assert second is not first and Store.open(url) is second
+    assert Store.open(f"{url.split(':')[0]}:///{tmp_path}/a/x.db") is Store.open(f"{url.split(':')[0]}:///{tmp_path}/a/x.db")
+
+
 def test_a_store_creates_checks_lists_and_loads_studies(store_url):
     store = Store(store_url)
     assert store.names() == [] and store.shown == redact(store_url)
