@@ -9,6 +9,7 @@ trial's whole process tree (DataLoader workers counted by their unique pages).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import resource
 import statistics
@@ -41,6 +42,11 @@ class Settings:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    def lean(self) -> Settings:
+        """For re-measurements (noise floor, race): the same warm-up and windows, without the profile and the
+        FLOP count (they describe the configuration, which its first trial did; the figure is the windows')."""
+        return dataclasses.replace(self, profile_steps=0, count_flops=False)
 
     @classmethod
     def quick(cls) -> Settings:

@@ -203,10 +203,13 @@ class Tuner:
         on_repeat: race.OnMeasure | None = None,
         check: Callable[[], None] | None = None,
         warm: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]] = (),
+        remeasure: race.Measure | None = None,
     ) -> None:
         """``check()`` runs before each trial and raises when the store can no longer keep results
         (:meth:`autotune.store.Store.check_alive`). ``warm``: (parameters, user attributes) of the seeds
-        queued after the recipe, each once (:mod:`autotune.warmstart`: earlier studies' winners)."""
+        queued after the recipe, each once (:mod:`autotune.warmstart`: earlier studies' winners).
+        ``remeasure(config)``: how the noise floor and the race measure a configuration again (default:
+        ``evaluate`` without dominators; ``autotune run`` leaves out the profile and the FLOP count)."""
         self.study = study
         self.space = space
         self.ctx = ctx
@@ -217,6 +220,7 @@ class Tuner:
         self.on_repeat = on_repeat
         self.check = check or (lambda: None)
         self.warm = list(warm)
+        self.remeasure = remeasure
 
     # ------------------------------------------------------------ seeds
 
@@ -392,7 +396,7 @@ class Tuner:
         return trial_s * (max(0, remaining) + opts.floor_repeats + race_measurements)
 
     def _repeat(self, config: Mapping[str, Any]) -> R.TrialResult:
-        return self.evaluate(config, (), None)
+        return self.remeasure(config) if self.remeasure is not None else self.evaluate(config, (), None)
 
     def _on_repeat(self, what: str, number: int, rate: float | None) -> None:
         self._repeats += 1

@@ -50,3 +50,10 @@ def test_memory_monitor_reports_self_peak():
     stats = mon.stop()
     assert stats["peak_tree_rss_bytes"] >= 32 << 20
     del x
+
+
+def test_lean_settings_keep_the_windows_and_drop_the_profile_and_the_flop_count():
+    full = Settings()
+    lean = full.lean()
+    assert lean.profile_steps == 0 and lean.count_flops is False
+    assert (lean.windows, lean.window_s, lean.max_warmup_s) == (full.windows, full.window_s, full.max_warmup_s)

@@ -79,6 +79,18 @@ def test_study_runs_resumes_and_never_measures_twice(tmp_path):
     assert len(others) == len(set(others)), "a configuration was measured twice"
 
 
+def test_the_floor_and_the_race_measure_again_through_remeasure(tmp_path):
+    """Re-measurements go through ``remeasure`` (``autotune run``'s leaves out the profile and the FLOP count),
+    search trials through ``evaluate``."""
+    searched: list = []
+    again: list = []
+    study, eff, base, _ = make(tmp_path)
+    summary = S.Tuner(study, eff, CTX, base, fake(searched), S.Options(trials=6, race_rounds=2),
+                      remeasure=lambda config: fake(again)(config)).run()
+    assert len(searched) == summary.measured == 6
+    assert len(again) == summary.repeats >= 2 and again[0] == base  # the noise floor first: the defaults
+
+
 def test_duplicates_are_answered_from_the_cache(tmp_path):
     tiny = space.parse({"search": {"precision": ["fp32", "bf16"]}}, "t.toml", "t")
     calls: list = []
