@@ -192,10 +192,8 @@ def _prepare(config: TuneConfig, name: str, store: Store, device: str, *, on_tri
     def evaluate(config: Mapping[str, Any], dominators: Any = (), margin: float | None = None) -> Any:
         return runner.measure(config, dominators, margin, limit_s=S.slow_limit(study, config))
 
-    lean = runner.settings.lean()
-
     def remeasure(config: Mapping[str, Any]) -> Any:
-        return runner.measure(config, settings=lean, limit_s=S.slow_limit(study, config))
+        return runner.measure(config, settings=runner.settings.lean(), limit_s=S.slow_limit(study, config))
 
     tuner = S.Tuner(study, effective, ctx, base, evaluate, options, on_trial=on_trial, on_repeat=on_repeat,
                     check=store.check_alive, remeasure=remeasure)

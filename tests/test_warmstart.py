@@ -18,6 +18,7 @@ import pytest
 from autotune import knobs, space, tuning, warmstart
 from autotune import result as R
 from autotune import study as S
+from autotune.protocol import Settings
 from autotune.request import TuneConfig, WorkloadSpec
 from autotune.store import Store, kind
 
@@ -228,6 +229,7 @@ class FakeRunner:
 
     def __init__(self, spec: WorkloadSpec, **_: Any) -> None:
         self.spec = spec
+        self.settings = Settings()  # as Runner's: the floor and the race measure again with settings.lean()
 
     def probe(self) -> dict[str, Any]:
         return {"context": CTX.to_dict(), "workload": {}, "fingerprint": dict(SAME)}
