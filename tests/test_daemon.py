@@ -8,6 +8,7 @@ tests/failing_workloads.py with short measurement windows, so 20 trials take sec
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -131,7 +132,10 @@ def test_three_workers_finish_a_20_trial_job_exactly_on_postgres(postgres_url, t
     # the study records where each trial ran: this host, on the cores the workers may use
     where = {(t.user_attrs["placement"]["host"], tuple(t.user_attrs["placement"]["cpus"])) for t in measured}
     assert where == {(socket.gethostname(), tuple(sorted(os.sched_getaffinity(0))))}, where
-    assert sum(out.count(" ok ") for out in outs) >= 20
+    # each worker printed a line for each trial it measured (whatever its outcome: on a loaded machine a trial may time out)
+    for p, out in zip(procs, outs):
+        printed = {int(m) for m in re.findall(r"^#(\d+)\s", out, flags=re.M)}
+        assert set(by_worker[p.pid]) <= printed, (by_worker[p.pid], out)
     listing = CliRunner().invoke(main, ["list", "--storage", postgres_url])
     assert listing.exit_code == 0 and "job (job)" in listing.output and "20 / 20" in listing.output
     from sqlalchemy.engine import make_url
