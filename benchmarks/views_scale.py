@@ -1,0 +1,269 @@
+"""How long the read commands take on studies of 12, 1,000 and 10,000 trials (issue 16).
+
+Builds realistic studies with tests/study_factory.py (baseline, recipe, search trials
+with oom/nan/error/interrupted failures, duplicates answered from the cache, a noise
+floor and a race stored as ``measurement:*`` study attributes, and ``session:*``
+records). Above 1,000 trials the factory's trials are copied with jittered figures
+(samples/s x N(1, 3%), peak memory x N(1, 1%)) and about 8% of the copies turned into
+failures, so that a 10,000-trial study holds ~9,000 distinct measurements rather than
+the factory's few hundred distinct configurations answered from the cache again and
+again. Each study is written to SQLite (and, with ``--journal``, to a journal file).
+
+Then each read command runs in a fresh process, as a user runs it, ``--repeat`` times
+(median reported): ``status``, ``status --json``, ``list``, ``export -o FILE`` and
+``dashboard -o PAGE``; the page's size is reported and, where Chromium is installed,
+the time headless Chromium takes to open it and draw every figure (the page's own
+``#selftest``, as tests/test_dashboard_browser.py drives it), less nothing: the
+figure includes Chromium's own start-up, which is reported alone too.
+
+    python benchmarks/views_scale.py [--sizes 12,1000,10000] [--repeat 3] [--journal] [--no-browser]
+
+Writes benchmarks/results/views_scale.json and .txt. Built studies are kept in
+``--workdir`` (default /tmp/autotune-views-scale) and reused when present.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+RESULTS = ROOT / "benchmarks" / "results"
+
+TARGETS = {"read_s_10k": 2.0, "status_s_12": 1.0, "dashboard_write_s_10k": 5.0, "render_s_10k": 5.0, "page_mb_10k": 5.0}
+FACTORY_MAX = 1000  # trials the factory makes itself; more are jittered copies of its own
+NAME = "scale"
+
+
+# ---------------------------------------------------------------- building studies
+
+
+def build(n: int, workdir: Path, journal: bool) -> dict[str, str]:
+    """The study of ``n`` trials in SQLite (and a journal file); returns the storage URLs, building what is missing."""
+    import optuna
+
+    sqlite = workdir / f"scale-{n}.db"
+    log = workdir / f"scale-{n}.log"
+    urls = {"sqlite": f"sqlite:///{sqlite}"}
+    if journal:
+        urls["journal"] = f"journal:{log}"
+    if sqlite.exists() and (log.exists() or not journal):
+        return urls
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    start = time.perf_counter()
+    memory = _in_memory(n)
+    tmp = workdir / f".building-{n}.db"
+    tmp.unlink(missing_ok=True)
+    optuna.copy_study(from_study_name=NAME, from_storage=memory, to_storage=f"sqlite:///{tmp}")
+    os.replace(tmp, sqlite)
+    if journal and not log.exists():
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        part = workdir / f".building-{n}.log"
+        part.unlink(missing_ok=True)
+        optuna.copy_study(from_study_name=NAME, from_storage=memory,
+                          to_storage=JournalStorage(JournalFileBackend(str(part))))
+        os.replace(part, log)
+    print(f"built {n} trials in {time.perf_counter() - start:.0f} s", flush=True)
+    return urls
+
+
+def _in_memory(n: int) -> Any:
+    import optuna
+    from optuna.trial import TrialState, create_trial
+    from study_factory import CAPACITY, FAILURE_MESSAGES, add_race, make_study
+
+    from autotune.evidence import Evidence
+
+    memory = optuna.storages.InMemoryStorage()
+    study = make_study(memory, n_trials=min(n, FACTORY_MAX), seed=0, name=NAME)
+    rng = random.Random(1)
+    sources = [t for t in study.get_trials(deepcopy=False)
+               if t.state == TrialState.COMPLETE and t.user_attrs.get("duplicate_of") is None
+               and t.user_attrs.get("role") == "search"]
+    ok = [t for t in sources if t.user_attrs.get("outcome") == "ok"]
+    copies = []
+    for _ in range(n - min(n, FACTORY_MAX)):
+        src = rng.choice(ok)
+        attrs = json.loads(json.dumps(src.user_attrs))
+        attrs["duration_s"] = round(float(attrs.get("duration_s") or 10.0) * rng.uniform(0.8, 1.2), 2)
+        if rng.random() < 0.08:
+            outcome = rng.choice(["oom", "nan", "error"])
+            etype, message = FAILURE_MESSAGES[outcome]
+            attrs.update(outcome=outcome, error={"type": etype, "message": message},
+                         result={"peak_memory_bytes": CAPACITY if outcome == "oom" else None, "memory": {}, "notes": {}})
+            values = [0.0, float(CAPACITY)]
+            constraints = {"failed": 1.0, "memory": 0.0}
+        else:
+            result = attrs["result"]
+            speed = round(float(src.values[0]) * rng.gauss(1.0, 0.03), 3)
+            peak = int(src.values[1] * rng.gauss(1.0, 0.01))
+            result.update(samples_per_s=speed, peak_memory_bytes=peak)
+            values = [speed, float(peak)]
+            constraints = {"failed": 0.0, "memory": 0.0}
+        copies.append(create_trial(state=TrialState.COMPLETE, values=values, params=src.params,
+                                   distributions=src.distributions, user_attrs=attrs,
+                                   constraints=constraints))
+    if copies:
+        study.add_trials(copies)
+    ev = Evidence.of(study)
+    leaders = sorted((c for c in ev.configs.values() if not c.is_baseline), key=lambda c: -c.samples_per_s)[:6]
+    add_race(study, {c.number: c.samples_per_s for c in leaders}, rounds=3, wall_s=True)
+    now = time.time()
+    for k in range(4):  # the sessions that ran it (time spent)
+        study.set_user_attr(f"session:s{k}", {"started_at": now - 3600 * (k + 1), "elapsed_s": 3000.0 + 10 * k})
+    return memory
+
+
+# ---------------------------------------------------------------- timing
+
+
+def timed(cmd: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+    took = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return took, proc
+
+
+def commands(url: str, out: Path) -> dict[str, list[str]]:
+    cli = [sys.executable, "-m", "autotune.cli"]
+    return {
+        "status": [*cli, "status", NAME, "--storage", url],
+        "status --json": [*cli, "status", NAME, "--storage", url, "--json"],
+        "list": [*cli, "list", "--storage", url],
+        "export": [*cli, "export", NAME, "--storage", url, "-o", str(out / "best.json")],
+        "dashboard": [*cli, "dashboard", NAME, "--storage", url, "-o", str(out / "page.html")],
+    }
+
+
+def chromium() -> str | None:
+    for name in (os.environ.get("AUTOTUNE_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def render(binary: str, page: Path, profile: Path) -> tuple[float, dict[str, Any] | None]:
+    """Wall time of headless Chromium opening ``page#selftest`` until every figure is drawn (and its summary)."""
+    from test_dashboard_browser import FLAGS
+
+    flags = [f for f in FLAGS if not f.startswith("--virtual-time-budget")] + ["--virtual-time-budget=60000"]
+    start = time.perf_counter()
+    proc = subprocess.run([binary, *flags, f"--user-data-dir={profile}", "--dump-dom", page.resolve().as_uri() + "#selftest"],
+                          capture_output=True, text=True, timeout=600, check=False)
+    took = time.perf_counter() - start
+    match = re.search(r'<pre id="autotune-selftest"[^>]*>(.*?)</pre>', proc.stdout, re.DOTALL)
+    if not (match and match.group(1).strip()):
+        return took, None
+    import html
+
+    return took, json.loads(html.unescape(match.group(1)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="12,1000,10000")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--journal", action="store_true", help="also time a journal-file copy of each study")
+    parser.add_argument("--no-browser", action="store_true")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/autotune-views-scale"))
+    parser.add_argument("--label", default="", help="a note stored with the results (e.g. before/after)")
+    parser.add_argument("--no-write", action="store_true", help="print only; do not write benchmarks/results")
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    binary = None if args.no_browser else chromium()
+    rows: list[dict[str, Any]] = []
+    for n in sizes:
+        urls = build(n, args.workdir, args.journal)
+        for kind, url in urls.items():
+            out = args.workdir / f"out-{n}-{kind}"
+            out.mkdir(exist_ok=True)
+            row: dict[str, Any] = {"trials": n, "storage": kind, "seconds": {}, "runs": {}}
+            for label, cmd in commands(url, out).items():
+                runs = [timed(cmd, ROOT)[0] for _ in range(args.repeat)]
+                row["runs"][label] = [round(r, 3) for r in runs]
+                row["seconds"][label] = round(statistics.median(runs), 3)
+                print(f"{n:>6} {kind:<8} {label:<14} {row['seconds'][label]:7.2f} s  {runs}", flush=True)
+            page = out / "page.html"
+            row["page_mb"] = round(page.stat().st_size / 1e6, 2)
+            if binary and kind == "sqlite":
+                renders = []
+                for k in range(args.repeat):
+                    took, summary = render(binary, page, args.workdir / f"profile-{n}-{k}")
+                    ok = bool(summary and summary.get("ready") and not summary.get("errors"))
+                    renders.append(took if ok else None)
+                    if not ok:
+                        row["render_problem"] = (summary or {}).get("errors") or "no self-test output"
+                good = [r for r in renders if r is not None]
+                row["render_s"] = round(statistics.median(good), 3) if good else None
+                row["runs"]["render"] = [None if r is None else round(r, 3) for r in renders]
+                print(f"{n:>6} {kind:<8} {'render':<14} {row['render_s']} s  page {row['page_mb']} MB", flush=True)
+            rows.append(row)
+    startup = None
+    if binary:
+        blank = args.workdir / "blank.html"
+        blank.write_text('<!DOCTYPE html><html><body><pre id="autotune-selftest">{"ready": true}</pre></body></html>')
+        startup = round(statistics.median(render(binary, blank, args.workdir / "profile-blank")[0] for _ in range(3)), 3)
+
+    labels = ["status", "status --json", "list", "export", "dashboard"]
+    head = f"{'trials':>7} {'storage':<8} " + " ".join(f"{lab:>13}" for lab in labels) + f" {'render':>8} {'page MB':>8}"
+    lines = [f"views_scale: read commands in a fresh process, median of {args.repeat} (seconds)"
+             + (f" [{args.label}]" if args.label else ""),
+             f"machine: {platform.node()} {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+             f"Chromium start-up alone (blank page): {startup if startup is not None else 'not measured'} s", head]
+    for r in rows:
+        render_s = r.get("render_s")
+        lines.append(f"{r['trials']:>7} {r['storage']:<8} " + " ".join(f"{r['seconds'][lab]:>13.2f}" for lab in labels)
+                     + f" {('-' if render_s is None else f'{render_s:.2f}'):>8} {r['page_mb']:>8.2f}")
+    verdicts = _targets(rows)
+    lines.append("targets: " + "; ".join(f"{k} {v}" for k, v in verdicts.items()))
+    text = "\n".join(lines)
+    print(text)
+    if not args.no_write:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "views_scale.txt").write_text(text + "\n")
+        (RESULTS / "views_scale.json").write_text(json.dumps(
+            {"label": args.label, "repeat": args.repeat, "cpus": os.cpu_count(), "chromium_startup_s": startup,
+             "targets": TARGETS, "verdicts": verdicts, "rows": rows}, indent=2) + "\n")
+    return 0
+
+
+def _targets(rows: list[dict[str, Any]]) -> dict[str, str]:
+    out: dict[str, str] = {}
+
+    def mark(key: str, value: float | None, limit: float) -> None:
+        out[key] = "not measured" if value is None else f"{value:.2f} < {limit:g}: {'met' if value < limit else 'MISSED'}"
+
+    for r in rows:
+        if r["storage"] != "sqlite":
+            continue
+        if r["trials"] == 12:
+            mark("status@12", r["seconds"]["status"], TARGETS["status_s_12"])
+        if r["trials"] == 10000:
+            mark("slowest read@10k", max(r["seconds"][k] for k in ("status", "status --json", "list", "export")),
+                 TARGETS["read_s_10k"])
+            mark("dashboard@10k", r["seconds"]["dashboard"], TARGETS["dashboard_write_s_10k"])
+            mark("render@10k", r.get("render_s"), TARGETS["render_s_10k"])
+            mark("page MB@10k", r["page_mb"], TARGETS["page_mb_10k"])
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
