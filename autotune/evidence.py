@@ -14,10 +14,22 @@ Where the measurements come from (docs/storage.md):
   (``race-<id>-<k>``, the baseline measured in every round, interleaved);
 - ``confirmations`` of studies made before the race existed (rounds ``confirm-<k>``).
 
+- processes that measured several configurations alternately (:mod:`autotune.paired`),
+  one study attribute each, ``paired:<round>``: the race's rounds for configurations that
+  can share a process with the defaults (``pair-<id>-<k>``) and the ablation's
+  (``abl-<id>-<k>``); their arms name configurations by key, so a configuration measured
+  as a trial later (the ablation's recommendation) finds its measurements.
+
 A configuration's claim rests on its re-measurements when it has any, and drops
 its first measurement then: a configuration reaches the race *because* its first
 measurement was high, so that one is biased upwards (the winner's curse). The
 baseline was never selected, so all of its measurements count.
+
+A speed-up between two configurations measured alternately in the same processes is
+their mean log-ratio over those processes, with the within-process noise
+(:func:`autotune.stats.within_process_noise`); otherwise the ratio of their claims, with
+the noise between processes. A configuration's figure (samples/s) is then the baseline's
+times its speed-up, so the figure and the speed-up a view shows never disagree.
 """
 
 from __future__ import annotations
@@ -30,12 +42,14 @@ from typing import Any, Mapping, Sequence
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune import ablation as A
 from autotune import knobs
 from autotune import result as R
 from autotune import stats
 from autotune.stats import Measurement, Noise, Ratio
 
 MEASUREMENT = "measurement:"
+PAIRED = "paired:"  # one process that measured several configurations alternately: paired:<round>
 RACE = "race:"
 SESSION = "session:"
 
@@ -62,6 +76,48 @@ def record_measurement(study: optuna.Study, trial: int, round_id: str, result: R
     return rate
 
 
+def record_paired(study: optuna.Study, round_id: str, keys: Sequence[str], trials: Sequence[int | None],
+                  result: R.PairedResult, **purpose: Any) -> list[float | None]:
+    """Store one process's measurements of several configurations (``keys``, the trial each is, if any) taken
+    alternately (:mod:`autotune.paired`); returns each arm's samples/s (None where it failed). ``purpose``:
+    ``race=<id>`` or ``ablation=<id>``."""
+    rates = result.rates() if result.ok else [None] * len(keys)
+    arms = []
+    for key, trial, rate, arm in zip(keys, trials, rates, result.arms or [{}] * len(keys)):
+        good = rate is not None and math.isfinite(rate) and rate > 0
+        arms.append({"key": key, "trial": trial, "samples_per_s": float(rate) if good else None,  # type: ignore[arg-type]
+                     "outcome": R.OK if good else (arm.get("outcome") or result.outcome)})
+    study.set_user_attr(PAIRED + round_id, {
+        "arms": arms, "other_cores": (result.load or {}).get("other_cores"), "wall_s": result.wall_s,
+        "at": dt.datetime.now(dt.timezone.utc).timestamp(), **purpose,
+    })
+    return [a["samples_per_s"] for a in arms]
+
+
+@dataclass(frozen=True)
+class Block:
+    """One process that measured several configurations alternately: samples/s by configuration key."""
+
+    round_id: str
+    rates: dict[str, float | None]
+    trials: dict[str, int | None]
+    other_cores: float | None
+    purpose: dict[str, str]
+
+
+def _blocks(attrs: Mapping[str, Any]) -> list[Block]:
+    out = []
+    for key, value in attrs.items():
+        if not key.startswith(PAIRED) or not isinstance(value, Mapping):
+            continue
+        arms = [a for a in value.get("arms") or [] if isinstance(a, Mapping) and a.get("key")]
+        purpose = {k: str(value[k]) for k in ("race", "ablation") if value.get(k)}
+        out.append(Block(key[len(PAIRED):], {a["key"]: a.get("samples_per_s") for a in arms},
+                         {a["key"]: a.get("trial") for a in arms}, value.get("other_cores"), purpose))
+    out.sort(key=lambda b: b.round_id)
+    return out
+
+
 def is_measured(t: FrozenTrial) -> bool:
     """A trial that measured a configuration (not a cache answer, not interrupted)."""
     return (
@@ -86,6 +142,9 @@ class Config:
     changes: dict[str, Any] = field(default_factory=dict)
     loads: dict[str, float] = field(default_factory=dict)  # round -> cores other processes used meanwhile
     left_out: frozenset[str] = frozenset()  # rounds much busier than the baseline's: not part of the claim
+    key: str = ""  # the configuration's key (knobs.Resolved.key)
+    together: list[Measurement] = field(default_factory=list)  # measured alternately with others in one process
+    figure: float | None = None  # samples/s from a within-process speed-up over the baseline (Evidence sets it)
 
     @property
     def is_baseline(self) -> bool:
@@ -109,15 +168,15 @@ class Config:
 
     @property
     def samples_per_s(self) -> float:
-        return stats.geomean(v for _, v in self.claim)
+        return self.figure if self.figure is not None else stats.geomean(v for _, v in self.claim)
 
     @property
     def processes(self) -> int:
-        return len(self.claim)
+        return len(self.together) if self.figure is not None else len(self.claim)
 
     @property
     def confirmed(self) -> bool:
-        return bool(self.repeats)
+        return bool(self.repeats) or bool(self.together)
 
 
 @dataclass(frozen=True)
@@ -156,6 +215,7 @@ class Evidence:
 
     def __init__(self, trials: Sequence[FrozenTrial], attrs: Mapping[str, Any], max_memory_bytes: int | None = None) -> None:
         self.attrs = dict(attrs)
+        self._memo: dict[Any, Any] = {}
         self.max_memory_bytes = max_memory_bytes if max_memory_bytes is not None else attrs.get("max_memory_bytes")
         repeats, failed, loads = _repeats(attrs)
         self.configs: dict[int, Config] = {}
@@ -177,6 +237,7 @@ class Evidence:
                 repeats=repeats.get(t.number, []),
                 failed_repeats=failed.get(t.number, 0),
                 loads=_first_load(t) | loads.get(t.number, {}),
+                key=str(t.user_attrs.get("config_key") or ""),
             )
             self.configs[t.number] = c
             if c.is_baseline and self.baseline is None:
@@ -184,14 +245,42 @@ class Evidence:
         reference = self.baseline.config if self.baseline else knobs.defaults()
         for c in self.configs.values():
             c.changes = {k: v for k, v in c.config.items() if k in reference and reference[k] != v}
+        # Processes that measured several configurations alternately: each arm joins its configuration by key.
+        self.trial_of: dict[str, int] = {}
+        for n in sorted(self.configs):
+            if self.configs[n].key:
+                self.trial_of.setdefault(self.configs[n].key, n)
+        self.blocks = _blocks(attrs)
+        self.within: dict[str, list[Measurement]] = {}  # key -> within-process measurements, trials or not
+        for b in self.blocks:
+            for key, rate in b.rates.items():
+                number = self.trial_of.get(key)
+                if rate:
+                    self.within.setdefault(key, []).append((b.round_id, float(rate)))
+                    if number is not None:
+                        self.configs[number].together.append((b.round_id, float(rate)))
+                elif number is not None:
+                    self.configs[number].failed_repeats += 1
+                if number is not None and b.other_cores is not None:
+                    self.configs[number].loads[b.round_id] = float(b.other_cores)
+        self.within_noise: Noise = stats.within_process_noise(b.rates for b in self.blocks)  # type: ignore[misc]
         self.load = Load.of(self.configs.values(), self.baseline, attrs)
         for c in self.configs.values():
-            c.left_out = frozenset(r for r, other in c.loads.items() if self.load.much_busier(other))
+            # a process that measured the baseline alongside cancels what the machine's load did to both
+            c.left_out = frozenset(r for r, other in c.loads.items() if self.load.much_busier(other)
+                                   and not r.startswith(WITHIN_PREFIXES))
         self.noise: Noise = stats.pooled_noise([v for _, v in c.claim] for c in self.configs.values())
         self.raced = [n for n, c in self.configs.items() if c.confirmed and not c.is_baseline]
         # Every interval of the study is simultaneous over the configurations its verdict
-        # compares: the raced ones, or before any race every measured one (a best of N).
+        # compares: the raced ones, or before any race every measured one (a best of N);
+        # once a race has looked at its evidence several times, over those looks too.
         self.comparisons = max(1, len(self.raced) or len([c for c in self.configs.values() if not c.is_baseline]))
+        self.looks = _looks(attrs) if self.raced else 1
+        if self.baseline is not None:
+            base = self.baseline
+            for c in self.configs.values():
+                if c is not base and _common(c.together, base.together):
+                    c.figure = base.samples_per_s * self.compare(c.number, base.number).estimate
 
     @classmethod
     def of(cls, study: optuna.Study) -> Evidence:
@@ -210,7 +299,27 @@ class Evidence:
             return None
         if c.number == self.baseline.number:
             return Ratio(1.0, 1.0, 1.0, c.processes, c.processes, True, stats.LEVEL, 1)
-        return stats.ratio(c.claim, self.baseline.claim, self.noise, self.comparisons)
+        return self.compare(number, self.baseline.number)
+
+    def compare(self, number: int, reference: int, claim: bool = True) -> Ratio:
+        """``number``'s throughput over ``reference``'s, each kind of pair with its own noise.
+
+        Measured alternately in the same processes: their mean log-ratio there, with the
+        within-process noise. Otherwise, when either has such measurements against the
+        baseline, the two speed-ups divided (their errors combined). Otherwise their claims
+        (separate processes, paired on common rounds), with the noise between processes.
+        ``claim``: adjusted for the study's comparisons and looks (a claim); else plain 90%
+        (the race's rule for staying in the race).
+        """
+        x, y = self.configs[number], self.configs[reference]
+        comparisons, looks = (self.comparisons, self.looks) if claim else (1, 1)
+        if _common(x.together, y.together):
+            return stats.ratio_within(x.together, y.together, self.within_noise, comparisons, looks=looks)
+        base = self.baseline
+        if base is not None and number != base.number and reference != base.number and (
+                _common(x.together, base.together) or _common(y.together, base.together)):
+            return stats.combined(self.compare(number, base.number, claim), self.compare(reference, base.number, claim))
+        return stats.ratio(x.claim, y.claim, self.noise, comparisons, looks=looks)
 
     def single(self, samples_per_s: float) -> Ratio | None:
         """The speed-up one fresh measurement shows (a trial line, before it is stored)."""
@@ -288,13 +397,66 @@ class Evidence:
             chosen.append(simplest)
         return [c.number for c in chosen]
 
-    def verdict(self) -> Verdict:
-        """The recommendation: the raced configurations (or, before a race, every one) compared through the noise.
+    def verdict(self, ablated: bool = True) -> Verdict:
+        """The recommendation: the raced configurations (or, before a race, every one) compared through the noise;
+        then, once the path to the winner has been measured (:meth:`ablation`), the smallest configuration that
+        keeps its gain, without the knobs that bought nothing beyond the noise (``ablated=False``: the race's own
+        winner, before that).
 
         On a busy machine (:class:`Load`) a configuration whose gain rests on a load-sensitive knob
         (``threads``: fewer threads suffer less from other processes) is not recommended: the verdict
         names what was seen and how to re-check it on a quiet machine, and recommends among the others.
         """
+        key = ("verdict", ablated)
+        if key not in self._memo:
+            self._memo[key] = self._ablated(self._raced_verdict()) if ablated else self._raced_verdict()
+        return self._memo[key]  # type: ignore[no-any-return]
+
+    def _ablated(self, verdict: Verdict) -> Verdict:
+        """The race's verdict, told what each knob of its winner bought (and, where some bought nothing, the
+        smallest configuration that keeps the gain, once measured on its own)."""
+        ab = self.ablation()
+        if verdict.state != "gain" or ab is None or len(ab.steps) < 2:
+            return verdict
+        m = ab.minimal
+        s = self.speedup(m) if m is not None and m != verdict.winner else None
+        if m is None or m == verdict.winner or s is None or not s.above_one():
+            return Verdict(verdict.state, verdict.winner, verdict.leader, verdict.speedup, verdict.tied, verdict.confirmed,
+                           verdict.simpler_preferred, f"{verdict.text}; {ab.text()}")
+        c = self.configs[m]
+        text = (f"#{m} ({_changes_text(c.changes)}) is {s.text()} as fast as PyTorch's defaults "
+                f"({int(round(100 * stats.LEVEL))}% interval, {s.processes} processes against {s.reference_processes}): "
+                f"#{verdict.winner}'s gain without the knobs that bought nothing beyond the noise; {ab.text()}")
+        if self.load.was_busy:
+            text += f"; {self.load.text()}"
+        return Verdict("gain", m, verdict.leader, s, verdict.tied, True, verdict.simpler_preferred, text)
+
+    def ablation(self) -> A.Ablation | None:
+        """What each knob of the race's winner bought, from the defaults (:mod:`autotune.ablation`): measured in
+        shared processes once the race is over, one step when the winner changes a single knob; None before."""
+        if "ablation" in self._memo:
+            return self._memo["ablation"]  # type: ignore[no-any-return]
+        self._memo["ablation"] = None
+        verdict = self.verdict(ablated=False)
+        if verdict.state != "gain" or verdict.winner is None or verdict.speedup is None:
+            return None
+        w = self.configs[verdict.winner]
+        if len(w.changes) == 1:
+            step = A.Step(dict(w.changes), w.key, verdict.speedup, verdict.speedup, verdict.speedup.within)
+            self._memo["ablation"] = A.Ablation("", w.number, (step,), w.key, w.number, {}, 0)
+            return self._memo["ablation"]  # type: ignore[no-any-return]
+        plans = [(k[len(A.ABLATION):], v) for k, v in self.attrs.items()
+                 if k.startswith(A.ABLATION) and isinstance(v, Mapping) and v.get("winner_key") == w.key]
+        if not plans:
+            return None
+        ablation_id, plan = max(plans, key=lambda kv: kv[1].get("started", 0.0))
+        keys = [p["key"] for p in plan.get("path") or []]
+        processes = sum(1 for b in self.blocks if b.purpose.get("ablation") == ablation_id)
+        self._memo["ablation"] = A.analyse(ablation_id, plan, {k: self.within.get(k, []) for k in keys}, self.within_noise,
+                                           verdict.speedup, self.trial_of.get, processes)
+        return self._memo["ablation"]  # type: ignore[no-any-return]
+
+    def _raced_verdict(self) -> Verdict:
         verdict = self._verdict()
         if not self.load.was_busy or verdict.state == "gain" and not self._sensitive(verdict.winner):
             return self._busy_note(verdict) if self.load.was_busy else verdict
@@ -334,20 +496,15 @@ class Evidence:
             return Verdict("no_baseline", None, None, None, (), False, False, "the baseline (PyTorch's defaults) has not been measured yet")
         base = self.baseline
         pool = self.raced or [c.number for c in self.ok() if not c.is_baseline]
-        pool = [n for n in pool if self.configs[n].feasible and not self.configs[n].busy_only]
+        # the ablation's recommendation is measured to be reported, not raced (the verdict comes to it through the ablation)
+        pool = [n for n in pool if self.configs[n].feasible and not self.configs[n].busy_only
+                and self.configs[n].role != A.ROLE]
         if exclude_sensitive:
             pool = [n for n in pool if not self._sensitive(n)]
         if not pool:
             return Verdict("no_gain", base.number, None, None, (), False, False,
                            "no other configuration ran successfully within the budget: keep PyTorch's defaults")
-        choice = stats.choose(
-            {str(n): self.configs[n].claim for n in pool},
-            str(base.number),
-            base.claim,
-            {str(n): len(self.configs[n].changes) for n in pool},
-            self.noise,
-            self.comparisons,
-        )
+        choice = self.choose(pool)
         leader = int(choice.leader)
         winner = int(choice.winner)
         tied = tuple(int(k) for k in choice.tied)
@@ -376,6 +533,17 @@ class Evidence:
         if not confirmed:
             text += "; measured once, not confirmed by a race (run with --confirm)"
         return Verdict("gain", winner, leader, s, tied, confirmed, choice.simpler_than_leader, text)
+
+    def choose(self, pool: Sequence[int]) -> stats.Choice:
+        """The verdict's rule (:func:`autotune.stats.choose`) over these configurations (the race's rule too)."""
+        assert self.baseline is not None
+        return stats.choose(
+            [str(n) for n in pool],
+            str(self.baseline.number),
+            lambda k: self.speedup(int(k)),  # type: ignore[arg-type, return-value]
+            lambda k, leader: self.compare(int(k), int(leader), claim=False),
+            {str(n): len(self.configs[n].changes) for n in pool},
+        )
 
     def recommended(self) -> int | None:
         """The configuration to use: the verdict's winner, or the defaults (the baseline) when nothing beats them
@@ -508,3 +676,20 @@ class Load:
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "busy_machine": self.was_busy, "text": self.text()}
+
+
+WITHIN_PREFIXES = ("pair-", "abl-")  # rounds of processes that measured several configurations alternately
+
+
+def _common(a: Sequence[Measurement], b: Sequence[Measurement]) -> bool:
+    rounds = {r for r, _ in a}
+    return any(r in rounds for r, _ in b)
+
+
+def _looks(attrs: Mapping[str, Any]) -> int:
+    """The planned looks of the study's latest race (1 before any race, and for races that did not record them)."""
+    races = [v for k, v in attrs.items() if k.startswith(RACE) and isinstance(v, Mapping)]
+    if not races:
+        return 1
+    latest = max(races, key=lambda v: v.get("started", 0.0))
+    return max(1, int(latest.get("looks") or 1))

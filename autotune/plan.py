@@ -181,6 +181,11 @@ class Plan:
         for _, _, threads in self.applied(fx.NumThreads):
             if threads and torch.get_num_threads() != int(threads):
                 torch.set_num_threads(int(threads))
+        self.apply_flags()
+
+    def apply_flags(self) -> None:
+        """Set the global backend flags of this configuration (TF32, cuDNN benchmark) in this process: once per
+        trial, or before each window of an arm that shares its process with others (:mod:`autotune.paired`)."""
         for _, flag, value in self.applied(fx.Flag):
             if flag.device_type == self.device.type:
                 *parents, attribute = flag.path.split(".")
@@ -188,6 +193,18 @@ class Plan:
                 for part in parents:
                     owner = getattr(owner, part)
                 setattr(owner, attribute, flag.value(value))
+
+    def flag_values(self) -> dict[str, Any]:
+        """The global backend flags this plan's knobs set, as they stand now in this process (what an arm of a
+        shared process ran under: :mod:`autotune.paired` records it, and tests check it equals the arm's own)."""
+        out: dict[str, Any] = {}
+        for _, flag in declared(fx.Flag):
+            if flag.device_type == self.device.type:
+                owner: Any = torch
+                for part in flag.path.split("."):
+                    owner = getattr(owner, part)
+                out[flag.path] = owner
+        return out
 
     # ------------------------------------------------------------ model and optimizer
 

@@ -159,7 +159,12 @@ class Progress:
         """A re-measurement: the baseline's noise floor, or a round of the final race."""
         again = f"{format_rate(rate)} samples/s" if rate is not None else "failed"
         label = "noise floor: baseline" if what == "floor" else what
-        self.print(f"{label}: #{number} measured again in a new process: {again}")
+        if number < 0:  # a configuration of the ablation's path that is no trial of the study
+            self.print(f"{label}: {again}")
+        elif what.endswith("in one process"):  # measured alternately with others in one process (autotune.paired)
+            self.print(f"{label}: #{number} {again}")
+        else:
+            self.print(f"{label}: #{number} measured again in a new process: {again}")
         if self.bar is not None:
             self.bar.update(self.task, info=", ".join(p for p in (label, self.info()) if p))
 

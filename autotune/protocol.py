@@ -270,6 +270,22 @@ class Measurement:
         return statistics.median(self.window_samples_per_s)
 
 
+def warmed_up(times: list[float], elapsed: float, settings: Settings) -> bool:
+    """Warm-up is over: the last three step times agree within ``steady_tolerance`` (after the least steps and
+    seconds), or its step or time budget is spent."""
+    if len(times) >= settings.min_warmup_steps and elapsed >= settings.min_warmup_s:
+        last = times[-3:]
+        med = statistics.median(last)
+        if med > 0 and (max(last) - min(last)) / med <= settings.steady_tolerance:
+            return True
+    return len(times) >= settings.max_warmup_steps or elapsed >= settings.max_warmup_s
+
+
+def window_steps(step_s: float, settings: Settings) -> int:
+    """Steps per timed window: enough to fill ``window_s`` at this step time (at least one)."""
+    return max(1, math.ceil(settings.window_s / max(step_s, 1e-6)))
+
+
 def run_protocol(
     loop: StepLoop,
     settings: Settings,
@@ -300,13 +316,7 @@ def run_protocol(
     times: list[float] = []
     while True:
         times.append(loop.timed(1))
-        elapsed = time.perf_counter() - warm_start
-        if len(times) >= settings.min_warmup_steps and elapsed >= settings.min_warmup_s:
-            last = times[-3:]
-            med = statistics.median(last)
-            if med > 0 and (max(last) - min(last)) / med <= settings.steady_tolerance:
-                break
-        if len(times) >= settings.max_warmup_steps or elapsed >= settings.max_warmup_s:
+        if warmed_up(times, time.perf_counter() - warm_start, settings):
             break
         if dominated is not None and len(times) >= settings.min_warmup_steps:
             # Far below the front already: even twice as fast once warm, a front point would still beat it.
@@ -320,8 +330,7 @@ def run_protocol(
     loop.check_finite()
     phases["warmup"] = time.perf_counter() - warm_start
 
-    step_s = statistics.median(times[-3:])
-    per_window = max(1, math.ceil(settings.window_s / max(step_s, 1e-6)))
+    per_window = window_steps(statistics.median(times[-3:]), settings)
     data_before = loop.data_s
     timed_start = time.perf_counter()
     windows: list[float] = []

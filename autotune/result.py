@@ -71,3 +71,46 @@ class TrialResult:
     @classmethod
     def failure(cls, outcome: str, message: str, **error: Any) -> TrialResult:
         return cls(outcome=outcome, error={"message": message, **error})
+
+
+@dataclass
+class PairedResult:
+    """What one process measured of several configurations timed alternately (:mod:`autotune.paired`).
+
+    ``arms`` (one dict per configuration, in the order asked): ``config`` (as resolved where it ran),
+    ``outcome``, ``samples_per_s`` (the median of its windows), ``window_samples_per_s``, ``error``,
+    ``not_applicable`` and ``state`` (the process-wide state it ran under: threads, backend flags, autocast).
+    The outcome is ``ok`` when the first arm (the reference) and at least one other were measured; else the
+    way the process ended.
+    """
+
+    outcome: str
+    arms: list[dict[str, Any]] = field(default_factory=list)
+    load: dict[str, Any] = field(default_factory=dict)
+    wall_s: float | None = None
+    error: dict[str, Any] | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == OK
+
+    def rates(self) -> list[float | None]:
+        """Each arm's samples/s (None where it failed), in the order asked."""
+        return [a.get("samples_per_s") if a.get("outcome") == OK else None for a in self.arms]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, default=str)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PairedResult:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    @classmethod
+    def failure(cls, outcome: str, message: str, arms: int, **error: Any) -> PairedResult:
+        """A process that gave no result: every arm failed the same way."""
+        return cls(outcome=outcome, arms=[{"outcome": outcome} for _ in range(arms)], error={"message": message, **error})

@@ -212,6 +212,34 @@ class Runner:
         result.overhead_s = wall - inner if result.ok else None
         return result
 
+    def measure_together(self, configs: Sequence[Mapping[str, Any]], settings: Settings | None = None) -> R.PairedResult:
+        """Measure ``configs`` alternately in one isolated process (:mod:`autotune.paired`), the first being the
+        reference; every ending becomes a PairedResult. The trial timeout bounds each arm: the process may run
+        ``len(configs)`` times as long as one trial."""
+        request = {
+            "kind": "paired",
+            "spec": self.spec.to_dict(),
+            "device": self.device,
+            "arms": [dict(c) for c in configs],
+            "settings": (settings or self.settings).to_dict(),
+            "global_batch": self.global_batch,
+        }
+        timeout_s = self.timeout_s * max(1, len(configs))
+        status, payload, exitcode, log, wall = self._spawn(request, timeout_s)
+        if status == "timeout":
+            result = R.PairedResult.failure(R.TIMEOUT, f"the paired measurement ran past its {timeout_s:g} s timeout "
+                                            "and was killed", len(configs), stderr_tail=log)
+        elif payload is not None:
+            result = R.PairedResult.from_dict(payload)
+        elif exitcode is not None and exitcode < 0:
+            result = R.PairedResult.failure(R.CRASHED, describe_exit(exitcode, log), len(configs), signal=-exitcode,
+                                            stderr_tail=log)
+        else:
+            result = R.PairedResult.failure(R.ERROR, describe_exit(exitcode, log), len(configs), exitcode=exitcode,
+                                            stderr_tail=log)
+        result.wall_s = wall
+        return result
+
 
 def describe_exit(exitcode: int | None, log: list[str]) -> str:
     if exitcode is not None and exitcode < 0:

@@ -18,6 +18,24 @@ Bonferroni-adjusted when several configurations are compared at once
 (``comparisons``), so the chance that *any* reported interval of a race misses
 is at most 10%. Using the pooled ``sigma`` for paired rounds is conservative: pairing
 can only remove variance.
+
+Two kinds of pairs, each with the noise that belongs to it (issue 17):
+
+- *between processes*: rounds whose measurements ran in separate processes, one after
+  the other (the noise floor, the race's rounds for configurations that need a process
+  of their own). Their noise is ``sigma`` above.
+- *within one process*: configurations measured alternately in one process
+  (:mod:`autotune.paired`), where the process's own speed cancels in their ratio. The
+  model: ``log y[a, k] = mu[a] + pi[k] + e`` for arm ``a`` in process ``k``; the residual
+  spread is pooled over every such process of the study (``within_process_noise``, a
+  two-way fit), and its ``sigma`` is that of one process's log-ratio of two arms
+  (``sqrt(2)`` times the residual's). Measured here 0.03-0.05, against 0.14-0.23 between
+  processes (benchmarks/paired_noise.py).
+
+A race looks at its evidence after several rounds and stops when a claim separates; each
+look is a chance to stop on a lucky round. So a claim the race stopped on is adjusted
+for its planned looks too (``looks``: Bonferroni over comparisons x looks), which keeps
+the chance that any reported interval misses at most 10% whenever the race stopped.
 """
 
 from __future__ import annotations
@@ -26,7 +44,7 @@ import functools
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 LEVEL = 0.90
 
@@ -94,6 +112,9 @@ class Ratio:
     paired: bool = False
     level: float = LEVEL
     comparisons: int = 1
+    looks: int = 1  # a race's planned looks at its evidence (the interval is adjusted for them too)
+    within: bool = False  # paired within one process (autotune.paired), with that kind of pair's noise
+    df: int = 0  # the degrees of freedom of the noise behind the interval
 
     @property
     def has_interval(self) -> bool:
@@ -126,6 +147,8 @@ class Ratio:
             "processes": self.processes,
             "baseline_processes": self.reference_processes,
             "paired": self.paired,
+            "looks": self.looks,
+            "within_process": self.within,
             "significant": self.above_one(),
             "text": self.text(),
         }
@@ -142,8 +165,10 @@ def ratio(
     noise: Noise,
     comparisons: int = 1,
     level: float = LEVEL,
+    looks: int = 1,
 ) -> Ratio:
-    """``numerator / reference`` throughput, paired on common rounds when there are any."""
+    """``numerator / reference`` throughput, paired on common rounds when there are any (rounds of separate
+    processes: ``noise`` is the noise between processes)."""
     num = {r: v for r, v in numerator if v and v > 0}
     ref = {r: v for r, v in reference if v and v > 0}
     if not num or not ref:
@@ -157,10 +182,88 @@ def ratio(
         log_ratio = statistics.fmean(math.log(v) for v in num.values()) - statistics.fmean(math.log(v) for v in ref.values())
         n, m = len(num), len(ref)
     if not noise.known:
-        return Ratio(math.exp(log_ratio), None, None, n, m, bool(common), level, comparisons)
+        return Ratio(math.exp(log_ratio), None, None, n, m, bool(common), level, comparisons, looks)
     assert noise.sigma is not None
-    half = t_quantile(noise.df, level, comparisons) * noise.sigma * math.sqrt(1.0 / n + 1.0 / m)
-    return Ratio(math.exp(log_ratio), math.exp(log_ratio - half), math.exp(log_ratio + half), n, m, bool(common), level, comparisons)
+    half = t_quantile(noise.df, level, comparisons * looks) * noise.sigma * math.sqrt(1.0 / n + 1.0 / m)
+    return Ratio(math.exp(log_ratio), math.exp(log_ratio - half), math.exp(log_ratio + half), n, m, bool(common), level,
+                 comparisons, looks, df=noise.df)
+
+
+def within_process_noise(blocks: Iterable[Mapping[str, float]]) -> Noise:
+    """The noise of a speed-up measured within one process, from every process that measured several arms.
+
+    ``blocks``: one mapping per process, arm key -> samples/s. Fits ``log y = arm + process``
+    by least squares over all of them (unbalanced designs too) and pools the residuals: the
+    returned ``sigma`` is the standard deviation of one process's log-ratio of two arms
+    (``sqrt(2)`` times the residual's), with the residual degrees of freedom (observations
+    less the rank of the fit). Unknown (df 0) until some pair of arms was measured together
+    in at least two processes.
+    """
+    rows: list[tuple[str, int, float]] = []
+    for k, block in enumerate(blocks):
+        logs = {a: math.log(v) for a, v in block.items() if v and v > 0 and math.isfinite(v)}
+        if len(logs) >= 2:
+            rows.extend((a, k, y) for a, y in logs.items())
+    if not rows:
+        return Noise(None, 0)
+    import numpy as np
+
+    arms = sorted({a for a, _, _ in rows})
+    procs = sorted({k for _, k, _ in rows})
+    col = {a: i for i, a in enumerate(arms)}
+    pcol = {k: len(arms) + i for i, k in enumerate(procs)}
+    x = np.zeros((len(rows), len(arms) + len(procs)))
+    y = np.array([v for _, _, v in rows])
+    for r, (a, k, _) in enumerate(rows):
+        x[r, col[a]] = 1.0
+        x[r, pcol[k]] = 1.0
+    beta, _, rank, _ = np.linalg.lstsq(x, y, rcond=None)
+    df = len(rows) - int(rank)
+    if df <= 0:
+        return Noise(None, 0)
+    rss = float(np.sum((y - x @ beta) ** 2))
+    return Noise(math.sqrt(2.0 * rss / df), df)
+
+
+def ratio_within(
+    numerator: Sequence[Measurement],
+    reference: Sequence[Measurement],
+    noise: Noise,
+    comparisons: int = 1,
+    level: float = LEVEL,
+    looks: int = 1,
+) -> Ratio:
+    """``numerator / reference`` from the processes that measured both alternately (their common rounds), with
+    the noise of a within-process ratio (:func:`within_process_noise`): the mean log-ratio, and a t interval
+    of half-width ``t * sigma / sqrt(processes)``."""
+    num = {r: v for r, v in numerator if v and v > 0}
+    ref = {r: v for r, v in reference if v and v > 0}
+    common = [r for r in num if r in ref]
+    if not common:
+        raise ValueError("a within-process ratio needs processes that measured both")
+    log_ratio = statistics.fmean(math.log(num[r]) - math.log(ref[r]) for r in common)
+    n = len(common)
+    if not noise.known:
+        return Ratio(math.exp(log_ratio), None, None, n, n, True, level, comparisons, looks, within=True)
+    assert noise.sigma is not None
+    half = t_quantile(noise.df, level, comparisons * looks) * noise.sigma / math.sqrt(n)
+    return Ratio(math.exp(log_ratio), math.exp(log_ratio - half), math.exp(log_ratio + half), n, n, True, level,
+                 comparisons, looks, within=True, df=noise.df)
+
+
+def combined(numerator: Ratio, reference: Ratio) -> Ratio:
+    """``numerator / reference`` for two ratios to a common third with independent errors (each against the
+    defaults, measured in different processes): the estimates divide, the log half-widths add in quadrature."""
+    estimate = numerator.estimate / reference.estimate
+    common = dict(level=numerator.level, comparisons=max(numerator.comparisons, reference.comparisons),
+                  looks=max(numerator.looks, reference.looks))
+    if not (numerator.has_interval and reference.has_interval):
+        return Ratio(estimate, None, None, numerator.processes, reference.processes, False, **common)
+    half_n = (math.log(numerator.high) - math.log(numerator.low)) / 2  # type: ignore[arg-type, operator]
+    half_r = (math.log(reference.high) - math.log(reference.low)) / 2  # type: ignore[arg-type, operator]
+    half = math.hypot(half_n, half_r)
+    return Ratio(estimate, estimate * math.exp(-half), estimate * math.exp(half), numerator.processes,
+                 reference.processes, False, **common)
 
 
 @dataclass(frozen=True)
@@ -175,31 +278,29 @@ class Choice:
 
 
 def choose(
-    candidates: Mapping[str, Sequence[Measurement]],
+    keys: Sequence[str],
     reference_key: str,
-    reference: Sequence[Measurement],
+    speed: Callable[[str], Ratio],
+    versus: Callable[[str, str], Ratio],
     changes: Mapping[str, int],
-    noise: Noise,
-    comparisons: int = 1,
 ) -> Choice:
-    """The configuration to recommend.
+    """The configuration to recommend among ``keys``.
 
-    The leader is the fastest estimate. Candidates whose plain 90% ratio to the leader
-    includes 1 are tied with it (the race's own rule for staying in the race: not a
-    claim, so not adjusted); among the tied ones that beat the reference beyond the noise
-    (a claim, adjusted for ``comparisons``),
-    the one that changes the fewest knobs wins (then the faster). When the leader does
-    not beat the reference beyond the noise, the reference wins: "no gain beyond the noise".
+    ``speed(k)`` is k's speed-up over the reference (the claim: adjusted for the comparisons
+    and looks); ``versus(k, leader)`` k's plain 90% ratio to the leader (the race's own rule
+    for staying in the race: not a claim, so not adjusted). The leader is the fastest
+    estimate; candidates whose ratio to the leader includes 1 are tied with it; among the
+    tied ones that beat the reference beyond the noise, the one that changes the fewest
+    knobs wins (then the faster). When the leader does not beat the reference beyond the
+    noise, the reference wins: "no gain beyond the noise".
     """
-    speed = {k: ratio(v, reference, noise, comparisons) for k, v in candidates.items()}
-    if not speed:
+    if not keys:
         return Choice(reference_key, reference_key, (), False, False)
-    leader = max(speed, key=lambda k: (speed[k].estimate, -changes.get(k, 0)))
-    tied = tuple(
-        k for k in speed if k == leader or not ratio(candidates[k], candidates[leader], noise, 1).below_one()
-    )
-    if not speed[leader].above_one():
+    fast = {k: speed(k) for k in keys}
+    leader = max(keys, key=lambda k: (fast[k].estimate, -changes.get(k, 0)))
+    tied = tuple(k for k in keys if k == leader or not versus(k, leader).below_one())
+    if not fast[leader].above_one():
         return Choice(reference_key, leader, tied, False, False)
-    good = [k for k in tied if speed[k].above_one()]
-    winner = min(good, key=lambda k: (changes.get(k, 0), -speed[k].estimate))
+    good = [k for k in tied if fast[k].above_one()]
+    winner = min(good, key=lambda k: (changes.get(k, 0), -fast[k].estimate))
     return Choice(winner, leader, tied, True, winner != leader and changes.get(winner, 0) < changes.get(leader, 0))

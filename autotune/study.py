@@ -40,7 +40,7 @@ import optuna
 from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from autotune import knobs, race, recovery
+from autotune import ablation, knobs, race, recovery
 from autotune import result as R
 from autotune.errors import AutotuneError
 from autotune.evidence import SESSION, Evidence, Verdict, is_measured
@@ -140,6 +140,7 @@ class Summary:
     elapsed_s: float
     repeats: int = 0  # re-measurements (noise floor and race) taken by this run
     race: race.RaceReport | None = None
+    ablation: race.AblationReport | None = None
     verdict: Verdict | None = None
     records: list[TrialRecord] = field(default_factory=list)
 
@@ -148,7 +149,9 @@ class Summary:
         from autotune.units import format_duration
 
         r = self.race
-        raced = f"; race: {r.rounds} rounds, {r.measurements} measurements ({r.stopped})" if r else ""
+        raced = f"; race: {r.rounds} rounds, {r.measurements} measurements in {r.processes} processes ({r.stopped})" if r else ""
+        if self.ablation is not None:
+            raced += f"; each knob's step measured in {self.ablation.processes} shared processes"
         return (f"done: {self.reason}; {self.new} new configurations and {self.repeats} repeat measurements "
                 f"in {format_duration(self.elapsed_s)}{raced}")
 
@@ -204,12 +207,15 @@ class Tuner:
         check: Callable[[], None] | None = None,
         warm: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]] = (),
         remeasure: race.Measure | None = None,
+        together: race.Together | None = None,
     ) -> None:
         """``check()`` runs before each trial and raises when the store can no longer keep results
         (:meth:`autotune.store.Store.check_alive`). ``warm``: (parameters, user attributes) of the seeds
         queued after the recipe, each once (:mod:`autotune.warmstart`: earlier studies' winners).
         ``remeasure(config)``: how the noise floor and the race measure a configuration again (default:
-        ``evaluate`` without dominators; ``autotune run`` leaves out the profile and the FLOP count)."""
+        ``evaluate`` without dominators; ``autotune run`` leaves out the profile and the FLOP count).
+        ``together(configs)``: measure configurations alternately in one process (:mod:`autotune.paired`); without
+        it every re-measurement takes a process of its own and the winner's knobs are not measured one by one."""
         self.study = study
         self.space = space
         self.ctx = ctx
@@ -221,6 +227,7 @@ class Tuner:
         self.check = check or (lambda: None)
         self.warm = list(warm)
         self.remeasure = remeasure
+        self.together = together
 
     # ------------------------------------------------------------ seeds
 
@@ -453,14 +460,42 @@ class Tuner:
                 summary.new += 1
             if opts.race_rounds > 0:
                 ends = [d for d in (opts.deadline, session.started_at + opts.time_budget_s if opts.time_budget_s else None) if d]
+                deadline = min(ends) if ends else None
                 summary.race = race.run_race(self.study, self._repeat, opts.race_rounds, opts.race_candidates,
-                                             on_measure=self._on_repeat, deadline=min(ends) if ends else None)
+                                             on_measure=self._on_repeat, deadline=deadline, together=self.together)
+                if self.together is not None:
+                    summary.ablation = race.run_ablation(self.study, self.together, self.ctx, on_measure=self._on_repeat,
+                                                         deadline=deadline)
+                    self._measure_minimal(cache, summary, deadline)
+                session.save()
         finally:
             session.save()
         summary.elapsed_s = session.elapsed_s
         summary.repeats = self._repeats
         summary.verdict = Evidence.of(self.study).verdict()
         return summary
+
+    def _measure_minimal(self, cache: dict[str, FrozenTrial], summary: Summary, deadline: float | None) -> None:
+        """The ablation's recommendation, when it is not a configuration measured already: one trial of its own
+        (its memory, a trial number every view shows), outside the trial budget."""
+        ab = Evidence.of(self.study).ablation()
+        if ab is None or not ab.settled or ab.minimal is not None or (deadline is not None and time.time() >= deadline):
+            return
+        plan = self.study.user_attrs.get(ablation.ABLATION + ab.ablation_id) or {}
+        point = next((p for p in plan.get("path") or [] if p.get("key") == ab.minimal_key), None)
+        if point is None:
+            return
+        params = {name: point["config"][name] for name in self.space.search if name in point["config"]}
+        self.study.enqueue_trial(params, user_attrs={"role": ablation.ROLE, "ablation": ab.ablation_id})
+        rec, resolved, trial_id = self._one_trial(cache)
+        if rec is None:
+            return
+        summary.records.append(rec)
+        if self.on_trial:
+            self.on_trial(rec)
+        if rec.duplicate_of is None and resolved is not None:
+            cache[resolved.key()] = self.study._storage.get_trial(trial_id)
+            summary.new += 1
 
     # ------------------------------------------------------------ sharing a study with other processes
 
@@ -509,7 +544,8 @@ class Tuner:
                 return t if t.state != TrialState.RUNNING else f"#{t.number} is measuring the same configuration"
         # Earlier trials still undecided after the wait (a process stopped while choosing) may claim
         # the budget too: count them (one that turns out a cache answer leaves room a later trial takes).
-        if len(earlier) + len(undecided) >= self.options.trials:
+        # The ablation's recommendation is measured beyond the budget (the study's answer, not a search trial).
+        if role != ablation.ROLE and len(earlier) + len(undecided) >= self.options.trials:
             return f"the budget of {self.options.trials} configurations is taken"
         return None
 

@@ -195,8 +195,11 @@ def _prepare(config: TuneConfig, name: str, store: Store, device: str, *, on_tri
     def remeasure(config: Mapping[str, Any]) -> Any:
         return runner.measure(config, settings=runner.settings.lean(), limit_s=S.slow_limit(study, config))
 
+    def together(configs: Any) -> Any:
+        return runner.measure_together(configs, settings=runner.settings.lean())
+
     tuner = S.Tuner(study, effective, ctx, base, evaluate, options, on_trial=on_trial, on_repeat=on_repeat,
-                    check=store.check_alive, remeasure=remeasure)
+                    check=store.check_alive, remeasure=remeasure, together=together)
     warm = warmstart.seeds(store, study, created, config.warm_start, probe["fingerprint"], tuner)
     tuner.warm = [(seed.params, seed.attrs()) for seed in warm]
     measured = sum(1 for t in study.get_trials(deepcopy=False) if S.is_measured(t))

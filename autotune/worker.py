@@ -16,6 +16,7 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
@@ -96,6 +97,59 @@ def probe(spec: WorkloadSpec, device: str) -> dict[str, Any]:
     }
 
 
+def start_process(requested: Mapping[str, Any], device: torch.device) -> None:
+    """Environment-level knobs first, before the workload (or CUDA) can read them; then the device."""
+    env_plan = Plan({k: v for k, v in requested.items() if knobs.KNOBS[k].stage == knobs.ENV}, device, "train")
+    if device.type != "cuda":
+        env_plan.config = {k: v for k, v in env_plan.config.items() if not knobs.KNOBS[k].not_applicable(
+            v, knobs.Context(device_type=device.type), env_plan.config)}
+    os.environ.update(env_plan.environment())
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+@dataclass
+class Arm:
+    """One configuration built and ready to step: its own workload (model, optimizer, DataLoader, step) from the
+    factory, with the configuration resolved where it runs. A trial builds one; a paired measurement
+    (:mod:`autotune.paired`) builds one per configuration it measures alternately."""
+
+    plan: Plan
+    resolved: knobs.Resolved
+    workload: Workload
+    loop: StepLoop
+    eager: Any  # the step on the uncompiled model (FLOPs are counted on it)
+    eager_model: Any
+    optimizer: Any
+
+    @classmethod
+    def build(cls, spec: WorkloadSpec, requested: dict[str, Any], device: torch.device, global_batch: int | None,
+              on_resolved: Any = None, process: bool = True) -> Arm:
+        """Build the workload and apply the configuration (``process``: its process-wide part too, threads and
+        backend flags, before the model is built; the environment is the caller's, set before anything starts).
+        ``requested`` gains the workload's own batch size when it fixes one; ``on_resolved(resolved)`` is told
+        the configuration before anything can fail on it."""
+        workload = build(spec)
+        if workload.batch_size and "batch_size" not in requested:
+            requested["batch_size"] = workload.batch_size
+        resolved = knobs.resolve(requested, context_for(workload, device))
+        if on_resolved is not None:
+            on_resolved(resolved)
+        plan = Plan.from_config(resolved.config, device, workload.task, global_batch)
+        if process:
+            plan.apply_process()
+        model = plan.prepare_model(workload.model, compile=False)
+        eager_model = model
+        model = plan.compile_model(model)
+        optimizer = plan.build_optimizer(model, workload.optimizer)
+        loader = plan.make_loader(workload.dataset, workload.collate_fn)  # type: ignore[arg-type]
+        stepper = plan.stepper(model, optimizer, workload.loss_fn)
+        eager = stepper if eager_model is model else plan.stepper(eager_model, optimizer, workload.loss_fn)
+        eager.scaler = stepper.scaler
+        return cls(plan, resolved, workload, StepLoop(plan, stepper, infinite(loader)), eager, eager_model, optimizer)
+
+
 def run(request: Mapping[str, Any]) -> R.TrialResult:
     """Measure one configuration. Never raises: every ending is a TrialResult."""
     start = time.perf_counter()
@@ -109,35 +163,12 @@ def run(request: Mapping[str, Any]) -> R.TrialResult:
     result = R.TrialResult(outcome=R.ERROR, config=requested, device=str(device), notes={"pid": os.getpid()})
     progress = ProgressFile(request.get("progress_path"), start)
     try:
-        # Environment-level knobs first, before the workload (or CUDA) can read them.
-        env_plan = Plan(
-            {k: v for k, v in requested.items() if knobs.KNOBS[k].stage == knobs.ENV}, device, "train"
-        )
-        if device.type != "cuda":
-            env_plan.config.pop("cuda_allocator", None)
-        os.environ.update(env_plan.environment())
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-            torch.cuda.reset_peak_memory_stats(device)
+        start_process(requested, device)
 
-        workload = build(spec)
-        if workload.batch_size and "batch_size" not in requested:
-            requested["batch_size"] = workload.batch_size
-        ctx = context_for(workload, device)
-        resolved = knobs.resolve(requested, ctx)
-        result.config, result.not_applicable = resolved.config, dict(resolved.not_applicable)
-        plan = Plan.from_config(resolved.config, device, workload.task, request.get("global_batch"))
-        plan.apply_process()
-
-        model = plan.prepare_model(workload.model, compile=False)
-        eager_model = model
-        model = plan.compile_model(model)
-        optimizer = plan.build_optimizer(model, workload.optimizer)
-        loader = plan.make_loader(workload.dataset, workload.collate_fn)  # type: ignore[arg-type]
-        stepper = plan.stepper(model, optimizer, workload.loss_fn)
-        eager = stepper if eager_model is model else plan.stepper(eager_model, optimizer, workload.loss_fn)
-        eager.scaler = stepper.scaler
-        loop = StepLoop(plan, stepper, infinite(loader))
+        arm = Arm.build(spec, requested, device, request.get("global_batch"),
+                        on_resolved=lambda r: (setattr(result, "config", r.config),
+                                               setattr(result, "not_applicable", dict(r.not_applicable))))
+        plan, loop, eager, eager_model = arm.plan, arm.loop, arm.eager, arm.eager_model
         peak: dict[str, int] = {}
 
         def memory_checkpoint() -> None:
@@ -194,7 +225,7 @@ def run(request: Mapping[str, Any]) -> R.TrialResult:
         if device.type == "cuda":
             result.memory = {"peak_reserved_bytes": peak["reserved"], "peak_allocated_bytes": peak["allocated"]}
             result.peak_memory_bytes = peak["reserved"]
-        del loop, loader, stepper, eager, optimizer, model, eager_model
+        del loop, eager, eager_model, arm
     except NotApplicableAtRuntime as exc:
         result.outcome = R.NOT_APPLICABLE
         result.not_applicable[exc.knob] = exc.reason
@@ -295,6 +326,10 @@ def child_main(request: Mapping[str, Any], result_path: str, log_path: str) -> N
         except BaseException as exc:  # noqa: BLE001
             payload = {"ok": False, "error": _error(exc)}
         _write_atomic(result_path, json.dumps(payload, default=str))
+    elif request.get("kind") == "paired":
+        from autotune.paired import run_arms
+
+        _write_atomic(result_path, run_arms(request).to_json())
     else:
         _write_atomic(result_path, run(request).to_json())
     sys.stdout.flush()

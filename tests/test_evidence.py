@@ -8,6 +8,7 @@ import pytest
 from optuna.trial import TrialState, create_trial
 
 from autotune import result as R
+from autotune import stats
 from autotune.evidence import SESSION, Evidence, measurement_key
 
 MiB = 1024**2
@@ -161,3 +162,56 @@ def test_a_configuration_measured_only_while_much_busier_cannot_win():
     ev = Evidence(trials, {**FP, **measured("floor-1", {0: 101.0}), **measured("floor-2", {0: 99.0})})
     assert ev.configs[1].busy_only
     assert ev.verdict().winner != 1
+
+
+def paired_process(round_id: str, rates: dict[str, float | None], **purpose) -> dict:
+    """One process that measured several configurations (by key) alternately, as autotune.paired stores it."""
+    return {f"paired:{round_id}": {"arms": [{"key": k, "trial": None, "samples_per_s": r, "outcome": R.OK if r else R.OOM}
+                                            for k, r in rates.items()], "other_cores": 0.0, **purpose}}
+
+
+def test_configurations_measured_alongside_the_defaults_get_the_within_process_noise_and_a_figure_that_agrees():
+    trials = [trial(0, 100.0, role="baseline", config={"batch_size": 32}, config_key="B"),
+              trial(1, 190.0, config_key="c1"), trial(2, 120.0, config_key="c2")]
+    # three processes, each 30% faster or slower as a whole; inside each, c1 is 1.5x and c2 1.1x the defaults
+    attrs = {**measured("floor-1", {0: 70.0}), **measured("floor-2", {0: 130.0})}
+    for k, speed in enumerate((1.0, 0.7, 1.3)):
+        attrs |= paired_process(f"pair-r-{k + 1:02d}-0", {"B": 100 * speed, "c1": 150 * speed * (1.01 if k else 0.99),
+                                                           "c2": 110 * speed * (0.99 if k else 1.01)}, race="r")
+    ev = Evidence(trials, attrs)
+    s1 = ev.speedup(1)
+    assert s1.within and s1.paired and s1.processes == 3 and s1.estimate == pytest.approx(1.5, rel=0.02)
+    assert ev.within_noise.known and ev.within_noise.df == 9 - (3 + 3 - 1)
+    # the process-wide 30% swings cancel: the interval is far narrower than the noise between processes allows
+    between = stats.ratio(ev.configs[1].together, [("x", 100.0)], ev.noise)
+    assert math.log(s1.high / s1.low) < math.log(between.high / between.low) / 4
+    assert ev.samples_per_s(1) == pytest.approx(ev.samples_per_s(0) * s1.estimate)  # one figure, one speed-up
+    assert ev.row(1)["speedup"]["within_process"] is True
+    versus = ev.compare(1, 2)  # c1 over c2, measured in the same processes: their own ratio
+    assert versus.within and versus.estimate == pytest.approx(1.5 / 1.1, rel=0.03)
+
+
+def test_a_shared_process_joins_a_trial_by_its_configuration_and_counts_a_failed_arm():
+    trials = [trial(0, 100.0, role="baseline", config={"batch_size": 32}, config_key="B"),
+              trial(1, 150.0, config_key="c1"), trial(7, 140.0, config_key="late", role="minimal")]
+    attrs = {**paired_process("abl-a-01", {"B": 100.0, "late": 140.0, "c1": None}, ablation="a"),
+             **paired_process("abl-a-02", {"B": 90.0, "late": 125.0, "c1": 140.0}, ablation="a")}
+    ev = Evidence(trials, attrs)
+    assert [r for r, _ in ev.configs[7].together] == ["abl-a-01", "abl-a-02"]  # measured as a trial after the processes
+    assert ev.configs[1].failed_repeats == 1 and ev.configs[1].together == [("abl-a-02", 140.0)]
+    assert ev.within["late"] == [("abl-a-01", 140.0), ("abl-a-02", 125.0)]
+
+
+def test_a_busy_minute_is_not_left_out_of_a_ratio_measured_in_one_process():
+    """Load touches both arms of a shared process alike: such rounds stay in the claim."""
+    trials = [trial(0, 100.0, role="baseline", config={"batch_size": 32}, config_key="B"),
+              trial(1, 150.0, config_key="c1")]
+    attrs = {**measured("floor-1", {0: 100.0})}
+    attrs["measurement:floor-1:0"]["other_cores"] = 0.0
+    for k in (1, 2):
+        block = paired_process(f"pair-r-{k:02d}-0", {"B": 100.0, "c1": 150.0 + k}, race="r")
+        block[f"paired:pair-r-{k:02d}-0"]["other_cores"] = 1.5  # much busier than the baseline's floor
+        attrs |= block
+    ev = Evidence(trials, attrs)
+    assert ev.load.was_busy and not ev.configs[1].left_out
+    assert ev.speedup(1).processes == 2

@@ -142,7 +142,7 @@ def test_race_costs_stay_with_the_leaders():
 def test_a_stopped_race_resumes_where_it_stopped():
     seed = 4
 
-    def truth(config):  # every configuration but the defaults equally 1.5x: the race can neither separate one nor give up
+    def truth(config):  # every configuration but the defaults equally 1.5x
         return 1.0 if all(config[k] == v for k, v in {"precision": "fp32", "optimizer_impl": "default", "num_workers": 0}.items()) else 1.5
 
     study, summary = tune(truth, seed, options=S.Options(trials=12, max_repeats=500, race_rounds=0))
@@ -159,21 +159,38 @@ def test_a_stopped_race_resumes_where_it_stopped():
 
     with pytest.raises(KeyboardInterrupt):
         S.Tuner(study, eff, CTX, base, stopped_in_round_two, S.Options(trials=12, max_repeats=500, race_rounds=3)).run()
+    keys = [k for k in study.user_attrs if k.startswith("race:")]
+    assert len(keys) == 1 and not study.user_attrs[keys[0]]["done"]
+    first_round = {k for k in study.user_attrs if k.startswith("measurement:race-")}
+    assert len({k.rpartition(":")[0] for k in first_round}) == 1  # round 1 stored, round 2 not begun
     again = S.Tuner(study, eff, CTX, base, inner, S.Options(trials=12, max_repeats=500, race_rounds=3)).run()
     assert again.new == 0 and again.race is not None
-    assert again.race.rounds == 3  # the same race, its earlier rounds kept
-    keys = [k for k in study.user_attrs if k.startswith("race:")]
-    assert len(keys) == 1 and study.user_attrs[keys[0]]["done"]
-    assert again.race.stopped.startswith("budget")
-    # a bigger --confirm later extends the finished race instead of starting over: one more round
-    more = S.Tuner(study, eff, CTX, base, inner, S.Options(trials=12, max_repeats=500, race_rounds=4)).run()
+    assert again.race.rounds == 3 and again.race.race_id == keys[0][len("race:"):]  # the same race, round 1 kept
+    assert again.race.measurements < 7 * 3  # rounds 2 and 3 only, and only the candidates still undecided
+    assert first_round <= set(study.user_attrs)
+    assert [k for k in study.user_attrs if k.startswith("race:")] == keys and study.user_attrs[keys[0]]["done"]
+
+
+def test_a_race_that_spent_its_budget_is_extended_by_a_bigger_confirm():
+    seed = 4
+
+    def truth(config):
+        return 1.0 if all(config[k] == v for k, v in {"precision": "fp32", "optimizer_impl": "default", "num_workers": 0}.items()) else 1.5
+
+    study, summary = tune(truth, seed, options=S.Options(trials=12, max_repeats=500, race_rounds=1))
+    assert summary.race is not None and summary.race.stopped.startswith("budget") and summary.race.rounds == 1
+    base = S.base_config(CTX, SPACE.fixed, None)
+    eff = space.effective(SPACE, CTX, base)
+    more = S.Tuner(study, eff, CTX, base, noisy(truth, seed + 100), S.Options(trials=12, max_repeats=500, race_rounds=4)).run()
     assert more.new == 0 and more.race is not None, "the finished race was not extended"
-    assert more.race.race_id == again.race.race_id and more.race.candidates == again.race.candidates
-    assert more.race.rounds == 4 and more.race.measurements >= 2  # round 4: the baseline and the candidates still in
-    assert [k for k in study.user_attrs if k.startswith("race:")] == keys
+    assert more.race.race_id == summary.race.race_id and more.race.candidates == summary.race.candidates
+    assert more.race.rounds > 1 and more.race.measurements >= 2
+    keys = [k for k in study.user_attrs if k.startswith("race:")]
+    assert len(keys) == 1
     record = study.user_attrs[keys[0]]
-    assert record["done"] and record["rounds_run"] == 4
-    assert len({k.rpartition(":")[0] for k in study.user_attrs if k.startswith(f"measurement:race-{more.race.race_id}-")}) == 4
+    assert record["done"] and record["rounds_run"] == more.race.rounds and record["rounds"] == 4
+    rounds = {k.rpartition(":")[0] for k in study.user_attrs if k.startswith(f"measurement:race-{more.race.race_id}-")}
+    assert len(rounds) == more.race.rounds
 
 
 def test_the_race_honours_the_time_budget_and_numbers_its_rounds():
@@ -187,3 +204,148 @@ def test_the_race_honours_the_time_budget_and_numbers_its_rounds():
     report = race.run_race(fresh, noisy(lambda c: 1.0, 4), 5, on_measure=lambda w, n, r: seen.append(w))
     assert report is not None and report.rounds >= 1
     assert seen[0] == "race round 1 of at most 5" and f"race round {report.rounds} of at most 5" in seen
+
+
+# ---------------------------------------------------------------- measured alternately in one process
+
+WITHIN = 0.03  # each arm's own noise inside one process; the process's factor (NOISE) is shared by its arms
+INSIDE_FAST = {"precision": "bf16", "optimizer_impl": "fused"}  # knobs an arm of a shared process may change
+
+
+def noisy_together(truth, seed: int, calls: list | None = None):
+    rng = random.Random(10_000 + seed)
+
+    def together(configs):
+        if calls is not None:
+            calls.append([dict(c) for c in configs])
+        process = math.exp(rng.gauss(0.0, NOISE))
+        arms = [{"config": dict(c), "outcome": R.OK,
+                 "samples_per_s": 100.0 * truth(c) * process * math.exp(rng.gauss(0.0, WITHIN))} for c in configs]
+        return R.PairedResult(outcome=R.OK, arms=arms, wall_s=0.01)
+
+    return together
+
+
+def tune_together(truth, seed: int, name: str = "race", options: S.Options | None = None, calls=None, shared=None):
+    attrs = {"workload": {"model": "x:y"}, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
+             "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
+    study, _ = Store("sqlite:///:memory:").create_or_check(name, attrs, S.make_sampler("random", seed))
+    base = S.base_config(CTX, SPACE.fixed, None)
+    eff = space.effective(SPACE, CTX, base)
+    options = options or S.Options(trials=12, max_repeats=500)
+    summary = S.Tuner(study, eff, CTX, base, noisy(truth, seed, calls), options,
+                      together=noisy_together(truth, seed, shared)).run()
+    return study, summary
+
+
+def inside_truth(config) -> float:
+    return 1.5 if all(config[k] == v for k, v in INSIDE_FAST.items()) and config["num_workers"] == 0 else 1.0
+
+
+def test_candidates_that_share_a_process_with_the_defaults_are_raced_there_and_the_claim_covers_the_truth():
+    picked = covered = 0
+    for seed in SEEDS:
+        study, summary = tune_together(inside_truth, seed)
+        v = summary.verdict
+        ev = Evidence.of(study)
+        if v.state == "gain" and inside_truth(ev.configs[v.winner].config) == 1.5:
+            picked += 1
+            covered += v.speedup.low <= 1.5 <= v.speedup.high
+            assert v.speedup.within and v.speedup.looks >= 1  # the claim is a within-process ratio
+    assert picked >= 18, f"the 1.5x configuration won in only {picked} of 20 seeds"
+    assert covered >= 18, f"its interval covered 1.5 in only {covered} of 20 seeds"
+
+
+def test_all_equal_gives_no_gain_when_raced_in_shared_processes_too():
+    no_gain = sum(tune_together(lambda c: 1.0, seed)[1].verdict.state == "no_gain" for seed in SEEDS)
+    assert no_gain >= 18, f"'no significant gain' in only {no_gain} of 20 seeds"
+
+
+def test_sharing_a_process_settles_the_race_with_fewer_measurements_and_a_narrower_claim():
+    apart_cost = shared_cost = 0
+    apart_width = shared_width = 0.0
+    for seed in range(6):
+        calls: list = []
+        study, summary = tune(inside_truth, seed, calls=calls)
+        apart_cost += summary.repeats
+        apart_width += math.log(summary.verdict.speedup.high / summary.verdict.speedup.low)
+        shared: list = []
+        study, summary = tune_together(inside_truth, seed, shared=shared)
+        shared_cost += summary.race.measurements
+        shared_width += math.log(summary.verdict.speedup.high / summary.verdict.speedup.low)
+        assert summary.race.processes < summary.race.measurements or not summary.race.within
+    assert shared_cost < apart_cost
+    assert shared_width < apart_width / 2
+
+
+def test_a_knob_that_buys_nothing_is_dropped_from_the_recommendation_and_the_rest_measured_alone():
+    """bf16 is truly 1.5x; the fused optimizer truly buys nothing: a winner with both is ablated to bf16 alone."""
+
+    def truth(config):
+        return (1.5 if config["precision"] == "bf16" else 1.0) * (0.7 if config["num_workers"] else 1.0)
+
+    ablated = right = 0
+    for seed in SEEDS:
+        study, summary = tune_together(truth, seed, options=S.Options(trials=12, max_repeats=500))
+        ev = Evidence.of(study)
+        v = summary.verdict
+        assert v.state == "gain"
+        ab = ev.ablation()
+        assert ab is not None and ab.steps
+        winner = ev.configs[v.winner]
+        if len(ab.steps) > 1:
+            ablated += 1
+            assert summary.ablation is not None and ab.processes == summary.ablation.processes > 0
+            assert all(s.within_process for s in ab.steps)
+            bf16 = next(s for s in ab.steps if s.added.get("precision") == "bf16")
+            assert bf16.pays and bf16.kept
+            if "optimizer_impl" in ev.configs[ev.verdict(ablated=False).winner].changes:
+                assert "optimizer_impl" in ab.dropped or ab.minimal == ev.verdict(ablated=False).winner
+            if ab.dropped:
+                # the smallest configuration that keeps the gain is named: a trial of the search, or measured once
+                # on its own (role "minimal") when the search never measured it
+                assert v.winner == ab.minimal and not set(ab.dropped) & set(winner.changes)
+                assert "bought nothing beyond the noise" in v.text
+        right += winner.changes == {"precision": "bf16"}
+    assert right >= 16, f"the recommendation was bf16 alone in only {right} of 20 seeds"
+
+
+def test_the_smallest_configuration_that_keeps_the_gain_is_measured_on_its_own_and_named():
+    """Two trials: the defaults and the recipe (bf16 and the fused optimizer). Only bf16 pays (1.5x): the race
+    confirms the recipe, the path shows fused bought nothing, and bf16 alone, never measured by the search, is
+    measured once as a trial of its own and becomes the recommendation in every view."""
+    sp = space.parse({"search": {"precision": ["fp32", "bf16"], "optimizer_impl": ["default", "fused"]}}, "two.toml", "two")
+    attrs = {"workload": {"model": "x:y"}, "space": sp.to_dict(), "space_hash": sp.hash(),
+             "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
+
+    def truth(config):
+        return 1.5 if config["precision"] == "bf16" else 1.0
+
+    named = 0
+    for seed in range(5):
+        study, _ = Store("sqlite:///:memory:").create_or_check(f"two{seed}", attrs, S.make_sampler("random", seed))
+        base = S.base_config(CTX, sp.fixed, None)
+        eff = space.effective(sp, CTX, base)
+        seen: list = []
+        summary = S.Tuner(study, eff, CTX, base, noisy(truth, seed), S.Options(trials=2, max_repeats=50),
+                          on_trial=seen.append, together=noisy_together(truth, seed)).run()
+        ev = Evidence.of(study)
+        raced = ev.verdict(ablated=False)
+        assert raced.state == "gain" and ev.configs[raced.winner].role == "recipe"
+        ab = ev.ablation()
+        assert ab is not None and [s.label() for s in ab.steps][0] == "precision=bf16"
+        if not ab.dropped:
+            continue  # fused's step happened to separate from 1 (a 5% chance each): nothing to leave out
+        named += 1
+        assert ab.dropped == {"optimizer_impl": "fused"}
+        minimal = [t for t in study.get_trials() if t.user_attrs.get("role") == "minimal"]
+        assert len(minimal) == 1 and minimal[0].user_attrs["config"]["precision"] == "bf16"
+        assert minimal[0].user_attrs["config"]["optimizer_impl"] == "default"
+        assert seen[-1].role == "minimal" and summary.new == 3  # measured beyond the budget of 2, and shown
+        v = summary.verdict
+        assert v.winner == minimal[0].number == ev.recommended() and v.speedup.above_one()
+        assert "bought nothing beyond the noise" in v.text
+        doc = C.export(study)
+        assert doc["study"]["trial"] == minimal[0].number and doc["knobs"]["optimizer_impl"] == "default"
+        assert doc["speedup"]["estimate"] == pytest.approx(v.speedup.estimate)
+    assert named >= 4

@@ -50,8 +50,73 @@ def test_choose_prefers_the_simpler_of_tied_candidates_and_the_reference_when_no
     ref = [(r, 100.0) for r in rounds]
     fast = [(r, 150.0 * (1.01 if i % 2 else 0.99)) for i, r in enumerate(rounds)]
     same = [(r, 148.0 * (1.01 if i % 2 else 0.99)) for i, r in enumerate(rounds)]
-    choice = stats.choose({"a": fast, "b": same}, "0", ref, {"a": 4, "b": 1}, noise, 2)
+    runs = {"a": fast, "b": same}
+    choice = stats.choose(["a", "b"], "0", lambda k: stats.ratio(runs[k], ref, noise, 2),
+                          lambda k, lead: stats.ratio(runs[k], runs[lead], noise), {"a": 4, "b": 1})
     assert choice.significant and choice.leader == "a" and choice.winner == "b" and choice.simpler_than_leader
     flat = [(r, 101.0) for r in rounds]
-    none = stats.choose({"a": flat}, "0", ref, {"a": 2}, stats.Noise(0.2, 30), 1)
+    none = stats.choose(["a"], "0", lambda k: stats.ratio(flat, ref, stats.Noise(0.2, 30)),
+                        lambda k, lead: stats.ratio(flat, flat, stats.Noise(0.2, 30)), {"a": 2})
     assert not none.significant and none.winner == "0"
+
+
+def _processes(truth: dict[str, float], n: int, between: float, within: float, seed: int) -> list[dict[str, float]]:
+    """``n`` processes each measuring every arm: a process factor shared by its arms (``between``), and each
+    arm's own window noise (``within``), lognormal."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        process = math.exp(rng.gauss(0, between))
+        out.append({a: 100 * t * process * math.exp(rng.gauss(0, within)) for a, t in truth.items()})
+    return out
+
+
+def test_within_process_noise_sees_the_arms_noise_not_the_process_factor():
+    # 20% between processes, 3% per arm: one process's log-ratio of two arms has sd sqrt(2) * 0.03
+    blocks = _processes({"base": 1.0, "a": 1.3, "b": 0.9}, 12, 0.20, 0.03, seed=1)
+    noise = stats.within_process_noise(blocks)
+    assert noise.df == 12 * 3 - (3 + 12 - 1)  # observations less the fit's rank
+    assert noise.sigma == pytest.approx(math.sqrt(2) * 0.03, rel=0.35)
+    # unbalanced: a process that lost an arm still counts what it has
+    blocks[0].pop("b")
+    assert stats.within_process_noise(blocks).df == noise.df - 1
+    assert not stats.within_process_noise([{"base": 100.0, "a": 120.0}]).known  # one process: no spread to see
+    assert not stats.within_process_noise([]).known
+
+
+def test_a_within_process_ratio_covers_the_truth_with_the_width_of_its_own_noise():
+    covered = 0
+    widths = []
+    for seed in range(40):
+        blocks = _processes({"base": 1.0, "a": 1.25}, 3, 0.20, 0.03, seed)
+        noise = stats.within_process_noise(blocks)
+        rounds = {arm: [(f"p{k}", b[arm]) for k, b in enumerate(blocks)] for arm in ("base", "a")}
+        r = stats.ratio_within(rounds["a"], rounds["base"], noise)
+        assert r.within and r.paired and r.processes == 3
+        covered += r.low <= 1.25 <= r.high
+        widths.append(math.log(r.high / r.low))
+        apart = stats.ratio([("s1", blocks[0]["a"])], [("s2", blocks[1]["base"]), ("s3", blocks[2]["base"])],
+                            stats.Noise(0.20, 20))
+        assert math.log(apart.high / apart.low) > 2 * widths[-1]  # the same processes compared apart: far wider
+    assert covered >= 32  # a 90% interval: 36 of 40 expected
+    with pytest.raises(ValueError):
+        stats.ratio_within([("p1", 1.0)], [("p2", 1.0)], stats.Noise(0.05, 4))
+
+
+def test_looks_widen_an_interval_as_comparisons_do():
+    noise = stats.Noise(0.1, 10)
+    once = stats.ratio([("a", 120.0)], [("a", 100.0)], noise, comparisons=2)
+    thrice = stats.ratio([("a", 120.0)], [("a", 100.0)], noise, comparisons=2, looks=3)
+    six = stats.ratio([("a", 120.0)], [("a", 100.0)], noise, comparisons=6)
+    assert thrice.low < once.low and thrice.high > once.high
+    assert (thrice.low, thrice.high) == pytest.approx((six.low, six.high))
+    assert thrice.to_dict()["looks"] == 3
+
+
+def test_combined_ratios_divide_and_add_their_errors_in_quadrature():
+    a = stats.Ratio(1.5, 1.5 / math.exp(0.3), 1.5 * math.exp(0.3))
+    b = stats.Ratio(1.2, 1.2 / math.exp(0.4), 1.2 * math.exp(0.4))
+    c = stats.combined(a, b)
+    assert c.estimate == pytest.approx(1.25)
+    assert math.log(c.high / c.estimate) == pytest.approx(0.5)
+    assert not stats.combined(a, stats.Ratio(1.2)).has_interval

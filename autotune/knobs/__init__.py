@@ -24,6 +24,7 @@ from __future__ import annotations
 from autotune.errors import KnobError
 from autotune.knobs import effects, exports
 from autotune.knobs.core import (
+    ALONE,
     BACKEND,
     BATCH,
     CPUS,
@@ -31,6 +32,8 @@ from autotune.knobs.core import (
     LOADER,
     MODEL,
     OPTIMIZER,
+    PER_ARM,
+    SHARED,
     STAGE_HELP,
     STEP,
     CompileSupported,
@@ -51,10 +54,12 @@ from autotune.knobs.registry import (
     NAMES,
     REGISTRY,
     Resolved,
+    apart,
     defaults,
     differs_from_default,
     get,
     parse_assignments,
+    per_arm,
     recipe,
     resolve,
     short,
@@ -62,6 +67,7 @@ from autotune.knobs.registry import (
 )
 
 __all__ = [
+    "ALONE", "PER_ARM", "SHARED", "apart", "per_arm",
     "BACKEND", "BATCH", "CPUS", "ENV", "KNOBS", "LOADER", "MODEL", "NAMES", "OPTIMIZER", "REGISTRY", "STAGE_HELP",
     "STEP", "CompileSupported", "Condition", "Context", "ForTask", "InputRank", "Knob", "KnobAbove", "KnobError",
     "NativeBF16", "OnDevice", "OptimizerSupports", "Resolved", "accumulation_steps", "cpu_count", "defaults",

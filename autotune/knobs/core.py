@@ -20,6 +20,12 @@ from autotune.knobs.effects import Effect, LoaderArg
 if TYPE_CHECKING:  # pragma: no cover
     from autotune.knobs.exports import Export
 
+# How a knob's values may share one trial process (autotune.paired: a candidate and the defaults measured alternately
+# in one process, so that the process's own speed cancels in their ratio).
+PER_ARM = "per_arm"  # its value may differ between the arms of one process: each arm applies it to its own objects
+SHARED = "shared"  # it sets process-wide state: every arm of a process has the same value
+ALONE = "alone"  # at any value but its default, a configuration is measured in a process of its own
+
 # Stages, in the order a trial applies them.
 ENV = "env"  # process environment, set before anything reads it
 BACKEND = "backend"  # global torch backend flags
@@ -245,6 +251,12 @@ class Knob:
     # Its gain depends on what else runs on the machine (fewer threads suffer less from other processes): never
     # recommended from measurements taken on a busy machine (autotune.evidence, autotune.load).
     load_sensitive: bool = False
+    # Whether its values may differ between configurations measured alternately in one process (PER_ARM: a fresh
+    # model, optimizer, loader and step per arm, and nothing it sets outlives the arm), must be equal there (SHARED:
+    # process-wide state such as threads, environment variables or loader worker processes), or keep a non-default
+    # value out of shared processes altogether (ALONE: torch.compile's caches and recompilations). See
+    # autotune.paired and docs/storage.md ("Measured together").
+    in_process: str = SHARED
 
     @property
     def is_range(self) -> bool:

@@ -15,10 +15,11 @@ by-hand steps in it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from autotune.errors import KnobError
 from autotune.knobs.core import (
+    ALONE,
     BACKEND,
     BATCH,
     CPUS,
@@ -26,6 +27,7 @@ from autotune.knobs.core import (
     LOADER,
     MODEL,
     OPTIMIZER,
+    PER_ARM,
     STEP,
     CompileSupported,
     Context,
@@ -107,6 +109,7 @@ PRECISION = Knob(
         Flag("backends.cuda.matmul.allow_tf32", "cuda", lambda value: value == "tf32"),
         Flag("backends.cudnn.allow_tf32", "cuda", lambda value: True),
     ),
+    in_process=PER_ARM,  # autocast and the scaler belong to the arm's step; its TF32 flags are set before each window
     how=_precision_how,
     exports={HF_TRAINER: _hf_precision, LIGHTNING: _pl_precision, ACCELERATE: _acc_precision},
 )
@@ -155,6 +158,7 @@ COMPILE = Knob(
     torch_default="eager",
     recipe="default",
     effects=(Compile(off="off", plain="default"),),
+    in_process=ALONE,  # dynamo's caches are the process's: a second arm would recompile (other shapes) or reuse
     how=_compile_how,
     exports={HF_TRAINER: _hf_compile, LIGHTNING: _pl_compile, ACCELERATE: _acc_compile},
 )
@@ -171,6 +175,7 @@ MEMORY_FORMAT = Knob(
     torch_default="contiguous (NCHW)",
     recipe="channels_last",
     effects=(ChannelsLast(on="channels_last"),),
+    in_process=PER_ARM,  # the arm's own model and inputs
     how=lambda value: ("model = model.to(memory_format=torch.channels_last), "
                        "and 4-D inputs x.contiguous(memory_format=torch.channels_last)"),
     exports={HF_TRAINER: callback(), LIGHTNING: callback(), ACCELERATE: by_hand()},
@@ -212,6 +217,7 @@ BATCH_SIZE = Knob(
     high=65536,
     step=8,
     torch_default="the user's choice",
+    in_process=PER_ARM,  # the arm's own DataLoader
     effects=(BatchSize("batch_size"),),
     exports={HF_TRAINER: _hf_batch, LIGHTNING: _pl_batch, ACCELERATE: _acc_batch},
     always_stated=True,
@@ -311,6 +317,7 @@ ACTIVATION_CHECKPOINTING = Knob(
     choices=(False, True),
     when=(ForTask("train"),),
     torch_default="off",
+    in_process=PER_ARM,  # wraps the arm's own model's blocks
     effects=(CheckpointBlocks(),),
     how=lambda value: ("torch.utils.checkpoint.checkpoint(block, *inputs, use_reentrant=False) around each repeated "
                        "block (Hugging Face models: model.gradient_checkpointing_enable())"),
@@ -353,6 +360,7 @@ OPTIMIZER_IMPL = Knob(
     value_when={"foreach": (OptimizerSupports("foreach"),), "fused": (OptimizerSupports("fused"),)},
     torch_default="default (foreach on CUDA where possible)",
     recipe="fused",
+    in_process=PER_ARM,  # the arm's own optimizer
     effects=(OptimizerImpl(default="default"),),
     how=lambda value: (f"build the optimizer with {value}=True, "
                        f"e.g. torch.optim.AdamW(model.parameters(), lr=..., {value}=True)"),
@@ -517,3 +525,29 @@ def recipe(ctx: Context, base: Mapping[str, Any]) -> dict[str, Any]:
             value = max(low, min(high, int(value)))
         config[knob.name] = value
     return resolve(config, ctx).config
+
+
+def apart(configs: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why these configurations cannot be measured alternately in one process (None when they can).
+
+    Each knob's ``in_process`` decides (:mod:`autotune.paired`): a PER_ARM knob may differ between the arms,
+    a SHARED knob sets process-wide state and must be equal in all of them, and an ALONE knob at any value
+    but its default keeps a configuration out of shared processes.
+    """
+    if len(configs) < 2:
+        return None
+    for knob in REGISTRY:
+        if knob.in_process == PER_ARM:
+            continue
+        values = [c.get(knob.name, knob.default_for()) for c in configs]
+        if knob.in_process == ALONE and any(v != knob.default_for() for v in values):
+            return f"{knob.name}={knob.format(next(v for v in values if v != knob.default_for()))} needs a process of its own"
+        if any(v != values[0] for v in values[1:]):
+            return f"{knob.name} differs ({', '.join(sorted({knob.format(v) for v in values}))}): it is the process's own"
+    return None
+
+
+def per_arm(changes: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split knob changes into those an arm of a shared process can make (PER_ARM) and the rest."""
+    inside = {k: v for k, v in changes.items() if k in KNOBS and KNOBS[k].in_process == PER_ARM}
+    return inside, {k: v for k, v in changes.items() if k not in inside}
