@@ -199,7 +199,8 @@ def run_race(
         candidates = ev.race_candidates(max_candidates)
         if not candidates:
             return None
-        within = [n for n in candidates if together is not None
+        # Shared processes need two rounds before their noise is known (--confirm 1 races in separate processes).
+        within = [n for n in candidates if together is not None and rounds >= MIN_ROUNDS_WITHIN
                   and knobs.apart([ev.baseline.config, ev.configs[n].config]) is None]
         first = MIN_ROUNDS_WITHIN if within and len(within) == len(candidates) else min_rounds
         race_id = uuid.uuid4().hex[:8]

@@ -213,7 +213,8 @@ def test_interrupt_records_and_resume_remeasures(tmp_path, sig):
     again = [t for t in study.trials if t.user_attrs.get("requeued_from") == stopped[0].number]
     assert again and again[0].user_attrs["outcome"] == "ok"
     measured = [t for t in study.trials if "outcome" in t.user_attrs and t.user_attrs["outcome"] != "interrupted" and t.user_attrs.get("duplicate_of") is None]
-    assert len(measured) == 8
+    # the budget's 8, and the ablation's recommendation when it left out a knob (measured beyond the budget)
+    assert len([t for t in measured if t.user_attrs["role"] != "minimal"]) == 8 and len(measured) <= 9
 
 
 def test_sigkill_loses_nothing_finished(tmp_path):
