@@ -639,6 +639,8 @@ def _print_status(study: Any, store: Any) -> None:
     out.print(f"workload {doc['workload'].get('model')}  device {doc['device']}  {hardware.short(doc['fingerprint'])}", markup=False)
     out.print(f"trials {doc['trials']}: {counts or 'none'}; time spent {format_duration(doc['time_spent_s'])}", markup=False)
     out.print(doc["noise_text"], markup=False)
+    if doc.get("within_process_noise_text"):
+        out.print(doc["within_process_noise_text"], markup=False)
     out.print(doc["load"]["text"], markup=False)
     if doc["batch_ceiling"]:
         out.print(f"batch ceiling: {doc['batch_ceiling']['text']}", markup=False)
@@ -657,7 +659,24 @@ def _print_status(study: Any, store: Any) -> None:
         for outcome, entry in doc["failures"].items():
             trials = ", ".join(f"#{n}" for n in entry["trials"][:8]) + (" ..." if len(entry["trials"]) > 8 else "")
             out.print(f"  {outcome}: {entry['count']} ({trials}) {entry['example'][:100]}", markup=False)
+    _print_ablation(out, doc.get("ablation"))
     out.print(f"verdict: {doc['verdict']['text']}", markup=False)
+
+
+def _print_ablation(out: Any, ablation: dict[str, Any] | None) -> None:
+    """What each knob of the winner bought, from the defaults: one row a step (autotune.ablation)."""
+    if not ablation or len(ablation["steps"]) < 2:
+        return
+    from rich.table import Table
+
+    table = Table(title="What each knob bought, added one at a time from the defaults (90% intervals)", title_justify="left")
+    for col in ("added", "this step", "speed-up so far", "measured", "kept"):
+        table.add_column(col, overflow="fold")
+    for step in ablation["steps"]:
+        table.add_row(step["label"], step["bought"]["text"], step["speedup"]["text"],
+                      "in one process" if step["within_process"] else "between processes",
+                      "yes" if step["kept"] else "no: bought nothing beyond the noise")
+    out.print(table)
 
 
 @main.command("list")

@@ -143,6 +143,7 @@ def export(
             "samples_per_s": c.samples_per_s,
             "processes": c.processes,
             "measurements_samples_per_s": [v for _, v in c.claim],
+            "within_process_measurements": len(c.together),  # processes that measured it alongside the defaults
             "first_measurement_samples_per_s": trial.values[0],
             "samples_per_s_cv_within_process": res.get("samples_per_s_cv"),
             "peak_memory_bytes": int(trial.values[1]),
@@ -159,8 +160,11 @@ def export(
         },
         "speedup": speedup.to_dict() if speedup else None,
         "noise": ev.noise.to_dict(),
+        "within_process_noise": ev.within_noise.to_dict(),
         "load": ev.load.to_dict(),
         "verdict": ev.verdict().to_dict(),
+        # what each knob bought, from the defaults, when this is the configuration the path led to (or its winner)
+        "ablation": ab.to_dict() if (ab := ev.ablation()) is not None and trial.number in (ab.winner, ab.minimal) else None,
         "workload": attrs.get("workload"),
         "device": attrs.get("device"),
         "global_batch": attrs.get("global_batch"),

@@ -572,6 +572,9 @@ class Evidence:
         return {
             "noise": self.noise.to_dict(),
             "noise_text": self.noise.text(),
+            "within_process_noise": self.within_noise.to_dict(),
+            "within_process_noise_text": self.within_noise.text() if self.blocks else None,
+            "ablation": ab.to_dict() if (ab := self.ablation()) is not None else None,
             "comparisons": self.comparisons,
             "verdict": self.verdict().to_dict(),
             "front": [self.row(n) for n in self.front()],

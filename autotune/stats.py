@@ -58,6 +58,7 @@ class Noise:
 
     sigma: float | None
     df: int = 0
+    within: bool = False  # the noise of a ratio within one process (within_process_noise), not between processes
 
     @property
     def known(self) -> bool:
@@ -69,12 +70,13 @@ class Noise:
         return 100.0 * math.expm1(self.sigma) if self.sigma is not None else None
 
     def text(self) -> str:
+        what = "noise of a speed-up measured within one process" if self.within else "noise between processes"
         if not self.known:
-            return "noise between processes here: not measured yet"
-        return f"noise between processes here: ±{self.percent:.0f}%"
+            return f"{what} here: not measured yet"
+        return f"{what} here: ±{self.percent:.{1 if self.within and self.percent < 10 else 0}f}%"
 
-    def to_dict(self) -> dict[str, float | int | None]:
-        return {"sigma": self.sigma, "percent": self.percent, "df": self.df}
+    def to_dict(self) -> dict[str, float | int | bool | None]:
+        return {"sigma": self.sigma, "percent": self.percent, "df": self.df, "within_process": self.within}
 
 
 def pooled_noise(groups: Iterable[Sequence[float]]) -> Noise:
@@ -205,7 +207,7 @@ def within_process_noise(blocks: Iterable[Mapping[str, float]]) -> Noise:
         if len(logs) >= 2:
             rows.extend((a, k, y) for a, y in logs.items())
     if not rows:
-        return Noise(None, 0)
+        return Noise(None, 0, within=True)
     import numpy as np
 
     arms = sorted({a for a, _, _ in rows})
@@ -220,9 +222,9 @@ def within_process_noise(blocks: Iterable[Mapping[str, float]]) -> Noise:
     beta, _, rank, _ = np.linalg.lstsq(x, y, rcond=None)
     df = len(rows) - int(rank)
     if df <= 0:
-        return Noise(None, 0)
+        return Noise(None, 0, within=True)
     rss = float(np.sum((y - x @ beta) ** 2))
-    return Noise(math.sqrt(2.0 * rss / df), df)
+    return Noise(math.sqrt(2.0 * rss / df), df, within=True)
 
 
 def ratio_within(

@@ -138,7 +138,8 @@ class Summary:
     new: int
     duplicates: int
     elapsed_s: float
-    repeats: int = 0  # re-measurements (noise floor and race) taken by this run
+    repeats: int = 0  # re-measurements (noise floor, race and ablation) taken by this run: configurations measured
+    repeat_processes: int = 0  # ... and the processes they took (a shared process measures several configurations)
     race: race.RaceReport | None = None
     ablation: race.AblationReport | None = None
     verdict: Verdict | None = None
@@ -153,7 +154,7 @@ class Summary:
         if self.ablation is not None:
             raced += f"; each knob's step measured in {self.ablation.processes} shared processes"
         return (f"done: {self.reason}; {self.new} new configurations and {self.repeats} repeat measurements "
-                f"in {format_duration(self.elapsed_s)}{raced}")
+                f"({self.repeat_processes} processes) in {format_duration(self.elapsed_s)}{raced}")
 
 
 def front(study: optuna.Study) -> list[FrozenTrial]:
@@ -421,7 +422,8 @@ class Tuner:
             while True:
                 self.check()
                 if opts.floor_repeats and race.floor_missing(self.study, opts.floor_repeats, opts.stale_grace_s):
-                    race.measure_floor(self.study, self._repeat, opts.floor_repeats, self._on_repeat, opts.stale_grace_s)
+                    summary.repeat_processes += race.measure_floor(self.study, self._repeat, opts.floor_repeats,
+                                                                   self._on_repeat, opts.stale_grace_s)
                     session.save()
                 recovery.recover_stale(self.study, opts.stale_grace_s)
                 measured, running = self._budget_counts()
@@ -463,9 +465,11 @@ class Tuner:
                 deadline = min(ends) if ends else None
                 summary.race = race.run_race(self.study, self._repeat, opts.race_rounds, opts.race_candidates,
                                              on_measure=self._on_repeat, deadline=deadline, together=self.together)
+                summary.repeat_processes += summary.race.processes if summary.race else 0
                 if self.together is not None:
                     summary.ablation = race.run_ablation(self.study, self.together, self.ctx, on_measure=self._on_repeat,
                                                          deadline=deadline)
+                    summary.repeat_processes += summary.ablation.processes if summary.ablation else 0
                     self._measure_minimal(cache, summary, deadline)
                 session.save()
         finally:

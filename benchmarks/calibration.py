@@ -6,11 +6,14 @@ For each model: a study of N trials as `autotune run` makes it (the `cpu` space,
 noise floor and the final race on), then the verdict's export; then the exported
 configuration and the defaults are measured again alternately in 5 fresh processes
 each, and the re-measured speed-up (ratio of geometric means) is compared with the
-claimed interval. Also printed: what the floor and the race cost (extra measurements
-and seconds). `outside` is a model that is not among the examples: a 2-layer GPT-2
-from Hugging Face transformers built from its config where transformers is installed,
-else an LSTM language model (benchmarks/outside.py).
-Writes benchmarks/results/calibration.json.
+claimed interval. Also printed: what the floor, the race and the ablation cost (extra
+processes and configurations measured, per search trial, and their seconds against the
+trials' own), what each knob of the winner bought, and the claimed interval's width next
+to the one the same model's claim had before paired measurement (issue 17:
+benchmarks/results/calibration_before.json, the issue-8 run). `outside` is a model that
+is not among the examples: a 2-layer GPT-2 from Hugging Face transformers built from its
+config where transformers is installed, else an LSTM language model (benchmarks/outside.py).
+Writes benchmarks/results/calibration.json and .txt (what it printed).
 """
 
 from __future__ import annotations
@@ -51,6 +54,33 @@ MODELS = {
 }
 
 
+LINES: list[str] = []
+
+
+def say(line: str = "") -> None:
+    print(line, flush=True)
+    LINES.append(line)
+
+
+def extras(study) -> dict:
+    """What the study spent beyond its search trials: floor, race and ablation processes (and the configurations
+    they measured), the ablation's recommendation measured on its own, and the seconds of all of them."""
+    attrs = study.user_attrs
+    floor = [v for k, v in attrs.items() if k.startswith("measurement:floor-")]
+    race_alone = [v for k, v in attrs.items() if k.startswith("measurement:race-")]
+    shared = [v for k, v in attrs.items() if k.startswith("paired:")]
+    race_shared = [v for v in shared if v.get("race")]
+    ablation = [v for v in shared if v.get("ablation")]
+    minimal = [t for t in study.trials if t.user_attrs.get("role") == "minimal" and t.user_attrs.get("duplicate_of") is None]
+    processes = len(floor) + len(race_alone) + len(shared) + len(minimal)
+    configurations = len(floor) + len(race_alone) + sum(len(v.get("arms") or []) for v in shared) + len(minimal)
+    seconds = sum(float(v.get("wall_s") or 0.0) for v in floor + race_alone + shared) + sum(
+        float(t.user_attrs.get("duration_s") or 0.0) for t in minimal)
+    return {"floor": len(floor), "race_processes": len(race_alone) + len(race_shared), "race_shared": len(race_shared),
+            "ablation_processes": len(ablation), "minimal_trials": len(minimal), "processes": processes,
+            "configurations": configurations, "seconds": seconds}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=20)
@@ -59,6 +89,15 @@ def main() -> None:
     ap.add_argument("--keep", default=None, help="Keep the studies' SQLite files in this folder (default: a temporary one).")
     args = ap.parse_args()
     warm_up()
+    import os
+    import platform
+
+    from autotune import hardware, load
+
+    busy = load.other_cores_now(2.0)
+    say(f"machine: {hardware.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, {platform.python_version()}; "
+        f"{time.strftime('%Y-%m-%d %H:%M')}; other processes used {busy['other_cores']:.1f} cores at the start; "
+        f"{args.trials} trials per study")
     out = {}
     with tempfile.TemporaryDirectory() as scratch:
         tmp = args.keep or scratch
@@ -84,7 +123,13 @@ def main() -> None:
                 best.append(runner.measure(doc["knobs"]).samples_per_s)
             again = geomean(best) / geomean(defaults)
             inside = claim["low"] <= again <= claim["high"] if claim["low"] is not None else None
-            trial_s = sum(t.user_attrs.get("duration_s") or 0.0 for t in study.trials)
+            trial_s = sum(t.user_attrs.get("duration_s") or 0.0 for t in study.trials if t.user_attrs.get("role") != "minimal")
+            cost = extras(study)
+            searched = sum(1 for t in study.trials if t.user_attrs.get("duplicate_of") is None and "outcome" in t.user_attrs
+                           and t.user_attrs.get("role") != "minimal")
+            ev = Evidence.of(study)
+            ablation = ev.ablation()
+            before = BEFORE.get(name, {}).get("claimed") or {}
             ex = {
                 "model": spec.model,
                 "trials": args.trials,
@@ -93,28 +138,61 @@ def main() -> None:
                 "exported": knobs.short(doc["knobs"]),
                 "claimed": claim,
                 "noise_percent": doc["noise"]["percent"],
+                "within_process_noise": ev.within_noise.to_dict(),
                 "remeasured_defaults": defaults,
                 "remeasured_exported": best,
                 "remeasured_speedup": again,
                 "inside": inside,
                 "repeat_measurements": summary.repeats,
                 "race_rounds": race.rounds if race else 0,
+                "race_stopped": race.stopped if race else None,
+                "extras": cost,
+                "extra_processes_per_trial": cost["processes"] / max(1, searched),
+                "extra_seconds_per_trial_second": cost["seconds"] / trial_s if trial_s else None,
+                "ablation": ablation.to_dict() if ablation else None,
+                "width_log": _width(claim),
+                "width_log_before": _width(before),
                 "study_s": elapsed,
                 "trials_s": trial_s,
             }
             out[name] = ex
-            print(flush=True)
-            print(f"== {name} ({spec.model}): {args.trials} trials in {elapsed:.0f} s, noise between processes ±{ex['noise_percent']:.0f}%")
-            print(f"   verdict: {ex['verdict_text']}")
-            print(f"   claimed {claim['text']}; re-measured in {args.repeats}+{args.repeats} fresh processes: {again:.2f}x "
-                  f"-> {'inside' if inside else 'OUTSIDE'} the interval")
-            print(f"   cost of the floor and the race: {summary.repeats} extra measurements ({race.rounds if race else 0} race rounds); "
-                  f"trials themselves took {trial_s:.0f} s of the study's {elapsed:.0f} s", flush=True)
+            say()
+            say(f"== {name} ({spec.model}): {args.trials} trials in {elapsed:.0f} s, noise between processes "
+                f"±{ex['noise_percent']:.0f}%, within one process {ev.within_noise.text().split(': ')[-1]}")
+            say(f"   verdict: {ex['verdict_text']}")
+            say(f"   claimed {claim['text']}; re-measured in {args.repeats}+{args.repeats} fresh processes: {again:.2f}x "
+                f"-> {'inside' if inside else 'OUTSIDE'} the interval")
+            if ex["width_log"] is not None and ex["width_log_before"] is not None:
+                say(f"   interval width (log high/low): {ex['width_log']:.3f} now, {ex['width_log_before']:.3f} before "
+                    f"({before.get('text')}): {ex['width_log'] / ex['width_log_before']:.2f}x")
+            if ablation is not None:
+                for line in ablation.lines():
+                    say(f"   {line}")
+            say(f"   extra: {cost['processes']} processes ({cost['floor']} floor, {cost['race_processes']} race of which "
+                f"{cost['race_shared']} shared, {cost['ablation_processes']} ablation, {cost['minimal_trials']} recommendation "
+                f"alone) measuring {cost['configurations']} configurations: {ex['extra_processes_per_trial']:.2f} processes "
+                f"per search trial; {cost['seconds']:.0f} s against the trials' {trial_s:.0f} s "
+                f"({(ex['extra_seconds_per_trial_second'] or 0):.2f}x); race {ex['race_rounds']} rounds ({ex['race_stopped']})")
     results = Path(__file__).resolve().parent / "results"
     results.mkdir(exist_ok=True)
-    (results / "calibration.json").write_text(json.dumps(out, indent=1, default=str))
     covered = [v["inside"] for v in out.values() if v["inside"] is not None]
-    print(f"re-measured speed-up inside the claimed interval: {sum(covered)} of {len(covered)}")
+    say(f"re-measured speed-up inside the claimed interval: {sum(covered)} of {len(covered)}")
+    per_trial = [v["extra_processes_per_trial"] for v in out.values()]
+    say(f"extra processes per search trial: {', '.join(f'{k} {v:.2f}' for k, v in zip(out, per_trial))} (target at most 0.5)")
+    (results / "calibration.json").write_text(json.dumps(out, indent=1, default=str))
+    (results / "calibration.txt").write_text("\n".join(LINES) + "\n")
+
+
+def _width(claim: dict) -> float | None:
+    import math
+
+    if not claim or claim.get("low") is None or claim.get("high") is None:
+        return None
+    return math.log(claim["high"] / claim["low"])
+
+
+BEFORE = json.loads((Path(__file__).resolve().parent / "results" / "calibration_before.json").read_text()) if (
+    Path(__file__).resolve().parent / "results" / "calibration_before.json").exists() else {}
 
 
 if __name__ == "__main__":

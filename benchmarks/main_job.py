@@ -1,0 +1,119 @@
+"""How long the honest answer takes: the README's main job, and the issues' Hugging Face study, end to end.
+
+    python benchmarks/main_job.py [--jobs cnn hf] [--repeat 1]
+
+Runs each job exactly as a user types it (``autotune run ...`` in a fresh, empty folder, in
+a process of its own), times it from start to the last line it prints, and reads its study
+for what the answer cost beyond the search: the noise floor, the race and the ablation
+(processes, configurations measured, seconds) per search trial, and the verdict with what
+each knob bought. Run it on a quiet machine: the first line says how busy it was.
+
+- ``cnn``: ``autotune run --model autotune.examples:cnn --trials 30`` (the README's main job;
+  issue 17's target: under 5 minutes, everything it prints included);
+- ``hf``: ``autotune run --model hf:gpt2 --model-arg n_layer=2 --model-arg n_embd=128
+  --model-arg n_head=2 --seq-len 64 --trials 6`` (GPT-2's own 50,257-token vocabulary;
+  issue 18's target: under 5 minutes with the same or a better verdict).
+
+Writes benchmarks/results/main_job.json and .txt (what it printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+JOBS = {
+    "cnn": ["--model", "autotune.examples:cnn", "--trials", "30"],
+    "hf": ["--model", "hf:gpt2", "--model-arg", "n_layer=2", "--model-arg", "n_embd=128", "--model-arg", "n_head=2",
+           "--seq-len", "64", "--trials", "6"],
+}
+LINES: list[str] = []
+
+
+def say(line: str = "") -> None:
+    print(line, flush=True)
+    LINES.append(line)
+
+
+def run(name: str) -> dict:
+    import optuna
+
+    from calibration import extras
+
+    from autotune.evidence import Evidence
+
+    with tempfile.TemporaryDirectory() as folder:
+        cmd = [sys.executable, "-m", "autotune.cli", "run", *JOBS[name]]
+        start = time.monotonic()
+        proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, check=False)
+        wall = time.monotonic() - start
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        db = next(Path(folder, "studies").glob("*.db"))
+        study = optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}")
+        ev = Evidence.of(study)
+        cost = extras(study)
+        trials = [t for t in study.trials if t.user_attrs.get("duplicate_of") is None and "outcome" in t.user_attrs
+                  and t.user_attrs.get("role") != "minimal"]
+        trial_s = sum(float(t.user_attrs.get("duration_s") or 0.0) for t in trials)
+        ablation = ev.ablation()
+        return {
+            "command": "autotune run " + " ".join(JOBS[name]),
+            "wall_s": wall,
+            "search_trials": len(trials),
+            "trials_s": trial_s,
+            "extras": cost,
+            "extra_processes_per_trial": cost["processes"] / max(1, len(trials)),
+            "verdict": ev.verdict().to_dict(),
+            "ablation": ablation.to_dict() if ablation else None,
+            "noise": ev.noise.to_dict(),
+            "within_process_noise": ev.within_noise.to_dict(),
+            "load": ev.load.to_dict(),
+            "closing_lines": proc.stdout.splitlines()[-40:],
+        }
+
+
+def main() -> None:
+    from autotune import hardware, load
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", nargs="*", default=list(JOBS))
+    ap.add_argument("--repeat", type=int, default=1)
+    args = ap.parse_args()
+    busy = load.other_cores_now(2.0)
+    say(f"machine: {hardware.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+        f"{time.strftime('%Y-%m-%d %H:%M')}; other processes used {busy['other_cores']:.1f} cores at the start")
+    out: dict[str, list[dict]] = {}
+    for name in args.jobs:
+        for k in range(args.repeat):
+            r = run(name)
+            out.setdefault(name, []).append(r)
+            c = r["extras"]
+            say()
+            say(f"== {name}: {r['command']}")
+            say(f"   {r['wall_s']:.0f} s from start to its last line ({r['wall_s'] / 60:.1f} min; target under 5 min); "
+                f"{r['search_trials']} search trials took {r['trials_s']:.0f} s")
+            say(f"   extra: {c['processes']} processes ({c['floor']} floor, {c['race_processes']} race of which "
+                f"{c['race_shared']} shared, {c['ablation_processes']} ablation, {c['minimal_trials']} recommendation alone), "
+                f"{c['configurations']} configurations, {c['seconds']:.0f} s: {r['extra_processes_per_trial']:.2f} processes "
+                f"per search trial")
+            say(f"   noise: between processes ±{r['noise']['percent'] or 0:.0f}%, a ratio within one process "
+                f"±{(r['within_process_noise']['percent'] or 0):.0f}%; {r['load']['text']}")
+            say(f"   verdict: {r['verdict']['text']}")
+    results = Path(__file__).resolve().parent / "results"
+    results.mkdir(exist_ok=True)
+    (results / "main_job.json").write_text(json.dumps(out, indent=1, default=str))
+    (results / "main_job.txt").write_text("\n".join(LINES) + "\n")
+
+
+if __name__ == "__main__":
+    main()
