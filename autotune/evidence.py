@@ -50,6 +50,7 @@ from autotune.stats import Measurement, Noise, Ratio
 
 MEASUREMENT = "measurement:"
 PAIRED = "paired:"  # one process that measured several configurations alternately: paired:<round>
+UNCOMPARED = "uncompared"  # an arm of a shared process whose reference arm failed: it ran, but compares with nothing
 RACE = "race:"
 SESSION = "session:"
 
@@ -85,8 +86,11 @@ def record_paired(study: optuna.Study, round_id: str, keys: Sequence[str], trial
     arms = []
     for key, trial, rate, arm in zip(keys, trials, rates, result.arms or [{}] * len(keys)):
         good = rate is not None and math.isfinite(rate) and rate > 0
+        outcome = arm.get("outcome") or result.outcome
+        if not good and outcome == R.OK:
+            outcome = UNCOMPARED  # it ran, but the process had nothing to compare it with (its reference failed)
         arms.append({"key": key, "trial": trial, "samples_per_s": float(rate) if good else None,  # type: ignore[arg-type]
-                     "outcome": R.OK if good else (arm.get("outcome") or result.outcome)})
+                     "outcome": R.OK if good else outcome})
     study.set_user_attr(PAIRED + round_id, {
         "arms": arms, "other_cores": (result.load or {}).get("other_cores"), "wall_s": result.wall_s,
         "at": dt.datetime.now(dt.timezone.utc).timestamp(), **purpose,
@@ -103,6 +107,7 @@ class Block:
     trials: dict[str, int | None]
     other_cores: float | None
     purpose: dict[str, str]
+    outcomes: dict[str, str] = field(default_factory=dict)
 
 
 def _blocks(attrs: Mapping[str, Any]) -> list[Block]:
@@ -113,7 +118,8 @@ def _blocks(attrs: Mapping[str, Any]) -> list[Block]:
         arms = [a for a in value.get("arms") or [] if isinstance(a, Mapping) and a.get("key")]
         purpose = {k: str(value[k]) for k in ("race", "ablation") if value.get(k)}
         out.append(Block(key[len(PAIRED):], {a["key"]: a.get("samples_per_s") for a in arms},
-                         {a["key"]: a.get("trial") for a in arms}, value.get("other_cores"), purpose))
+                         {a["key"]: a.get("trial") for a in arms}, value.get("other_cores"), purpose,
+                         {a["key"]: str(a.get("outcome") or "") for a in arms}))
     out.sort(key=lambda b: b.round_id)
     return out
 
@@ -259,7 +265,9 @@ class Evidence:
                     self.within.setdefault(key, []).append((b.round_id, float(rate)))
                     if number is not None:
                         self.configs[number].together.append((b.round_id, float(rate)))
-                elif number is not None:
+                elif number is not None and b.outcomes.get(key) not in (R.OOM, UNCOMPARED):
+                    # out of memory beside the other arms (or a reference that failed) says nothing of the
+                    # configuration alone: not a failure of it
                     self.configs[number].failed_repeats += 1
                 if number is not None and b.other_cores is not None:
                     self.configs[number].loads[b.round_id] = float(b.other_cores)

@@ -241,10 +241,15 @@ def run_race(
             rates = record_paired(study, f"pair-{race_id}-{k + 1:02d}-{g // (MAX_ARMS - 1)}",
                                   [ev.configs[n].key for n in numbers], numbers, result, race=race_id)
             report.processes += 1
-            for n, rate in zip(numbers, rates):
+            for n, rate, arm in zip(numbers, rates, result.arms or [{}] * len(numbers)):
                 report.measurements += 1
                 if on_measure:
                     on_measure(f"{what}, in one process", n, rate)
+                if arm.get("outcome") == R.OOM and n != base and n in within:
+                    # out of memory beside the other arms (a GPU holds them all): measure it alone from now on
+                    within.remove(n)
+                    record = {**record, "within": list(within)}
+                    study.set_user_attr(RACE + race_id, record)
         apart = [n for n in alive if n not in within]
         if apart:
             order = [base, *apart]

@@ -166,7 +166,7 @@ def test_a_configuration_measured_only_while_much_busier_cannot_win():
 
 def paired_process(round_id: str, rates: dict[str, float | None], **purpose) -> dict:
     """One process that measured several configurations (by key) alternately, as autotune.paired stores it."""
-    return {f"paired:{round_id}": {"arms": [{"key": k, "trial": None, "samples_per_s": r, "outcome": R.OK if r else R.OOM}
+    return {f"paired:{round_id}": {"arms": [{"key": k, "trial": None, "samples_per_s": r, "outcome": R.OK if r else R.ERROR}
                                             for k, r in rates.items()], "other_cores": 0.0, **purpose}}
 
 
@@ -215,3 +215,12 @@ def test_a_busy_minute_is_not_left_out_of_a_ratio_measured_in_one_process():
     ev = Evidence(trials, attrs)
     assert ev.load.was_busy and not ev.configs[1].left_out
     assert ev.speedup(1).processes == 2
+
+
+def test_an_arm_out_of_memory_beside_others_is_no_failure_of_its_configuration():
+    trials = [trial(0, 100.0, role="baseline", config={"batch_size": 32}, config_key="B"),
+              trial(1, 150.0, config_key="big"), trial(2, 120.0, config_key="bad")]
+    attrs = paired_process("pair-r-01-0", {"B": 100.0, "big": None, "bad": None}, race="r")
+    attrs["paired:pair-r-01-0"]["arms"][2]["outcome"] = R.NAN  # a real failure of that configuration
+    ev = Evidence(trials, attrs)
+    assert ev.configs[1].failed_repeats == 0 and ev.configs[2].failed_repeats == 1
