@@ -221,6 +221,7 @@ def test_an_arm_out_of_memory_beside_others_is_no_failure_of_its_configuration()
     trials = [trial(0, 100.0, role="baseline", config={"batch_size": 32}, config_key="B"),
               trial(1, 150.0, config_key="big"), trial(2, 120.0, config_key="bad")]
     attrs = paired_process("pair-r-01-0", {"B": 100.0, "big": None, "bad": None}, race="r")
+    attrs["paired:pair-r-01-0"]["arms"][1]["outcome"] = R.OOM  # beside the others: says nothing of it alone
     attrs["paired:pair-r-01-0"]["arms"][2]["outcome"] = R.NAN  # a real failure of that configuration
     ev = Evidence(trials, attrs)
     assert ev.configs[1].failed_repeats == 0 and ev.configs[2].failed_repeats == 1
