@@ -349,3 +349,39 @@ def test_the_smallest_configuration_that_keeps_the_gain_is_measured_on_its_own_a
         assert doc["study"]["trial"] == minimal[0].number and doc["knobs"]["optimizer_impl"] == "default"
         assert doc["speedup"]["estimate"] == pytest.approx(v.speedup.estimate)
     assert named >= 4
+
+
+def test_a_candidate_out_of_memory_beside_the_defaults_is_raced_alone_instead():
+    """On a GPU every arm of a shared process holds memory: a candidate that fits alone may not fit beside the
+    defaults. It is then measured in processes of its own, not dropped as failing."""
+    big = {"precision": "bf16", "optimizer_impl": "fused"}
+
+    def truth(config):
+        return 1.5 if all(config[k] == v for k, v in big.items()) and config["num_workers"] == 0 else 1.0
+
+    inner = noisy_together(truth, 3)
+
+    def together(configs):
+        result = inner(configs)
+        for arm, config in zip(result.arms, configs):
+            if all(config[k] == v for k, v in big.items()) and config["num_workers"] == 0:
+                arm.update(outcome=R.OOM, samples_per_s=None)
+        return result
+
+    attrs = {"workload": {"model": "x:y"}, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
+             "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
+    study, _ = Store("sqlite:///:memory:").create_or_check("oom", attrs, S.make_sampler("random", 3))
+    base = S.base_config(CTX, SPACE.fixed, None)
+    eff = space.effective(SPACE, CTX, base)
+    calls: list = []
+    summary = S.Tuner(study, eff, CTX, base, noisy(truth, 3, calls), S.Options(trials=12, max_repeats=500),
+                      together=together).run()
+    ev = Evidence.of(study)
+    fast = [n for n, c in ev.configs.items() if truth(c.config) == 1.5]
+    assert fast and summary.race is not None
+    raced = [n for n in fast if n in summary.race.candidates]
+    assert raced, "the 1.5x configuration was not raced"
+    n = raced[0]
+    assert n not in summary.race.within and n not in summary.race.eliminated  # moved out of the shared processes
+    assert ev.configs[n].failed_repeats == 0 and ev.configs[n].repeats  # measured again, alone
+    assert summary.verdict.state == "gain" and truth(ev.configs[summary.verdict.winner].config) == 1.5
