@@ -43,14 +43,16 @@ def noisy(truth, seed: int, calls: list | None = None):
     return evaluate
 
 
-def tune(truth, seed: int, name: str = "race", options: S.Options | None = None, calls: list | None = None):
+def tune(truth, seed: int, name: str = "race", options: S.Options | None = None, calls: list | None = None,
+         together=None):
+    """A 12-trial study of the fake; ``together``: how shared processes measure (None: every measurement alone)."""
     attrs = {"workload": {"model": "x:y"}, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
              "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
     study, _ = Store("sqlite:///:memory:").create_or_check(name, attrs, S.make_sampler("random", seed))
     base = S.base_config(CTX, SPACE.fixed, None)
     eff = space.effective(SPACE, CTX, base)
     options = options or S.Options(trials=12, max_repeats=500)
-    summary = S.Tuner(study, eff, CTX, base, noisy(truth, seed, calls), options).run()
+    summary = S.Tuner(study, eff, CTX, base, noisy(truth, seed, calls), options, together=together).run()
     return study, summary
 
 
@@ -227,15 +229,7 @@ def noisy_together(truth, seed: int, calls: list | None = None):
 
 
 def tune_together(truth, seed: int, name: str = "race", options: S.Options | None = None, calls=None, shared=None):
-    attrs = {"workload": {"model": "x:y"}, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
-             "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
-    study, _ = Store("sqlite:///:memory:").create_or_check(name, attrs, S.make_sampler("random", seed))
-    base = S.base_config(CTX, SPACE.fixed, None)
-    eff = space.effective(SPACE, CTX, base)
-    options = options or S.Options(trials=12, max_repeats=500)
-    summary = S.Tuner(study, eff, CTX, base, noisy(truth, seed, calls), options,
-                      together=noisy_together(truth, seed, shared)).run()
-    return study, summary
+    return tune(truth, seed, name, options, calls, together=noisy_together(truth, seed, shared))
 
 
 def inside_truth(config) -> float:
