@@ -122,6 +122,9 @@ class KnobsInForce:
                 for layer in model.modules():
                     if any(p.dim() == 4 and p.is_floating_point() for p in layer.parameters(recurse=False)):
                         layer.register_forward_pre_hook(channels_last, with_kwargs=True)
+                # A checkpoint keeps the standard layout: safetensors (the Trainer's format for a plain module)
+                # refuses tensors that are not contiguous, and a checkpoint should load anywhere anyway.
+                model.register_state_dict_post_hook(_contiguous_state)
         for optimizer in optimizers:
             self._switch(model, _innermost(optimizer))
 
@@ -143,6 +146,13 @@ class KnobsInForce:
     @staticmethod
     def _not_applied(exc: NotApplicableAtRuntime) -> None:
         warnings.warn(f"autotune's callback does not apply {exc.knob}: {exc.reason}", NotAppliedWarning, stacklevel=3)
+
+
+def _contiguous_state(module: nn.Module, state_dict: dict[str, Any], prefix: str, local_metadata: Any) -> None:
+    """A state dict of a channels-last model with its tensors in the standard (contiguous) layout."""
+    for key, value in state_dict.items():
+        if isinstance(value, torch.Tensor) and not value.is_contiguous():
+            state_dict[key] = value.contiguous()
 
 
 # ---------------------------------------------------------------- the frameworks' hooks (no framework imported)

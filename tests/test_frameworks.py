@@ -475,13 +475,19 @@ def test_trainer_with_the_exported_callback_trains_with_the_knobs_in_force(tmp_p
     scope: dict = {}
     exec(F.text(doc, "hf-trainer"), scope)  # the snippet as a user pastes it: its keyword dict and its callback
     assert os.environ["OMP_NUM_THREADS"] == str(threads)  # set when the callback was built
-    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=2, report_to="none", save_strategy="no",
-                                          logging_strategy="no", disable_tqdm=True, **scope["training_args_kwargs"])
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=2, report_to="none", save_strategy="steps",
+                                          save_steps=2, logging_strategy="no", disable_tqdm=True,
+                                          **scope["training_args_kwargs"])
     model = TinyConvNet()
     trainer = transformers.Trainer(model=model, args=args, train_dataset=Images(),
                                    callbacks=scope["autotune_callbacks"])
-    result = trainer.train()
+    result = trainer.train()  # saves a checkpoint at step 2: safetensors refuses a channels-last (non-contiguous) weight
     assert result.global_step == 2 and len(model.seen) == 2 * 2  # two steps, two convs each
+    from safetensors.torch import load_file
+
+    saved = load_file(str(next(tmp_path.glob("checkpoint-2/*.safetensors"))))
+    assert saved["features.0.weight"].is_contiguous() and saved["features.0.weight"].shape == (8, 3, 3, 3)
+    assert model.features[0].weight.is_contiguous(memory_format=torch.channels_last)  # training kept its layout
     assert_in_force(model.seen, threads)
     inner = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # inside Accelerate's wrapper
     assert inner.param_groups[0]["foreach"] is True  # optim has no foreach name: the callback switched it
