@@ -236,17 +236,20 @@ def python_words(text: str) -> str:
     text = re.sub(r"\((--[a-z-]+), ([a-z_]+=)\)", r"(\2)", text)
 
     def word(name: str, m: re.Match[str]) -> str:
-        quoted, number, assignment = m.group(2), m.group(3), m.group(4)
+        quoted, number, assignment, bare = m.group(2), m.group(3), m.group(4), m.group(5)
         if quoted is not None:
             return f"{name}={quoted[1:]}" if quoted.startswith("\x00") else f"{name}={quoted!r}"
         if number is not None:
             return f"{name}={number}"
         if assignment is not None:
             return f"{name} {assignment}"
+        if bare is not None:  # "(use --device cpu)" -> "(use device='cpu')"
+            return f"{name}={bare!r}"
         return f"{name}="
 
     for option in sorted(_OPTIONS, key=len, reverse=True):
-        pattern = rf"(?<![\w-]){re.escape(option)}(?![\w-])( '([^']*)'| (\d[^\s,;:)]*)| ([a-z_]\w*=[^\s,;)]*))?"
+        pattern = (rf"(?<![\w-]){re.escape(option)}(?![\w-])( '([^']*)'| (\d[^\s,;:)]*)| ([a-z_]\w*=[^\s,;)]*)"
+                   rf"| ([A-Za-z][\w.:/@-]*)(?=[),;]|$))?")
         text = re.sub(pattern, lambda m, name=_OPTIONS[option]: word(name, m), text)
     return text
 

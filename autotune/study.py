@@ -42,7 +42,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from autotune import ablation, knobs, race, recovery
 from autotune import result as R
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, WorkloadError
 from autotune.evidence import SESSION, Evidence, Verdict, is_measured
 from autotune.request import DEFAULT_CONFIRM, DEFAULT_SAMPLER, DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS, SAMPLERS, TuneConfig, stale_grace
 from autotune.space import Space
@@ -411,7 +411,22 @@ class Tuner:
         if self.on_repeat:
             self.on_repeat(what, number, rate)
 
+    def failed_baseline(self) -> FrozenTrial | None:
+        """The baseline trial, when it was measured and failed and no other measurement of the defaults succeeded."""
+        failed = None
+        for t in self.study.get_trials(deepcopy=False):
+            if t.user_attrs.get("role") != "baseline" or not is_measured(t):
+                continue
+            if t.user_attrs.get("outcome") == R.OK:
+                return None
+            failed = failed or t
+        return failed
+
     def run(self) -> Summary:
+        failed = self.failed_baseline()
+        if failed is not None:  # every speed-up is a ratio to the defaults: without them the study can answer nothing
+            raise WorkloadError(baseline_failure(failed.number, failed.user_attrs.get("outcome", "?"),
+                                                 (failed.user_attrs.get("error") or {}).get("message", ""), again=True))
         session = Session(self.study)
         opts = self.options
         self._repeats = 0
@@ -445,6 +460,10 @@ class Tuner:
                 if rec is None:  # another process measures it, or the budget filled up meanwhile
                     continue
                 summary.records.append(rec)
+                if rec.role == "baseline" and rec.outcome != R.OK and rec.duplicate_of is None:
+                    if self.on_trial:
+                        self.on_trial(rec)
+                    raise WorkloadError(baseline_failure(rec.number, rec.outcome, rec.error or ""))
                 if rec.role == "baseline" and rec.outcome == R.OK and rec.duration_s and rec.duplicate_of is None:
                     rec.estimate_s = self.estimate_s(rec.duration_s, opts.trials - self._budget_counts()[0])
                 if self.on_trial:
@@ -663,6 +682,20 @@ class Heartbeat:
         self.stop.set()
         if self.enabled:
             self.thread.join(timeout=5)
+
+
+def baseline_failure(number: int, outcome: str, message: str, again: bool = False) -> str:
+    """Why a study cannot go on when PyTorch's defaults fail, and what to do (one line)."""
+    advice = {
+        R.TIMEOUT: "raise --trial-timeout (or use --quick, a smaller model or batch)",
+        R.OOM: "fix a smaller batch in the space's [fixed] (or --max-memory), or a smaller model",
+        R.NAN: "the model's loss is not finite with PyTorch's defaults: fix the model or its data",
+    }.get(outcome, "fix the model or its data (autotune measure --model ... shows the whole error)")
+    where = "this study measured them" if again else "measured"
+    fresh = "; then start a new study (--study NAME-2): this one holds the failed defaults" if again else ""
+    detail = f": {message}" if message else ""
+    return (f"PyTorch's defaults failed when {where} (trial #{number}, {outcome}{detail}), and every speed-up is a "
+            f"ratio to them: {advice}{fresh}")
 
 
 SLOW_FACTOR = 3.0  # a trial whose steps run this many times the defaults' whole trial, unfinished, is stopped as slower

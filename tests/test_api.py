@@ -18,7 +18,7 @@ from torch import nn
 
 import autotune
 from autotune import api, shipping
-from autotune.errors import AutotuneError, KnobError, SpecError
+from autotune.errors import AutotuneError, KnobError, SpecError, WorkloadError
 from autotune.evidence import Verdict
 from autotune.stats import Noise, Ratio
 from autotune.workload import WorkloadSpec, build
@@ -334,3 +334,29 @@ def test_the_results_repr_shows_the_recommendations_own_figures(tmp_path):
         assert result.recommended == 0 and "(the defaults), speed-up 1.00x" in text
     else:
         assert result.speedup.text() in text and result.recommended == result.verdict.winner
+
+
+def test_an_option_with_a_bare_value_reads_as_a_python_argument():
+    assert api.python_words("this machine has no CUDA device (use --device cpu)").endswith("(use device='cpu')")
+    assert "study='mine-2'" in api.python_words("start a new study (--study mine-2): this one holds it")
+
+
+def test_tune_of_a_model_whose_defaults_fail_raises_in_python_words(tmp_path, monkeypatch):
+    """Every speed-up is a ratio to the defaults: tune() of a model that fails with them says so, and why."""
+    monkeypatch.chdir(tmp_path)
+
+    class Broken(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 2)
+            self.example_input = torch.zeros(4)
+
+        def forward(self, x):
+            raise ValueError("this model cannot run")
+
+    with pytest.raises(WorkloadError) as failed:
+        autotune.tune(Broken, trials=3, quick=True, progress=False)
+    message = str(failed.value)
+    assert "PyTorch's defaults failed when measured (trial #0, error: ValueError" in message or \
+        "PyTorch's defaults failed when measured (trial #0, error: this model cannot run" in message, message
+    assert "--" not in message

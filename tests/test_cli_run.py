@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import json
 import os
 import signal
@@ -256,3 +258,16 @@ def test_sigkill_during_the_baseline_resumes_with_the_baseline_first(tmp_path):
     assert measured[1].user_attrs["role"] == "recipe"
     lines = [line for line in out.splitlines() if line.startswith("#") and " ok " in line]
     assert lines and all("x" in line.split("samples/s")[1] for line in lines), out  # a speed-up on every ok line
+
+
+def test_run_whose_defaults_fail_ends_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(TESTS))
+    args = ["run", "--model", "failing_workloads:nan", "--quick", "--trials", "4", "--study", "broken"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    error = [line for line in res.output.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "PyTorch's defaults failed when measured (trial #0, nan" in error[0], res.output
+    assert re.search(r"^#0 +baseline +nan", res.output, re.M)  # the trial's own line came first
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 2 and "start a new study" in again.output and "#1" not in again.output

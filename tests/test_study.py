@@ -310,3 +310,31 @@ def test_the_baseline_line_is_followed_by_the_estimate_of_the_rest():
     assert estimate_line(240.0, 7200.0).endswith("use --quick, a smaller model or batch, or --time-budget")
     tuner = S.Tuner(None, None, CTX, {}, fake([]), S.Options(trials=30, floor_repeats=2, race_rounds=8, race_candidates=6))
     assert tuner.estimate_s(10.0, 29) == 10.0 * (29 + 2 + 8 * 7)
+
+
+def test_defaults_that_fail_end_the_study_in_one_line_now_and_on_every_later_run(tmp_path):
+    """Every speed-up is a ratio to the defaults: when they fail (here out of memory), searching on would measure
+    configurations nothing can be compared with. The run stops with what to do; a later run says it again."""
+    from autotune.errors import WorkloadError
+
+    study, eff, base, _ = make(tmp_path)
+    calls: list = []
+    seen: list = []
+    with pytest.raises(WorkloadError, match=r"PyTorch's defaults failed when measured \(trial #0, oom: fake out of memory\)"):
+        S.Tuner(study, eff, CTX, base, fake(calls, fail=lambda c: c == base), S.Options(trials=20), on_trial=seen.append).run()
+    assert len(calls) == 1 and [r.role for r in seen] == ["baseline"]  # shown, then nothing else measured
+    with pytest.raises(WorkloadError, match="start a new study"):
+        S.Tuner(study, eff, CTX, base, fake(calls), S.Options(trials=20)).run()
+    assert len(calls) == 1
+
+
+def test_defaults_that_time_out_say_to_raise_the_timeout(tmp_path):
+    from autotune.errors import WorkloadError
+
+    study, eff, base, _ = make(tmp_path)
+
+    def timing_out(config, dominators=(), margin=None):
+        return R.TrialResult.failure(R.TIMEOUT, "the trial ran past its 8 s timeout and was killed")
+
+    with pytest.raises(WorkloadError, match="raise --trial-timeout"):
+        S.Tuner(study, eff, CTX, base, timing_out, S.Options(trials=5)).run()
