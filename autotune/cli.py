@@ -658,7 +658,7 @@ def _print_status(study: Any, store: Any) -> None:
         out.print("failures:", markup=False)
         for outcome, entry in doc["failures"].items():
             trials = ", ".join(f"#{n}" for n in entry["trials"][:8]) + (" ..." if len(entry["trials"]) > 8 else "")
-            out.print(f"  {outcome}: {entry['count']} ({trials}) {entry['example'][:100]}", markup=False)
+            out.print(f"  {outcome}: {entry['count']} ({trials}) {entry['example'][:200]}", markup=False)
     _print_ablation(out, doc.get("ablation"))
     out.print(f"verdict: {doc['verdict']['text']}", markup=False)
 

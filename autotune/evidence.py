@@ -47,6 +47,7 @@ from autotune import knobs
 from autotune import result as R
 from autotune import stats
 from autotune.stats import Measurement, Noise, Ratio
+from autotune.units import plural
 
 MEASUREMENT = "measurement:"
 PAIRED = "paired:"  # one process that measured several configurations alternately: paired:<round>
@@ -433,7 +434,7 @@ class Evidence:
                            verdict.simpler_preferred, f"{verdict.text}; {ab.text()}")
         c = self.configs[m]
         text = (f"#{m} ({_changes_text(c.changes)}) is {s.text()} as fast as PyTorch's defaults "
-                f"({int(round(100 * stats.LEVEL))}% interval, {s.processes} processes against {s.reference_processes}): "
+                f"({int(round(100 * stats.LEVEL))}% interval, {plural(s.processes, 'process')} against {s.reference_processes}): "
                 f"#{verdict.winner}'s gain without the knobs that bought nothing beyond the noise; {ab.text()}")
         if self.load.was_busy:
             text += f"; {self.load.text()}"
@@ -532,7 +533,7 @@ class Evidence:
         assert s is not None
         c = self.configs[winner]
         text = (f"#{winner} ({_changes_text(c.changes)}) is {s.text()} as fast as PyTorch's defaults "
-                f"({int(round(100 * stats.LEVEL))}% interval, {c.processes} processes against {s.reference_processes})")
+                f"({int(round(100 * stats.LEVEL))}% interval, {plural(c.processes, 'process')} against {s.reference_processes})")
         if choice.simpler_than_leader:
             text += (f"; preferred over #{leader}, which looked faster ({self.speedup(leader).text()}) but is not "  # type: ignore[union-attr]
                      f"separated from it by the evidence, because it changes fewer knobs")

@@ -233,8 +233,14 @@ def run_race(
             break
         k = report.rounds
         what = f"race round {k + 1} of at most {rounds}"
+
+        def late() -> bool:  # no process starts after the deadline, inside a round too
+            return deadline is not None and time.time() >= deadline
+
         shared = [n for n in alive if n in within]
         for g in range(0, len(shared), MAX_ARMS - 1):
+            if late():
+                break
             numbers = [base, *shared[g:g + MAX_ARMS - 1]]
             result = together(  # type: ignore[misc]
                 [ev.configs[n].config for n in numbers])
@@ -255,6 +261,8 @@ def run_race(
             order = [base, *apart]
             order = order[k % len(order):] + order[: k % len(order)]  # rotate: nobody is always first
             for number in order:
+                if late():
+                    break
                 rate = record_measurement(study, number, f"race-{race_id}-{k + 1:02d}", measure(ev.configs[number].config))
                 report.measurements += 1
                 report.processes += 1

@@ -149,12 +149,16 @@ class Summary:
         """The line a run ends with (``autotune run`` and ``autotune.tune``)."""
         from autotune.units import format_duration
 
+        from autotune.units import plural
+
         r = self.race
-        raced = f"; race: {r.rounds} rounds, {r.measurements} measurements in {r.processes} processes ({r.stopped})" if r else ""
+        raced = (f"; race: {plural(r.rounds, 'round')}, {plural(r.measurements, 'measurement')} in "
+                 f"{plural(r.processes, 'process')} ({r.stopped})") if r else ""
         if self.ablation is not None:
-            raced += f"; each knob's step measured in {self.ablation.processes} shared processes"
-        return (f"done: {self.reason}; {self.new} new configurations and {self.repeats} repeat measurements "
-                f"({self.repeat_processes} processes) in {format_duration(self.elapsed_s)}{raced}")
+            raced += f"; each knob's step measured in {plural(self.ablation.processes, 'shared process')}"
+        return (f"done: {self.reason}; {plural(self.new, 'new configuration')} and "
+                f"{plural(self.repeats, 'repeat measurement')} ({plural(self.repeat_processes, 'process')}) "
+                f"in {format_duration(self.elapsed_s)}{raced}")
 
 
 def front(study: optuna.Study) -> list[FrozenTrial]:
@@ -395,13 +399,17 @@ class Tuner:
 
     # ------------------------------------------------------------ the loop
 
-    def estimate_s(self, trial_s: float, remaining: int) -> float:
+    def estimate_s(self, trial_s: float, remaining: int, elapsed_s: float = 0.0) -> float:
         """The rest of the study at the defaults' pace: the remaining trials, the noise floor, and a race of
         ``race_candidates`` configurations and the baseline for all its rounds (an upper bound: a race stops
-        as soon as it is settled, and dominated trials are cut short)."""
+        as soon as it is settled, and dominated trials are cut short); never past the time budget, which ends
+        the study first (``elapsed_s``: spent of it already)."""
         opts = self.options
         race_measurements = opts.race_rounds * (opts.race_candidates + 1) if opts.race_rounds else 0
-        return trial_s * (max(0, remaining) + opts.floor_repeats + race_measurements)
+        rest = trial_s * (max(0, remaining) + opts.floor_repeats + race_measurements)
+        ends = [opts.time_budget_s - elapsed_s if opts.time_budget_s is not None else None,
+                opts.deadline - time.time() if opts.deadline is not None else None]
+        return min([rest, *(max(0.0, e) for e in ends if e is not None)])
 
     def _repeat(self, config: Mapping[str, Any]) -> R.TrialResult:
         return self.remeasure(config) if self.remeasure is not None else self.evaluate(config, (), None)
@@ -465,7 +473,7 @@ class Tuner:
                         self.on_trial(rec)
                     raise WorkloadError(baseline_failure(rec.number, rec.outcome, rec.error or ""))
                 if rec.role == "baseline" and rec.outcome == R.OK and rec.duration_s and rec.duplicate_of is None:
-                    rec.estimate_s = self.estimate_s(rec.duration_s, opts.trials - self._budget_counts()[0])
+                    rec.estimate_s = self.estimate_s(rec.duration_s, opts.trials - self._budget_counts()[0], session.elapsed_s)
                 if self.on_trial:
                     self.on_trial(rec)
                 if rec.duplicate_of is not None:

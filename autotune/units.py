@@ -82,3 +82,8 @@ def format_flops(x: float | None) -> str:
         if x >= size:
             return f"{x / size:.2f} {unit}"
     return f"{x:.0f} FLOP"
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 process``, ``2 processes``: a count and its noun."""
+    return f"{n} {word if n == 1 else (many or (word + 'es' if word.endswith(('s', 'x', 'ch', 'sh')) else word + 's'))}"

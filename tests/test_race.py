@@ -379,3 +379,18 @@ def test_a_candidate_out_of_memory_beside_the_defaults_is_raced_alone_instead():
     assert n not in summary.race.within and n not in summary.race.eliminated  # moved out of the shared processes
     assert ev.configs[n].failed_repeats == 0 and ev.configs[n].repeats  # measured again, alone
     assert summary.verdict.state == "gain" and truth(ev.configs[summary.verdict.winner].config) == 1.5
+
+
+def test_no_race_measurement_starts_after_the_deadline_inside_a_round_too(monkeypatch):
+    study, summary = tune(lambda c: 1.5 if is_fast(c) else 1.0, 3, options=S.Options(trials=12, max_repeats=500, race_rounds=0))
+    clock = [1_000_000.0]
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+    inner = noisy(lambda c: 1.0, 3)
+
+    def measure(config):  # each measurement takes a minute of the fake clock
+        clock[0] += 60.0
+        return inner(config)
+
+    report = race.run_race(study, measure, 5, deadline=clock[0] + 100.0)
+    assert report is not None and len(report.candidates) >= 2
+    assert report.measurements == 2 and report.stopped == "time budget spent (--time-budget)"

@@ -310,6 +310,8 @@ def test_the_baseline_line_is_followed_by_the_estimate_of_the_rest():
     assert estimate_line(240.0, 7200.0).endswith("use --quick, a smaller model or batch, or --time-budget")
     tuner = S.Tuner(None, None, CTX, {}, fake([]), S.Options(trials=30, floor_repeats=2, race_rounds=8, race_candidates=6))
     assert tuner.estimate_s(10.0, 29) == 10.0 * (29 + 2 + 8 * 7)
+    budgeted = S.Tuner(None, None, CTX, {}, fake([]), S.Options(trials=30, race_rounds=8, time_budget_s=40.0))
+    assert budgeted.estimate_s(10.0, 29, elapsed_s=15.0) == 25.0  # the time budget ends the study first
 
 
 def test_defaults_that_fail_end_the_study_in_one_line_now_and_on_every_later_run(tmp_path):
