@@ -31,7 +31,7 @@ from autotune import study as S
 from autotune.errors import KnobError, SpecError, WorkloadError
 from autotune.evidence import Evidence, Verdict
 from autotune.request import DEFAULT_CONFIRM, DEFAULT_PICK, DEFAULT_SAMPLER, DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS
-from autotune.request import TuneConfig, WorkloadSpec
+from autotune.request import TuneConfig, WorkloadSpec, check_global_batch
 from autotune.request import parse_model_args, parse_shape
 from autotune.result import TrialResult
 from autotune.stats import Noise, Ratio
@@ -428,13 +428,12 @@ def measure_spec(
     from autotune.protocol import Settings
     from autotune.runner import Runner
 
-    if global_batch is not None and (isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch <= 0):
-        raise KnobError(f"the global batch (--global-batch, global_batch=) must be a positive whole number, not {global_batch!r}")
+    check_global_batch(global_batch)
     runner = Runner(spec, device=device, timeout_s=timeout_s, settings=Settings.quick() if quick else Settings(),
                     global_batch=global_batch)
     probe = runner.probe()
     values = knobs.validate_config(config, knobs.Context.from_dict(probe["context"]))
-    batch = int(values.get("batch_size", probe["workload"].get("batch_size") or knobs.defaults()["batch_size"]))
+    batch = int(values.get(knobs.BATCH_KNOB, probe["workload"].get(knobs.BATCH_KNOB) or knobs.defaults()[knobs.BATCH_KNOB]))
     knobs.accumulation_steps(global_batch, batch)
     results = []
     for i in range(repeat):

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
+from autotune import knobs
 from autotune import result as R
 from autotune.space import Dimension
 
@@ -60,12 +61,12 @@ class Ceiling:
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"batch_size": self.batch_size, "limit": self.limit, "first_failing": self.first_failing,
+        return {knobs.BATCH_KNOB: self.batch_size, "limit": self.limit, "first_failing": self.first_failing,
                 "probes": [list(p) for p in self.probes], "seconds": round(self.seconds, 1)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Ceiling:
-        return cls(d.get("batch_size"), str(d.get("limit", "")), d.get("first_failing"),
+        return cls(d.get(knobs.BATCH_KNOB), str(d.get("limit", "")), d.get("first_failing"),
                    [(int(b), str(o), p) for b, o, p in d.get("probes", [])], float(d.get("seconds", 0.0)))
 
     def text(self) -> str:
@@ -154,7 +155,7 @@ def fits_with(measure: Callable[[Mapping[str, Any]], R.TrialResult], base: Mappi
     """A ``fits`` function that runs ``base`` at each batch through ``measure`` (an isolated short trial)."""
 
     def fits(batch: int) -> tuple[bool, str, int | None]:
-        res = measure({**base, "batch_size": batch})
+        res = measure({**base, knobs.BATCH_KNOB: batch})
         peak = res.peak_memory_bytes
         if not res.ok:
             return False, res.outcome, peak
@@ -189,7 +190,7 @@ def probe(runner: Runner, base: Mapping[str, Any], dim: Dimension, max_memory_by
             on_probe(batch, R.OK if ok else outcome, peak)
         return ok, outcome, peak
 
-    return find(reporting, [int(v) for v in dim.values()], start=int(base.get("batch_size") or dim.values()[0]))
+    return find(reporting, [int(v) for v in dim.values()], start=int(base.get(knobs.BATCH_KNOB) or dim.values()[0]))
 
 
 def stored(study: optuna.Study) -> Ceiling | None:

@@ -17,8 +17,8 @@ from autotune import knobs
 from autotune.errors import AutotuneError, KnobError, SpecError
 from autotune.frameworks import FORMATS
 from autotune.progress import Progress, console
-from autotune.request import (DEFAULT_CONFIRM, DEFAULT_PICK, DEFAULT_SAMPLER, DEFAULT_TRIALS, MAX_CONFIRM, MAX_TRIALS, PICKS,
-                              SAMPLERS, TuneConfig)
+from autotune.request import (DEFAULT_CONFIRM, DEFAULT_PICK, DEFAULT_POLL_S, DEFAULT_SAMPLER, DEFAULT_TRIAL_TIMEOUT_S,
+                              DEFAULT_TRIALS, MAX_CONFIRM, MAX_TRIALS, PICKS, SAMPLERS, TuneConfig)
 from autotune.units import format_bytes, format_duration, format_flops, format_rate, parse_duration, parse_size
 
 
@@ -122,7 +122,8 @@ def workload_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--num-classes", type=int, default=None, help="Synthetic integer labels in [0, N)."),
         click.option("--task", type=click.Choice(["train", "infer"]), default=None, help="Override the workload's task."),
         click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda:0 if there is one, else cpu)."),
-        click.option("--trial-timeout", type=DURATION, default="10m", show_default=True, help="Kill a trial after this long (e.g. 300, 5m)."),
+        click.option("--trial-timeout", type=DURATION, default=DEFAULT_TRIAL_TIMEOUT_S, show_default=format_duration(DEFAULT_TRIAL_TIMEOUT_S),
+                     help="Kill a trial after this long (e.g. 300, 5m)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -499,7 +500,8 @@ def _run_parallel(prepared: Any, workers: int, gpus: list[int], dev: str) -> Any
 @click.option("--all", "all_jobs", is_flag=True, help="Be a daemon: work on every submitted job with budget left, and wait for more.")
 @click.option("--cpus", default=None, help="Pin this worker to these cores, e.g. 0-3 or 0,2 (run --workers does it).")
 @click.option("--no-race", is_flag=True, help="Leave the final race to another process (run --workers does it).")
-@click.option("--poll", "poll", type=DURATION, default="30s", show_default=True, help="With --all: how often to look for new jobs.")
+@click.option("--poll", "poll", type=DURATION, default=DEFAULT_POLL_S, show_default=format_duration(DEFAULT_POLL_S),
+              help="With --all: how often to look for new jobs.")
 @click.option("--exit-when-idle", is_flag=True, help="With --all: stop when no job has budget left instead of waiting.")
 def worker(device: str | None, study_name: str | None, storage: str | None, all_jobs: bool, cpus: str | None, no_race: bool,
            poll: float, exit_when_idle: bool) -> None:

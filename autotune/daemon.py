@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 from autotune import tuning
 from autotune.errors import AutotuneError, StorageError, StorageUnreachable
-from autotune.request import TuneConfig
+from autotune.request import DEFAULT_POLL_S, TuneConfig
 from autotune.store import Store
 
 Log = Callable[[str], None]
@@ -96,7 +96,7 @@ def _work_on_job(job_name: str, config: TuneConfig, store: Store, device: str, l
     return tuning.prepare(config, name, store, device, extra_attrs={tuning.JOB_OF: job_name}, **callbacks).run()
 
 
-def serve(store: Store, device: str, log: Log, poll_s: float = 30.0, exit_when_idle: bool = False, **callbacks: Any) -> int:
+def serve(store: Store, device: str, log: Log, poll_s: float = DEFAULT_POLL_S, exit_when_idle: bool = False, **callbacks: Any) -> int:
     """The daemon's loop: work on every job with budget left for this machine's kind; returns studies worked on.
 
     One store for the whole loop (one engine, one connection pool): a poll is one query for the

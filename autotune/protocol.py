@@ -22,6 +22,7 @@ import psutil
 import torch
 
 from autotune.plan import Plan, Stepper
+from autotune.request import CUT_MARGIN
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class Settings:
     profile_steps: int = 3
     count_flops: bool = True
     cut_after_windows: int = 2  # a dominated trial may stop after this many timed windows
-    cut_margin: float = 0.25  # ... when a front point is this much faster at no more memory
+    cut_margin: float = CUT_MARGIN  # ... when a front point is this much faster at no more memory
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

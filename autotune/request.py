@@ -34,6 +34,8 @@ DEFAULT_CONFIRM = 8  # rounds of the final race at most
 MAX_CONFIRM = 50
 MAX_TRIALS = 100_000
 DEFAULT_TRIAL_TIMEOUT_S = 600.0
+DEFAULT_POLL_S = 30.0  # how often a worker --all looks for new jobs
+CUT_MARGIN = 0.25  # early stopping: a trial is cut when a front point is this much faster at no more memory (at least)
 #: What ``autotune export --pick`` may take: the verdict's recommendation (the defaults when nothing beats them
 #: beyond the noise), the fastest-looking point of the front, the smallest, or the balance of the two.
 PICKS = ("recommended", "fastest", "smallest", "balanced")
@@ -157,6 +159,12 @@ def stale_grace(trial_timeout_s: float) -> float:
     return 2 * trial_timeout_s + 60
 
 
+def check_global_batch(value: Any) -> None:
+    """A global batch is a positive whole number (whether a batch size divides it: knobs.accumulation_steps)."""
+    if value is not None:
+        _whole(value, "the global batch (--global-batch, global_batch=)", 1)
+
+
 def _whole(value: Any, what: str, low: int, high: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
         bound = f"from {low} to {high}" if high is not None else f"of at least {low}"
@@ -199,8 +207,7 @@ class TuneConfig:
             raise SpecError(f"a tuning job needs a WorkloadSpec, not {type(self.spec).__name__}")
         _whole(self.trials, "the trial budget (--trials, trials=)", 1, MAX_TRIALS)
         _whole(self.confirm, "the race's rounds (--confirm, confirm=)", 0, MAX_CONFIRM)
-        if self.global_batch is not None:
-            _whole(self.global_batch, "the global batch (--global-batch, global_batch=)", 1)
+        check_global_batch(self.global_batch)
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise KnobError(f"the seed (--seed, seed=) must be a whole number, not {self.seed!r}")
         if self.sampler not in SAMPLERS:

@@ -163,7 +163,7 @@ def _dimension(where: str, knob: knobs.Knob, raw: Any) -> Dimension:
             low, high = knob.validate(raw["low"]), knob.validate(raw["high"])
         except KnobError as exc:
             raise SpaceError(f"{where}: {exc}") from None
-        step = raw.get("step", knob.step if knob.name == "batch_size" else 1)
+        step = raw.get("step", knob.step if knob.name == knobs.BATCH_KNOB else 1)
         if not isinstance(step, int) or isinstance(step, bool) or step < 1:
             raise SpaceError(f"{where}: knob {knob.name!r}: step must be a positive integer")
         if low > high:

@@ -44,7 +44,7 @@ from autotune import ablation, knobs, race, recovery
 from autotune import result as R
 from autotune.errors import AutotuneError, WorkloadError
 from autotune.evidence import SESSION, Evidence, Verdict, is_measured
-from autotune.request import DEFAULT_CONFIRM, DEFAULT_SAMPLER, DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS, SAMPLERS, TuneConfig, stale_grace
+from autotune.request import CUT_MARGIN, DEFAULT_CONFIRM, DEFAULT_SAMPLER, DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS, SAMPLERS, TuneConfig, stale_grace
 from autotune.space import Space
 from autotune.stats import Ratio
 
@@ -91,7 +91,7 @@ class Options:
     max_memory_bytes: int | None = None
     max_repeats: int = 30
     early_stop: bool = True
-    cut_margin: float = 0.25  # the least margin to cut a dominated trial short; raised to the noise floor
+    cut_margin: float = CUT_MARGIN  # the least margin to cut a dominated trial short; raised to the noise floor
     failures_as: str = "constraint"  # "fail": Optuna's FAIL state (only to measure the difference)
     floor_repeats: int = race.FLOOR_REPEATS  # the baseline again in this many processes, early
     race_rounds: int = DEFAULT_CONFIRM  # at most this many rounds of the final race (--confirm; 0: none)
@@ -731,6 +731,6 @@ def base_config(ctx: knobs.Context, fixed: Mapping[str, Any], batch_size: int | 
     """PyTorch's defaults, the workload's batch size, and the space's fixed values."""
     base = knobs.defaults(ctx)
     if batch_size:
-        base["batch_size"] = batch_size
+        base[knobs.BATCH_KNOB] = batch_size
     base.update(fixed)
     return knobs.resolve(base, ctx).config

@@ -134,15 +134,15 @@ def _prepare(config: TuneConfig, name: str, store: Store, device: str, *, on_tri
                     settings=Settings.quick() if config.quick else Settings(), global_batch=config.global_batch)
     probe = runner.probe()
     ctx = knobs.Context.from_dict(probe["context"])
-    base = S.base_config(ctx, space.fixed, probe["workload"].get("batch_size"))
+    base = S.base_config(ctx, space.fixed, probe["workload"].get(knobs.BATCH_KNOB))
     fitted = spaces.fit(space, ctx, base)
     effective = fitted.space
     if config.global_batch:
-        knobs.accumulation_steps(config.global_batch, base["batch_size"])  # the baseline's batch must divide it
-        dim = effective.search.get("batch_size")
+        knobs.accumulation_steps(config.global_batch, base[knobs.BATCH_KNOB])  # the baseline's batch must divide it
+        dim = effective.search.get(knobs.BATCH_KNOB)
         if dim is not None:
-            effective.search["batch_size"] = spaces.Dimension(
-                "batch_size", tuple(v for v in dim.values() if config.global_batch % v == 0))
+            effective.search[knobs.BATCH_KNOB] = spaces.Dimension(
+                knobs.BATCH_KNOB, tuple(v for v in dim.values() if knobs.keeps_global_batch(config.global_batch, v)))
     if not effective.search:
         raise SpaceError(f"{space.path}: none of its knobs applies to this workload on {device}: nothing to tune"
                          + (f" (left out here: {fitted.text()})" if fitted.left_out else ""))
@@ -150,8 +150,8 @@ def _prepare(config: TuneConfig, name: str, store: Store, device: str, *, on_tri
     # searches the same batch sizes; a study that exists keeps the one it stored.
     fresh = not join_only and name not in names
     found = None
-    if fresh and "batch_size" in effective.search and config.probes_ceiling(device):
-        found = ceilings.probe(runner, base, effective.search["batch_size"], config.max_memory_bytes, on_probe)
+    if fresh and knobs.BATCH_KNOB in effective.search and config.probes_ceiling(device):
+        found = ceilings.probe(runner, base, effective.search[knobs.BATCH_KNOB], config.max_memory_bytes, on_probe)
     attrs = {
         "workload": config.spec.to_dict(payload=False),  # its name, never a pickled factory's bytes
         "space": space.to_dict(),
@@ -174,12 +174,12 @@ def _prepare(config: TuneConfig, name: str, store: Store, device: str, *, on_tri
         if found is not None:
             study.set_user_attr(ceilings.ATTR, found.to_dict())
     ceiling = ceilings.stored(study)
-    if ceiling is not None and "batch_size" in effective.search:
-        clipped = ceilings.clip(effective.search["batch_size"], ceiling, base["batch_size"])
+    if ceiling is not None and knobs.BATCH_KNOB in effective.search:
+        clipped = ceilings.clip(effective.search[knobs.BATCH_KNOB], ceiling, base[knobs.BATCH_KNOB])
         if clipped is None:
-            del effective.search["batch_size"]
+            del effective.search[knobs.BATCH_KNOB]
         else:
-            effective.search["batch_size"] = clipped
+            effective.search[knobs.BATCH_KNOB] = clipped
         if not effective.search:
             raise SpaceError(f"{space.path}: only the batch size is searched here, and no batch but the baseline's fits "
                              f"(batch ceiling: {ceiling.text()})")

@@ -89,7 +89,7 @@ def probe(spec: WorkloadSpec, device: str) -> dict[str, Any]:
         "fingerprint": hardware.fingerprint(device),
         "workload": {
             "task": workload.task,
-            "batch_size": workload.batch_size,
+            knobs.BATCH_KNOB: workload.batch_size,
             "model": type(workload.model).__name__,
             "parameters": sum(p.numel() for p in workload.model.parameters()),
             "dataset_len": len(workload.dataset) if workload.dataset is not None else None,  # type: ignore[arg-type]
@@ -131,8 +131,8 @@ class Arm:
         ``requested`` gains the workload's own batch size when it fixes one; ``on_resolved(resolved)`` is told
         the configuration before anything can fail on it."""
         workload = build(spec)
-        if workload.batch_size and "batch_size" not in requested:
-            requested["batch_size"] = workload.batch_size
+        if workload.batch_size and knobs.BATCH_KNOB not in requested:
+            requested[knobs.BATCH_KNOB] = workload.batch_size
         resolved = knobs.resolve(requested, context_for(workload, device))
         if on_resolved is not None:
             on_resolved(resolved)
@@ -158,7 +158,7 @@ def run(request: Mapping[str, Any]) -> R.TrialResult:
     settings = Settings(**request.get("settings", {}))
     requested = dict(request.get("config", {}))
     monitor = MemoryMonitor().start(
-        watch_children=int(requested.get("num_workers", 0) or 0) > 0 or requested.get("compile", "off") != "off"
+        watch_children=knobs.starts_processes(requested)
     )
     result = R.TrialResult(outcome=R.ERROR, config=requested, device=str(device), notes={"pid": os.getpid()})
     progress = ProgressFile(request.get("progress_path"), start)

@@ -48,8 +48,10 @@ from autotune.knobs.core import (
     OptimizerSupports,
     accumulation_steps,
     cpu_count,
+    keeps_global_batch,
 )
 from autotune.knobs.registry import (
+    BATCH_KNOB,
     KNOBS,
     NAMES,
     REGISTRY,
@@ -63,11 +65,12 @@ from autotune.knobs.registry import (
     recipe,
     resolve,
     short,
+    starts_processes,
     validate_config,
 )
 
 __all__ = [
-    "ALONE", "PER_ARM", "SHARED", "apart", "per_arm",
+    "ALONE", "BATCH_KNOB", "PER_ARM", "SHARED", "apart", "keeps_global_batch", "per_arm", "starts_processes",
     "BACKEND", "BATCH", "CPUS", "ENV", "KNOBS", "LOADER", "MODEL", "NAMES", "OPTIMIZER", "REGISTRY", "STAGE_HELP",
     "STEP", "CompileSupported", "Condition", "Context", "ForTask", "InputRank", "Knob", "KnobAbove", "KnobError",
     "NativeBF16", "OnDevice", "OptimizerSupports", "Resolved", "accumulation_steps", "cpu_count", "defaults",

@@ -257,6 +257,9 @@ class Knob:
     # value out of shared processes altogether (ALONE: torch.compile's caches and recompilations). See
     # autotune.paired and docs/storage.md ("Measured together").
     in_process: str = SHARED
+    # At any value but its default a trial starts processes of its own (loader workers, compile workers): the
+    # trial's memory is then that of its whole process tree, sampled (autotune.protocol.MemoryMonitor).
+    starts_processes: bool = False
 
     @property
     def is_range(self) -> bool:
@@ -390,6 +393,16 @@ def accumulation_steps(global_batch: int | None, batch_size: int) -> int:
     return global_batch // batch_size
 
 
+
+
+def keeps_global_batch(global_batch: int | None, batch_size: int) -> bool:
+    """Whether gradient accumulation keeps ``global_batch`` with this batch size (:func:`accumulation_steps`
+    would take it)."""
+    try:
+        accumulation_steps(global_batch, batch_size)
+    except KnobError:
+        return False
+    return True
 
 
 def _whole(value: Any, what: str) -> int:

@@ -159,6 +159,7 @@ COMPILE = Knob(
     recipe="default",
     effects=(Compile(off="off", plain="default"),),
     in_process=ALONE,  # dynamo's caches are the process's: a second arm would recompile (other shapes) or reuse
+    starts_processes=True,  # inductor's compile workers
     how=_compile_how,
     exports={HF_TRAINER: _hf_compile, LIGHTNING: _pl_compile, ACCELERATE: _acc_compile},
 )
@@ -239,6 +240,7 @@ NUM_WORKERS = Knob(
     effects=(LoaderArg("num_workers"),),
     exports={HF_TRAINER: arg("dataloader_num_workers"), LIGHTNING: arg("num_workers", "dataloader"),
              ACCELERATE: by_hand(ACC_LOADER)},
+    starts_processes=True,
     load_sensitive=True,
 )
 
@@ -551,3 +553,13 @@ def per_arm(changes: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]
     """Split knob changes into those an arm of a shared process can make (PER_ARM) and the rest."""
     inside = {k: v for k, v in changes.items() if k in KNOBS and KNOBS[k].in_process == PER_ARM}
     return inside, {k: v for k, v in changes.items() if k not in inside}
+
+
+#: The knob that sets the batch: the batch-size ceiling searches it, a workload may fix it, and --global-batch
+#: is kept by accumulating it.
+BATCH_KNOB: str = next(k.name for k in REGISTRY if any(isinstance(e, BatchSize) for e in k.effects))
+
+
+def starts_processes(config: Mapping[str, Any]) -> bool:
+    """A trial of this configuration starts processes of its own (loader or compile workers)."""
+    return any(k.starts_processes and config.get(k.name, k.default_for()) != k.default_for() for k in REGISTRY)
