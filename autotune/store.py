@@ -93,6 +93,9 @@ def _secrets(url: str) -> list[str]:
 
     found = [m["secret"] for m in _USERINFO.finditer(url)] + [m["secret"].strip("'") for m in _KEYVALUE.finditer(url)]
     found += [unquote(s) for s in found]
+    # a password written unencoded with '@' or ':' in it is split by whatever parses the URL, and an error message
+    # may quote a piece of it (SQLAlchemy: "invalid literal for int(): 'w0rdSecret@127.0.0.1:1'"): mask the pieces too
+    found += [piece for s in found for piece in re.split(r"[@:]", s)]
     try:
         from sqlalchemy.engine import make_url
 

@@ -90,6 +90,14 @@ def test_open_storage_errors_never_show_the_password(url, message):
     assert message in text and SECRET not in text and "\n" not in text
 
 
+def test_a_password_written_unencoded_shows_no_piece_of_itself():
+    """'@' and ':' in a password split it where the URL is parsed; an error may quote a piece: masked too."""
+    with pytest.raises(StorageError) as info:
+        Store("postgresql://user:p4ss@SECRETPW:w0rd@127.0.0.1:1/db").names()
+    text = str(info.value)
+    assert SECRET not in text and "w0rd" not in text and "p4ss" not in text and "\n" not in text
+
+
 def test_study_errors_show_no_password(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path}/s.db"
     with pytest.raises(StudyError, match="no study 'x'"):
