@@ -190,7 +190,7 @@ class Config:
 class Verdict:
     """The answer a user reads: which configuration to use, by how much, and how sure."""
 
-    state: str  # "gain" | "no_gain" | "no_baseline" | "no_results"
+    state: str  # "gain" | "no_gain" | "no_fit" (nothing fits the memory budget) | "no_baseline" | "no_results"
     winner: int | None
     leader: int | None
     speedup: Ratio | None  # the winner's (for "no_gain": the leader's) over the baseline
@@ -510,6 +510,13 @@ class Evidence:
                 and self.configs[n].role != A.ROLE]
         if exclude_sensitive:
             pool = [n for n in pool if not self._sensitive(n)]
+        if not pool and not base.feasible:
+            from autotune.units import format_bytes
+
+            return Verdict("no_fit", None, None, None, (), False, False,
+                           f"nothing measured fits the memory budget ({format_bytes(self.max_memory_bytes)}), PyTorch's "
+                           f"defaults included (they peaked at {format_bytes(base.peak_memory_bytes)}): raise --max-memory, "
+                           "or make the model or its batch smaller")
         if not pool:
             return Verdict("no_gain", base.number, None, None, (), False, False,
                            "no other configuration ran successfully within the budget: keep PyTorch's defaults")
@@ -560,6 +567,8 @@ class Evidence:
         verdict = self.verdict()
         if verdict.state == "gain" and verdict.winner is not None:
             return verdict.winner
+        if verdict.state == "no_fit":  # not even the defaults fit the memory budget: nothing to recommend
+            return None
         return self.baseline.number if self.baseline else None
 
     def time_spent(self) -> dict[str, float]:

@@ -225,3 +225,13 @@ def test_an_arm_out_of_memory_beside_others_is_no_failure_of_its_configuration()
     attrs["paired:pair-r-01-0"]["arms"][2]["outcome"] = R.NAN  # a real failure of that configuration
     ev = Evidence(trials, attrs)
     assert ev.configs[1].failed_repeats == 0 and ev.configs[2].failed_repeats == 1
+
+
+def test_when_not_even_the_defaults_fit_the_memory_budget_nothing_is_recommended():
+    trials = [trial(0, 100.0, peak_mib=300, role="baseline", config={"batch_size": 32}),
+              trial(1, 130.0, peak_mib=250)]
+    ev = Evidence(trials, {**measured("floor-1", {0: 95.0}), **measured("floor-2", {0: 105.0})}, max_memory_bytes=1)
+    v = ev.verdict()
+    assert v.state == "no_fit" and v.winner is None and ev.recommended() is None
+    assert "nothing measured fits the memory budget (1 B), PyTorch's defaults included (they peaked at 300" in v.text
+    assert ev.to_dict()["recommended"] is None
