@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
+import json
 import logging
 import os
 import re
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import optuna
+from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
 from autotune import __version__, hardware
 from autotune.errors import AutotuneError, StorageError, StorageUnreachable, StudyError
@@ -254,13 +256,13 @@ class Store:
             raise StorageError(f"storage {self.shown!r}: folder {folder} does not exist")
 
     def _journal(self) -> optuna.storages.BaseStorage | None:
-        from optuna.storages.journal import JournalFileBackend, JournalStorage
+        from optuna.storages.journal import JournalStorage
 
         assert self.path is not None
         if not self.path.parent.is_dir():
             raise StorageError(f"storage {self.shown!r}: folder {self.path.parent} does not exist")
         try:
-            storage = JournalStorage(JournalFileBackend(str(self.path)))  # creates the file (never read-only: see missing)
+            storage = JournalStorage(JournalFile(str(self.path)))  # creates the file (never read-only: see missing)
         except OSError as exc:
             raise self.fault(exc) or StorageError(f"storage {self.shown!r} cannot be opened: {exc.strerror}") from None
         self.opened()
@@ -459,6 +461,55 @@ class Store:
             if fault is None:
                 raise
             raise fault from None
+
+
+class JournalFile(JournalFileBackend):
+    """Optuna's journal file, whose appends first drop a record that a failed write left half-written.
+
+    A write cut short (a full disk, a process killed inside ``write``) leaves the file ending inside
+    a record. Optuna's reader skips such a tail, but the next append would join it and the new
+    record into one line no reader can decode, in the middle of the file: every later read fails,
+    and the study is lost until the file is mended by hand. So each append, under the file lock
+    Optuna's writers take by default, first cuts the file back to its last whole line; what it cuts
+    was never a record any reader counted. Writes as Optuna's own ``append_logs`` does otherwise.
+    """
+
+    def __init__(self, file_path: str) -> None:
+        self.path = file_path
+        self.lock = JournalFileSymlinkLock(file_path)  # Optuna's default lock for this backend
+        super().__init__(file_path, lock_obj=self.lock)
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        text = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode("utf-8")
+        self.lock.acquire()
+        try:
+            with open(self.path, "r+b") as fh:
+                _cut_half_written_tail(fh)
+                fh.seek(0, os.SEEK_END)
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+        finally:
+            self.lock.release()
+
+
+def _cut_half_written_tail(fh: Any, chunk: int = 1 << 16) -> int:
+    """Truncate an open file after its last newline; returns the bytes cut (0 when it ends in one)."""
+    size = fh.seek(0, os.SEEK_END)
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        fh.seek(start)
+        block = fh.read(end - start)
+        if end == size and block.endswith(b"\n"):
+            return 0
+        i = block.rfind(b"\n")
+        if i >= 0:
+            fh.truncate(start + i + 1)
+            return size - (start + i + 1)
+        end = start
+    fh.truncate(0)
+    return size
 
 
 def _identity(path: Path) -> tuple[int, int]:

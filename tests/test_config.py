@@ -148,11 +148,15 @@ def test_user_loop_matches_the_study(study):
     windows = json.loads(out.stdout.strip().splitlines()[-1])
     mine = statistics.median(windows)
     theirs = doc["measured"]["samples_per_s"]
-    # The study's figure is the geometric mean of its measurements in separate processes; the
-    # uncertainty of one process against it is the study's noise between processes.
-    runs = doc["measured"]["measurements_samples_per_s"]
+    # The study's figure is the geometric mean of its measurements in separate processes, or (for a
+    # configuration measured alongside the defaults, as the ablation's recommendation is) the defaults'
+    # figure times the ratio inside those shared processes; either way the uncertainty of one process
+    # against it is the study's noise between processes.
+    measured = doc["measured"]
+    runs = measured["measurements_samples_per_s"]
+    behind = measured["within_process_measurements"] or len(runs)
     spread = 3 * doc["noise"]["sigma"] + 3 * statistics.pstdev(windows) / statistics.fmean(windows)
-    assert len(runs) >= 2 and doc["measured"]["processes"] == len(runs)  # the export was raced
+    assert behind >= 2 and measured["processes"] == behind  # the export was raced, or measured beside the defaults
     assert abs(mine / theirs - 1) <= max(spread, 0.25), (mine, theirs, runs, spread)
 
 

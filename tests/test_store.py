@@ -386,7 +386,10 @@ def test_a_read_only_folder_ends_a_run_in_one_line_and_strands_nothing(read_only
     _nothing_stranded(url)
 
 
-def test_a_full_disk_ends_a_run_in_one_line_and_strands_nothing(tmp_path):
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_a_full_disk_ends_a_run_in_one_line_and_strands_nothing(tmp_path, kind):
+    """Also for the journal, whose write cut short by the full disk leaves half a record at the file's end:
+    the next start's writes must not join it into a line no reader can decode."""
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs needs root")
     disk = tmp_path / "disk"
@@ -397,7 +400,7 @@ def test_a_full_disk_ends_a_run_in_one_line_and_strands_nothing(tmp_path):
         pytest.skip(f"cannot mount a tmpfs here: {exc}")
     filler = disk / "filler"
     try:
-        url = f"sqlite:///{disk / 's.db'}"
+        url = f"sqlite:///{disk / 's.db'}" if kind == "sqlite" else f"journal:{disk / 's.log'}"
 
         def fill() -> None:
             with open(filler, "wb") as fh:
@@ -412,6 +415,7 @@ def test_a_full_disk_ends_a_run_in_one_line_and_strands_nothing(tmp_path):
         assert "is full" in str(fault)
         filler.unlink()
         _nothing_stranded(url)
+        assert Store(url, read_only=True).load("s").get_trials()  # read back whole after the recovery's writes
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True, timeout=30)
 
@@ -461,3 +465,19 @@ def test_a_new_study_in_a_read_only_folder_is_refused_in_one_line(read_only_fold
         with store.faults():
             store.create_or_check("s", ATTRS)
     assert "\n" not in str(info.value) and list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize("tail", [b'{"op_code":5,"worker_id":"x","study_id":0,"us', b"\x00" * 9000])
+def test_a_journal_record_left_half_written_is_cut_not_joined_to_the_next(tmp_path, tail):
+    """A write cut short (a full disk, a kill inside write) leaves half a record at the journal's end; the
+    next write drops it instead of joining it into an undecodable line, and the study reads back whole."""
+    path = tmp_path / "s.log"
+    url = f"journal:{path}"
+    study, _ = Store(url).create_or_check("s", ATTRS, S.make_sampler("random", 0))
+    with open(path, "ab") as fh:
+        fh.write(tail)
+    Store(url).load("s").set_user_attr("after", 1)  # a later process's write
+    assert tail not in path.read_bytes()
+    again = optuna.load_study(study_name="s", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(path))))  # Optuna's own reader
+    assert again.user_attrs["after"] == 1 and again.user_attrs["workload"] == ATTRS["workload"]
