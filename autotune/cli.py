@@ -263,17 +263,6 @@ def knobs_cmd(as_json: bool) -> None:
 # ---------------------------------------------------------------- measure
 
 
-def op_name(raw: str) -> str:
-    """A profiler event as a reader knows it: ``## Call CompiledFxGraph fgqrddoohho5...`` -> ``compiled graph``."""
-    import re
-
-    name = re.sub(r"^#+\s*Call\s+", "", raw.strip())
-    if name.startswith("CompiledFxGraph"):
-        return "compiled graph"
-    name = re.sub(r"\s+[a-z0-9]{16,}.*$", "", name)  # generated hashes
-    return name if len(name) <= 48 else name[:45] + "..."
-
-
 def _compiled(config: dict[str, Any] | None) -> bool:
     """The configuration compiled the model (so its first step holds the compilation)."""
     from autotune.knobs.registry import COMPILE
@@ -282,7 +271,7 @@ def _compiled(config: dict[str, Any] | None) -> bool:
 
 
 def _result_lines(res: Any) -> list[tuple[str, str]]:
-    from autotune.result import OK
+    from autotune.result import OK, op_name
 
     lines = [("outcome", res.outcome), ("config", knobs.short(res.config) if res.config else "-")]
     for name, why in res.not_applicable.items():

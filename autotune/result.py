@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
@@ -114,3 +115,13 @@ class PairedResult:
     def failure(cls, outcome: str, message: str, arms: int, **error: Any) -> PairedResult:
         """A process that gave no result: every arm failed the same way."""
         return cls(outcome=outcome, arms=[{"outcome": outcome} for _ in range(arms)], error={"message": message, **error})
+
+
+def op_name(raw: str) -> str:
+    """A profiler event as a reader knows it: ``## Call CompiledFxGraph fgqrddoohho5...`` -> ``compiled graph``;
+    generated hashes dropped, long names cut (the run's, ``measure``'s and the dashboard's profile tables)."""
+    name = re.sub(r"^#+\s*Call\s+", "", raw.strip())
+    if name.startswith("CompiledFxGraph"):
+        return "compiled graph"
+    name = re.sub(r"\s+[a-z0-9]{16,}.*$", "", name)  # generated hashes
+    return name if len(name) <= 48 else name[:45] + "..."

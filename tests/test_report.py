@@ -132,7 +132,10 @@ def test_pareto_with_memory_budget():
 def test_front_table_info(snap):
     info = report.front_table_info(snap)
     assert_json(info)
-    assert [r["number"] for r in info["rows"]] == snap.front
+    rec = snap.recommended()["number"]
+    # the recommendation first (here the defaults, which the front leaves out), then the front, fastest first
+    assert [r["number"] for r in info["rows"]] == [rec, *(n for n in snap.front if n != rec)]
+    assert [r["number"] for r in info["rows"] if r["recommended"]] == [rec]
     defaults = knobs.defaults(knobs.Context.from_dict(snap.attrs["context"]))
     baseline = snap.baseline()["samples_per_s"]
     for row in info["rows"]:
@@ -224,6 +227,28 @@ def test_profile_info(snap):
         assert set(t["ops"]) == set(info["ops"])
         assert t["other_share"] == pytest.approx(max(0.0, 1 - sum(t["ops"].values())))
         assert 0 <= t["data_wait_share"] <= 1
+
+
+def test_profile_names_compiled_graphs_as_readers_know_them():
+    """A compiled trial's profile names its graph ``## Call CompiledFxGraph <hash> ##``, a new hash per trial: the
+    dashboard shows one readable ``compiled graph`` entry, not one raw name per hash."""
+    src = make_study(optuna.storages.InMemoryStorage(), n_trials=12, seed=0, with_failures=False)
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), directions=["maximize", "minimize"])
+    for key, value in src.user_attrs.items():
+        study.set_user_attr(key, value)
+    for t in src.trials:
+        attrs = dict(t.user_attrs)
+        profile = (attrs.get("result") or {}).get("profile")
+        if isinstance(profile, dict) and profile.get("top_ops"):
+            ops = [dict(op) for op in profile["top_ops"]]
+            ops[0]["name"] = f"## Call CompiledFxGraph f{t.number:03d}qrddoohho5abcdefghijklmn ##"
+            attrs["result"] = {**attrs["result"], "profile": {**profile, "top_ops": ops}}
+        study.add_trial(optuna.trial.create_trial(state=t.state, values=t.values, params=t.params,
+                                                  distributions=t.distributions, user_attrs=attrs,
+                                                  system_attrs=t.system_attrs))
+    info = report.profile_info(study)
+    assert "compiled graph" in info["ops"] and not [name for name in info["ops"] if "CompiledFxGraph" in name]
+    assert len(info["trials"]) >= 2 and all("compiled graph" in t["ops"] for t in info["trials"])
 
 
 def test_failures_info(stored):
@@ -631,6 +656,10 @@ def test_recommended_is_labelled_on_the_front_even_when_dominated():
     assert f"recommended: #{winner}" in page
     table = report.front_table_info(study)
     assert table["recommended"] == winner
+    first, *rest = table["rows"]  # the first row, marked, though the front leaves it out
+    assert first["number"] == winner and first["recommended"] and not any(r["recommended"] for r in rest)
+    assert sorted(r["number"] for r in rest) == sorted(info["front"])
+    assert page.index(f"#{winner}</td>") < min(page.index(f"#{n}</td>") for n in info["front"])
 
 
 def test_keeping_the_defaults_labels_the_baseline_recommended():

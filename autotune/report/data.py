@@ -16,6 +16,7 @@ import optuna
 
 from autotune import ceiling, knobs
 from autotune.evidence import MEASUREMENT, Evidence
+from autotune.result import op_name
 from autotune.report.source import (
     BASELINE,
     OK,
@@ -354,13 +355,16 @@ def _label_text(p: Mapping[str, Any]) -> str:
 
 
 def front_table_info(study: optuna.Study | Snapshot) -> dict[str, Any]:
-    """The front as table rows, fastest first, with what each changes from the defaults."""
+    """The front as table rows, fastest first, with what each changes from the defaults; the recommended
+    configuration is the first row, marked, even when the front leaves it out (dominated on memory), as
+    in the command line's front tables."""
     snap = Snapshot.of(study)
     baseline = snap.baseline()
     chosen = snap.recommended()
     rows_by_number = snap.by_number()
+    first = [chosen["number"]] if chosen is not None and chosen["number"] in rows_by_number else []
     rows = []
-    for n in snap.front:
+    for n in first + [n for n in snap.front if n not in first]:
         r = rows_by_number[n]
         profile = r["profile"] if isinstance(r["profile"], Mapping) else {}
         rows.append(
@@ -732,7 +736,7 @@ def profile_info(study: optuna.Study | Snapshot) -> dict[str, Any]:
         ops = {}
         for op in profile.get("top_ops") or []:
             if isinstance(op, Mapping) and _num(op.get("share")) is not None:
-                name = str(op.get("name", "?"))
+                name = op_name(str(op.get("name", "?")))  # one entry for every compiled graph, not one per hash
                 ops[name] = ops.get(name, 0.0) + float(op["share"])
         wait = _num(profile.get("data_wait_share"))
         if not ops and wait is None:

@@ -177,7 +177,7 @@ def render_html(study: optuna.Study | Snapshot, refresh_s: float | None = None) 
         )
     else:
         section.append(_note("No finished trial yet."))
-    section.append("<h3>The front</h3>")
+    section.append("<h3>Recommended, then the front</h3>")
     section.append(_front_table_html(front_table_info(snap)))
     page.section("front", "Pareto front: samples/s against peak memory", section)
 
