@@ -674,7 +674,7 @@ def _print_ablation(out: Any, ablation: dict[str, Any] | None) -> None:
 @storage_option("A storage URL (default: every studies/*.db).")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON (the same numbers as the table).")
 def list_cmd(storage: str | None, as_json: bool) -> None:
-    """List jobs and studies: budget, trials measured, running, failed, workers seen lately, speed-up.
+    """List jobs and studies: trials measured (of the budget) and failed, running, workers seen lately, speed-up.
 
     \b
     Examples:
@@ -701,18 +701,38 @@ def list_cmd(storage: str | None, as_json: bool) -> None:
         return
     from rich.table import Table
 
-    table = Table()
-    for col in ("study", "measured / budget", "running", "failed", "workers", "speed-up (90%)", "verdict", "machine", "storage"):
-        table.add_column(col, overflow="fold" if col != "storage" else "ellipsis", no_wrap=col == "storage")
+    # Words never break inside themselves (a narrow terminal folds cells between words); the storage and the
+    # machine, when every row shares them (the usual case), are said once above the table instead of in a column.
+    from rich import box
+
+    from autotune.units import plural
+
+    shared = {}
+    for col, values in (("storage", {d["storage"] for d in docs}),
+                        ("machine", {hardware.short(d["fingerprint"]) for d in docs if d["kind"] != "job"})):
+        if len(values) == 1:
+            shared[col] = values.pop()
+            click.echo(f"{col} {shared[col]}")
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("study", no_wrap=True, overflow="ellipsis")
+    for col, width in (("trials", 8), ("activity", 9), ("speed-up (90%)", 11), ("verdict", 8), ("machine", 16)):
+        if col not in shared:
+            table.add_column(col, min_width=width)
+    if "storage" not in shared:
+        table.add_column("storage", no_wrap=True, overflow="ellipsis", max_width=48)
     for d in docs:
         if d["kind"] == "job":
-            table.add_row(f"{d['study']} (job)", f"- / {d['budget']} per kind", "-", "-", "-", "-",
-                          f"studies: {', '.join(d['studies']) or 'none yet'}", "-", d["storage"])
-            continue
-        speed = d["speedup"]["text"] if d["speedup"] else "-"
-        budget = f"{d['measured']} / {d['budget']}" if d.get("budget") else str(d["measured"])
-        table.add_row(d["study"], budget, str(d["running"]), str(d["failed"]), str(d["workers_recently"]), speed,
-                      d["verdict"].replace("_", " "), hardware.short(d["fingerprint"]), d["storage"])
+            row = {"study": f"{d['study']} (job)", "trials": f"{d['budget']} per kind", "activity": "-",
+                   "speed-up": "-", "verdict": f"studies: {', '.join(d['studies']) or 'none yet'}", "machine": "-"}
+        else:
+            measured = f"{d['measured']} / {d['budget']}" if d.get("budget") else str(d["measured"])
+            activity = [f"{d['running']} running"] if d["running"] else []
+            activity += [f"{plural(d['workers_recently'], 'worker')} lately"] if d["workers_recently"] else []
+            row = {"study": d["study"], "trials": measured + (f" ({d['failed']} failed)" if d["failed"] else ""),
+                   "activity": ", ".join(activity) or "-", "speed-up": d["speedup"]["text"] if d["speedup"] else "-",
+                   "verdict": d["verdict"].replace("_", " "), "machine": hardware.short(d["fingerprint"])}
+        row["storage"] = d["storage"]
+        table.add_row(*(v for k, v in row.items() if k not in shared))
     console().print(table)
 
 

@@ -270,3 +270,28 @@ def test_measure_says_compilation_only_when_it_compiled():
     assert dict(_result_lines(TrialResult(**{**res.__dict__, "config": {"compile": "default"}})))["first step"].endswith(
         "(includes compilation)")
     assert lines["top ops"] == "compiled graph 50%"
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_list_breaks_no_word_on_a_narrow_terminal(tmp_path, monkeypatch, columns):
+    """Every name, figure and word of `list` stays whole on an 80- or 100-column terminal (cells fold between words)."""
+    from study_factory import make_study
+
+    from autotune import hardware, progress
+
+    url = f"sqlite:///{tmp_path / ('a-long-folder-name-' * 4)}.db"
+    for name in ("hf-gpt2-7f3a9c21", "cnn-images-0c4d"):
+        make_study(url, n_trials=12, name=name)
+    docs = json.loads(CliRunner().invoke(main, ["list", "--storage", url, "--json"]).output)
+    monkeypatch.setattr(progress, "_isatty", lambda: True)
+    monkeypatch.setenv("COLUMNS", str(columns))
+    out = CliRunner().invoke(main, ["list", "--storage", url])
+    assert out.exit_code == 0, out.output
+    storage, machine, *table = out.output.splitlines()
+    assert storage == f"storage {url}"  # what every row shares, said once, whole
+    assert machine == f"machine {hardware.short(docs[0]['fingerprint'])}"
+    words = " ".join(table).split()
+    for d in docs:
+        whole = [d["study"], *d["speedup"]["text"].split(), *d["verdict"].replace("_", " ").split(), str(d["measured"])]
+        assert [w for w in whole if w not in words] == [], out.output
+    assert max(len(line.rstrip()) for line in table) <= columns
