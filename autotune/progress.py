@@ -82,15 +82,21 @@ def estimate_line(trial_s: float, rest_s: float) -> str:
     return line
 
 
+WIDE_INTERVAL = 4.0  # a trial line leaves out an interval whose ends are further apart than this factor
+
+
 def speedup_text(speedup: Any, role: str = "search") -> str:
     """A trial line's ratio to the defaults: a single measurement as what it is (``1.23x, 1 run``), without the
-    interval a claim would need (that comes from repeats: the noise floor and the race)."""
+    interval a claim would need (that comes from repeats: the noise floor and the race); an interval too wide to
+    read (a few processes on a noisy machine: ``10.34x (0.09-1172.76)``) is left out the same way, saying why."""
     if speedup is None:
         return "-"
     if role == "baseline":
         return "1.00x (the defaults)"
     if speedup.processes <= 1:
         return f"{speedup.estimate:.2f}x, 1 run"
+    if speedup.has_interval and speedup.low > 0 and speedup.high / speedup.low > WIDE_INTERVAL:
+        return f"{speedup.estimate:.2f}x, {speedup.processes} runs (too noisy yet for an interval)"
     return speedup.text()
 
 

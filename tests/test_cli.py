@@ -256,6 +256,10 @@ def test_a_trial_line_shows_one_measurement_as_one_measurement():
     assert speedup_text(Ratio(10.61, 1.03, 108.8, processes=1, reference_processes=3)) == "10.61x, 1 run"
     assert speedup_text(Ratio(1.2, 1.1, 1.3, processes=4, reference_processes=7)) == "1.20x (1.10-1.30)"
     assert speedup_text(Ratio(1.0, 1.0, 1.0, processes=3, reference_processes=3), role="baseline") == "1.00x (the defaults)"
+    # an interval from a few processes on a noisy machine is too wide to read: the line says so instead
+    assert speedup_text(Ratio(10.34, 0.09, 1172.76, processes=2, reference_processes=3)) == (
+        "10.34x, 2 runs (too noisy yet for an interval)")
+    assert speedup_text(Ratio(3.0, 1.6, 6.3, processes=2, reference_processes=3)) == "3.00x (1.60-6.30)"
 
 
 def test_measure_says_compilation_only_when_it_compiled():
