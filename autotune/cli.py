@@ -805,10 +805,14 @@ def export(study_name: str, pick: str, max_memory: int | None, storage: str | No
         click.echo(json.dumps(doc, indent=2, default=str))
         return
     path = C.write(doc, output)
-    speed = f", {doc['speedup']['text']} the defaults (90% interval)" if doc["speedup"] else ""
+    from autotune.stats import interval_label
+    from autotune.units import plural
+
+    speed = f", {doc['speedup']['text']} the defaults{interval_label(doc['speedup'])}" if doc["speedup"] else ""
     click.echo(
         f"wrote {path}: trial #{doc['study']['trial']} ({pick}), {format_rate(doc['measured']['samples_per_s'])} samples/s "
-        f"from {doc['measured']['processes']} processes, {format_bytes(doc['measured']['peak_memory_bytes'])}{speed}; {knobs.short(doc['knobs'])}"
+        f"from {plural(doc['measured']['processes'], 'process')}, {format_bytes(doc['measured']['peak_memory_bytes'])}{speed}; "
+        f"{knobs.short(doc['knobs'])}"
     )
     click.echo(doc["pick_note"])
 

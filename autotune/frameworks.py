@@ -31,7 +31,7 @@ import importlib.metadata
 import json
 from typing import Any, Callable, Mapping
 
-from autotune import knobs
+from autotune import knobs, stats
 from autotune.errors import ConfigError, KnobError
 from autotune.knobs import exports
 from autotune.knobs.exports import Export, Job
@@ -170,9 +170,9 @@ def _header(out: Mapping[str, Any]) -> list[str]:
     fw = out["framework"]
     target = f"{fw['package']} {fw['version']}" if fw["version"] else f"{fw['package']} (not installed here)"
     lines = [f"# autotune export for {target}: {where}{pick}, measured on {out['device']} ({out['task']})"]
-    speedup = (out.get("speedup") or {}).get("text")
-    if speedup:
-        lines.append(f"# speed-up over PyTorch's defaults: {speedup} (90% interval)")
+    speedup = out.get("speedup") or {}
+    if speedup.get("text"):
+        lines.append(f"# speed-up over PyTorch's defaults: {speedup['text']}{stats.interval_label(speedup)}")
     if src.get("pick_note"):
         lines.append(f"# {src['pick_note']}")
     return lines

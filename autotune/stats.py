@@ -44,7 +44,7 @@ import functools
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 LEVEL = 0.90
 
@@ -77,6 +77,13 @@ class Noise:
 
     def to_dict(self) -> dict[str, float | int | bool | None]:
         return {"sigma": self.sigma, "percent": self.percent, "df": self.df, "within_process": self.within}
+
+
+def interval_label(speedup: Mapping[str, Any]) -> str:
+    """`` (90% interval)`` after a speed-up's text (:meth:`Ratio.to_dict`), or nothing when it has no interval."""
+    if speedup.get("low") is None or speedup.get("high") is None:
+        return ""
+    return f" ({int(round(100 * float(speedup.get('level') or LEVEL)))}% interval)"
 
 
 def pooled_noise(groups: Iterable[Sequence[float]]) -> Noise:

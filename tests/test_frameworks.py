@@ -530,3 +530,17 @@ def test_lightning_with_the_exported_callback_trains_with_the_knobs_in_force(tmp
     assert_in_force(net.seen, threads)
     assert trainer.optimizers[0] is module.built and module.built.param_groups[0]["foreach"] is True  # in place
     assert all(hasattr(block.forward, "__wrapped__") for block in net.features if isinstance(block, torch.nn.Conv2d))
+
+
+def test_the_header_names_an_interval_only_when_there_is_one():
+    """A speed-up measured before the noise was known has no interval: the header does not call it one."""
+    from autotune import frameworks, stats
+
+    with_interval = stats.Ratio(1.3, 1.1, 1.5, processes=4, reference_processes=4).to_dict()
+    without = stats.Ratio(2.7, processes=1, reference_processes=1).to_dict()
+    assert stats.interval_label(with_interval) == " (90% interval)" and stats.interval_label(without) == ""
+    source = {"study": "s", "trial": 3, "pick": "fastest", "pick_note": ""}
+    out = {"source": source, "framework": {"package": "transformers", "version": "4"}, "device": "cpu", "task": "train"}
+    assert "# speed-up over PyTorch's defaults: 1.30x (1.10-1.50) (90% interval)" in frameworks._header(
+        {**out, "speedup": with_interval})
+    assert "# speed-up over PyTorch's defaults: 2.70x" in frameworks._header({**out, "speedup": without})
