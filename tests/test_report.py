@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import re
@@ -13,6 +14,7 @@ from study_factory import CAPACITY, MiB, add_failed_trial, add_race, make_study,
 
 from autotune import knobs, report
 from autotune import result as R
+from autotune import study as S
 from autotune.errors import AutotuneError
 from autotune.evidence import Evidence, record_measurement
 
@@ -675,3 +677,45 @@ def test_keeping_the_defaults_labels_the_baseline_recommended():
     assert label["number"] == 0 and label["text"].startswith("recommended: #0") and "baseline" in label["text"]
     assert [lb["number"] for lb in info["labels"] if lb["role"] == "baseline"] == [0]  # one label for the point
     assert any(a.text.startswith("<b>recommended: #0") for a in report.pareto_figure(info).layout.annotations)
+
+
+def test_what_each_knob_bought_is_a_waterfall_from_the_defaults():
+    """bf16 truly buys 1.5x and the loader workers nothing (a fake study raced and ablated in shared processes, as
+    tests/test_race.py makes them): the page draws the path, each step with what it bought, the left-out one marked."""
+    from test_race import tune_together
+
+    def truth(config):
+        return (1.5 if config["precision"] == "bf16" else 1.0) * (0.7 if config["num_workers"] else 1.0)
+
+    for seed in range(20):
+        study, summary = tune_together(truth, seed, options=S.Options(trials=12, max_repeats=500))
+        ab = Evidence.of(study).ablation()
+        if ab is not None and len(ab.steps) > 1:
+            break
+    else:
+        pytest.fail("no seed gave a winner of several knobs to ablate")
+    info = report.ablation_info(study)
+    assert_json(info)
+    assert [s["label"] for s in info["steps"]] == [s.label() for s in ab.steps]
+    assert [s["speedup_text"] for s in info["steps"]] == [s.speedup.text() for s in ab.steps]
+    assert [s["kept"] for s in info["steps"]] == [s.kept for s in ab.steps]
+    fig = report.ablation_figure(info)
+    (bars,) = fig.data
+    assert bars.type == "waterfall" and list(bars.x)[0] == "the defaults" and len(bars.x) == len(ab.steps) + 1
+    # each bar ends where the path's speed-up is measured: the running sum of the bars is each step's speed-up
+    ends, total = [], 0.0
+    for y in bars.y:
+        total += y
+        ends.append(total)
+    assert ends == pytest.approx([1.0, *(s.speedup.estimate for s in ab.steps)])
+    assert list(bars.text)[1:] == [f"×{s.bought.text()}" for s in ab.steps]
+    assert sum("(left out)" in x for x in bars.x) == sum(not s.kept for s in ab.steps)
+    page = report.render_html(study)
+    assert 'id="bought"' in page and 'data-name="ablation"' in page and ab.text() in html.unescape(page)
+
+
+def test_before_any_ablation_the_page_says_what_will_be_shown():
+    study = make_study(optuna.storages.InMemoryStorage(), n_trials=12, seed=0, with_failures=False)
+    assert report.ablation_info(study)["steps"] == []
+    page = report.render_html(study)
+    assert 'id="bought"' in page and 'data-name="ablation"' not in page and "Measured once the race settles a gain" in page

@@ -22,6 +22,7 @@ the page escapes ``<``, ``>`` and ``&`` so nothing in it can close its script ta
 from autotune.report.data import (
     MAX_OPS,
     MIN_TRIALS_FOR_IMPORTANCE,
+    ablation_info,
     failures_info,
     front_table_info,
     header_info,
@@ -39,6 +40,7 @@ from autotune.report.data import (
 )
 from autotune.report.figures import (
     OUTCOME_COLORS,
+    ablation_figure,
     duration_figure,
     history_figure,
     importance_figure,
@@ -56,6 +58,8 @@ __all__ = [
     "MIN_TRIALS_FOR_IMPORTANCE",
     "OUTCOME_COLORS",
     "Snapshot",
+    "ablation_figure",
+    "ablation_info",
     "config_text",
     "default_path",
     "duration_figure",

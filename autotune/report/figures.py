@@ -421,6 +421,32 @@ def _remeasure_hover(d: Mapping[str, Any]) -> str:
     return "<br>".join(parts)
 
 
+def ablation_figure(info: Mapping[str, Any]) -> go.Figure:
+    """A waterfall from the defaults (1.00x) to the winner, one bar a knob added: each bar rises (or falls) from
+    the speed-up before it to the speed-up after it; its text is what that knob bought, with its interval."""
+    x, y, measure, text, hover = ["the defaults"], [1.0], ["absolute"], ["1.00x"], ["PyTorch's defaults: 1.00x"]
+    before = 1.0
+    for s in info["steps"]:
+        name = _t(_clip(s["label"], 40)) + ("" if s["kept"] else "<br>(left out)")
+        x.append(name)
+        y.append(s["speedup"] - before)
+        measure.append("relative")
+        text.append(f"×{_t(s['bought_text'])}")
+        where = "in one process" if s["within_process"] else "between processes"
+        hover.append(f"<b>+ {_t(s['label'])}</b><br>bought {_t(s['bought_text'])} ({where})"
+                     f"<br>{_t(s['speedup_text'])} the defaults"
+                     + ("" if s["kept"] else "<br>left out of the recommendation: bought nothing beyond the noise"))
+        before = s["speedup"]
+    fig = go.Figure(go.Waterfall(
+        x=x, y=y, measure=measure, text=text, textposition="outside", hovertext=hover, hoverinfo="text",
+        increasing={"marker": {"color": RECOMMENDED_COLOR}}, decreasing={"marker": {"color": FRONT_COLOR}},
+        totals={"marker": {"color": TRIAL_COLOR}}, connector={"line": {"color": "#adb5bd", "dash": "dot"}},
+    ))
+    top = max([1.0, *(s["speedup"] for s in info["steps"])])
+    return _layout(fig, 380, showlegend=False, yaxis={"title": "speed-up over the defaults", "range": [0, top * 1.25]},
+                   xaxis={"type": "category"})
+
+
 def profile_figure(info: Mapping[str, Any]) -> go.Figure:
     """Per front trial: stacked share of step time by op, and the share spent waiting for data."""
     trials = info["trials"]

@@ -25,6 +25,7 @@ import plotly.offline
 
 from autotune.errors import AutotuneError
 from autotune.report.data import (
+    ablation_info,
     failures_info,
     front_table_info,
     header_info,
@@ -37,6 +38,7 @@ from autotune.report.data import (
 )
 from autotune.report.figures import (
     OUTCOME_COLORS,
+    ablation_figure,
     duration_figure,
     history_figure,
     importance_figure,
@@ -163,7 +165,8 @@ def render_html(study: optuna.Study | Snapshot, refresh_s: float | None = None) 
     header = header_info(snap)
     page.add(_header_html(header))
     page.add(
-        '<nav><a href="#front">Pareto front</a><a href="#knobs">What each knob does</a><a href="#history">History</a>'
+        '<nav><a href="#front">Pareto front</a><a href="#bought">What each knob bought</a>'
+        '<a href="#knobs">What each knob does</a><a href="#history">History</a>'
         '<a href="#time">Where time goes</a><a href="#failures">Failures</a></nav>'
     )
 
@@ -180,6 +183,14 @@ def render_html(study: optuna.Study | Snapshot, refresh_s: float | None = None) 
     section.append("<h3>Recommended, then the front</h3>")
     section.append(_front_table_html(front_table_info(snap)))
     page.section("front", "Pareto front: samples/s against peak memory", section)
+
+    bought = ablation_info(snap)
+    if bought["steps"]:
+        section = [page.figure(ablation_figure(bought), name="ablation"), f'<p class="hint">{_e(bought["text"])}.</p>']
+    else:
+        section = [_note("Measured once the race settles a gain: the path from the defaults to the winner, one knob "
+                         "at a time, each step's speed-up in shared processes.")]
+    page.section("bought", "What each knob bought, from the defaults", section)
 
     effects = knob_effects_info(snap)
     section = []
@@ -452,7 +463,7 @@ _PAGE_JS = """
     }
     var plots = Array.prototype.map.call(document.querySelectorAll('.js-plotly-plot'), function (el) {
       var c = {id: el.id, name: el.getAttribute('data-name') || '', points: count(el, '.scatterlayer .point'),
-               bars: count(el, '.barlayer .point'), boxes: count(el, '.boxlayer .point'),
+               bars: count(el, '.barlayer .point') + count(el, '.waterfalllayer .point'), boxes: count(el, '.boxlayer .point'),
                lines: count(el, '.scatterlayer .js-line'), parcoords: count(el, '.parcoords .axis'),
                canvases: count(el, 'canvas')};
       c.marks = c.points + c.bars + c.boxes + c.lines + c.parcoords;
