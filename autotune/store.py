@@ -317,6 +317,9 @@ class Store:
         except AutotuneError:
             raise
         except Exception as exc:  # noqa: BLE001
+            if self._url.startswith("journal:") and isinstance(exc, ValueError):  # a line that is no journal record
+                raise StorageError(f"{self.shown} is not an Optuna journal file, or it is damaged (a line that is not "
+                                   f"a whole record: {_first_line(exc)}); it was left as it was") from None
             raise self.fault(exc) or StorageError(f"cannot read the studies of {self.shown}: "
                                                   f"{redact_message(_first_line(exc), self._url)}") from None
 

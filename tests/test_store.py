@@ -291,6 +291,21 @@ def test_read_commands_leave_a_foreign_database_as_it_was(tmp_path, monkeypatch,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["theirs.db"]
 
 
+@pytest.mark.parametrize("command", [["status", "x"], ["export", "x"], ["list"],
+                                     ["run", "--model", "autotune.examples:mlp", "--study", "x", "--quick"]])
+def test_a_file_that_is_no_journal_is_refused_in_one_line_and_left_as_it_was(tmp_path, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    foreign = tmp_path / "server.log"
+    foreign.write_text("2026-11-24 23:40:01 server started\n2026-11-24 23:40:02 listening on :8080\n")
+    before = _digest(foreign)
+    out = CliRunner().invoke(cli.main, [*command, "--storage", f"journal:{foreign}"])
+    assert out.exit_code == 2, out.output
+    assert out.output.count("\n") == 1 and "Traceback" not in out.output
+    assert f"journal:{foreign} is not an Optuna journal file, or it is damaged" in out.output
+    assert "left as it was" in out.output
+    assert _digest(foreign) == before and sorted(p.name for p in tmp_path.iterdir()) == ["server.log"]
+
+
 # ---------------------------------------------------------------- faults: a storage that refuses writes
 
 
