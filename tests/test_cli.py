@@ -299,3 +299,20 @@ def test_list_breaks_no_word_on_a_narrow_terminal(tmp_path, monkeypatch, columns
         whole = [d["study"], *d["speedup"]["text"].split(), *d["verdict"].replace("_", " ").split(), str(d["measured"])]
         assert [w for w in whole if w not in words] == [], out.output
     assert max(len(line.rstrip()) for line in table) <= columns
+
+
+def test_each_option_a_user_asks_about_has_help():
+    """--model names hf: models; --pick says what each pick is; status --json and export -o say what they write."""
+    import re
+
+    def help_of(*command: str) -> str:
+        out = CliRunner(env={"COLUMNS": "200"}).invoke(main, [*command, "--help"])
+        assert out.exit_code == 0, out.output
+        return " ".join(out.output.split())
+
+    assert "hf:<model_type>" in help_of("run") and "hf:<model_type>" in help_of("measure")
+    export_help = help_of("export")
+    for pick in ("recommended", "fastest", "smallest", "balanced"):
+        assert re.search(rf"\b{pick}\b: ", export_help), pick  # each pick named with what it does
+    assert re.search(r"-o, --output TEXT\s+\S+", export_help) and "hf-trainer" in export_help.split("-o, --output")[1]
+    assert re.search(r"--json\s+Print the figures as JSON", help_of("status"))
