@@ -37,7 +37,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -109,9 +109,25 @@ class Block:
     other_cores: float | None
     purpose: dict[str, str]
     outcomes: dict[str, str] = field(default_factory=dict)
+    wall_s: float | None = None  # the process's wall time, when stored
 
 
-def _blocks(attrs: Mapping[str, Any]) -> list[Block]:
+def remeasured(attrs: Mapping[str, Any]) -> Iterator[tuple[str, int, Mapping[str, Any]]]:
+    """Every re-measurement in a process of its own, from the study's attributes ``measurement:<round>:<trial>``:
+    (round, trial number, the stored record)."""
+    for key, value in attrs.items():
+        if not key.startswith(MEASUREMENT) or not isinstance(value, Mapping):
+            continue
+        round_id, _, trial = key[len(MEASUREMENT):].rpartition(":")
+        try:
+            number = int(trial)
+        except ValueError:
+            continue
+        yield round_id, number, value
+
+
+def blocks(attrs: Mapping[str, Any]) -> list[Block]:
+    """Every process that measured several configurations alternately (``paired:<round>``), in round order."""
     out = []
     for key, value in attrs.items():
         if not key.startswith(PAIRED) or not isinstance(value, Mapping):
@@ -120,7 +136,8 @@ def _blocks(attrs: Mapping[str, Any]) -> list[Block]:
         purpose = {k: str(value[k]) for k in ("race", "ablation") if value.get(k)}
         out.append(Block(key[len(PAIRED):], {a["key"]: a.get("samples_per_s") for a in arms},
                          {a["key"]: a.get("trial") for a in arms}, value.get("other_cores"), purpose,
-                         {a["key"]: str(a.get("outcome") or "") for a in arms}))
+                         {a["key"]: str(a.get("outcome") or "") for a in arms},
+                         float(value["wall_s"]) if isinstance(value.get("wall_s"), (int, float)) else None))
     out.sort(key=lambda b: b.round_id)
     return out
 
@@ -257,7 +274,7 @@ class Evidence:
         for n in sorted(self.configs):
             if self.configs[n].key:
                 self.trial_of.setdefault(self.configs[n].key, n)
-        self.blocks = _blocks(attrs)
+        self.blocks = blocks(attrs)
         self.within: dict[str, list[Measurement]] = {}  # key -> within-process measurements, trials or not
         for b in self.blocks:
             for key, rate in b.rates.items():
@@ -615,14 +632,7 @@ def _repeats(attrs: Mapping[str, Any]) -> tuple[dict[int, list[Measurement]], di
     out: dict[int, list[Measurement]] = {}
     failed: dict[int, int] = {}
     loads: dict[int, dict[str, float]] = {}
-    for key, value in attrs.items():
-        if not key.startswith(MEASUREMENT) or not isinstance(value, Mapping):
-            continue
-        round_id, _, trial = key[len(MEASUREMENT):].rpartition(":")
-        try:
-            number = int(trial)
-        except ValueError:
-            continue
+    for round_id, number, value in remeasured(attrs):
         rate = value.get("samples_per_s")
         if value.get("other_cores") is not None:
             loads.setdefault(number, {})[round_id] = float(value["other_cores"])

@@ -216,20 +216,9 @@ def test_a_full_study_reads_right(page, tmp_path):
 
 def test_what_each_knob_bought_draws_one_bar_a_step(tmp_path):
     """The waterfall of an ablated winner (a fake study raced in shared processes, as tests/test_race.py makes them)."""
-    from test_race import tune_together
+    from test_race import ablated_study
 
-    from autotune import study as S
-
-    def truth(config):
-        return (1.5 if config["precision"] == "bf16" else 1.0) * (0.7 if config["num_workers"] else 1.0)
-
-    for seed in range(20):
-        study, _ = tune_together(truth, seed, options=S.Options(trials=12, max_repeats=500))
-        ab = Evidence.of(study).ablation()
-        if ab is not None and len(ab.steps) > 1:
-            break
-    else:
-        pytest.fail("no seed gave a winner of several knobs to ablate")
+    study, ab = ablated_study()
     page = report.write_dashboard(study, tmp_path / "ablated.html")
     summary = self_test(page, tmp_path / "profile")
     assert summary["ready"] and summary["errors"] == []

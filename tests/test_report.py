@@ -586,7 +586,7 @@ def test_race_time_is_shown_as_measured_where_stored():
     stored = [v["wall_s"] for k, v in study.user_attrs.items() if k.startswith("measurement:")]
     assert again["time_s"] == pytest.approx(sum(stored))
     fig = report.duration_figure(report.history_info(study))
-    assert [t.name for t in fig.data if t.name.startswith("re-measured")] == ["re-measured (noise floor, race)"]
+    assert [t.name for t in fig.data if t.name.startswith("re-measured")] == ["re-measured (noise floor, race, what each knob bought)"]
 
 
 def busy_threads_speed(config):
@@ -682,18 +682,9 @@ def test_keeping_the_defaults_labels_the_baseline_recommended():
 def test_what_each_knob_bought_is_a_waterfall_from_the_defaults():
     """bf16 truly buys 1.5x and the loader workers nothing (a fake study raced and ablated in shared processes, as
     tests/test_race.py makes them): the page draws the path, each step with what it bought, the left-out one marked."""
-    from test_race import tune_together
+    from test_race import ablated_study
 
-    def truth(config):
-        return (1.5 if config["precision"] == "bf16" else 1.0) * (0.7 if config["num_workers"] else 1.0)
-
-    for seed in range(20):
-        study, summary = tune_together(truth, seed, options=S.Options(trials=12, max_repeats=500))
-        ab = Evidence.of(study).ablation()
-        if ab is not None and len(ab.steps) > 1:
-            break
-    else:
-        pytest.fail("no seed gave a winner of several knobs to ablate")
+    study, ab = ablated_study()
     info = report.ablation_info(study)
     assert_json(info)
     assert [s["label"] for s in info["steps"]] == [s.label() for s in ab.steps]
@@ -712,6 +703,12 @@ def test_what_each_knob_bought_is_a_waterfall_from_the_defaults():
     assert sum("(left out)" in x for x in bars.x) == sum(not s.kept for s in ab.steps)
     page = report.render_html(study)
     assert 'id="bought"' in page and 'data-name="ablation"' in page and ab.text() in html.unescape(page)
+    # the shared processes (the race's and these) count in "Time per trial", each shared by the trials it measured
+    shared = [b for b in Evidence.of(study).blocks if any(isinstance(n, int) for n in b.trials.values())]
+    again = report.history_info(study)["remeasurements"]
+    kinds = {k for e in report.remeasurements(study).values() for k in e["by_kind"]}
+    assert shared and {"race", "what each knob bought"} <= kinds
+    assert again["time_s"] >= sum(b.wall_s for b in shared) - 1e-9
 
 
 def test_before_any_ablation_the_page_says_what_will_be_shown():

@@ -15,7 +15,7 @@ from typing import Any, Hashable, Iterable, Mapping, Sequence
 import optuna
 
 from autotune import ceiling, knobs
-from autotune.evidence import MEASUREMENT, Evidence
+from autotune.evidence import Evidence, blocks, remeasured
 from autotune.result import op_name
 from autotune.report.source import (
     BASELINE,
@@ -232,7 +232,7 @@ def header_texts(h: Mapping[str, Any]) -> dict[str, Any]:
         [
             f"trials {format_duration(h['trial_time_s'])}" if h.get("trial_time_s") else "",
             (
-                f"{plural(again['count'], 're-measurement')} (noise floor, race) {format_duration(again['time_s'])}"
+                f"{plural(again['count'], 're-measurement')} (noise floor, race, what each knob bought) {format_duration(again['time_s'])}"
                 + (" (estimated: each as long as its trial)" if again.get("estimated") else "")
             )
             if again.get("count")
@@ -616,8 +616,10 @@ def hypervolume_2d(points: Iterable[tuple[float, float]], ref_memory: float) -> 
 def remeasurements(study: optuna.Study | Snapshot) -> dict[int, dict[str, Any]]:
     """Per trial, the re-measurements of its configuration after it ran and the time they took.
 
-    They are the noise floor's and the race's (study attributes ``measurement:<round>:<trial>``, and the
-    ``confirmations`` of older studies). A measurement that stored its ``wall_s`` is *timed*; one that did not
+    They are the noise floor's, the race's and the ablation's (study attributes ``measurement:<round>:<trial>``;
+    ``paired:<round>``, a process that measured several configurations alternately, whose time is shared equally
+    by the trials it measured; and the ``confirmations`` of older studies). A measurement that stored its
+    ``wall_s`` is *timed*; one that did not
     (stored before autotune kept it) is *estimated* as long as the trial's own measurement (its ``duration_s``),
     and said to be; one of a trial with no duration either is counted, untimed.
     """
@@ -642,17 +644,16 @@ def remeasurements(study: optuna.Study | Snapshot) -> dict[int, dict[str, Any]]:
         else:
             e["untimed"] += 1
 
-    for key, value in snap.attrs.items():
-        if not key.startswith(MEASUREMENT) or not isinstance(value, Mapping):
-            continue
-        round_id, _, trial = key[len(MEASUREMENT) :].rpartition(":")
-        try:
-            number = int(trial)
-        except ValueError:
-            continue
+    for round_id, number, value in remeasured(snap.attrs):
         kind = "race" if round_id.startswith("race-") else "noise floor" if round_id.startswith("floor-") else "other"
         wall = _num(value.get("wall_s"))
         add(number, kind, wall if wall is not None and wall >= 0 else None)
+    for b in blocks(snap.attrs):
+        # a process that measured several configurations alternately: its time shared by the trials it measured
+        measured = [n for n in b.trials.values() if isinstance(n, int)]
+        kind = "race" if b.purpose.get("race") else "what each knob bought" if b.purpose.get("ablation") else "other"
+        for number in measured:
+            add(number, kind, b.wall_s / len(measured) if b.wall_s is not None and b.wall_s >= 0 else None)
     confirmations = snap.attrs.get("confirmations")
     if isinstance(confirmations, Mapping):
         for trial, rates in confirmations.items():

@@ -382,9 +382,9 @@ def duration_figure(info: Mapping[str, Any]) -> go.Figure:
         if not items:
             continue
         name = (
-            "re-measured (noise floor, race), estimated: each as long as its trial"
+            "re-measured (noise floor, race, what each knob bought), estimated: each as long as its trial"
             if estimated
-            else "re-measured (noise floor, race)"
+            else "re-measured (noise floor, race, what each knob bought)"
         )
         fig.add_trace(
             go.Bar(

@@ -237,7 +237,7 @@ def render_html(study: optuna.Study | Snapshot, refresh_s: float | None = None) 
                 + _e(
                     join(
                         [
-                            f"On top of each trial, the time its configuration was measured again (noise floor, race): "
+                            f"On top of each trial, the time its configuration was measured again (noise floor, race, what each knob bought): "
                             f"{plural(again['count'], 're-measurement')}, {format_duration(again['time_s'])} in all",
                             f"{guessed} of them were not timed when stored and are estimated as long as their trial's "
                             f"own measurement (hatched)"
