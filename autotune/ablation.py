@@ -12,9 +12,11 @@ own claim against the path's last point).
 
 A step that buys nothing beyond the noise is dropped from the recommendation: the
 recommendation is the shortest start of the path that keeps the gain (its speed-up not
-below the whole path's beyond the noise, and above the defaults'). When that is not the
-winner itself, the study measures it once more as a trial of its own (its memory, a
-trial number every view can show), and the verdict names it.
+below the whole path's beyond the noise, and above the defaults'). A knob that bought
+nothing but stands before one that paid cannot be left out of a start of the path: then
+the path is measured once more, what paid first (:func:`reordered`). When the
+recommendation is not the winner itself, the study measures it once more as a trial of
+its own (its memory, a trial number every view can show), and the verdict names it.
 
 This module is the pure part (planning the path, reading the steps from the measured
 processes); :mod:`autotune.race` measures them and :mod:`autotune.evidence` reports them.
@@ -65,6 +67,22 @@ def path(base: Mapping[str, Any], changes: Mapping[str, Any], ordered: Sequence[
     for name in ordered:
         points.append({**points[-1], name: changes[name]})
     return points
+
+
+def reordered(ab: "Ablation") -> list[str] | None:
+    """The path's knobs again, those that paid first (largest first) and those that bought nothing last, when a
+    step that bought nothing stands before one that paid; None otherwise.
+
+    The recommendation is a start of the path, so a knob that bought nothing but was added before one that paid
+    cannot be left out of it (the search's order of effects was wrong, or the knobs interact). Measuring the path
+    once more in this order lets the shortest start that keeps the gain leave it out.
+    """
+    inside = [s for s in ab.steps if s.within_process]
+    pays = [s.pays for s in inside]
+    if not any(not p and any(pays[i + 1:]) for i, p in enumerate(pays)):
+        return None
+    paid = sorted((s for s in inside if s.pays), key=lambda s: -s.bought.estimate)
+    return [name for s in paid + [s for s in inside if not s.pays] for name in s.added]
 
 
 @dataclass(frozen=True)

@@ -473,13 +473,16 @@ class Evidence:
             return self._memo["ablation"]  # type: ignore[no-any-return]
         plans = [(k[len(A.ABLATION):], v) for k, v in self.attrs.items()
                  if k.startswith(A.ABLATION) and isinstance(v, Mapping) and v.get("winner_key") == w.key]
-        if not plans:
-            return None
-        ablation_id, plan = max(plans, key=lambda kv: kv[1].get("started", 0.0))
-        keys = [p["key"] for p in plan.get("path") or []]
-        processes = sum(1 for b in self.blocks if b.purpose.get("ablation") == ablation_id)
-        self._memo["ablation"] = A.analyse(ablation_id, plan, {k: self.within.get(k, []) for k in keys}, self.within_noise,
-                                           verdict.speedup, self.trial_of.get, processes)
+        # the newest path measured whole (one measured again in another order, when a knob that bought nothing
+        # stood before one that paid: autotune.ablation.reordered), else the one before it
+        for ablation_id, plan in sorted(plans, key=lambda kv: -float(kv[1].get("started", 0.0))):
+            keys = [p["key"] for p in plan.get("path") or []]
+            processes = sum(1 for b in self.blocks if b.purpose.get("ablation") == ablation_id)
+            found = A.analyse(ablation_id, plan, {k: self.within.get(k, []) for k in keys}, self.within_noise,
+                              verdict.speedup, self.trial_of.get, processes)
+            if found is not None:
+                self._memo["ablation"] = found
+                break
         return self._memo["ablation"]  # type: ignore[no-any-return]
 
     def _raced_verdict(self) -> Verdict:
