@@ -1,6 +1,6 @@
 """How long the honest answer takes: the README's main job, and the issues' Hugging Face study, end to end.
 
-    python benchmarks/main_job.py [--jobs cnn hf] [--repeat 1]
+    python benchmarks/main_job.py [--jobs cnn hf] [--repeat 1] [--out main_job]
 
 Runs each job exactly as a user types it (``autotune run ...`` in a fresh, empty folder, in
 a process of its own), times it from start to the last line it prints, and reads its study
@@ -14,7 +14,7 @@ each knob bought. Run it on a quiet machine: the first line says how busy it was
   --model-arg n_head=2 --seq-len 64 --trials 6`` (GPT-2's own 50,257-token vocabulary;
   issue 18's target: under 5 minutes with the same or a better verdict).
 
-Writes benchmarks/results/main_job.json and .txt (what it printed).
+Writes benchmarks/results/main_job.json and .txt (what it printed; ``--out`` names them).
 """
 
 from __future__ import annotations
@@ -88,6 +88,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", nargs="*", default=list(JOBS))
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--out", default="main_job", help="Results under benchmarks/results/OUT.json and OUT.txt.")
     args = ap.parse_args()
     busy = load.other_cores_now(2.0)
     say(f"machine: {hardware.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
@@ -111,8 +112,8 @@ def main() -> None:
             say(f"   verdict: {r['verdict']['text']}")
     results = Path(__file__).resolve().parent / "results"
     results.mkdir(exist_ok=True)
-    (results / "main_job.json").write_text(json.dumps(out, indent=1, default=str))
-    (results / "main_job.txt").write_text("\n".join(LINES) + "\n")
+    (results / f"{args.out}.json").write_text(json.dumps(out, indent=1, default=str))
+    (results / f"{args.out}.txt").write_text("\n".join(LINES) + "\n")
 
 
 if __name__ == "__main__":
