@@ -6,9 +6,11 @@ knob of the winner bought.
   before it compares anything (the cut margin of early stopping, every interval).
 - **The race.** At the end, the configurations the evidence does not separate from
   the fastest (:meth:`Evidence.race_candidates`) are measured again, round after round.
-  Those that can share a process with the defaults (every knob they change acts on the
-  arm's own model, optimizer, loader or step: :func:`autotune.knobs.apart`) are measured
-  alternately with the defaults in one process per round (:mod:`autotune.paired`), where
+  Given shared processes (``together``: ``AUTOTUNE_PAIRED=1``, experimental, see
+  :data:`autotune.tuning.PAIRED_ENV`), those that can share a process with the defaults
+  (every knob they change acts on the arm's own model, optimizer, loader or step:
+  :func:`autotune.knobs.apart`) are measured alternately with the defaults in one process
+  per round (:mod:`autotune.paired`), where
   the process's own speed cancels in their ratio; the others in a process each, the
   baseline in every round, interleaved in a rotating order. After each round a candidate
   leaves once it cannot change the verdict (slower than the fastest or the defaults beyond
@@ -16,7 +18,7 @@ knob of the winner bought.
   measurements go to the comparisons still undecided. The race stops at a planned look
   (:func:`look_rounds`) once the verdict is settled, at once when it cannot end in a claim,
   or after ``rounds`` rounds (the ``--confirm`` budget). Claims are adjusted for the looks.
-- **What each knob bought** (:func:`run_ablation`, :mod:`autotune.ablation`). A winner that
+- **What each knob bought** (:func:`run_ablation`, :mod:`autotune.ablation`; shared processes only). A winner that
   changes several knobs gets the path from the defaults to it measured, one knob at a time,
   in a few shared processes; knobs that buy nothing beyond the noise are dropped from the
   recommendation, which is then measured once on its own.

@@ -39,6 +39,11 @@ from autotune.runner import Runner
 from autotune.store import Store, kind
 
 JOB = view.JOB  # the attribute of a job record
+#: ``AUTOTUNE_PAIRED=1``: the race (and what each knob bought) measures candidates alongside the defaults inside shared
+#: processes (autotune/paired.py). Experimental and off by default: on the calibration models the ratios measured that
+#: way ran high against separate processes and against a plain training loop (benchmarks/paths_agree.py: an mlp
+#: candidate 6.03x shared, 4.42x separate, 3.29x in a user's loop), and 2 of 4 claims missed their re-measurement.
+PAIRED_ENV = "AUTOTUNE_PAIRED"
 JOB_OF = "job_of"  # on a per-kind study: the job record it works for
 
 
@@ -199,7 +204,8 @@ def _prepare(config: TuneConfig, name: str, store: Store, device: str, *, on_tri
         return runner.measure_together(configs, settings=runner.settings.lean())
 
     tuner = S.Tuner(study, effective, ctx, base, evaluate, options, on_trial=on_trial, on_repeat=on_repeat,
-                    check=store.check_alive, remeasure=remeasure, together=together)
+                    check=store.check_alive, remeasure=remeasure,
+                    together=together if os.environ.get(PAIRED_ENV) == "1" else None)
     warm = warmstart.seeds(store, study, created, config.warm_start, probe["fingerprint"], tuner)
     tuner.warm = [(seed.params, seed.attrs()) for seed in warm]
     measured = sum(1 for t in study.get_trials(deepcopy=False) if S.is_measured(t))

@@ -1,0 +1,129 @@
+"""Do autotune's two ways of measuring a speed-up agree with each other, and with a user's own training loop?
+
+A claim is about the user's training. This script measures one candidate against PyTorch's
+defaults three ways, in fresh processes, alternating, on the same machine:
+
+- **user loop**: a plain training loop as a user writes it with the exported configuration
+  (``autotune.load_config(...).apply(model, dataset, optimizer)``, then ``step(batch)`` in
+  half-second windows), the candidate and the defaults each in processes of their own;
+- **separate**: autotune's trial protocol, one configuration per process (``Runner.measure``,
+  as the noise floor and a race of separate processes measure);
+- **shared**: the candidate and the defaults alternately inside one process
+  (``Runner.measure_together``, as the race measures configurations that can share a
+  process, and as "what each knob bought" does).
+
+It also runs the defaults against themselves inside one process (must read 1.00x) and prints
+each configuration's own samples/s by path, so a bias can be told apart from noise.
+
+    python benchmarks/paths_agree.py [--model autotune.examples:mlp] [--set precision=bf16 ...] [--rounds 4]
+
+Writes benchmarks/results/paths_agree.json and .txt (what it printed). Run it on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+USER_LOOP = """
+import importlib, json, sys, time, torch, autotune, autotune.workload
+cfg = autotune.load_config(sys.argv[1], check_hardware=False)
+module, attr = sys.argv[2].split(":")
+model = getattr(importlib.import_module(module), attr)()
+dataset = autotune.workload.SyntheticDataset(model.example_input)
+model, loader, step = cfg.apply(model, dataset, torch.optim.AdamW(model.parameters(), lr=1e-4))
+batches = iter(loader)
+for _ in range(20):
+    step(next(batches))
+windows = []
+for _ in range(6):
+    start, n = time.perf_counter(), 0
+    while time.perf_counter() - start < 0.5:
+        step(next(batches))
+        n += 1
+    windows.append(n * cfg.knobs["batch_size"] / (time.perf_counter() - start))
+print(json.dumps(sorted(windows)[len(windows) // 2]))
+"""
+LINES: list[str] = []
+
+
+def say(line: str = "") -> None:
+    print(line, flush=True)
+    LINES.append(line)
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="autotune.examples:mlp")
+    ap.add_argument("--set", action="append", default=None, help="A knob of the candidate, NAME=VALUE (repeatable).")
+    ap.add_argument("--rounds", type=int, default=4)
+    args = ap.parse_args()
+
+    from autotune import hardware, knobs, load
+    from autotune.config import SCHEMA
+    from autotune.protocol import Settings
+    from autotune.runner import Runner, warm_up
+    from autotune.workload import WorkloadSpec
+
+    sets = args.set or ["precision=bf16", "batch_size=128", "optimizer_impl=fused"]
+    base = knobs.defaults()
+    cand = {**base, **knobs.parse_assignments(sets)}
+    warm_up()
+    busy = load.other_cores_now(2.0)
+    say(f"machine: {hardware.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+        f"{time.strftime('%Y-%m-%d %H:%M')}; other processes used {busy['other_cores']:.1f} cores at the start")
+    say(f"model {args.model}; candidate {knobs.short(cand)}; {args.rounds} rounds, each path alternating")
+    runner = Runner(WorkloadSpec(args.model), settings=Settings().lean())
+    rates: dict[str, dict[str, list[float]]] = {p: {"defaults": [], "candidate": []} for p in ("user loop", "separate", "shared")}
+    same: list[float] = []
+    with tempfile.TemporaryDirectory() as folder:
+        docs = {}
+        for name, config in (("defaults", base), ("candidate", cand)):
+            docs[name] = Path(folder, f"{name}.json")
+            docs[name].write_text(json.dumps({"schema": SCHEMA, "knobs": config,
+                                              "context": {"device_type": "cpu", "task": "train", "input_rank": 2}}))
+        for k in range(args.rounds):
+            for name in ("defaults", "candidate"):
+                out = subprocess.run([sys.executable, "-c", USER_LOOP, str(docs[name]), args.model],
+                                     capture_output=True, text=True, check=True)
+                rates["user loop"][name].append(float(out.stdout.strip().splitlines()[-1]))
+            rates["separate"]["defaults"].append(runner.measure(base).samples_per_s)
+            rates["separate"]["candidate"].append(runner.measure(cand).samples_per_s)
+            res = runner.measure_together([base, cand])
+            rates["shared"]["defaults"].append(res.arms[0]["samples_per_s"])
+            rates["shared"]["candidate"].append(res.arms[1]["samples_per_s"])
+            res = runner.measure_together([base, base])
+            same.append(res.arms[1]["samples_per_s"] / res.arms[0]["samples_per_s"])
+            say(f"round {k + 1}: " + "; ".join(
+                f"{p} {r['candidate'][-1] / r['defaults'][-1]:.2f}x ({r['defaults'][-1]:.0f} -> {r['candidate'][-1]:.0f})"
+                for p, r in rates.items()) + f"; defaults against themselves in one process {same[-1]:.2f}x")
+    say()
+    out = {}
+    for p, r in rates.items():
+        ratio = geomean(r["candidate"]) / geomean(r["defaults"])
+        out[p] = {"speedup": ratio, "defaults_samples_per_s": geomean(r["defaults"]),
+                  "candidate_samples_per_s": geomean(r["candidate"]), "rates": r}
+        say(f"{p:>9}: {ratio:.2f}x  (defaults {geomean(r['defaults']):.0f}, candidate {geomean(r['candidate']):.0f} samples/s)")
+    say(f"defaults against themselves in one process: {geomean(same):.2f}x")
+    out["same_in_one_process"] = geomean(same)
+    results = Path(__file__).resolve().parent / "results"
+    results.mkdir(exist_ok=True)
+    (results / "paths_agree.json").write_text(json.dumps(out, indent=1))
+    (results / "paths_agree.txt").write_text("\n".join(LINES) + "\n")
+
+
+if __name__ == "__main__":
+    main()
