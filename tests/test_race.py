@@ -318,16 +318,25 @@ def test_a_knob_that_buys_nothing_is_dropped_from_the_recommendation_and_the_res
     assert right >= 16, f"the recommendation was bf16 alone in only {right} of 20 seeds"
 
 
+def two_knobs():
+    """A space of two knobs, precision and the optimizer's kernels, and the attributes of a study of it."""
+    sp = space.parse({"search": {"precision": ["fp32", "bf16"], "optimizer_impl": ["default", "fused"]}}, "two.toml", "two")
+    attrs = {"workload": {"model": "x:y"}, "space": sp.to_dict(), "space_hash": sp.hash(),
+             "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
+    return sp, attrs
+
+
+def bf16_pays(config) -> float:
+    """Only bf16 pays (truly 1.5x); the fused optimizer truly buys nothing."""
+    return 1.5 if config["precision"] == "bf16" else 1.0
+
+
 def test_the_smallest_configuration_that_keeps_the_gain_is_measured_on_its_own_and_named():
     """Two trials: the defaults and the recipe (bf16 and the fused optimizer). Only bf16 pays (1.5x): the race
     confirms the recipe, the path shows fused bought nothing, and bf16 alone, never measured by the search, is
     measured once as a trial of its own and becomes the recommendation in every view."""
-    sp = space.parse({"search": {"precision": ["fp32", "bf16"], "optimizer_impl": ["default", "fused"]}}, "two.toml", "two")
-    attrs = {"workload": {"model": "x:y"}, "space": sp.to_dict(), "space_hash": sp.hash(),
-             "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
-
-    def truth(config):
-        return 1.5 if config["precision"] == "bf16" else 1.0
+    sp, attrs = two_knobs()
+    truth = bf16_pays
 
     named = 0
     for seed in range(5):
@@ -417,12 +426,8 @@ def test_a_knob_that_bought_nothing_before_one_that_paid_is_left_out_too(monkeyp
     from autotune import ablation as A
 
     monkeypatch.setattr(A, "order", lambda changes, measured: sorted(changes, key=lambda k: k != "optimizer_impl"))
-    sp = space.parse({"search": {"precision": ["fp32", "bf16"], "optimizer_impl": ["default", "fused"]}}, "two.toml", "two")
-    attrs = {"workload": {"model": "x:y"}, "space": sp.to_dict(), "space_hash": sp.hash(),
-             "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
-
-    def truth(config):
-        return 1.5 if config["precision"] == "bf16" else 1.0
+    sp, attrs = two_knobs()
+    truth = bf16_pays
 
     left_out = 0
     for seed in range(5):
