@@ -753,7 +753,7 @@ def status(study_name: str | None, storage: str | None, as_json: bool) -> None:
 
     study_name = study_name or _the_only_study(storage)
     store = study_store(study_name, storage, read_only=True)
-    study = store.load(study_name)
+    study = view.read(store, study_name)
     if as_json:
         click.echo(json.dumps(view.status(study), indent=2, default=str))
     else:
@@ -783,13 +783,13 @@ def export(study_name: str, pick: str, max_memory: int | None, storage: str | No
       autotune export mynet --pick smallest --max-memory 20GiB --format lightning
     """
     from autotune import config as C
-    from autotune import frameworks
+    from autotune import frameworks, view
 
     frameworks.check_format(fmt)
     if output is not None:
         C.check_output(output)  # a folder or an unwritable place fails before the study is read
     store = study_store(study_name, storage, read_only=True)
-    study = store.load(study_name)
+    study = view.read(store, study_name)
     doc = C.export(study, pick, max_memory, store.shown)
     if fmt != "json":
         rendered = frameworks.text(doc, fmt)
@@ -833,12 +833,12 @@ def dashboard(study_name: str, storage: str | None, output: str | None, watch_s:
     """
     from pathlib import Path
 
-    from autotune import report
+    from autotune import report, view
 
     store = study_store(study_name, storage, read_only=True)
 
     def load() -> Any:
-        return store.load(study_name)
+        return view.read(store, study_name)
 
     out = Path(output) if output else report.default_path(study_name)
     if watch_s is None:

@@ -1,4 +1,8 @@
-"""The machine a trial runs on: device resolution, the hardware/software fingerprint, and known peak FLOP/s."""
+"""The machine a trial runs on: device resolution, the hardware/software fingerprint, and known peak FLOP/s.
+
+Only the functions that probe the live machine import torch (inside them): the read commands compare stored
+fingerprints with :func:`differences` and :func:`short`, and must answer without loading torch (~1 s).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ import os
 import platform
 from typing import Any, Iterable
 
-import torch
 
 from autotune.errors import DeviceError
 from autotune.knobs import cpu_count
@@ -42,6 +45,8 @@ def peak_flops(device_name: str | None, precision: str) -> float | None:
 
 def check_device(device: str) -> str:
     """Validate a ``--device`` string (cpu, cuda, cuda:N) against this machine; returns it normalised."""
+    import torch
+
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError):
@@ -60,6 +65,8 @@ def check_device(device: str) -> str:
 
 
 def default_device() -> str:
+    import torch
+
     return "cuda:0" if torch.cuda.device_count() > 0 else "cpu"
 
 
@@ -88,6 +95,8 @@ def _driver_version() -> str | None:
 
 def fingerprint(device: str) -> dict[str, Any]:
     """What the measurements depend on. Call it where trials run (it may start CUDA)."""
+    import torch
+
     dev = torch.device(device)
     info: dict[str, Any] = {
         "device_type": dev.type,
@@ -116,6 +125,8 @@ IDENTITY_KEYS = ("device_type", "device_name", "device_count", "torch", "cuda", 
 
 
 def _cpu_capability() -> str | None:
+    import torch
+
     get = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
     return str(get()) if get else None
 
@@ -156,6 +167,8 @@ def native_bf16(cpuinfo: str | None = None) -> bool:
             pass
     if flags is not None:
         return bool(flags & BF16_FLAGS)
+    import torch
+
     cpu = getattr(torch, "cpu", None)
     for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
         check = getattr(cpu, probe, None)

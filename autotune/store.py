@@ -328,6 +328,15 @@ class Store:
 
     def load(self, name: str, sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:
         """An existing study; StudyError listing what exists when there is none of that name."""
+        self._existing(name)
+        return optuna.load_study(study_name=name, storage=self.storage, sampler=sampler)
+
+    def study_id(self, name: str) -> int:
+        """The storage's id of an existing study (for reading it in one pass: :func:`autotune.view.read`)."""
+        self._existing(name)
+        return self.storage.get_study_id_from_name(name)
+
+    def _existing(self, name: str) -> None:
         check_name(name)
         names = self.names()
         if name not in names:
@@ -335,7 +344,6 @@ class Store:
                 raise StudyError(f"no study {name!r}: {self.path} does not exist")
             hint = f"; studies there: {', '.join(names)}" if names else "; it holds no study"
             raise StudyError(f"no study {name!r} in {self.shown}{hint}")
-        return optuna.load_study(study_name=name, storage=self.storage, sampler=sampler)
 
     def _writable(self) -> optuna.storages.BaseStorage:
         if self.read_only:

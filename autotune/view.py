@@ -1,18 +1,24 @@
-"""One view of a study, as every read command shows it: ``status`` (and ``--json``), ``list``, and the end of ``run``.
+"""One view of a study, as every read command shows it: ``status`` (and ``--json``), ``list``, ``export``, the
+dashboard and the end of ``run``.
 
-The figures come from :class:`autotune.evidence.Evidence` (each computed once there);
-this module only gathers them with the study's counts, failures and attributes into
-one JSON-able document, so the command line, ``--json`` and the Python API print the
-same thing. It reads, never writes, and imports neither torch nor the trial modules.
+:class:`StudyView` is the study read once from its store: its attributes in one query and
+its trials in one pass (:mod:`autotune.reading`), never deep-copied, and its
+:class:`autotune.evidence.Evidence` built once from them. Every read command builds one and
+hands it to whatever shows the study (it answers what those read of an ``optuna.Study``:
+``study_name``, ``user_attrs``, ``get_trials``). The figures come from the evidence (each
+computed once there); this module gathers them with the study's counts, failures and
+attributes into one JSON-able document, so the command line, ``--json`` and the Python API
+print the same thing. It reads, never writes, and imports neither torch nor the trial modules.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+import functools
+from typing import Any, Container, Mapping, Sequence
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.recovery import OWNER
 
@@ -21,7 +27,47 @@ NOT_MEASURED = ("interrupted", "skipped", "running", "waiting")
 RECENT_S = 15 * 60  # a worker that signed a trial this recently counts as working on the study
 
 
-def summary(study: optuna.Study, evidence: Any = None) -> dict[str, Any]:
+class StudyView:
+    """A study read once: its name, attributes and trials, and its evidence (built on first use, then kept).
+
+    Built by :func:`read` (or :meth:`of` for a live ``optuna.Study``, e.g. at the end of a run); read-only.
+    """
+
+    def __init__(self, name: str, attrs: Mapping[str, Any], trials: Sequence[FrozenTrial]) -> None:
+        self.study_name = name
+        self.user_attrs: dict[str, Any] = dict(attrs)
+        self.trials: list[FrozenTrial] = list(trials)
+
+    @classmethod
+    def of(cls, study: optuna.Study | StudyView) -> StudyView:
+        if isinstance(study, StudyView):
+            return study
+        return cls(study.study_name, study.user_attrs, study.get_trials(deepcopy=False))
+
+    def get_trials(self, deepcopy: bool = False, states: Container[TrialState] | None = None) -> list[FrozenTrial]:
+        """The trials by number (the same objects every time; ``deepcopy`` is accepted for optuna.Study's
+        signature, and ignored: nothing here writes to them)."""
+        return self.trials if states is None else [t for t in self.trials if t.state in states]
+
+    @functools.cached_property
+    def evidence(self) -> Any:
+        from autotune.evidence import Evidence
+
+        return Evidence(self.trials, self.user_attrs)
+
+
+def read(store: Any, name: str, attrs: Mapping[str, Any] | None = None) -> StudyView:
+    """The study ``name`` of ``store`` (an :class:`autotune.store.Store`), read once; ``attrs``: its attributes when
+    already read (``list`` has every study's from one query). StudyError when there is no such study."""
+    from autotune import reading
+
+    with store.faults():
+        study_id = store.study_id(name) if attrs is None else store.storage.get_study_id_from_name(name)
+        return StudyView(name, attrs if attrs is not None else store.storage.get_study_user_attrs(study_id),
+                         reading.all_trials(store.storage, study_id))
+
+
+def summary(study: optuna.Study | StudyView, evidence: Any = None) -> dict[str, Any]:
     """Counts by outcome and the verdict's figures, for ``autotune list`` (figures from :mod:`autotune.evidence`)."""
     from autotune.evidence import Evidence
 
@@ -64,11 +110,12 @@ def summary(study: optuna.Study, evidence: Any = None) -> dict[str, Any]:
     }
 
 
-def status(study: optuna.Study) -> dict[str, Any]:
+def status(study: optuna.Study | StudyView) -> dict[str, Any]:
     """Everything ``autotune status`` shows: the summary, the evidence's figures, failures by outcome."""
     from autotune import ceiling
     from autotune.evidence import Evidence
 
+    study = StudyView.of(study)
     ev = Evidence.of(study)
     doc = summary(study, ev)
     doc.update(ev.to_dict())
@@ -100,5 +147,5 @@ def listing(store: Any) -> list[dict[str, Any]]:
                          "submitted_at": raw.get("submitted_at"), "workload": raw.get("spec"),
                          "studies": [n for n in names if n.startswith(frozen.study_name + "@")]})
             continue
-        docs.append(summary(store.load(frozen.study_name)))
+        docs.append(summary(read(store, frozen.study_name, frozen.user_attrs)))
     return docs

@@ -85,6 +85,25 @@ def test_front_drops_dominated_points_and_those_over_the_memory_limit():
     assert Evidence(trials, {}, max_memory_bytes=300 * MiB).front() == [2, 0]
 
 
+def test_front_is_the_pairs_definition_on_ties_and_duplicates():
+    """The one-sweep front equals the definition (no other point as fast with no more memory, one of them
+    strictly better) on random points with many ties in rate and in memory."""
+    import random
+
+    rng = random.Random(3)
+    for _ in range(30):
+        trials = [trial(0, 100.0, role="baseline", config={"batch_size": 32})]
+        trials += [trial(n, float(rng.choice([90, 100, 120, 150, 150, 200])), peak_mib=rng.choice([50, 100, 100, 300]))
+                   for n in range(1, 25)]
+        ev = Evidence(trials, {})
+        points = ev.ok()
+        pareto = [c for c in points if not any(
+            o is not c and o.samples_per_s >= c.samples_per_s and o.peak_memory_bytes <= c.peak_memory_bytes
+            and (o.samples_per_s > c.samples_per_s or o.peak_memory_bytes < c.peak_memory_bytes) for o in points)]
+        expected = [c.number for c in sorted(pareto, key=lambda c: (-c.samples_per_s, c.peak_memory_bytes))]
+        assert ev.front() == expected
+
+
 def test_time_spent_counts_overlapping_workers_once():
     attrs = {
         f"{SESSION}a": {"started_at": 1000.0, "elapsed_s": 100.0},

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+import torch
+
 from autotune import hardware
 from autotune.errors import DeviceError
 
@@ -18,7 +20,7 @@ def test_check_device():
     assert hardware.check_device("cpu") == "cpu"
     with pytest.raises(DeviceError, match="not a device"):
         hardware.check_device("banana")
-    if not hardware.torch.cuda.is_available():
+    if not torch.cuda.is_available():
         with pytest.raises(DeviceError, match="no CUDA device"):
             hardware.check_device("cuda:0")
     else:  # pragma: no cover - GPU machines
@@ -60,25 +62,25 @@ GRAVITON2 = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 cr
 @pytest.mark.parametrize("cpuinfo, native", [(ZEN3, False), (CASCADE_LAKE, False), (GRAVITON2, False),
                                              (ZEN4, True), (SAPPHIRE_RAPIDS, True), (GRAVITON3, True)])
 def test_native_bf16_from_the_cpu_flags(cpuinfo, native, monkeypatch):
-    monkeypatch.setattr(hardware.torch.cpu, "_is_avx512_bf16_supported", lambda: not native, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: not native, raising=False)
     assert hardware.native_bf16(cpuinfo) is native  # the flags decide, whatever torch's probe says
 
 
 def test_native_bf16_without_flags_asks_torch_and_is_conservative(monkeypatch):
     """Where no flags are listed (macOS, Windows): torch's probes; where they cannot say, no native bf16."""
     for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
-        monkeypatch.setattr(hardware.torch.cpu, probe, lambda: False, raising=False)
+        monkeypatch.setattr(torch.cpu, probe, lambda: False, raising=False)
     assert hardware.native_bf16("") is False
-    monkeypatch.setattr(hardware.torch.cpu, "_is_amx_tile_supported", lambda: True)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
     assert hardware.native_bf16("") is True
 
     def broken() -> bool:
         raise RuntimeError("cpuinfo failed to initialise")
 
-    monkeypatch.setattr(hardware.torch.cpu, "_is_amx_tile_supported", broken)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", broken)
     assert hardware.native_bf16("") is False
     for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
-        monkeypatch.delattr(hardware.torch.cpu, probe)
+        monkeypatch.delattr(torch.cpu, probe)
     assert hardware.native_bf16("") is False
 
 
@@ -102,6 +104,6 @@ def test_the_probe_records_native_bf16_in_the_context(monkeypatch):
     w = build(WorkloadSpec("autotune.examples:mlp"))
     for native in (False, True):
         monkeypatch.setattr(hardware, "native_bf16", lambda cpuinfo=None, native=native: native)
-        ctx = worker.context_for(w, hardware.torch.device("cpu"))
+        ctx = worker.context_for(w, torch.device("cpu"))
         assert ctx.cpu_bf16 is native
         assert knobs.Context.from_dict(ctx.to_dict()).cpu_bf16 is native  # stored and read back with the study

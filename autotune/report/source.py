@@ -21,6 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import knobs
 from autotune import space as spaces
 from autotune.evidence import Evidence
+from autotune.view import StudyView
 
 OK = "ok"
 BASELINE = "baseline"
@@ -79,14 +80,15 @@ class Snapshot:
         return self.recommended()
 
 
-def snapshot(study: optuna.Study) -> Snapshot:
+def snapshot(study: optuna.Study | StudyView) -> Snapshot:
     """Read a study once into a :class:`Snapshot`."""
+    study = StudyView.of(study)
     trials = study.get_trials(deepcopy=False)
-    attrs = dict(study.user_attrs)
+    attrs = study.user_attrs
     context = _context(attrs)
     defaults = knobs.defaults(context)
     rows = [_row(t, defaults) for t in trials]
-    ev = Evidence(trials, attrs)
+    ev = Evidence.of(study)
     for r in rows:
         # Every figure of a measured configuration is the evidence's (autotune/evidence.py):
         # the same samples/s and speed-up as status, export and the run's summary.
