@@ -83,40 +83,13 @@ def build(n: int, workdir: Path, journal: bool) -> dict[str, str]:
 
 def _in_memory(n: int) -> Any:
     import optuna
-    from optuna.trial import TrialState, create_trial
-    from study_factory import CAPACITY, FAILURE_MESSAGES, add_race, make_study
+    from study_factory import add_race, jittered_copies, make_study
 
     from autotune.evidence import Evidence
 
     memory = optuna.storages.InMemoryStorage()
     study = make_study(memory, n_trials=min(n, FACTORY_MAX), seed=0, name=NAME)
-    rng = random.Random(1)
-    sources = [t for t in study.get_trials(deepcopy=False)
-               if t.state == TrialState.COMPLETE and t.user_attrs.get("duplicate_of") is None
-               and t.user_attrs.get("role") == "search"]
-    ok = [t for t in sources if t.user_attrs.get("outcome") == "ok"]
-    copies = []
-    for _ in range(n - min(n, FACTORY_MAX)):
-        src = rng.choice(ok)
-        attrs = json.loads(json.dumps(src.user_attrs))
-        attrs["duration_s"] = round(float(attrs.get("duration_s") or 10.0) * rng.uniform(0.8, 1.2), 2)
-        if rng.random() < 0.08:
-            outcome = rng.choice(["oom", "nan", "error"])
-            etype, message = FAILURE_MESSAGES[outcome]
-            attrs.update(outcome=outcome, error={"type": etype, "message": message},
-                         result={"peak_memory_bytes": CAPACITY if outcome == "oom" else None, "memory": {}, "notes": {}})
-            values = [0.0, float(CAPACITY)]
-            constraints = {"failed": 1.0, "memory": 0.0}
-        else:
-            result = attrs["result"]
-            speed = round(float(src.values[0]) * rng.gauss(1.0, 0.03), 3)
-            peak = int(src.values[1] * rng.gauss(1.0, 0.01))
-            result.update(samples_per_s=speed, peak_memory_bytes=peak)
-            values = [speed, float(peak)]
-            constraints = {"failed": 0.0, "memory": 0.0}
-        copies.append(create_trial(state=TrialState.COMPLETE, values=values, params=src.params,
-                                   distributions=src.distributions, user_attrs=attrs,
-                                   constraints=constraints))
+    copies = jittered_copies(study, n - min(n, FACTORY_MAX), seed=1)
     if copies:
         study.add_trials(copies)
     ev = Evidence.of(study)

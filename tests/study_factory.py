@@ -389,3 +389,40 @@ def _result(config: dict[str, Any], speed: float, peak: int, duration: float, rn
         "overhead_s": round(duration * 0.15, 2),
         "notes": {},
     }
+
+
+def jittered_copies(study: optuna.Study, n: int, seed: int = 1, failure_share: float = 0.08) -> list[Any]:
+    """``n`` new trials (FrozenTrial, not yet added) copied from the study's ok search trials: samples/s x N(1, 3%),
+    peak memory x N(1, 1%), duration x U(0.8, 1.2), and about ``failure_share`` of them turned into oom, nan and
+    error failures. A study of 10,000 trials built so holds ~9,000 distinct measurements, not a few configurations
+    answered from the cache again and again (benchmarks/views_scale.py, the 10,000-trial dashboard test)."""
+    import json
+
+    from optuna.trial import create_trial
+
+    rng = random.Random(seed)
+    ok = [t for t in study.get_trials(deepcopy=False)
+          if t.state == TrialState.COMPLETE and t.user_attrs.get("duplicate_of") is None
+          and t.user_attrs.get("role") == "search" and t.user_attrs.get("outcome") == "ok"]
+    copies = []
+    for _ in range(n):
+        src = rng.choice(ok)
+        attrs = json.loads(json.dumps(src.user_attrs))
+        attrs["duration_s"] = round(float(attrs.get("duration_s") or 10.0) * rng.uniform(0.8, 1.2), 2)
+        if rng.random() < failure_share:
+            outcome = rng.choice(["oom", "nan", "error"])
+            etype, message = FAILURE_MESSAGES[outcome]
+            attrs.update(outcome=outcome, error={"type": etype, "message": message},
+                         result={"peak_memory_bytes": CAPACITY if outcome == "oom" else None, "memory": {}, "notes": {}})
+            values = [0.0, float(CAPACITY)]
+            constraints = {"failed": 1.0, "memory": 0.0}
+        else:
+            result = attrs["result"]
+            speed = round(float(src.values[0]) * rng.gauss(1.0, 0.03), 3)
+            peak = int(src.values[1] * rng.gauss(1.0, 0.01))
+            result.update(samples_per_s=speed, peak_memory_bytes=peak)
+            values = [speed, float(peak)]
+            constraints = {"failed": 0.0, "memory": 0.0}
+        copies.append(create_trial(state=TrialState.COMPLETE, values=values, params=src.params,
+                                   distributions=src.distributions, user_attrs=attrs, constraints=constraints))
+    return copies

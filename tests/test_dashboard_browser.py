@@ -225,3 +225,36 @@ def test_what_each_knob_bought_draws_one_bar_a_step(tmp_path):
     drawn = plot(summary, "ablation")
     assert drawn["bars"] == len(ab.steps) + 1  # the defaults, then one bar a knob added
     assert_readable_ticks(summary)
+
+
+def test_a_study_of_ten_thousand_trials_draws_every_figure_in_a_small_page(tmp_path):
+    """10,000 trials (9,000 distinct measurements, ~8% failures): the page stays under 5 MB, every figure draws
+    without an error, the cloud of trials in WebGL, and the front and every failure count exactly."""
+    from study_factory import jittered_copies
+
+    from autotune.view import StudyView
+
+    study = make_study(optuna.storages.InMemoryStorage(), n_trials=60, seed=5, name="big")
+    ev = Evidence.of(study)
+    leaders = sorted((c for c in ev.configs.values() if not c.is_baseline), key=lambda c: -c.samples_per_s)[:4]
+    add_race(study, {c.number: c.samples_per_s for c in leaders}, rounds=2, wall_s=True)
+    trials = study.get_trials(deepcopy=False)
+    for k, t in enumerate(jittered_copies(study, 10_000 - len(trials), seed=2)):
+        t.number = len(trials) + k
+        trials.append(t)
+    view = StudyView("big", study.user_attrs, trials)
+    path = report.write_dashboard(view, tmp_path / "big.html")
+    assert path.stat().st_size < 5e6
+    summary = self_test(path, tmp_path / "profile")
+    assert summary["errors"] == []
+    assert len(summary["plots"]) == summary["expected"] >= 10 and all(p["marks"] > 0 for p in summary["plots"])
+    pareto = summary["plots"][0]
+    assert pareto["canvases"] > 0  # the cloud in WebGL
+    front = len(view.evidence.front())
+    assert f"Pareto front ({front})" in pareto["legend"]
+    failed = report.failures_info(view)["rows"]
+    counts: dict[str, int] = {}
+    for r in failed:
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+    for outcome, n in counts.items():
+        assert f"{outcome} ({n})" in pareto["legend"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import html
+import base64
+import gzip
 import json
 import math
 import re
@@ -220,6 +222,21 @@ def test_history_info(stored, snap):
     assert {d["outcome"] for d in info["durations"]} >= {"ok", "oom", "interrupted"}
 
 
+def test_history_keeps_the_hypervolume_of_every_point_so_far_exactly(snap):
+    """history_info keeps only the non-dominated points as it goes; each step's volume is exactly that of every
+    point measured so far, ties in memory and in rate included."""
+    info = report.history_info(snap)
+    ref = info["reference"]["peak_memory_bytes"]
+    rows = snap.by_number()
+    seen: list[tuple[float, float]] = []
+    for number, volume in zip(info["numbers"], info["hypervolume"]):
+        r = rows[number]
+        if r["outcome"] == "ok" and r["duplicate_of"] is None and r["feasible"] and r["samples_per_s"] is not None:
+            seen.append((r["samples_per_s"], r["peak_memory_bytes"]))
+            seen.append((r["samples_per_s"] * 0.5, r["peak_memory_bytes"]))  # a tie in memory, slower
+        assert volume == report.hypervolume_2d(seen, ref)
+
+
 def test_profile_info(snap):
     info = report.profile_info(snap)
     assert_json(info)
@@ -319,7 +336,9 @@ def test_write_dashboard(stored, tmp_path):
     assert report.write_dashboard(study, str(target)) == target
     page = target.read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and "http-equiv" not in page
-    assert page.count("plotly.js v") == 1  # embedded once
+    packed = re.findall(r'<script type="application/octet-stream" id="autotune-plotly">([A-Za-z0-9+/=]+)</script>', page)
+    assert len(packed) == 1 and gzip.decompress(base64.b64decode(packed[0])).decode().count("plotly.js v") == 1  # embedded once
+    assert len(page) < 2.5e6  # compressed: plotly.js alone is 4.8 MB
     assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=", page)  # nothing to fetch
     assert [p.name for p in target.parent.iterdir()] == ["demo.html"]  # no temp file left
     report.write_dashboard(study, target, refresh_s=7.4)

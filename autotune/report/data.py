@@ -604,7 +604,11 @@ def hypervolume_2d(points: Iterable[tuple[float, float]], ref_memory: float) -> 
     the rectangles [0, speed] x [memory, ref_memory]. A sweep by memory does it:
     each point that is faster than every point using less memory adds a strip.
     """
-    usable = sorted((m, s) for s, m in points if s > 0 and m < ref_memory)
+    # By memory, the fastest first among equal memory: only the staircase's corners add strips, so the area
+    # of a set and of its non-dominated points alone are the same number to the last bit (history_info keeps
+    # only those).
+    usable = sorted((m, -s) for s, m in points if s > 0 and m < ref_memory)
+    usable = [(m, -s) for m, s in usable]
     area, best = 0.0, 0.0
     for memory, speed in usable:
         if speed > best:
@@ -688,14 +692,16 @@ def history_info(study: optuna.Study | Snapshot) -> dict[str, Any]:
     top_speed = max((r["samples_per_s"] for r in ok_all if r["feasible"]), default=0.0)
     box = ref * top_speed
     numbers, best_so_far, hv, share = [], [], [], []
-    points: list[tuple[float, float]] = []
+    points: list[tuple[float, float]] = []  # the non-dominated points so far: the volume is theirs alone
     best: float | None = None
+    volume = 0.0
     for r in finished:
         if r["outcome"] == OK and r["duplicate_of"] is None and r["feasible"] and r["samples_per_s"] is not None:
             best = max(best or 0.0, r.get("first_samples_per_s") or r["samples_per_s"])  # the search as it went
-            if r["peak_memory_bytes"] is not None:
-                points.append((r["samples_per_s"], r["peak_memory_bytes"]))
-        volume = hypervolume_2d(points, ref) if ref else 0.0
+            p = (r["samples_per_s"], r["peak_memory_bytes"])
+            if p[1] is not None and not any(s >= p[0] and m <= p[1] for s, m in points):
+                points = [(s, m) for s, m in points if not (p[0] >= s and p[1] <= m)] + [p]
+                volume = hypervolume_2d(points, ref) if ref else 0.0
         numbers.append(r["number"])
         best_so_far.append(None if best is None else (best / base if base else best))
         hv.append(volume)

@@ -35,6 +35,10 @@ RECOMMENDED_COLOR = "#2a9d8f"
 REMEASURE_COLOR = "#457b9d"
 TRIAL_COLOR = "#8ab6d6"
 FONT = "system-ui, -apple-system, Segoe UI, Roboto, sans-serif"
+#: Above this many marks a cloud is drawn with WebGL (Scattergl), a box from its quartiles, a history by the
+#: trials where it changed and time per trial in bins of trials: the page of a 10,000-trial study stays
+#: small and quick to draw. The front, the labelled points and the failure counts are always drawn exactly.
+DENSE = 1000
 
 
 # ---------------------------------------------------------------- figure functions
@@ -85,7 +89,21 @@ def pareto_figure(info: Mapping[str, Any]) -> go.Figure:
         ),
     ]
     for name, pts, color, symbol in groups:
-        if pts:
+        if pts and len(pts) > DENSE:
+            # A cloud in WebGL, each point hovering its trial, figures and speed-up (the front keeps full hovers).
+            fig.add_trace(
+                go.Scattergl(
+                    x=[(p["peak_memory_bytes"] or 0.0) / scale for p in pts],
+                    y=[p["samples_per_s"] for p in pts],
+                    mode="markers",
+                    name=f"{name} ({len(pts)})",
+                    marker={"color": color, "size": 5, "symbol": symbol, "opacity": 0.6},
+                    customdata=[[p["number"], _t(p.get("speedup_text") or "-")] for p in pts],
+                    hovertemplate=f"#%{{customdata[0]}}: %{{y:.1f}} samples/s, %{{x:.2f}} {unit}, "
+                                  "%{customdata[1]} the defaults<extra></extra>",
+                )
+            )
+        elif pts:
             fig.add_trace(
                 go.Scatter(
                     x=[(p["peak_memory_bytes"] or 0.0) / scale for p in pts],
@@ -119,7 +137,9 @@ def pareto_figure(info: Mapping[str, Any]) -> go.Figure:
         # Unknown memory: at the right edge, each outcome a little apart so none hides another.
         edge = info["edge_memory_bytes"] * (1 + 0.012 * index)
         xs = [(f["peak_memory_bytes"] if f["peak_memory_bytes"] is not None else edge) / scale for f in items]
+        dense = len(items) > DENSE / 10
         hovers = [
+            f"<b>#{f['number']}</b> {_t(f['outcome'])}: {_t(_clip(f['error'], 80))}" if dense else
             f"<b>#{f['number']}</b> {_t(f['outcome'])}<br>"
             + (
                 "memory unknown (drawn at the right edge)"
@@ -130,7 +150,7 @@ def pareto_figure(info: Mapping[str, Any]) -> go.Figure:
             for f in items
         ]
         fig.add_trace(
-            go.Scatter(
+            (go.Scattergl if len(items) > DENSE else go.Scatter)(
                 x=xs,
                 y=[0.0] * len(items),
                 mode="markers",
@@ -188,9 +208,20 @@ def knob_figure(knob: Mapping[str, Any], memory_unit: str, memory_scale: float) 
     fig = make_subplots(
         rows=1, cols=2, subplot_titles=("samples/s", f"peak memory ({memory_unit})"), horizontal_spacing=0.12
     )
+    dense = sum(len(v["numbers"]) for v in knob["values"]) > DENSE
     for i, v in enumerate(knob["values"]):
-        hover = [f"#{n}" for n in v["numbers"]]
         color = PALETTE[i % len(PALETTE)]
+        if dense:  # boxes from their quartiles (plotly's own method), without a mark per trial
+            label = _t(v["value"])
+            for col, ys in ((1, v["samples_per_s"]), (2, [None if m is None else m / memory_scale for m in v["peak_memory_bytes"]])):
+                q = _quartiles([y for y in ys if y is not None])
+                if q is None:
+                    continue
+                fig.add_trace(go.Box(x=[label], q1=[q[1]], median=[q[2]], q3=[q[3]], lowerfence=[q[0]], upperfence=[q[4]],
+                                     name=f"{label} ({len(ys)} trials)", showlegend=False, boxpoints=False,
+                                     marker={"color": color}, line={"color": color}), row=1, col=col)
+            continue
+        hover = [f"#{n}" for n in v["numbers"]]
         common = {
             "name": _t(v["value"]),
             "boxpoints": "all",
@@ -213,6 +244,18 @@ def knob_figure(knob: Mapping[str, Any], memory_unit: str, memory_scale: float) 
     )
     fig.update_xaxes(type="category")
     return fig
+
+
+def _quartiles(values: list[float]) -> tuple[float, float, float, float, float] | None:
+    """Lowest, q1, median, q3 and highest (a box whose whiskers reach every value: none is hidden as an outlier)."""
+    if not values:
+        return None
+    if len(values) == 1:
+        return (values[0],) * 5
+    import statistics
+
+    q1, med, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return min(values), q1, med, q3, max(values)
 
 
 def importance_figure(info: Mapping[str, Any]) -> go.Figure:
@@ -256,6 +299,10 @@ def importance_figure(info: Mapping[str, Any]) -> go.Figure:
     return fig
 
 
+def _round(x: Any) -> Any:
+    return float(f"{x:.4g}") if isinstance(x, float) else x
+
+
 def parallel_figure(info: Mapping[str, Any], memory_unit: str, memory_scale: float) -> go.Figure:
     """Parallel coordinates: one line per ok trial through its knob values to its samples/s and memory."""
     dims = []
@@ -273,14 +320,16 @@ def parallel_figure(info: Mapping[str, Any], memory_unit: str, memory_scale: flo
             {"name": f"peak memory ({memory_unit})", "values": memory},
             {"name": "samples/s", "values": info["samples_per_s"]},
         ]
+    dense = len(info["samples_per_s"]) > DENSE
     for o in objectives:
-        dim = {"label": _t(o["name"]), "values": o["values"]}
+        # thousands of lines: 4 significant digits are all an axis can show (the exact figures are in the tables)
+        dim = {"label": _t(o["name"]), "values": [_round(v) for v in o["values"]] if dense else o["values"]}
         dim.update({k: o[k] for k in ("tickvals", "ticktext", "range") if o.get(k) is not None})
         dims.append(dim)
     fig = go.Figure(
         go.Parcoords(
             line={
-                "color": info["samples_per_s"],
+                "color": [_round(v) for v in info["samples_per_s"]] if dense else info["samples_per_s"],
                 "colorscale": "Viridis",
                 "showscale": True,
                 "colorbar": {"title": {"text": "samples/s"}},
@@ -297,10 +346,12 @@ def history_figure(info: Mapping[str, Any]) -> go.Figure:
     """Best speed-up (or samples/s) so far and the front's hypervolume so far, by trial number."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     label = "best single (search) measurement so far / baseline" if info["metric"] == "speedup" else "best samples/s so far"
+    best_x, best_y = _steps(info["numbers"], info["best_so_far"])
+    share_x, share_y = _steps(info["numbers"], info["hypervolume_share"])
     fig.add_trace(
         go.Scatter(
-            x=info["numbers"],
-            y=info["best_so_far"],
+            x=best_x,
+            y=best_y,
             mode="lines+markers",
             line={"shape": "hv", "color": FRONT_COLOR},
             name=label,
@@ -310,8 +361,8 @@ def history_figure(info: Mapping[str, Any]) -> go.Figure:
     )
     fig.add_trace(
         go.Scatter(
-            x=info["numbers"],
-            y=info["hypervolume_share"],
+            x=share_x,
+            y=share_y,
             mode="lines+markers",
             line={"shape": "hv", "color": "#264653", "dash": "dot"},
             marker={"size": 4},
@@ -337,6 +388,15 @@ def history_figure(info: Mapping[str, Any]) -> go.Figure:
     return fig
 
 
+def _steps(xs: list[Any], ys: list[Any]) -> tuple[list[Any], list[Any]]:
+    """A running best drawn as a step line (``shape="hv"``): past :data:`DENSE` trials only the trials where it
+    changed, and the last one, are kept; the line drawn is the same."""
+    if len(xs) <= DENSE:
+        return list(xs), list(ys)
+    keep = [i for i in range(len(xs)) if i == 0 or i == len(xs) - 1 or ys[i] != ys[i - 1]]
+    return [xs[i] for i in keep], [ys[i] for i in keep]
+
+
 def _trial_axis(fig: go.Figure, info: Mapping[str, Any]) -> None:
     """Whole trial numbers on the x axis (plotly's own ticks for 3 trials read -0.5, 0.5, 2.5)."""
     ticks = info.get("trial_ticks")
@@ -351,7 +411,10 @@ def _trial_axis(fig: go.Figure, info: Mapping[str, Any]) -> None:
 
 
 def duration_figure(info: Mapping[str, Any]) -> go.Figure:
-    """Time per trial, one bar per trial coloured by outcome, with its re-measurements (noise floor, race) on top."""
+    """Time per trial, one bar per trial coloured by outcome, with its re-measurements (noise floor, race) on top
+    (past :data:`DENSE` trials, one bar per bin of trials: :func:`_binned_duration_figure`)."""
+    if len(info["durations"]) > DENSE:
+        return _binned_duration_figure(info)
     fig = go.Figure()
     by_outcome: dict[str, list[Mapping[str, Any]]] = {}
     for d in info["durations"]:
@@ -402,6 +465,42 @@ def duration_figure(info: Mapping[str, Any]) -> go.Figure:
         )
     _layout(fig, 300, xaxis_title="trial", yaxis_title="duration (s)", barmode="stack", bargap=0.1)
     _trial_axis(fig, info)
+    return fig
+
+
+BINS = 200
+
+
+def _binned_duration_figure(info: Mapping[str, Any]) -> go.Figure:
+    """Time spent per bin of consecutive trials, by outcome, and the re-measurements of those trials on top."""
+    durations = info["durations"]
+    first, last = durations[0]["number"], durations[-1]["number"]
+    width = max(1, -(-(last - first + 1) // BINS))
+    starts = list(range(first, last + 1, width))
+    sums: dict[str, list[float]] = {}
+    counts: dict[str, list[int]] = {}
+    again = [0.0] * len(starts)
+    for d in durations:
+        b = (d["number"] - first) // width
+        sums.setdefault(d["outcome"], [0.0] * len(starts))[b] += d["duration_s"] or 0.0
+        counts.setdefault(d["outcome"], [0] * len(starts))[b] += 1
+        again[b] += (d.get("remeasured") or {}).get("time_s") or 0.0
+    xs = [start + (width - 1) / 2 for start in starts]
+    fig = go.Figure()
+    for outcome, ys in sums.items():
+        fig.add_trace(go.Bar(
+            x=xs, y=ys, width=width * 0.9, name=_t(outcome), marker={"color": OUTCOME_COLORS.get(outcome, "#555")},
+            hovertext=[f"trials #{a}-#{a + width - 1}: {n} {_t(outcome)}, {format_duration(y)}"
+                       for a, n, y in zip(starts, counts[outcome], ys)],
+            hoverinfo="text"))
+    if any(again):
+        fig.add_trace(go.Bar(
+            x=xs, y=again, width=width * 0.9, name="re-measured (noise floor, race, what each knob bought)",
+            marker={"color": REMEASURE_COLOR},
+            hovertext=[f"trials #{a}-#{a + width - 1}: re-measurements {format_duration(y)}" for a, y in zip(starts, again)],
+            hoverinfo="text"))
+    _layout(fig, 300, xaxis_title=f"trial (bars of {width} trials)", yaxis_title=f"time per {width} trials (s)",
+            barmode="stack", bargap=0.1)
     return fig
 
 
