@@ -193,7 +193,7 @@ class TuneResult:
         fastest (the fastest-looking, labelled with the verdict), smallest or balanced;
         ``max_memory``: only front points within it.
         """
-        from autotune import config as C
+        from autotune import export as C
         from autotune import frameworks
 
         frameworks.check_format(format)

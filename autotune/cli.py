@@ -782,7 +782,7 @@ def export(study_name: str, pick: str, max_memory: int | None, storage: str | No
       autotune export mynet --format hf-trainer -o training_args.py
       autotune export mynet --pick smallest --max-memory 20GiB --format lightning
     """
-    from autotune import config as C
+    from autotune import export as C
     from autotune import frameworks, view
 
     frameworks.check_format(fmt)

@@ -18,7 +18,7 @@ format's arguments (device, sections), calls the knobs' mappings in registry ord
 (skipping a knob not in force: prefetch without workers, checkpointing outside
 training), and writes the result as the file a user keeps.
 
-Input is the document :func:`autotune.config.export` writes; ``render(doc, fmt)`` gives a
+Input is the document :func:`autotune.export.export` writes; ``render(doc, fmt)`` gives a
 JSON-able dict (``arguments``: the keyword form, ``callback``: the callback's factory and
 knob values), ``text(doc, fmt)`` the file a user keeps (a Python snippet whose keyword dicts
 go to ``TrainingArguments(**training_args_kwargs)`` or ``lightning.Trainer(**trainer_kwargs)``,

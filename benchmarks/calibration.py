@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from autotune import config as C  # noqa: E402
+from autotune import export as C  # noqa: E402
 from autotune import knobs, tuning  # noqa: E402
 from autotune.request import TuneConfig  # noqa: E402
 from autotune.store import Store  # noqa: E402

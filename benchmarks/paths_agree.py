@@ -73,7 +73,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from autotune import hardware, knobs, load
-    from autotune.config import SCHEMA
+    from autotune.export import SCHEMA
     from autotune.protocol import Settings
     from autotune.runner import Runner, warm_up
     from autotune.workload import WorkloadSpec

@@ -210,6 +210,26 @@ def test_the_cli_parses_before_it_imports_torch_or_optuna():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
 
 
+def test_the_read_commands_import_neither_torch_nor_the_trial_modules(tmp_path):
+    """status, status --json, list, export and dashboard answer without loading torch (~1 s), scipy.stats (~0.5 s)
+    or the modules that run trials."""
+    import subprocess
+    import sys
+
+    from study_factory import make_study
+
+    make_study(tmp_path / "s.db", n_trials=12, name="s")
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    heavy = ("torch", "scipy.stats", "autotune.runner", "autotune.workload", "autotune.protocol", "autotune.plan")
+    for args in (["status", "s"], ["status", "s", "--json"], ["list"], ["export", "s", "-o", str(tmp_path / "x.json")],
+                 ["dashboard", "s", "-o", str(tmp_path / "d.html")]):
+        code = ("import sys; from autotune import cli\n"
+                f"try:\n    cli.main({[*args, '--storage', url]!r}, standalone_mode=False)\nexcept SystemExit: pass\n"
+                f"print('loaded:', sorted(m for m in {heavy!r} if m in sys.modules))")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        assert out.strip().splitlines()[-1] == "loaded: []", (args, out[-500:])
+
+
 def test_status_without_a_name_shows_the_only_study_or_lists_them(tmp_path, monkeypatch):
     from study_factory import make_study
 

@@ -14,6 +14,7 @@ import autotune
 import autotune.examples
 import autotune.workload
 from autotune import config as C
+from autotune import export as E
 from autotune.cli import main
 from autotune.errors import ConfigError
 

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from autotune import config as C
+from autotune import export as C
 from autotune import knobs, race, space
 from autotune import result as R
 from autotune import study as S
