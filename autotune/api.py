@@ -30,6 +30,7 @@ from autotune import knobs, shipping, tuning
 from autotune import study as S
 from autotune.errors import KnobError, SpecError, WorkloadError
 from autotune.evidence import Evidence, Verdict
+from autotune.view import StudyView
 from autotune.request import DEFAULT_CONFIRM, DEFAULT_PICK, DEFAULT_SAMPLER, DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS
 from autotune.request import TuneConfig, WorkloadSpec, check_global_batch
 from autotune.request import parse_model_args, parse_shape
@@ -158,14 +159,15 @@ class TuneResult:
         self.study = study
         self.store = store
         self.summary = summary
-        evidence = Evidence.of(study)
+        self.view = StudyView.of(study)  # read once: the figures below and export() read this view, as the CLI's do
+        evidence = Evidence.of(self.view)
         self.front: list[dict[str, Any]] = [evidence.row(n) for n in evidence.front()]
         self.verdict: Verdict = evidence.verdict()
         self.noise: Noise = evidence.noise
         self.recommended: int | None = evidence.recommended()
         self._speedup = evidence.speedup(self.recommended) if self.recommended is not None else None
         self._changes = evidence.configs[self.recommended].changes if self.recommended is not None else {}
-        self.measured = sum(1 for t in study.get_trials(deepcopy=False) if S.is_measured(t))
+        self.measured = sum(1 for t in self.view.trials if S.is_measured(t))
 
     @property
     def name(self) -> str:
@@ -197,7 +199,7 @@ class TuneResult:
         from autotune import frameworks
 
         frameworks.check_format(format)
-        doc = C.export(self.study, pick, _bytes(max_memory, "max_memory"), self.store.shown)
+        doc = C.export(self.view, pick, _bytes(max_memory, "max_memory"), self.store.shown)
         if format == "json":
             if path is not None:
                 C.write(doc, path)
