@@ -71,6 +71,12 @@ def _rdb_trials(storage: optuna.storages.RDBStorage, study_id: int) -> list[Froz
     raw = storage.engine.raw_connection()
     try:
         cur = raw.cursor()
+        # One snapshot for every statement: workers keep writing while a fleet's study is read.
+        dialect = storage.engine.dialect.name
+        if dialect == "sqlite":
+            cur.execute("BEGIN")  # Python's sqlite3 opens no transaction for reads on its own
+        elif dialect == "postgresql":
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
 
         def rows(sql: str) -> list[Any]:
             cur.execute(sql)
@@ -87,10 +93,18 @@ def _rdb_trials(storage: optuna.storages.RDBStorage, study_id: int) -> list[Froz
                      f"WHERE trial_id IN ({ids})")
         cur.close()
     finally:
+        raw.rollback()  # it wrote nothing: end the snapshot
         raw.close()  # back to the engine's pool
 
     by_id: dict[int, dict[str, Any]] = {
         tid: {"values": {}, "params": {}, "distributions": {}, "user": {}, "system": {}, "steps": {}} for tid, *_ in trials}
+    # (Without a snapshot, as on MySQL, a trial created after the first statement has rows in the later ones:
+    # left out, as is the trial itself; a next read has it whole.)
+    values = [r for r in values if r[0] in by_id]
+    params = [r for r in params if r[0] in by_id]
+    user = [r for r in user if r[0] in by_id]
+    system = [r for r in system if r[0] in by_id]
+    steps = [r for r in steps if r[0] in by_id]
     for tid, objective, value, kind in values:
         by_id[tid]["values"][objective] = _value(value, kind)
     for tid, name, internal, dist_json in params:
