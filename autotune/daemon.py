@@ -138,6 +138,7 @@ def _budget_spent(name: str, store: Store, config: TuneConfig, log: Log) -> bool
 
     def check() -> bool:
         study = store.load(name)
+        tuning.warm_cache(study)  # each poll reads the study afresh: in one pass, not through Optuna's ORM
         measured = sum(1 for t in study.get_trials(deepcopy=False) if S.is_measured(t))
         attrs = study.user_attrs
         races = [v for k, v in attrs.items() if k.startswith("race:") and isinstance(v, dict)]

@@ -161,6 +161,8 @@ class Progress:
         if rec.duplicate_of is None:
             self.done += 1
         self.print(trial_line(rec))
+        if getattr(rec, "note", None):
+            self.print(rec.note)
         if getattr(rec, "estimate_s", None) is not None:
             self.print(estimate_line(rec.duration_s, rec.estimate_s))
         if self.bar is not None:

@@ -543,15 +543,24 @@ def _is_unreachable(exc: BaseException) -> bool:
     return False
 
 
+#: A database server's connections per process: one kept open (the loop's reads and writes, one at a time), and up to
+#: POOL_OVERFLOW more opened only while a second thread needs one at the same moment (the heartbeat, every 10 s), then
+#: closed. SQLAlchemy's default keeps up to 5 open: each worker held 2 (loop and heartbeat), and 64 workers 128
+#: connections, past PostgreSQL's default max_connections of 100 (benchmarks/fleet_scale.py).
+POOL_SIZE = 1
+POOL_OVERFLOW = 4
+
+
 def _engine_kwargs(url: str, read_only: bool = False) -> dict[str, Any]:
     if url.startswith("sqlite"):
         return {"connect_args": {"timeout": 60}}
+    pool = {"pool_pre_ping": True, "pool_size": POOL_SIZE, "max_overflow": POOL_OVERFLOW}
     if url.startswith("postgresql"):
         args: dict[str, Any] = {"connect_timeout": 10}
         if read_only:
             args["options"] = "-c default_transaction_read_only=on"
-        return {"connect_args": args, "pool_pre_ping": True}
-    return {"pool_pre_ping": True}
+        return {"connect_args": args, **pool}
+    return pool
 
 
 def _with_installed_driver(url: str) -> str:

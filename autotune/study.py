@@ -54,18 +54,33 @@ warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to b
 
 UNDECIDED_WAIT_S = 30.0  # how long a claim waits for earlier trials still choosing their configuration
 UNDECIDED_POLL_S = 0.05
+#: How often the loop looks for other processes' stale trials (a query for lapsed heartbeats and a read of the running
+#: trials): a stale trial is one whose heartbeats lapsed a grace period ago (60 s), or whose process on this host is
+#: gone; looking before every trial only polled the database harder (64 workers: a dozen queries a second).
+RECOVER_EVERY_S = 5.0
 SKIPPED = "skipped"  # a trial given up because another process measures its configuration, or the budget is full
 
 #: ``evaluate(config, dominators, cut_margin)`` measures one configuration in a fresh process.
 Evaluate = Callable[[Mapping[str, Any], Sequence[tuple[float, float]], "float | None"], R.TrialResult]
 
-__all__ = ["DEFAULT_SAMPLER", "Options", "SAMPLERS", "Summary", "TrialRecord", "Tuner", "base_config", "baseline_trial", "front",
+__all__ = ["DEFAULT_SAMPLER", "GPThenTPE", "GP_MAX_TRIALS", "Options", "SAMPLERS", "Summary", "TrialRecord", "Tuner", "base_config", "baseline_trial", "front",
            "is_measured", "make_sampler"]
 
 
-def make_sampler(name: str, seed: int | None = None, n_startup_trials: int = 8) -> optuna.samplers.BaseSampler:
+#: Past this many complete trials the default sampler (``gp``) hands over to ``tpe``. A Gaussian process refits on
+#: the whole history for every suggestion: measured on the 2-core CPU machines (benchmarks/results/fleet_scale.txt:
+#: a 9-knob space, two objectives and two constraints), a suggestion took 0.44 s at 100 trials, 0.87 s at 200,
+#: 1.26 s at 300 and 6.4 s at 1,000 (a resumed 10,000-trial study asked none within 4 minutes); TPE's took 0.14 s
+#: at 10,000. Studies of the usual size (tens of trials) never reach it.
+GP_MAX_TRIALS = 200
+SAMPLER_SWITCH = "sampler_switch"  # the study attribute that records the hand-over (autotune status can show it)
+
+
+def make_sampler(name: str, seed: int | None = None, n_startup_trials: int = 8,
+                 gp_max_trials: int = GP_MAX_TRIALS) -> optuna.samplers.BaseSampler:
     """A sampler by name. ``gp`` (the default, chosen from benchmarks/search_efficiency.py) is
-    Gaussian-process Bayesian optimisation; ``tpe`` is multivariate TPE (cheaper per suggestion
+    Gaussian-process Bayesian optimisation until the study holds ``gp_max_trials`` complete trials,
+    then multivariate TPE (:class:`GPThenTPE`); ``tpe`` is multivariate TPE (cheaper per suggestion
     in long studies); ``nsga2`` is the genetic algorithm; ``random`` is the control."""
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=n_startup_trials)
@@ -74,12 +89,72 @@ def make_sampler(name: str, seed: int | None = None, n_startup_trials: int = 8) 
             import scipy  # noqa: F401
         except ImportError:
             raise AutotuneError("--sampler gp needs scipy: pip install scipy") from None
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials, warn_independent_sampling=False)
+        gp = optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials, warn_independent_sampling=False)
+        return GPThenTPE(gp, make_sampler("tpe", seed, n_startup_trials), gp_max_trials)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=10)
     raise AutotuneError(f"--sampler {name!r}: expected one of {', '.join(SAMPLERS)}")
+
+
+class GPThenTPE(optuna.samplers.BaseSampler):
+    """The Gaussian process while the study holds fewer than ``limit`` complete trials, then TPE.
+
+    A GP's suggestion refits on every complete trial (its cost grows with the cube of the history);
+    TPE's grows about linearly. The choice is made once per trial (in ``before_trial``), and once TPE
+    has taken over in a process it keeps the study (trials are never removed, so the history only
+    grows): after the hand-over no trial is counted again. :attr:`switched_at` is the first trial
+    number it suggested with TPE in this process (None while the GP suggests).
+    """
+
+    def __init__(self, gp: optuna.samplers.BaseSampler, tpe: optuna.samplers.BaseSampler, limit: int) -> None:
+        self.gp = gp
+        self.tpe = tpe
+        self.limit = limit
+        self.switched_at: int | None = None
+        self._chosen: dict[int, optuna.samplers.BaseSampler] = {}
+
+    def past_limit(self, study: optuna.Study) -> bool:
+        """The study holds ``limit`` complete trials or more (what the GP would refit on)."""
+        if self.switched_at is not None:
+            return True
+        return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))) >= self.limit
+
+    def text(self) -> str:
+        """The line a run prints when TPE takes over (once)."""
+        start = f"from trial #{self.switched_at} on" if self.switched_at is not None else "from here on"
+        return (f"sampler: the study holds {self.limit}+ complete trials, past which each Gaussian-process suggestion "
+                f"refits on the whole history (about a second each at {self.limit}, growing with the cube of it): TPE "
+                f"suggests {start} (recorded on the study as {SAMPLER_SWITCH})")
+
+    def _for(self, study: optuna.Study, trial: FrozenTrial) -> optuna.samplers.BaseSampler:
+        chosen = self._chosen.get(trial.number)
+        if chosen is None:
+            chosen = self._chosen[trial.number] = self.tpe if self.past_limit(study) else self.gp
+            if chosen is self.tpe and self.switched_at is None:
+                self.switched_at = trial.number
+        return chosen
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self._for(study, trial).before_trial(study, trial)
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
+        return self._for(study, trial).infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, Any]) -> dict[str, Any]:
+        return self._for(study, trial).sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: Any) -> Any:
+        return self._for(study, trial).sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None) -> None:
+        chosen = self._chosen.pop(trial.number, None) or (self.tpe if self.switched_at is not None else self.gp)
+        chosen.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.gp.reseed_rng()
+        self.tpe.reseed_rng()
 
 
 @dataclass
@@ -129,6 +204,7 @@ class TrialRecord:
     over_budget: bool = False  # ok, but its peak memory is over --max-memory: never a candidate
     estimate_s: float | None = None  # on the baseline's record: about how long the rest of the study will take
     load: dict[str, Any] = field(default_factory=dict)  # what else ran on the machine while it measured (autotune.load)
+    note: str | None = None  # a line to print after this trial's: the sampler handed over (GPThenTPE), once per run
 
 
 @dataclass
@@ -233,6 +309,9 @@ class Tuner:
         self.warm = list(warm)
         self.remeasure = remeasure
         self.together = together
+        self._switch_told = False  # the sampler's hand-over was printed (GPThenTPE)
+        self._switch_recorded = False  # ... and recorded on the study by this process
+        self._read: list[FrozenTrial] | None = None  # the study's trials as this trial's claim read them
 
     # ------------------------------------------------------------ seeds
 
@@ -252,11 +331,11 @@ class Tuner:
             recipe[name] = value
         return [("baseline", baseline), ("recipe", recipe)]
 
-    def _seeded(self, role: str, **match: Any) -> bool:
+    def _seeded(self, role: str, trials: Sequence[FrozenTrial] | None = None, **match: Any) -> bool:
         """A trial of this role (and these user attributes, or queued again for one that had them) is queued,
-        running, or has been answered (measured, failed, or a cache answer)."""
+        running, or has been answered (measured, failed, or a cache answer). ``trials``: the study's, just read."""
         matched: set[int] = set()
-        for t in self.study.get_trials(deepcopy=False):
+        for t in self.study.get_trials(deepcopy=False) if trials is None else trials:
             if t.user_attrs.get("role") != role:
                 continue
             if any(t.user_attrs.get(k) != v for k, v in match.items()) and t.user_attrs.get("requeued_from") not in matched:
@@ -268,17 +347,18 @@ class Tuner:
                 return True
         return False
 
-    def enqueue_seeds(self) -> None:
+    def enqueue_seeds(self, trials: Sequence[FrozenTrial] | None = None) -> None:
         """Queue the next seed, just in time: the baseline first; the recipe once the baseline is measured;
-        then the warm-start seeds, one at a time."""
+        then the warm-start seeds, one at a time. ``trials``: the study's, just read (one read for every test)."""
+        trials = self.study.get_trials(deepcopy=False) if trials is None else trials
         seeds = dict(self.seed_params())
-        if not self._seeded("baseline"):
+        if not self._seeded("baseline", trials):
             self.study.enqueue_trial(seeds["baseline"], user_attrs={"role": "baseline"})
-        elif baseline_measured(self.study) and not self._seeded("recipe"):
+        elif baseline_measured(self.study, trials) and not self._seeded("recipe", trials):
             self.study.enqueue_trial(seeds["recipe"], user_attrs={"role": "recipe"})
-        elif baseline_measured(self.study):
+        elif baseline_measured(self.study, trials):
             for params, attrs in self.warm:
-                if not self._seeded(attrs["role"], **{k: v for k, v in attrs.items() if k != "role"}):
+                if not self._seeded(attrs["role"], trials, **{k: v for k, v in attrs.items() if k != "role"}):
                     self.study.enqueue_trial(dict(params), user_attrs=dict(attrs))
                     break
 
@@ -298,6 +378,30 @@ class Tuner:
                 assert dim.low is not None and dim.high is not None
                 params[name] = trial.suggest_int(name, dim.low, dim.high, step=dim.step)
         return params
+
+    def sampler_opening(self) -> str | None:
+        """Before the first trial: the line saying TPE suggests instead of the Gaussian process, when the study is
+        already past :data:`GP_MAX_TRIALS` (a resumed long study); the run then does not say it again."""
+        sampler = self.study.sampler
+        if self._switch_told or not isinstance(sampler, GPThenTPE) or not sampler.past_limit(self.study):
+            return None
+        self._switch_told = True
+        return sampler.text()
+
+    def _sampler_note(self) -> str | None:
+        """Once the sampler has handed over: record it on the study (once) and return the line to print (once per run)."""
+        sampler = self.study.sampler
+        if not isinstance(sampler, GPThenTPE) or sampler.switched_at is None or self._switch_recorded:
+            return None
+        self._switch_recorded = True
+        if SAMPLER_SWITCH not in self.study.user_attrs:
+            self.study.set_user_attr(SAMPLER_SWITCH, {
+                "from": "gp", "to": "tpe", "limit": sampler.limit, "trial": sampler.switched_at,
+                "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
+        if self._switch_told:
+            return None
+        self._switch_told = True
+        return sampler.text()
 
     # ------------------------------------------------------------ bookkeeping
 
@@ -325,7 +429,10 @@ class Tuner:
             return 0.0
         return (peak - budget) / budget  # > 0 infeasible
 
-    def record(self, trial: Trial, role: str, resolved: knobs.Resolved, result: R.TrialResult) -> TrialRecord:
+    def record(self, trial: Trial, role: str, resolved: knobs.Resolved, result: R.TrialResult,
+               claimed: bool = False) -> TrialRecord:
+        """Store a measurement on its trial and tell Optuna. ``claimed``: the claim wrote the trial's ``role`` and
+        ``config_key`` already (the same values): they are not written again (a transaction each on a database)."""
         ok = result.ok and result.samples_per_s is not None and math.isfinite(result.samples_per_s)
         compact = {k: v for k, v in result.to_dict().items() if k not in ("config", "not_applicable", "error", "outcome")}
         error = None
@@ -344,7 +451,8 @@ class Tuner:
         if error:
             attrs["error"] = error
         for key, value in attrs.items():
-            trial.set_user_attr(key, value)
+            if not (claimed and key in ("role", "config_key")):
+                trial.set_user_attr(key, value)
         if ok:
             values = [float(result.samples_per_s), float(result.peak_memory_bytes or 0)]  # type: ignore[arg-type]
             self._tell(trial, True, values, self._memory_violation(result.peak_memory_bytes))
@@ -441,15 +549,25 @@ class Tuner:
         cache = self._cache()
         summary = Summary(reason="", measured=len(self.measured()), new=0, duplicates=0, elapsed_s=0.0)
         repeats = 0
+        floor_done = False
+        recovered_at = -math.inf  # the last look for stale trials (at once, then every RECOVER_EVERY_S)
         try:
             while True:
                 self.check()
-                if opts.floor_repeats and race.floor_missing(self.study, opts.floor_repeats, opts.stale_grace_s):
-                    summary.repeat_processes += race.measure_floor(self.study, self._repeat, opts.floor_repeats,
-                                                                   self._on_repeat, opts.stale_grace_s)
-                    session.save()
-                recovery.recover_stale(self.study, opts.stale_grace_s)
-                measured, running = self._budget_counts()
+                if opts.floor_repeats and not floor_done:
+                    if race.floor_missing(self.study, opts.floor_repeats, opts.stale_grace_s):
+                        summary.repeat_processes += race.measure_floor(self.study, self._repeat, opts.floor_repeats,
+                                                                       self._on_repeat, opts.stale_grace_s)
+                        session.save()
+                    elif baseline_trial(self.study) is not None and not race.floor_missing(self.study, opts.floor_repeats):
+                        # Complete (whoever measured it): it never goes missing again, so it is not read
+                        # again each trial (the evidence of the whole study, 0.15 s at 10,000 trials).
+                        floor_done = True
+                if time.monotonic() >= recovered_at + RECOVER_EVERY_S:
+                    recovery.recover_stale(self.study, opts.stale_grace_s)
+                    recovered_at = time.monotonic()
+                trials = self.study.get_trials(deepcopy=False)  # one read for the budget and the seeds
+                measured, running = self._budget_counts(trials)
                 summary.measured = measured
                 if measured >= opts.trials:
                     summary.reason = f"the study holds {measured} measured configurations (--trials {opts.trials})"
@@ -462,11 +580,12 @@ class Tuner:
                 if measured + running >= opts.trials:  # the rest of the budget is being measured elsewhere
                     time.sleep(opts.poll_s)
                     continue
-                self.enqueue_seeds()
+                self.enqueue_seeds(trials)
                 rec, resolved, trial_id = self._one_trial(cache)
                 session.save()
                 if rec is None:  # another process measures it, or the budget filled up meanwhile
                     continue
+                rec.note = self._sampler_note()
                 summary.records.append(rec)
                 if rec.role == "baseline" and rec.outcome != R.OK and rec.duplicate_of is None:
                     if self.on_trial:
@@ -485,7 +604,6 @@ class Tuner:
                     continue
                 repeats = 0
                 cache[resolved.key()] = self.study._storage.get_trial(trial_id)
-                summary.measured = self._budget_counts()[0]
                 summary.new += 1
             if opts.race_rounds > 0:
                 ends = [d for d in (opts.deadline, session.started_at + opts.time_budget_s if opts.time_budget_s else None) if d]
@@ -540,9 +658,9 @@ class Tuner:
                 out.append(t)
         return out
 
-    def _budget_counts(self) -> tuple[int, int]:
+    def _budget_counts(self, trials: Sequence[FrozenTrial] | None = None) -> tuple[int, int]:
         """(measured configurations, configurations being measured now by any process)."""
-        claims = self._claims()
+        claims = self._claims(trials)
         running = sum(1 for t in claims if t.state == TrialState.RUNNING)
         return len(claims) - running, running
 
@@ -564,11 +682,14 @@ class Tuner:
         me = recovery.owner()
         trial.set_user_attr("config_key", resolved.key())
         trial.set_user_attr("role", role)
-        mine = self.study._storage.get_trial(trial._trial_id)
+        # The study's trials once the earlier undecided ones have chosen, this one included (a running trial is
+        # read afresh on every read), read after the writes above.
+        trials, undecided = self._after_undecided(trial.number)
+        self._read = trials
+        mine = next((t for t in trials if t.number == trial.number), None) or self.study._storage.get_trial(trial._trial_id)
         who = mine.system_attrs.get(recovery.OWNER) or {}
         if (who.get("host"), who.get("pid")) != (me["host"], me["pid"]):
             return "taken"  # SQLite handed this queued trial to two processes: the other one measures it
-        trials, undecided = self._after_undecided(trial.number)
         earlier = [t for t in self._claims(trials) if t.number < trial.number]
         for t in earlier:
             if t.user_attrs.get("config_key") == resolved.key():
@@ -600,6 +721,7 @@ class Tuner:
             time.sleep(UNDECIDED_POLL_S)
 
     def _one_trial(self, cache: Mapping[str, FrozenTrial]) -> tuple[TrialRecord | None, knobs.Resolved | None, int]:
+        self._read = None
         trial = self.study.ask()
         role = trial.user_attrs.get("role", "search")
         params: dict[str, Any] = {}
@@ -623,7 +745,8 @@ class Tuner:
             dominators: list[tuple[float, float]] = []
             margin = None
             if self.options.early_stop and role == "search":
-                ev = Evidence.of(self.study)
+                # The evidence of the trials the claim just read (as Evidence.of would read them again now).
+                ev = Evidence(self._read, self.study.user_attrs) if self._read is not None else Evidence.of(self.study)
                 dominators = [(ev.configs[n].samples_per_s, float(ev.configs[n].peak_memory_bytes)) for n in ev.front()]
                 margin = ev.cut_margin(self.options.cut_margin)
             # The claim holds: from here this trial measures (a RUNNING trial without the mark is
@@ -631,7 +754,7 @@ class Tuner:
             trial.set_user_attr("measuring_since", dt.datetime.now(dt.timezone.utc).timestamp())
             with Heartbeat(trial._trial_id, self.study._storage):
                 result = self.evaluate(resolved.config, dominators, margin)
-            return self.record(trial, role, resolved, result), resolved, trial._trial_id
+            return self.record(trial, role, resolved, result, claimed=True), resolved, trial._trial_id
         except optuna.exceptions.UpdateFinishedTrialError:
             # Another worker took this trial as stale (its heartbeats lapsed while the database was
             # away) and queued its configuration again: the queued copy will be measured; whatever
@@ -722,9 +845,10 @@ def slow_limit(study: optuna.Study, config: Mapping[str, Any]) -> float | None:
     return SLOW_FACTOR * float(base.user_attrs["duration_s"])
 
 
-def baseline_measured(study: optuna.Study) -> bool:
-    """The baseline trial has been measured (successfully or not)."""
-    return any(t.user_attrs.get("role") == "baseline" and is_measured(t) for t in study.get_trials(deepcopy=False))
+def baseline_measured(study: optuna.Study, trials: Sequence[FrozenTrial] | None = None) -> bool:
+    """The baseline trial has been measured (successfully or not); ``trials``: the study's, just read."""
+    return any(t.user_attrs.get("role") == "baseline" and is_measured(t)
+               for t in (study.get_trials(deepcopy=False) if trials is None else trials))
 
 
 def base_config(ctx: knobs.Context, fixed: Mapping[str, Any], batch_size: int | None) -> dict[str, Any]:

@@ -193,7 +193,8 @@ def _sampler_draws(name: str, seed: int | None) -> list[tuple[float, ...]]:
 
 
 def test_samplers_by_name():
-    kinds = {"tpe": optuna.samplers.TPESampler, "gp": optuna.samplers.GPSampler,
+    # gp: the Gaussian process, handing over to TPE past GP_MAX_TRIALS complete trials (test_gp_hands_over_to_tpe...)
+    kinds = {"tpe": optuna.samplers.TPESampler, "gp": S.GPThenTPE,
              "random": optuna.samplers.RandomSampler, "nsga2": optuna.samplers.NSGAIISampler}
     assert set(S.SAMPLERS) == set(kinds) and S.DEFAULT_SAMPLER == "gp"
     for name in S.SAMPLERS:
@@ -206,9 +207,13 @@ def test_samplers_by_name():
     tpe = S.make_sampler("tpe", seed=1)
     assert (tpe._multivariate, tpe._group, tpe._n_startup_trials) == (True, True, 8)
     assert S.make_sampler("tpe", n_startup_trials=3)._n_startup_trials == 3
-    gp = S.make_sampler("gp", seed=1)
+    both = S.make_sampler("gp", seed=1)
+    gp, after = both.gp, both.tpe
+    assert type(gp) is optuna.samplers.GPSampler and both.limit == S.GP_MAX_TRIALS
     assert gp._n_startup_trials == 8 and gp._warn_independent_sampling is False
-    assert S.make_sampler("gp", n_startup_trials=3)._n_startup_trials == 3
+    assert type(after) is optuna.samplers.TPESampler and (after._multivariate, after._group) == (True, True)
+    assert S.make_sampler("gp", n_startup_trials=3).gp._n_startup_trials == 3
+    assert S.make_sampler("gp", gp_max_trials=7).limit == 7
     assert S.make_sampler("nsga2", seed=1)._population_size == 10
     with pytest.raises(Exception, match="expected one of"):
         S.make_sampler("magic")
@@ -340,3 +345,65 @@ def test_defaults_that_time_out_say_to_raise_the_timeout(tmp_path):
 
     with pytest.raises(WorkloadError, match="raise --trial-timeout"):
         S.Tuner(study, eff, CTX, base, timing_out, S.Options(trials=5)).run()
+
+
+def _spied(sampler):
+    """Which of GPThenTPE's two samplers each trial number was given to."""
+    chosen: dict = {}
+    for name in ("gp", "tpe"):
+        inner = getattr(sampler, name)
+        original = inner.before_trial
+
+        def before(study, trial, original=original, name=name):
+            chosen[trial.number] = name
+            return original(study, trial)
+
+        inner.before_trial = before
+    return chosen
+
+
+def test_gp_hands_over_to_tpe_past_its_limit_records_it_and_says_so_once(tmp_path):
+    """The default sampler's Gaussian process refits on the whole history for each suggestion (its cost grows
+    with it): past ``gp_max_trials`` complete trials TPE suggests; the run says so in one line and the study
+    records it (here with a limit of 4, where the default is GP_MAX_TRIALS)."""
+    study, eff, base, url = make(tmp_path, sampler="tpe")
+    study.sampler = sampler = S.make_sampler("gp", seed=0, n_startup_trials=2, gp_max_trials=4)
+    chosen = _spied(sampler)
+    records: list = []
+    S.Tuner(study, eff, CTX, base, fake([]), S.Options(trials=8, race_rounds=0, floor_repeats=0), on_trial=records.append).run()
+    switch = sampler.switched_at
+    assert switch is not None and chosen, "the study never reached the limit"
+    assert all(name == ("tpe" if n >= switch else "gp") for n, name in chosen.items()), chosen
+    # one process, one trial at a time: the trials before a trial are finished when it is asked
+    complete = [t.number for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))]
+    last_gp = max(n for n, name in chosen.items() if name == "gp")
+    assert sum(1 for n in complete if n < switch) >= 4 > sum(1 for n in complete if n < last_gp)
+    # one line, once, on the first trial line after the hand-over
+    notes = [r for r in records if r.note]
+    assert len(notes) == 1 and notes[0].number >= switch and "TPE" in notes[0].note and S.SAMPLER_SWITCH in notes[0].note
+    recorded = optuna.load_study(study_name="s", storage=url).user_attrs[S.SAMPLER_SWITCH]
+    assert (recorded["from"], recorded["to"], recorded["limit"], recorded["trial"]) == ("gp", "tpe", 4, switch)
+
+    # A resumed study already past the limit: said before the first trial (the opening), not again, and the
+    # study keeps the first hand-over's record.
+    again = optuna.load_study(study_name="s", storage=url, sampler=S.make_sampler("gp", seed=1, gp_max_trials=4))
+    later: list = []
+    tuner = S.Tuner(again, eff, CTX, base, fake([]), S.Options(trials=10, race_rounds=0, floor_repeats=0), on_trial=later.append)
+    chosen = _spied(again.sampler)
+    line = tuner.sampler_opening()
+    assert line and "TPE" in line and tuner.sampler_opening() is None
+    tuner.run()
+    assert later and not any(r.note for r in later) and set(chosen.values()) == {"tpe"}
+    assert again.user_attrs[S.SAMPLER_SWITCH]["trial"] == switch
+
+
+def test_gp_below_its_limit_says_nothing(tmp_path):
+    study, eff, base, url = make(tmp_path, sampler="tpe")
+    study.sampler = sampler = S.make_sampler("gp", seed=0, n_startup_trials=2, gp_max_trials=50)
+    chosen = _spied(sampler)
+    records: list = []
+    tuner = S.Tuner(study, eff, CTX, base, fake([]), S.Options(trials=5, race_rounds=0, floor_repeats=0), on_trial=records.append)
+    assert tuner.sampler_opening() is None
+    tuner.run()
+    assert set(chosen.values()) == {"gp"} and sampler.switched_at is None
+    assert not any(r.note for r in records) and S.SAMPLER_SWITCH not in study.user_attrs

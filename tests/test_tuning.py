@@ -17,3 +17,36 @@ def test_shared_processes_are_experimental_and_off_by_default(tmp_path, monkeypa
     assert tuning.prepare(config, "off", store, "cpu").tuner.together is None
     monkeypatch.setenv(tuning.PAIRED_ENV, "1")
     assert tuning.prepare(config, "on", store, "cpu").tuner.together is not None
+
+
+def test_warm_cache_fills_optunas_trial_cache_as_its_own_read_would(tmp_path):
+    """A resumed study's trials are read in one pass (autotune.reading) into Optuna's cache, not through its ORM;
+    every read after it (Optuna's, incremental) sees what a study read the usual way sees, new trials included."""
+    import optuna
+    from optuna.trial import TrialState
+    from study_factory import make_study
+
+    url = f"sqlite:///{tmp_path}/w.db"
+    make_study(url, n_trials=30, seed=3, name="w")
+    writer = optuna.load_study(study_name="w", storage=url)
+    running = writer.ask()
+    running.set_user_attr("role", "search")
+
+    warmed = optuna.load_study(study_name="w", storage=Store.open(url).storage)
+    assert tuning.warm_cache(warmed) is True
+    assert tuning.warm_cache(warmed) is False  # read already: left to Optuna
+    cold = optuna.load_study(study_name="w", storage=url)
+    assert warmed.get_trials(deepcopy=False) == cold.get_trials(deepcopy=False)
+    assert [t.state for t in warmed.get_trials(deepcopy=False)].count(TrialState.RUNNING) == 1
+
+    # another process finishes the running trial and starts a new one: both reads see it the same way
+    running.set_user_attr("outcome", "ok")
+    writer.tell(running, [1.0, 2.0])
+    writer.ask().set_user_attr("role", "search")
+    fresh = optuna.load_study(study_name="w", storage=url)
+    assert warmed.get_trials(deepcopy=False) == fresh.get_trials(deepcopy=False)
+    assert len(warmed.get_trials(deepcopy=False)) == 32
+
+    # storages that keep their own state are left alone
+    journal = optuna.create_study(storage=Store.open(f"journal:{tmp_path}/j.log").storage, directions=["maximize", "minimize"])
+    assert tuning.warm_cache(journal) is False
