@@ -169,7 +169,7 @@ def _row(t: FrozenTrial, defaults: Mapping[str, Any]) -> dict[str, Any]:
         "duration_s": _num(ua.get("duration_s")),
         "error_type": str(error.get("type") or ""),
         "error_message": str(error.get("message") or ""),
-        "profile": _plain(profile),
+        "profile": profile,  # as stored (not copied: read only for the front's trials, through _num)
     }
 
 
