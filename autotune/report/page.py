@@ -216,7 +216,10 @@ def render_html(study: optuna.Study | Snapshot, refresh_s: float | None = None) 
     section.append("<h3>Knobs against samples/s</h3>")
     if parallel["numbers"] and parallel["dimensions"]:
         section.append(page.figure(parallel_figure(parallel, unit, scale), name="parallel"))
-        section.append('<p class="hint">Drag along an axis to filter the lines.</p>')
+        drawn = len(parallel["numbers"])
+        sample = (f" {drawn:,} of the {parallel['of']:,} ok trials are drawn: every front point and a random sample "
+                  "of the rest." if drawn < parallel["of"] else "")
+        section.append(f'<p class="hint">Drag along an axis to filter the lines.{_e(sample)}</p>')
     else:
         section.append(_note("No ok trial with searched knobs yet."))
     page.section("knobs", "What each knob does", section)
