@@ -221,3 +221,13 @@ def postgres_server():
     yield server
     if server.stopped:
         server.start()
+
+
+@pytest.fixture(params=["sqlite", "journal", "postgresql"])
+def store_url(request, tmp_path):
+    """The same storage behaviour over a SQLite file, Optuna's journal file and a PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'studies.db'}"
+    if request.param == "journal":
+        return f"journal:{tmp_path / 'studies.log'}"
+    return request.getfixturevalue("postgres_url")

@@ -17,15 +17,6 @@ from autotune import reading, view
 from autotune.store import Store
 
 
-@pytest.fixture(params=["sqlite", "journal", "postgresql"])
-def store_url(request, tmp_path):
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'studies.db'}"
-    if request.param == "journal":
-        return f"journal:{tmp_path / 'studies.log'}"
-    return request.getfixturevalue("postgres_url")
-
-
 def odd_trials(study: optuna.Study) -> None:
     """What a factory study lacks: infinite values, intermediate values, every kind of parameter, a running
     and a waiting trial, nested and non-ASCII attributes."""

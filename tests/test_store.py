@@ -163,16 +163,6 @@ def test_a_seed_holds_for_the_process_that_creates_the_study_and_each_joiner_dra
 # ---------------------------------------------------------------- one storage behaviour, three storages
 
 
-@pytest.fixture(params=["sqlite", "journal", "postgresql"])
-def store_url(request, tmp_path):
-    """The same storage behaviour over a SQLite file, Optuna's journal file and a PostgreSQL server."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'studies.db'}"
-    if request.param == "journal":
-        return f"journal:{tmp_path / 'studies.log'}"
-    return request.getfixturevalue("postgres_url")
-
-
 @pytest.mark.parametrize("url", ["sqlite:///x.db", "journal:x.log"])
 def test_a_relative_file_is_another_store_once_the_process_changes_folder(url, tmp_path, monkeypatch):
     """One store per URL and process, but ``x.db`` in another folder is another file (a notebook's os.chdir):

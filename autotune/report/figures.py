@@ -89,32 +89,19 @@ def pareto_figure(info: Mapping[str, Any]) -> go.Figure:
         ),
     ]
     for name, pts, color, symbol in groups:
-        if pts and len(pts) > DENSE:
-            # A cloud in WebGL, each point hovering its trial, figures and speed-up (the front keeps full hovers).
-            fig.add_trace(
-                go.Scattergl(
-                    x=[(p["peak_memory_bytes"] or 0.0) / scale for p in pts],
-                    y=[p["samples_per_s"] for p in pts],
-                    mode="markers",
-                    name=f"{name} ({len(pts)})",
-                    marker={"color": color, "size": 5, "symbol": symbol, "opacity": 0.6},
-                    customdata=[[p["number"], _t(p.get("speedup_text") or "-")] for p in pts],
-                    hovertemplate=f"#%{{customdata[0]}}: %{{y:.1f}} samples/s, %{{x:.2f}} {unit}, "
-                                  "%{customdata[1]} the defaults<extra></extra>",
-                )
-            )
-        elif pts:
-            fig.add_trace(
-                go.Scatter(
-                    x=[(p["peak_memory_bytes"] or 0.0) / scale for p in pts],
-                    y=[p["samples_per_s"] for p in pts],
-                    mode="markers",
-                    name=f"{name} ({len(pts)})",
-                    marker={"color": color, "size": 8, "symbol": symbol, "line": {"width": 0.5, "color": "#456"}},
-                    hovertext=[_point_hover(p, unit, scale) for p in pts],
-                    hoverinfo="text",
-                )
-            )
+        if not pts:
+            continue
+        if len(pts) > DENSE:  # a cloud in WebGL, each point hovering its trial, figures and speed-up
+            kind, marker = go.Scattergl, {"color": color, "size": 5, "symbol": symbol, "opacity": 0.6}
+            hover: dict[str, Any] = {
+                "customdata": [[p["number"], _t(p.get("speedup_text") or "-")] for p in pts],
+                "hovertemplate": f"#%{{customdata[0]}}: %{{y:.1f}} samples/s, %{{x:.2f}} {unit}, "
+                                 "%{customdata[1]} the defaults<extra></extra>"}
+        else:  # the front keeps full hovers either way
+            kind, marker = go.Scatter, {"color": color, "size": 8, "symbol": symbol, "line": {"width": 0.5, "color": "#456"}}
+            hover = {"hovertext": [_point_hover(p, unit, scale) for p in pts], "hoverinfo": "text"}
+        fig.add_trace(kind(x=[(p["peak_memory_bytes"] or 0.0) / scale for p in pts], y=[p["samples_per_s"] for p in pts],
+                           mode="markers", name=f"{name} ({len(pts)})", marker=marker, **hover))
     by_number = {p["number"]: p for p in info["points"]}
     front = [by_number[n] for n in info["front"]]
     if front:
