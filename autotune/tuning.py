@@ -93,7 +93,7 @@ class Prepared:
             lines.append(f"batch ceiling: {self.ceiling.text()}")
         if self.warm:
             lines.append(warmstart.line(self.warm, self.tuner.base) or "")
-        switched = self.tuner.sampler_opening()
+        switched = self.tuner.sampler_opening() if self.tuner is not None else None  # (None: an opening alone)
         if switched:
             lines.append(switched)
         if self.recovered:
