@@ -1,7 +1,7 @@
 """The dashboard page: one self-contained HTML file, written atomically, optionally rewritten on a timer.
 
 :func:`render_html` puts the header, the figures, the front as a sortable table and
-the failures table together; plotly.js is embedded once and each figure is drawn
+the failures table together; plotly.js is embedded once (compressed, unpacked by the browser) and each figure is drawn
 from JSON held in the page, whose ``<``, ``>`` and ``&`` are escaped so nothing in it
 can close its script tag. :func:`write_dashboard` replaces the file atomically;
 :func:`watch` rewrites it while a study runs.
