@@ -89,12 +89,13 @@ def main() -> None:
     runner = Runner(WorkloadSpec(args.model), settings=Settings().lean())
     rates: dict[str, dict[str, list[float]]] = {p: {"defaults": [], "candidate": []} for p in ("user loop", "separate", "shared")}
     same: list[float] = []
+    context = runner.probe()["context"]  # what an export stores: the optimizer's switches included
     with tempfile.TemporaryDirectory() as folder:
         docs = {}
         for name, config in (("defaults", base), ("candidate", cand)):
             docs[name] = Path(folder, f"{name}.json")
             docs[name].write_text(json.dumps({"schema": SCHEMA, "knobs": config,
-                                              "context": {"device_type": "cpu", "task": "train", "input_rank": 2}}))
+                                              "context": context}))
         for k in range(args.rounds):
             for name in ("defaults", "candidate"):
                 out = subprocess.run([sys.executable, "-c", USER_LOOP, str(docs[name]), args.model],

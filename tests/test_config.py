@@ -118,6 +118,19 @@ def test_apply_sets_every_knob(tmp_path):
     assert torch.isfinite(loss) and not torch.equal(before, model.head.weight)
 
 
+def test_a_document_that_does_not_say_which_optimizer_keeps_the_optimizer_kernels(tmp_path):
+    # A context without optimizer_params (hand-written, or older) must not drop fused/foreach on a guess: the
+    # optimizer it is applied to decides. benchmarks/paths_agree.py once measured fused against a silent default.
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"schema": C.SCHEMA, "knobs": {"optimizer_impl": "fused"},
+                                "context": {"device_type": "cpu", "task": "train", "input_rank": 2}}))
+    cfg = autotune.load_config(path, check_hardware=False)
+    assert cfg.knobs["optimizer_impl"] == "fused"
+    model = autotune.examples.mlp()
+    applied = cfg.apply(model, None, torch.optim.AdamW(model.parameters(), lr=1e-4))
+    assert applied.optimizer.param_groups[0]["fused"] is True
+
+
 USER_SCRIPT = """
 import json, sys, time, torch, autotune, autotune.examples, autotune.workload
 cfg = autotune.load_config(sys.argv[1])

@@ -224,6 +224,8 @@ def test_context_records_native_bf16_and_reads_studies_stored_before_it():
     older = {k: v for k, v in ctx.to_dict().items() if k != "cpu_bf16"}  # a study stored before it was recorded
     assert knobs.Context.from_dict(older) == knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
     assert knobs.Context.from_dict(older).cpu_bf16 is True  # unknown: nothing is left out on a guess
+    silent = {k: v for k, v in ctx.to_dict().items() if k != "optimizer_params"}
+    assert knobs.Context.from_dict(silent).optimizer_params == {"foreach", "fused"}  # the optimizer decides later
 
 
 def test_the_registry_says_which_knob_sets_the_batch_and_which_start_processes():

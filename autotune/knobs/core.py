@@ -89,7 +89,7 @@ class Context:
             input_rank=d.get("input_rank"),
             torch_version=tuple(d.get("torch_version", (2, 0)))[:2],  # type: ignore[arg-type]
             cpu_count=int(d.get("cpu_count", cpu_count())),
-            optimizer_params=frozenset(d.get("optimizer_params", ())),
+            optimizer_params=frozenset(d.get("optimizer_params", cls.optimizer_params)),
             compile_supported=bool(d.get("compile_supported", True)),
             cpu_bf16=bool(d.get("cpu_bf16", True)),
         )
