@@ -53,7 +53,7 @@ __all__ = ["CARRIED_OUT", "KnobsInForce", "NotAppliedWarning", "for_lightning", 
 # The kinds of effect a callback carries out; a knob an export hands to a callback declares at least one of them
 # (tests/test_frameworks.py). The rest (autocast, GradScaler, DataLoader arguments, compile) are the framework's.
 CARRIED_OUT: tuple[type[fx.Effect], ...] = (
-    fx.Env, fx.NumThreads, fx.Flag, fx.ChannelsLast, fx.CheckpointBlocks, fx.OptimizerImpl,
+    fx.Env, fx.NumThreads, fx.Mallopt, fx.Flag, fx.ChannelsLast, fx.CheckpointBlocks, fx.OptimizerImpl,
 )
 
 

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from autotune import knobs
+from autotune import heap, knobs
 from autotune.errors import KnobError
 from autotune.knobs import effects as fx
 from autotune.workload import call_model, default_loss, default_optimizer, main_tensor, split_batch
@@ -35,7 +35,7 @@ E = TypeVar("E", bound=fx.Effect)
 # The kinds of effect this module carries out (subclasses included); a knob declaring any other kind would do
 # nothing, which tests/test_plan.py forbids.
 CARRIED_OUT: tuple[type[fx.Effect], ...] = (
-    fx.Env, fx.NumThreads, fx.Flag, fx.LoaderArg, fx.ChannelsLast, fx.CheckpointBlocks, fx.Compile, fx.OptimizerImpl,
+    fx.Env, fx.NumThreads, fx.Mallopt, fx.Flag, fx.LoaderArg, fx.ChannelsLast, fx.CheckpointBlocks, fx.Compile, fx.OptimizerImpl,
     fx.Autocast, fx.GradScaler,
 )
 
@@ -176,11 +176,14 @@ class Plan:
         return env
 
     def apply_process(self) -> None:
-        """Set environment variables, thread count and global backend flags in this process."""
+        """Set environment variables, thread count, malloc options and global backend flags in this process."""
         os.environ.update(self.environment())
         for _, _, threads in self.applied(fx.NumThreads):
             if threads and torch.get_num_threads() != int(threads):
                 torch.set_num_threads(int(threads))
+        for _, effect, value in self.applied(fx.Mallopt):
+            if value in effect.options:
+                heap.set_options(effect.options[value])
         self.apply_flags()
 
     def apply_flags(self) -> None:

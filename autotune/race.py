@@ -6,10 +6,10 @@ knob of the winner bought.
   before it compares anything (the cut margin of early stopping, every interval).
 - **The race.** At the end, the configurations the evidence does not separate from
   the fastest (:meth:`Evidence.race_candidates`) are measured again, round after round.
-  Given shared processes (``together``: ``AUTOTUNE_PAIRED=1``, experimental, see
+  Given shared processes (``together``: ``AUTOTUNE_PAIRED=1``, see
   :data:`autotune.tuning.PAIRED_ENV`), those that can share a process with the defaults
-  (every knob they change acts on the arm's own model, optimizer, loader or step:
-  :func:`autotune.knobs.apart`) are measured alternately with the defaults in one process
+  (every knob they change acts on the arm's own model, optimizer, loader or step, and the
+  host heap is retained: :func:`autotune.knobs.apart`) are measured alternately with the defaults in one process
   per round (:mod:`autotune.paired`), where
   the process's own speed cancels in their ratio; the others in a process each, the
   baseline in every round, interleaved in a rotating order. After each round a candidate
@@ -409,6 +409,8 @@ def run_ablation(
     inside, apart = knobs.per_arm(winner.changes)
     if len(winner.changes) < 2 or not inside:
         return None
+    if knobs.apart([ev.baseline.config, {**ev.baseline.config, **inside}]) is not None:
+        return None  # the path cannot share a process (the host heap at its default carries one arm into the next)
     plans = [(k[len(A.ABLATION):], v) for k, v in study.user_attrs.items()
              if k.startswith(A.ABLATION) and isinstance(v, Mapping) and v.get("winner_key") == winner.key]
     report: AblationReport | None = None

@@ -212,12 +212,15 @@ class Runner:
         result.overhead_s = wall - inner if result.ok else None
         return result
 
-    def measure_together(self, configs: Sequence[Mapping[str, Any]], settings: Settings | None = None) -> R.PairedResult:
+    def measure_together(self, configs: Sequence[Mapping[str, Any]], settings: Settings | None = None,
+                         unchecked: bool = False) -> R.PairedResult:
         """Measure ``configs`` alternately in one isolated process (:mod:`autotune.paired`), the first being the
         reference; every ending becomes a PairedResult. The trial timeout bounds each arm: the process may run
-        ``len(configs)`` times as long as one trial."""
+        ``len(configs)`` times as long as one trial. ``unchecked``: measure even what :func:`autotune.knobs.apart`
+        keeps apart (only ``benchmarks/paths_agree.py``, which measures the bias that check prevents)."""
         request = {
             "kind": "paired",
+            "unchecked": unchecked,
             "spec": self.spec.to_dict(),
             "device": self.device,
             "arms": [dict(c) for c in configs],

@@ -40,9 +40,12 @@ from autotune.store import Store, kind
 
 JOB = view.JOB  # the attribute of a job record
 #: ``AUTOTUNE_PAIRED=1``: the race (and what each knob bought) measures candidates alongside the defaults inside shared
-#: processes (autotune/paired.py). Experimental and off by default: on the calibration models the ratios measured that
-#: way ran high against separate processes and against a plain training loop (benchmarks/paths_agree.py: an mlp
-#: candidate 6.03x shared, 4.42x separate, 3.29x in a user's loop), and 2 of 4 claims missed their re-measurement.
+#: processes (autotune/paired.py). Off by default. On the calibration models the ratios measured that way ran high
+#: (2 of 4 claims missed their re-measurement). The cause, found with benchmarks/paths_agree.py: glibc's heap keeps
+#: one arm's history, so a later arm skipped the page faults it pays alone (the mlp's winner 6.58x shared, 3.96x
+#: alone, 4.43x in a user's loop; with host_allocator=retain in both, 4.52x, 4.47x and 4.34x). Shared processes
+#: are now refused at the default heap (knobs.apart), so with the defaults as the baseline nothing is shared; a
+#: space that fixes host_allocator=retain shares again.
 PAIRED_ENV = "AUTOTUNE_PAIRED"
 JOB_OF = "job_of"  # on a per-kind study: the job record it works for
 

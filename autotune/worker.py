@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import torch
 
-from autotune import hardware, knobs, load
+from autotune import hardware, heap, knobs, load
 from autotune import result as R
 from autotune.errors import AutotuneError
 from autotune.protocol import MemoryMonitor, cv, NonFinite, Settings, StepLoop, check_parameters, run_protocol
@@ -76,6 +76,7 @@ def context_for(workload: Workload, device: torch.device) -> knobs.Context:
         optimizer_params=opt_params,
         compile_supported=compile_ok,
         cpu_bf16=hardware.native_bf16(),
+        glibc=heap.available(),
     )
 
 

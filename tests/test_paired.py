@@ -16,7 +16,7 @@ from autotune.runner import Runner
 QUICK = Settings(windows=3, window_s=0.03, min_warmup_steps=2, min_warmup_s=0.0, max_warmup_s=1.0, profile_steps=0,
                  count_flops=False)
 CNN = WorkloadSpec("autotune.examples:cnn")
-BASE = {**knobs.defaults(), "batch_size": 8}
+BASE = {**knobs.defaults(), "batch_size": 8, "host_allocator": "retain"}  # the heap keeps no arm's history
 OTHER = {**BASE, "memory_format": "channels_last", "optimizer_impl": "foreach", "batch_size": 16}
 # Effects an arm applies to its own objects (or, for backend flags, again before each of its windows).
 PER_ARM_EFFECTS = (fx.Autocast, fx.GradScaler, fx.Flag, fx.BatchSize, fx.ChannelsLast, fx.CheckpointBlocks,
@@ -44,6 +44,8 @@ def test_every_knob_an_arm_may_change_acts_on_the_arm_alone():
 
 def test_what_cannot_share_a_process_is_said():
     assert knobs.apart([BASE, OTHER]) is None
+    heap = knobs.apart([{**BASE, "host_allocator": "default"}, {**OTHER, "host_allocator": "default"}])
+    assert "host_allocator=default" in heap and "heap" in heap  # the default heap carries one arm into the next
     assert "threads" in knobs.apart([BASE, {**BASE, "threads": 1}])
     assert "num_workers" in knobs.apart([BASE, {**BASE, "num_workers": 1}])
     assert "compile" in knobs.apart([BASE, {**BASE, "compile": "default"}])
@@ -85,7 +87,7 @@ def test_the_precision_of_one_arm_is_not_the_next_ones():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_tf32_flags_are_each_arms_own_on_a_gpu():
     """precision's TF32 flags are process-wide: each arm sets its own before each of its windows."""
-    base = {**knobs.defaults(knobs.Context(device_type="cuda")), "batch_size": 8}
+    base = {**knobs.defaults(knobs.Context(device_type="cuda")), "batch_size": 8, "host_allocator": "retain"}
     result = paired.run_arms({"spec": CNN.to_dict(), "device": "cuda", "settings": QUICK.to_dict(),
                               "arms": [base, {**base, "precision": "tf32"}, base]})
     assert result.ok, result.error
@@ -96,7 +98,7 @@ def test_tf32_flags_are_each_arms_own_on_a_gpu():
 def test_an_arm_that_fails_leaves_the_others_measured():
     # activation checkpointing needs blocks to wrap: the tiny model has none, so that arm is not applicable
     spec = WorkloadSpec("failing_workloads:tiny")
-    base = {**knobs.defaults(), "batch_size": 8}
+    base = dict(BASE)
     result = arms(base, {**base, "activation_checkpointing": True}, {**base, "batch_size": 16}, spec=spec)
     assert result.ok
     outcomes = [a["outcome"] for a in result.arms]
@@ -108,7 +110,7 @@ def test_an_arm_that_fails_leaves_the_others_measured():
 
 def test_the_runner_measures_arms_in_an_isolated_process():
     runner = Runner(WorkloadSpec("failing_workloads:tiny"), settings=QUICK, timeout_s=120)
-    base = {**knobs.defaults(), "batch_size": 8}
+    base = dict(BASE)
     result = runner.measure_together([base, {**base, "batch_size": 32}])
     assert result.ok and all(r and r > 0 for r in result.rates())
     assert result.notes["pid"] != __import__("os").getpid() and result.wall_s > 0

@@ -21,11 +21,11 @@ from autotune.store import Store
 from autotune.evidence import Evidence
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
-SPACE = space.parse(
-    {"search": {"precision": ["fp32", "bf16"], "optimizer_impl": ["default", "foreach", "fused"], "num_workers": [0, 1]}},
-    "race.toml",
-    "race",
-)
+RACE_SPACE = {"precision": ["fp32", "bf16"], "optimizer_impl": ["default", "foreach", "fused"], "num_workers": [0, 1]}
+SPACE = space.parse({"search": RACE_SPACE}, "race.toml", "race")
+# The same space with the host heap fixed at retain: only there may the defaults share a process with a candidate
+# (autotune.heap, knobs.apart), so the races of shared processes below run in it.
+RETAINED = space.parse({"search": RACE_SPACE, "fixed": {"host_allocator": "retain"}}, "race.toml", "race")
 NOISE = 0.15
 SEEDS = range(20)
 FAST = {"precision": "bf16", "optimizer_impl": "fused", "num_workers": 1}  # truly 1.5x in the second scenario
@@ -44,13 +44,13 @@ def noisy(truth, seed: int, calls: list | None = None):
 
 
 def tune(truth, seed: int, name: str = "race", options: S.Options | None = None, calls: list | None = None,
-         together=None):
+         together=None, sp=SPACE):
     """A 12-trial study of the fake; ``together``: how shared processes measure (None: every measurement alone)."""
-    attrs = {"workload": {"model": "x:y"}, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
+    attrs = {"workload": {"model": "x:y"}, "space": sp.to_dict(), "space_hash": sp.hash(),
              "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
     study, _ = Store("sqlite:///:memory:").create_or_check(name, attrs, S.make_sampler("random", seed))
-    base = S.base_config(CTX, SPACE.fixed, None)
-    eff = space.effective(SPACE, CTX, base)
+    base = S.base_config(CTX, sp.fixed, None)
+    eff = space.effective(sp, CTX, base)
     options = options or S.Options(trials=12, max_repeats=500)
     summary = S.Tuner(study, eff, CTX, base, noisy(truth, seed, calls), options, together=together).run()
     return study, summary
@@ -229,7 +229,7 @@ def noisy_together(truth, seed: int, calls: list | None = None):
 
 
 def tune_together(truth, seed: int, name: str = "race", options: S.Options | None = None, calls=None, shared=None):
-    return tune(truth, seed, name, options, calls, together=noisy_together(truth, seed, shared))
+    return tune(truth, seed, name, options, calls, together=noisy_together(truth, seed, shared), sp=RETAINED)
 
 
 def ablated_study():
@@ -262,6 +262,26 @@ def test_candidates_that_share_a_process_with_the_defaults_are_raced_there_and_t
             assert v.speedup.within and v.speedup.looks >= 1  # the claim is a within-process ratio
     assert picked >= 18, f"the 1.5x configuration won in only {picked} of 20 seeds"
     assert covered >= 18, f"its interval covered 1.5 in only {covered} of 20 seeds"
+
+
+def test_nothing_shares_a_process_with_defaults_whose_heap_keeps_history():
+    """At glibc's default heap a shared process runs its later arms faster (benchmarks/paths_agree.py): the race
+    measures every candidate in processes of its own, and no path of what each knob bought is measured."""
+    def truth(config):
+        return (1.5 if config["precision"] == "bf16" else 1.0) * (0.7 if config["num_workers"] else 1.0)
+
+    several = 0
+    for seed in range(20):
+        shared: list = []
+        study, summary = tune(truth, seed, together=noisy_together(truth, seed, shared), sp=SPACE)
+        assert shared == []
+        assert summary.race is not None and not summary.race.within
+        v = summary.verdict
+        if v.state == "gain" and len(knobs.per_arm(Evidence.of(study).configs[v.winner].changes)[0]) >= 1 \
+                and len(Evidence.of(study).configs[v.winner].changes) >= 2:
+            several += 1  # a winner a path would have ablated in shared processes
+            assert summary.ablation is None
+    assert several >= 3
 
 
 def test_all_equal_gives_no_gain_when_raced_in_shared_processes_too():
@@ -320,7 +340,8 @@ def test_a_knob_that_buys_nothing_is_dropped_from_the_recommendation_and_the_res
 
 def two_knobs():
     """A space of two knobs, precision and the optimizer's kernels, and the attributes of a study of it."""
-    sp = space.parse({"search": {"precision": ["fp32", "bf16"], "optimizer_impl": ["default", "fused"]}}, "two.toml", "two")
+    sp = space.parse({"search": {"precision": ["fp32", "bf16"], "optimizer_impl": ["default", "fused"]},
+                      "fixed": {"host_allocator": "retain"}}, "two.toml", "two")  # retained: the path shares processes
     attrs = {"workload": {"model": "x:y"}, "space": sp.to_dict(), "space_hash": sp.hash(),
              "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
     return sp, attrs
@@ -385,11 +406,11 @@ def test_a_candidate_out_of_memory_beside_the_defaults_is_raced_alone_instead():
                 arm.update(outcome=R.OOM, samples_per_s=None)
         return result
 
-    attrs = {"workload": {"model": "x:y"}, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
+    attrs = {"workload": {"model": "x:y"}, "space": RETAINED.to_dict(), "space_hash": RETAINED.hash(),
              "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
     study, _ = Store("sqlite:///:memory:").create_or_check("oom", attrs, S.make_sampler("random", 3))
-    base = S.base_config(CTX, SPACE.fixed, None)
-    eff = space.effective(SPACE, CTX, base)
+    base = S.base_config(CTX, RETAINED.fixed, None)
+    eff = space.effective(RETAINED, CTX, base)
     calls: list = []
     summary = S.Tuner(study, eff, CTX, base, noisy(truth, 3, calls), S.Options(trials=12, max_repeats=500),
                       together=together).run()

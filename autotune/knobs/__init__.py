@@ -40,6 +40,7 @@ from autotune.knobs.core import (
     Condition,
     Context,
     ForTask,
+    Glibc,
     InputRank,
     Knob,
     KnobAbove,
@@ -72,7 +73,7 @@ from autotune.knobs.registry import (
 __all__ = [
     "ALONE", "BATCH_KNOB", "PER_ARM", "SHARED", "apart", "keeps_global_batch", "per_arm", "starts_processes",
     "BACKEND", "BATCH", "CPUS", "ENV", "KNOBS", "LOADER", "MODEL", "NAMES", "OPTIMIZER", "REGISTRY", "STAGE_HELP",
-    "STEP", "CompileSupported", "Condition", "Context", "ForTask", "InputRank", "Knob", "KnobAbove", "KnobError",
+    "STEP", "CompileSupported", "Condition", "Context", "ForTask", "Glibc", "InputRank", "Knob", "KnobAbove", "KnobError",
     "NativeBF16", "OnDevice", "OptimizerSupports", "Resolved", "accumulation_steps", "cpu_count", "defaults",
     "differs_from_default", "effects", "exports", "get", "parse_assignments", "recipe", "resolve", "short",
     "validate_config",

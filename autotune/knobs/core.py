@@ -2,7 +2,7 @@
 that decide where a knob applies (and where a value that applies is worth searching: ``pays_when``).
 
 Why a module of its own: the declarations in :mod:`autotune.knobs.registry` are data
-written in this vocabulary, and a file of thirteen declarations reads best without the
+written in this vocabulary, and a file of fourteen declarations reads best without the
 machinery that gives them meaning. Also here: :func:`accumulation_steps`, the one check
 of a global batch against a batch size. Nothing here imports torch.
 """
@@ -68,6 +68,8 @@ class Context:
     # The CPU runs bf16 natively (AVX512-BF16, AMX, Arm BF16: autotune.hardware.native_bf16). True where not known
     # (a study stored before it was recorded), so that nothing is left out of a search on a guess.
     cpu_bf16: bool = True
+    # The C library is glibc, whose malloc options the host_allocator knob sets (autotune.heap). True where not known.
+    glibc: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -79,6 +81,7 @@ class Context:
             "optimizer_params": sorted(self.optimizer_params),
             "compile_supported": self.compile_supported,
             "cpu_bf16": self.cpu_bf16,
+            "glibc": self.glibc,
         }
 
     @classmethod
@@ -92,6 +95,7 @@ class Context:
             optimizer_params=frozenset(d.get("optimizer_params", cls.optimizer_params)),
             compile_supported=bool(d.get("compile_supported", True)),
             cpu_bf16=bool(d.get("cpu_bf16", True)),
+            glibc=bool(d.get("glibc", True)),
         )
 
 
@@ -213,6 +217,19 @@ class NativeBF16(Condition):
         return "on a CPU, searched only with native bf16"
 
 
+@dataclass(frozen=True)
+class Glibc(Condition):
+    """The process's C library is glibc (Linux as most distributions ship it): its malloc takes ``mallopt``."""
+
+    def check(self, ctx: Context, config: Mapping[str, Any]) -> str | None:
+        if not ctx.glibc:
+            return "needs glibc's malloc (Linux)"
+        return None
+
+    def describe(self) -> str:
+        return "glibc"
+
+
 # ---------------------------------------------------------------- knobs
 
 CPUS = "cpus"  # a bound that stands for the number of usable CPUs
@@ -257,6 +274,13 @@ class Knob:
     # value out of shared processes altogether (ALONE: torch.compile's caches and recompilations). See
     # autotune.paired and docs/storage.md ("Measured together").
     in_process: str = SHARED
+    # The values at which arms may share a process at all (None: any). The host heap at glibc's default carries one
+    # arm's allocations into the next arm's speed (autotune.heap), so host_allocator shares only at "retain".
+    shares_at: tuple[Any, ...] | None = None
+    why_apart: str = ""  # what apart() says at a value outside shares_at
+    # False for a knob added after studies were stored: at its default it is left out of a configuration's key
+    # (Resolved.key), so the keys of those studies' trials, measured at that default, stay what they were.
+    keyed_at_default: bool = True
     # At any value but its default a trial starts processes of its own (loader workers, compile workers): the
     # trial's memory is then that of its whole process tree, sampled (autotune.protocol.MemoryMonitor).
     starts_processes: bool = False
