@@ -13,7 +13,7 @@ the next step whatever came before; the knob ``host_allocator`` searches it
 (:mod:`autotune.knobs.registry`). What it costs is memory, and the peak-memory objective shows it: torch's
 64-byte-aligned blocks leave small pieces between them that glibc's thread cache holds, so the
 heap grows for a few steps before it is reused (tests/test_heap.py: a step of one 64 MiB block
-settles at 512 MiB of heap, then faults no page).
+grows it for a few steps, then faults no page).
 
 ``mallopt`` acts at once in this process and is inherited by forked children (DataLoader
 workers); the ``MALLOC_*_`` environment variables the knob also sets reach processes started

@@ -15,9 +15,10 @@ defaults three ways, in fresh processes, alternating, on the same machine:
 It also runs the defaults against themselves inside one process (must read 1.00x) and prints
 each configuration's own samples/s by path, so a bias can be told apart from noise.
 
-    python benchmarks/paths_agree.py [--model autotune.examples:mlp] [--set precision=bf16 ...] [--rounds 4]
+    python benchmarks/paths_agree.py [--model autotune.examples:mlp] [--set precision=bf16 ...] [--both KNOB=VALUE]
+                                     [--rounds 4] [--out paths_agree]
 
-Writes benchmarks/results/paths_agree.json and .txt (what it printed). Run it on a quiet machine.
+Writes benchmarks/results/OUT.json and .txt (what it printed). Run it on a quiet machine.
 """
 
 from __future__ import annotations
@@ -69,7 +70,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="autotune.examples:mlp")
     ap.add_argument("--set", action="append", default=None, help="A knob of the candidate, NAME=VALUE (repeatable).")
+    ap.add_argument("--both", action="append", default=[],
+                    help="A knob set in the defaults and the candidate alike, NAME=VALUE (repeatable), e.g. "
+                         "host_allocator=retain to take the heap's history out of every path.")
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--out", default="paths_agree", help="Results name under benchmarks/results/.")
     args = ap.parse_args()
 
     from autotune import hardware, knobs, load
@@ -79,13 +84,14 @@ def main() -> None:
     from autotune.workload import WorkloadSpec
 
     sets = args.set or ["precision=bf16", "batch_size=128", "optimizer_impl=fused"]
-    base = knobs.defaults()
+    base = {**knobs.defaults(), **knobs.parse_assignments(args.both)}
     cand = {**base, **knobs.parse_assignments(sets)}
     warm_up()
     busy = load.other_cores_now(2.0)
     say(f"machine: {hardware.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
         f"{time.strftime('%Y-%m-%d %H:%M')}; other processes used {busy['other_cores']:.1f} cores at the start")
-    say(f"model {args.model}; candidate {knobs.short(cand)}; {args.rounds} rounds, each path alternating")
+    say(f"model {args.model}; candidate {knobs.short(cand)}; baseline {knobs.short(base) or 'the defaults'}; "
+        f"{args.rounds} rounds, each path alternating")
     runner = Runner(WorkloadSpec(args.model), settings=Settings().lean())
     rates: dict[str, dict[str, list[float]]] = {p: {"defaults": [], "candidate": []} for p in ("user loop", "separate", "shared")}
     same: list[float] = []
@@ -103,10 +109,10 @@ def main() -> None:
                 rates["user loop"][name].append(float(out.stdout.strip().splitlines()[-1]))
             rates["separate"]["defaults"].append(runner.measure(base).samples_per_s)
             rates["separate"]["candidate"].append(runner.measure(cand).samples_per_s)
-            res = runner.measure_together([base, cand])
+            res = runner.measure_together([base, cand], unchecked=True)  # what autotune.knobs.apart may refuse
             rates["shared"]["defaults"].append(res.arms[0]["samples_per_s"])
             rates["shared"]["candidate"].append(res.arms[1]["samples_per_s"])
-            res = runner.measure_together([base, base])
+            res = runner.measure_together([base, base], unchecked=True)
             same.append(res.arms[1]["samples_per_s"] / res.arms[0]["samples_per_s"])
             say(f"round {k + 1}: " + "; ".join(
                 f"{p} {r['candidate'][-1] / r['defaults'][-1]:.2f}x ({r['defaults'][-1]:.0f} -> {r['candidate'][-1]:.0f})"
@@ -122,8 +128,8 @@ def main() -> None:
     out["same_in_one_process"] = geomean(same)
     results = Path(__file__).resolve().parent / "results"
     results.mkdir(exist_ok=True)
-    (results / "paths_agree.json").write_text(json.dumps(out, indent=1))
-    (results / "paths_agree.txt").write_text("\n".join(LINES) + "\n")
+    (results / f"{args.out}.json").write_text(json.dumps(out, indent=1))
+    (results / f"{args.out}.txt").write_text("\n".join(LINES) + "\n")
 
 
 if __name__ == "__main__":
