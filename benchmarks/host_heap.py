@@ -1,0 +1,79 @@
+"""What the host heap (knob ``host_allocator``) buys and costs, on each example model, in separate processes.
+
+``benchmarks/paths_agree.py`` found that glibc's malloc gives the large blocks of a CPU step back
+to the system and faults them in again on the next step, unless the heap has already grown
+(:mod:`autotune.heap`). This script measures the knob itself: the defaults against the defaults
+with ``host_allocator=retain``, each in a process of its own, alternating, ``--rounds`` rounds;
+the speed-up with its 90% interval between processes (``autotune.stats``, the noise pooled from
+both configurations' rounds), and the peak memory of each (what retaining costs).
+
+    python benchmarks/host_heap.py [--models autotune.examples:mlp,autotune.examples:cnn,...] [--rounds 5]
+
+Writes benchmarks/results/host_heap.json and .txt (what it printed). Run it on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+MODELS = "autotune.examples:mlp,autotune.examples:cnn,autotune.examples:transformer"
+LINES: list[str] = []
+
+
+def say(line: str = "") -> None:
+    print(line, flush=True)
+    LINES.append(line)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default=MODELS)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+
+    from autotune import hardware, knobs, load, stats
+    from autotune.protocol import Settings
+    from autotune.runner import Runner, warm_up
+    from autotune.workload import WorkloadSpec
+
+    warm_up()
+    busy = load.other_cores_now(2.0)
+    say(f"machine: {hardware.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"{platform.libc_ver()[0]} {platform.libc_ver()[1]}; {time.strftime('%Y-%m-%d %H:%M')}; "
+        f"other processes used {busy['other_cores']:.1f} cores at the start")
+    say(f"the defaults against the defaults with host_allocator=retain, each in a process of its own, {args.rounds} rounds")
+    base = knobs.defaults()
+    retain = {**base, "host_allocator": "retain"}
+    out = {}
+    for model in args.models.split(","):
+        runner = Runner(WorkloadSpec(model), settings=Settings().lean())
+        rates: dict[str, list[float]] = {"default": [], "retain": []}
+        memory: dict[str, list[float]] = {"default": [], "retain": []}
+        for k in range(args.rounds):
+            order = (("default", base), ("retain", retain)) if k % 2 == 0 else (("retain", retain), ("default", base))
+            for name, config in order:
+                res = runner.measure(config)
+                assert res.ok, res.error
+                rates[name].append(res.samples_per_s)
+                memory[name].append(res.peak_memory_bytes / 2**20)
+        noise = stats.pooled_noise([rates["default"], rates["retain"]])
+        r = stats.ratio(list(enumerate(rates["retain"])), list(enumerate(rates["default"])), noise)
+        say(f"{model}: retain {r.estimate:.2f}x ({r.low:.2f}-{r.high:.2f}); samples/s {stats.geomean(rates['default']):.0f} -> "
+            f"{stats.geomean(rates['retain']):.0f}; peak memory {statistics.median(memory['default']):.0f} -> "
+            f"{statistics.median(memory['retain']):.0f} MiB; noise between processes ±{noise.percent:.0f}%")
+        out[model] = {"speedup": r.estimate, "low": r.low, "high": r.high, "rates": rates, "peak_memory_mib": memory,
+                      "noise_sigma": noise.sigma}
+    results = Path(__file__).resolve().parent / "results"
+    results.mkdir(exist_ok=True)
+    (results / "host_heap.json").write_text(json.dumps(out, indent=1))
+    (results / "host_heap.txt").write_text("\n".join(LINES) + "\n")
+
+
+if __name__ == "__main__":
+    main()
