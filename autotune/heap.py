@@ -7,13 +7,14 @@ the next step then touches fresh pages again, one minor page fault per 4 KiB pag
 training step allocates and frees the same megabytes every step, so it pays that every
 step, and how much it pays depends on the process's history: a configuration measured after
 another one in the same process found the heap already grown and ran faster (the reason
-``benchmarks/paths_agree.py`` read the mlp's winner 6.0x in a shared process against 4.4x
-in a process of its own). ``retain`` (no mmap, no trim) keeps freed memory in the heap for
+``benchmarks/paths_agree.py`` read the mlp's winner 6.58x in a shared process against 3.96x
+in processes of its own). ``retain`` (no mmap, no trim) keeps freed memory in the heap for
 the next step whatever came before; the knob ``host_allocator`` searches it
-(:mod:`autotune.knobs.registry`). What it costs is memory, and the peak-memory objective shows it: torch's
-64-byte-aligned blocks leave small pieces between them that glibc's thread cache holds, so the
-heap grows for a few steps before it is reused (tests/test_heap.py: a step of one 64 MiB block
-grows it for a few steps, then faults no page).
+(:mod:`autotune.knobs.registry`; ``benchmarks/host_heap.py`` measures what it buys). What it
+costs is memory, and the peak-memory objective shows it: torch's 64-byte-aligned blocks leave
+small pieces between them that glibc's thread cache holds, so the heap grows for a few steps
+before it is reused (tests/test_heap.py: a step of one 64 MiB block grows it for a few steps,
+then faults no page).
 
 ``mallopt`` acts at once in this process and is inherited by forked children (DataLoader
 workers); the ``MALLOC_*_`` environment variables the knob also sets reach processes started

@@ -9,16 +9,17 @@ knob of the winner bought.
   Given shared processes (``together``: ``AUTOTUNE_PAIRED=1``, see
   :data:`autotune.tuning.PAIRED_ENV`), those that can share a process with the defaults
   (every knob they change acts on the arm's own model, optimizer, loader or step, and the
-  host heap is retained: :func:`autotune.knobs.apart`) are measured alternately with the defaults in one process
-  per round (:mod:`autotune.paired`), where
-  the process's own speed cancels in their ratio; the others in a process each, the
+  host heap is retained: :func:`autotune.knobs.apart`) are measured alternately with the
+  defaults in one process per round (:mod:`autotune.paired`), where the process's own speed
+  cancels in their ratio; the others in a process each, the
   baseline in every round, interleaved in a rotating order. After each round a candidate
   leaves once it cannot change the verdict (slower than the fastest or the defaults beyond
   the noise, or neither faster than the winner nor simpler: :func:`_decide`), so
   measurements go to the comparisons still undecided. The race stops at a planned look
   (:func:`look_rounds`) once the verdict is settled, at once when it cannot end in a claim,
   or after ``rounds`` rounds (the ``--confirm`` budget). Claims are adjusted for the looks.
-- **What each knob bought** (:func:`run_ablation`, :mod:`autotune.ablation`; shared processes only). A winner that
+- **What each knob bought** (:func:`run_ablation`, :mod:`autotune.ablation`; shared processes only, so only
+  where the baseline's host heap is retained). A winner that
   changes several knobs gets the path from the defaults to it measured, one knob at a time,
   in a few shared processes; knobs that buy nothing beyond the noise are dropped from the
   recommendation, which is then measured once on its own.
