@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from autotune.errors import KnobError
+from autotune.heap import NEVER_TRIM
 from autotune.knobs.core import (
     ALONE,
     BACKEND,
@@ -417,7 +418,7 @@ CUDA_ALLOCATOR = Knob(
 
 # ---------------------------------------------------------------- host_allocator
 
-RETAIN = {"M_MMAP_MAX": 0, "M_TRIM_THRESHOLD": 2**31 - 1}  # autotune.heap: no mmap'd blocks, no trimming
+RETAIN = {"M_MMAP_MAX": 0, "M_TRIM_THRESHOLD": NEVER_TRIM}  # autotune.heap: no mmap'd blocks, no trimming
 
 HOST_ALLOCATOR = Knob(
     "host_allocator",
