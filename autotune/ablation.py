@@ -10,6 +10,13 @@ that need a process of their own (threads, loader workers: ``Knob.in_process``) 
 share those processes; they form the last step, measured between processes (the winner's
 own claim against the path's last point).
 
+When the defaults themselves cannot share a process with the path (the host heap at
+glibc's default carries one arm into the next: :mod:`autotune.heap`), the winner's
+process-wide knobs come *first* instead (``apart_first``): the path starts from the
+defaults with them, so every process of it may be shared, and their own step, from the
+defaults to that start, is measured between processes (the winner's claim over the winner
+against the start, in the path's processes), in :data:`ROUNDS_ALONE` processes.
+
 A step that buys nothing beyond the noise is dropped from the recommendation: the
 recommendation is the shortest start of the path that keeps the gain (its speed-up not
 below the whole path's beyond the noise, and above the defaults'). A knob that bought
@@ -34,6 +41,8 @@ from autotune.stats import Measurement, Noise, Ratio
 ABLATION = "ablation:"  # the study attribute of an ablation's plan: ablation:<id>
 ROLE = "minimal"  # the role of the trial that measures the ablation's recommendation on its own
 ROUNDS = 2  # processes that each measure the whole path (two give the within-process noise its first degrees of freedom)
+# ... when the path's processes are the study's only shared ones (its process-wide knobs first: the race shared none)
+ROUNDS_ALONE = 3
 
 
 def order(changes: Mapping[str, Any], measured: Sequence[tuple[Mapping[str, Any], float]]) -> list[str]:
@@ -171,6 +180,8 @@ def analyse(
         return None
     apart = dict(plan.get("apart") or {})
     count = len(points) - 1 + (1 if apart else 0)  # the steps compared: each interval is adjusted for them all
+    if plan.get("apart_first"):
+        return _apart_first(ablation_id, plan, points, apart, count, rounds, noise, winner_speedup, trial_of, processes)
     steps: list[Step] = []
     base_key = points[0]["key"]
     for prev, point in zip(points, points[1:]):
@@ -209,3 +220,44 @@ def analyse(
             dropped.update(s.added)
     minimal_key = str(plan.get("winner_key")) if minimal_index == len(steps) and apart else points[minimal_index]["key"]
     return Ablation(ablation_id, int(plan["winner"]), kept_steps, minimal_key, trial_of(minimal_key), dropped, processes)
+
+
+def _apart_first(ablation_id: str, plan: Mapping[str, Any], points: Sequence[Mapping[str, Any]], apart: dict[str, Any],
+                 count: int, rounds: Mapping[str, Sequence[Measurement]], noise: Noise, winner_speedup: Ratio | None,
+                 trial_of: Callable[[str], int | None], processes: int) -> Ablation | None:
+    """A path whose process-wide knobs come first (``apart_first``: the defaults' own process could not share,
+    e.g. the host heap at its default): its first step, the defaults to the path's first point, is measured between
+    processes (the winner's claim over the winner against that point in the path's processes); every later point's
+    speed-up over the defaults is the winner's claim over the winner against it, and what it bought is measured in
+    one process against the point before. The path's last point is the winner."""
+    if winner_speedup is None:
+        return None
+    last = points[-1]["key"]
+    try:
+        def over_defaults(key: str) -> Ratio:
+            return winner_speedup if key == last else stats.combined(
+                winner_speedup, stats.ratio_within(rounds[last], rounds[key], noise, count))
+
+        first = over_defaults(points[0]["key"])
+        steps = [Step(apart, points[0]["key"], first, first, False)]
+        for prev, point in zip(points, points[1:]):
+            bought = stats.ratio_within(rounds[point["key"]], rounds[prev["key"]], noise, count)
+            steps.append(Step(dict(point.get("added") or {}), point["key"], over_defaults(point["key"]), bought, True))
+    except ValueError:  # never measured in one process together
+        return None
+    # The recommendation: the shortest start of the path (the process-wide knobs always in it) above the defaults and
+    # not below the winner beyond the noise.
+    minimal_index = None
+    for j, point in enumerate(points):
+        if not steps[j].speedup.above_one():
+            continue
+        if point["key"] == last or not stats.ratio_within(rounds[point["key"]], rounds[last], noise, count).below_one():
+            minimal_index = j
+            break
+    if minimal_index is None:
+        return Ablation(ablation_id, int(plan["winner"]), tuple(steps), None, None, {}, processes)
+    kept = tuple(Step(s.added, s.key, s.speedup, s.bought, s.within_process, kept=i <= minimal_index)
+                 for i, s in enumerate(steps))
+    dropped = {k: v for s in kept if not s.kept for k, v in s.added.items()}
+    key = points[minimal_index]["key"]
+    return Ablation(ablation_id, int(plan["winner"]), kept, key, trial_of(key), dropped, processes)

@@ -410,8 +410,14 @@ def run_ablation(
     inside, apart = knobs.per_arm(winner.changes)
     if len(winner.changes) < 2 or not inside:
         return None
-    if knobs.apart([ev.baseline.config, {**ev.baseline.config, **inside}]) is not None:
-        return None  # the path cannot share a process (the host heap at its default carries one arm into the next)
+    base = ev.baseline.config
+    if knobs.apart([base, {**base, **inside}]) is None:
+        first = False  # the path from the defaults shares processes; the process-wide knobs are its last step
+    elif apart and knobs.apart([{**base, **apart}, {**base, **apart, **inside}]) is None:
+        first = True  # only with the winner's process-wide knobs (the host heap retained): they are its first step
+        rounds = max(rounds, A.ROUNDS_ALONE)
+    else:
+        return None
     plans = [(k[len(A.ABLATION):], v) for k, v in study.user_attrs.items()
              if k.startswith(A.ABLATION) and isinstance(v, Mapping) and v.get("winner_key") == winner.key]
     report: AblationReport | None = None
@@ -423,7 +429,7 @@ def run_ablation(
             report = _measure_path(study, together, ablation_id, plan, ev, winner.number, rounds, deadline, on_measure)
     else:
         ordered = A.order(inside, [(c.config, c.samples_per_s) for c in ev.configs.values()])
-        ablation_id, plan = _plan(study, ev, winner, inside, apart, ordered, ctx, rounds)
+        ablation_id, plan = _plan(study, ev, winner, inside, apart, ordered, ctx, rounds, apart_first=first)
         report = _measure_path(study, together, ablation_id, plan, ev, winner.number, rounds, deadline, on_measure)
     spent = deadline is not None and time.time() >= deadline
     if (report is None or report.stopped == "done") and not plan.get("reordered_from") and not spent:
@@ -431,7 +437,8 @@ def run_ablation(
         ab = Evidence.of(study).ablation()
         again = A.reordered(ab) if ab is not None and ab.ablation_id == ablation_id else None
         if again is not None:
-            new_id, new_plan = _plan(study, ev, winner, inside, apart, again, ctx, rounds, reordered_from=ablation_id)
+            new_id, new_plan = _plan(study, ev, winner, inside, apart, again, ctx, rounds, reordered_from=ablation_id,
+                                     apart_first=bool(plan.get("apart_first")))
             more = _measure_path(study, together, new_id, new_plan, Evidence.of(study), winner.number, rounds, deadline,
                                  on_measure)
             if report is not None:
@@ -442,10 +449,12 @@ def run_ablation(
 
 def _plan(study: optuna.Study, ev: Evidence, winner: Any, inside: Mapping[str, Any], apart: Mapping[str, Any],
           ordered: Sequence[str], ctx: knobs.Context, rounds: int, **extra: Any) -> tuple[str, dict[str, Any]]:
-    """A new ablation's plan, stored: the path from the defaults adding ``inside``'s knobs in ``ordered`` order."""
+    """A new ablation's plan, stored: the path from the defaults adding ``inside``'s knobs in ``ordered`` order
+    (with ``apart_first``, from the defaults with the winner's process-wide knobs)."""
     import time
 
-    points = A.path(ev.baseline.config, inside, ordered)  # type: ignore[union-attr]
+    base = ev.baseline.config if not extra.get("apart_first") else {**ev.baseline.config, **apart}  # type: ignore[union-attr]
+    points = A.path(base, inside, ordered)
     ablation_id = uuid.uuid4().hex[:8]
     plan = {
         "winner": winner.number, "winner_key": winner.key,

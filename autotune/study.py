@@ -289,14 +289,16 @@ class Tuner:
         warm: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]] = (),
         remeasure: race.Measure | None = None,
         together: race.Together | None = None,
+        ablate: race.Together | None = None,
     ) -> None:
         """``check()`` runs before each trial and raises when the store can no longer keep results
         (:meth:`autotune.store.Store.check_alive`). ``warm``: (parameters, user attributes) of the seeds
         queued after the recipe, each once (:mod:`autotune.warmstart`: earlier studies' winners).
         ``remeasure(config)``: how the noise floor and the race measure a configuration again (default:
         ``evaluate`` without dominators; ``autotune run`` leaves out the profile and the FLOP count).
-        ``together(configs)``: measure configurations alternately in one process (:mod:`autotune.paired`); without
-        it every re-measurement takes a process of its own and the winner's knobs are not measured one by one."""
+        ``together(configs)``: how the race measures configurations alternately in one process (:mod:`autotune.paired`);
+        without it every race measurement takes a process of its own. ``ablate(configs)``: the same, for what each
+        knob of the winner bought (default: ``together``); without either the knobs are not measured one by one."""
         self.study = study
         self.space = space
         self.ctx = ctx
@@ -309,6 +311,7 @@ class Tuner:
         self.warm = list(warm)
         self.remeasure = remeasure
         self.together = together
+        self.ablate = ablate if ablate is not None else together
         self._switch_told = False  # the sampler's hand-over was printed (GPThenTPE)
         self._switch_recorded = False  # ... and recorded on the study by this process
         self._read: list[FrozenTrial] | None = None  # the study's trials as this trial's claim read them
@@ -611,8 +614,8 @@ class Tuner:
                 summary.race = race.run_race(self.study, self._repeat, opts.race_rounds, opts.race_candidates,
                                              on_measure=self._on_repeat, deadline=deadline, together=self.together)
                 summary.repeat_processes += summary.race.processes if summary.race else 0
-                if self.together is not None:
-                    summary.ablation = race.run_ablation(self.study, self.together, self.ctx, on_measure=self._on_repeat,
+                if self.ablate is not None:
+                    summary.ablation = race.run_ablation(self.study, self.ablate, self.ctx, on_measure=self._on_repeat,
                                                          deadline=deadline)
                     summary.repeat_processes += summary.ablation.processes if summary.ablation else 0
                     self._measure_minimal(cache, summary, deadline)

@@ -39,13 +39,14 @@ from autotune.runner import Runner
 from autotune.store import Store, kind
 
 JOB = view.JOB  # the attribute of a job record
-#: ``AUTOTUNE_PAIRED=1``: the race (and what each knob bought) measures candidates alongside the defaults inside shared
-#: processes (autotune/paired.py). Off by default. On the calibration models the ratios measured that way ran high
-#: (2 of 4 claims missed their re-measurement). The cause, found with benchmarks/paths_agree.py: glibc's heap keeps
-#: one arm's history, so a later arm skipped the page faults it pays alone (the mlp's winner 6.58x shared, 3.96x
-#: alone, 4.43x in a user's loop; with host_allocator=retain in both, 4.52x, 4.47x and 4.34x). Shared processes
-#: are now refused at the default heap (knobs.apart), so with the defaults as the baseline nothing is shared; a
-#: space that fixes host_allocator=retain shares again.
+#: ``AUTOTUNE_PAIRED=1``: the race measures candidates alongside the defaults inside shared processes
+#: (autotune/paired.py). Off by default. On the calibration models the ratios measured that way ran high (2 of 4
+#: claims missed their re-measurement). The cause, found with benchmarks/paths_agree.py: glibc's heap keeps one arm's
+#: history, so a later arm skipped the page faults it pays alone (the mlp's winner 6.58x shared, 3.96x alone, 4.43x
+#: in a user's loop; with host_allocator=retain in both, 4.52x, 4.47x and 4.34x). Shared processes are now refused
+#: at the default heap (knobs.apart), so with the defaults as the baseline the race shares nothing. What each knob
+#: bought is measured in shared processes by default wherever they are sound (autotune.ablation: a winner that
+#: retains the heap gets it as the path's first step, the rest in shared processes).
 PAIRED_ENV = "AUTOTUNE_PAIRED"
 JOB_OF = "job_of"  # on a per-kind study: the job record it works for
 
@@ -213,7 +214,7 @@ def _prepare(config: TuneConfig, name: str, store: Store, device: str, *, on_tri
 
     tuner = S.Tuner(study, effective, ctx, base, evaluate, options, on_trial=on_trial, on_repeat=on_repeat,
                     check=store.check_alive, remeasure=remeasure,
-                    together=together if os.environ.get(PAIRED_ENV) == "1" else None)
+                    together=together if os.environ.get(PAIRED_ENV) == "1" else None, ablate=together)
     warm = warmstart.seeds(store, study, created, config.warm_start, probe["fingerprint"], tuner)
     tuner.warm = [(seed.params, seed.attrs()) for seed in warm]
     measured = sum(1 for t in study.get_trials(deepcopy=False) if S.is_measured(t))

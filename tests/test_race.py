@@ -44,7 +44,7 @@ def noisy(truth, seed: int, calls: list | None = None):
 
 
 def tune(truth, seed: int, name: str = "race", options: S.Options | None = None, calls: list | None = None,
-         together=None, sp=SPACE):
+         together=None, sp=SPACE, ablate=None):
     """A 12-trial study of the fake; ``together``: how shared processes measure (None: every measurement alone)."""
     attrs = {"workload": {"model": "x:y"}, "space": sp.to_dict(), "space_hash": sp.hash(),
              "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
@@ -52,7 +52,7 @@ def tune(truth, seed: int, name: str = "race", options: S.Options | None = None,
     base = S.base_config(CTX, sp.fixed, None)
     eff = space.effective(sp, CTX, base)
     options = options or S.Options(trials=12, max_repeats=500)
-    summary = S.Tuner(study, eff, CTX, base, noisy(truth, seed, calls), options, together=together).run()
+    summary = S.Tuner(study, eff, CTX, base, noisy(truth, seed, calls), options, together=together, ablate=ablate).run()
     return study, summary
 
 
@@ -282,6 +282,85 @@ def test_nothing_shares_a_process_with_defaults_whose_heap_keeps_history():
             several += 1  # a winner a path would have ablated in shared processes
             assert summary.ablation is None
     assert several >= 3
+
+
+HEAP_SPACE = space.parse({"search": {"precision": ["fp32", "bf16"], "optimizer_impl": ["default", "fused"],
+                                      "host_allocator": ["default", "retain"]}}, "heap.toml", "heap")
+
+
+def test_what_each_knob_bought_starts_with_the_heap_when_the_defaults_cannot_share_a_process():
+    """bf16 truly buys 1.5x, the retained heap 1.3x, the fused optimizer nothing. The race runs in separate processes
+    (the defaults' heap keeps history); the path of what each knob bought starts from the defaults with the heap
+    retained, a step measured between processes, then adds bf16 and fused in shared processes, all retained."""
+    def truth(config):
+        return (1.5 if config["precision"] == "bf16" else 1.0) * (1.3 if config["host_allocator"] == "retain" else 1.0)
+
+    ablated = heap_covered = bf16_pays = 0
+    for seed in range(12):
+        shared: list = []
+        inner = noisy_together(truth, seed, shared)
+
+        def together(configs):
+            assert knobs.apart(configs) is None, configs  # every process of the path may be shared
+            return inner(configs)
+
+        study, summary = tune(truth, seed, sp=HEAP_SPACE, ablate=together, options=S.Options(trials=8, max_repeats=500))
+        assert not summary.race.within  # the race shared nothing with the defaults
+        ab = Evidence.of(study).ablation()
+        winner = Evidence.of(study).configs[Evidence.of(study).verdict(ablated=False).winner].changes \
+            if summary.verdict.state == "gain" else {}
+        if not (winner.get("host_allocator") == "retain" and len(winner) >= 2):
+            continue
+        ablated += 1
+        assert ab is not None and ab.processes >= 2 and shared
+        first, *rest = ab.steps
+        assert first.added == {"host_allocator": "retain"} and not first.within_process
+        assert rest and all(s.within_process for s in rest)
+        assert all(c["host_allocator"] == "retain" for process in shared for c in process)
+        heap_covered += first.bought.low <= 1.3 <= first.bought.high
+        assert [s.label() for s in rest] == ["precision=bf16"] and rest[0].speedup == summary.verdict.speedup
+        bf16_pays += rest[0].pays
+    assert ablated >= 6, f"a winner with the heap and another knob in only {ablated} of 12 seeds"
+    assert heap_covered >= ablated - 1
+    assert bf16_pays >= ablated - 2  # two processes of the path give its within-process noise one degree of freedom
+
+
+def heap_first_study():
+    """A study whose winner retains the heap and takes bf16 (truly 1.3x and 1.5x), its race in separate processes and
+    what each knob bought in shared ones, the heap first: the first seed that gives one. For the views."""
+    def truth(config):
+        return (1.5 if config["precision"] == "bf16" else 1.0) * (1.3 if config["host_allocator"] == "retain" else 1.0)
+
+    for seed in range(12):
+        study, _ = tune(truth, seed, sp=HEAP_SPACE, ablate=noisy_together(truth, seed),
+                        options=S.Options(trials=8, max_repeats=500))
+        ab = Evidence.of(study).ablation()
+        if ab is not None and len(ab.steps) > 1 and not ab.steps[0].within_process:
+            return study, ab
+    raise AssertionError("no seed gave a winner that retains the heap and changes another knob")
+
+
+def test_a_path_that_starts_with_the_heap_leaves_out_what_bought_nothing_after_it():
+    """The pure reading of such a path (autotune.ablation.analyse): the heap's step from the winner's claim, bf16's
+    and fused's from the shared processes; fused bought nothing, so the recommendation stops at bf16."""
+    from autotune import ablation as A
+    from autotune.stats import Noise, Ratio
+
+    keys = ["heap", "heap+bf16", "heap+bf16+fused"]
+    rounds = {"heap": [(1, 100.0), (2, 90.0), (3, 110.0)], "heap+bf16": [(1, 150.0), (2, 136.0), (3, 164.0)],
+              "heap+bf16+fused": [(1, 151.0), (2, 134.0), (3, 166.0)]}
+    plan = {"winner": 7, "winner_key": keys[-1], "apart": {"host_allocator": "retain"}, "apart_first": True,
+            "path": [{"key": keys[0], "config": {}, "added": {}},
+                     {"key": keys[1], "config": {}, "added": {"precision": "bf16"}},
+                     {"key": keys[2], "config": {}, "added": {"optimizer_impl": "fused"}}]}
+    claim = Ratio(1.95, 1.6, 2.4)
+    ab = A.analyse("x", plan, rounds, Noise(0.02, 6, within=True), claim, {"heap+bf16": 5}.get, 3)
+    assert [s.label() for s in ab.steps] == ["host_allocator=retain", "precision=bf16", "optimizer_impl=fused"]
+    assert [s.within_process for s in ab.steps] == [False, True, True]
+    assert ab.steps[-1].speedup == claim and ab.steps[0].bought.estimate == pytest.approx(1.95 / 1.5, rel=0.02)
+    assert ab.steps[0].pays and ab.steps[1].pays and not ab.steps[2].pays
+    assert ab.minimal_key == "heap+bf16" and ab.minimal == 5 and ab.dropped == {"optimizer_impl": "fused"}
+    assert [s.kept for s in ab.steps] == [True, True, False]
 
 
 def test_all_equal_gives_no_gain_when_raced_in_shared_processes_too():
