@@ -1,5 +1,6 @@
-"""Shared fixtures: quick measurement settings, a folder for user modules written by tests, and a
-PostgreSQL database per test (with a way to stop and start its server) on the server .ci/postgres.sh starts."""
+"""Shared fixtures: quick measurement settings, a folder for user modules written by tests, a PostgreSQL
+database per test (with a way to stop and start its server) on the server .ci/postgres.sh starts, and
+:func:`need`, the one way a test says it cannot run here (a skip on a developer's machine, a failure in CI)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -20,6 +22,26 @@ from autotune.protocol import Settings
 TESTS = Path(__file__).parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
+
+
+CI_VAR = "CI"
+
+
+def in_ci() -> bool:
+    """True where the environment says this is CI (``CI=true``, as CI services and .ci/run set it)."""
+    return os.environ.get(CI_VAR, "").strip().lower() in ("true", "1", "yes")
+
+
+def need(reason: str) -> NoReturn:
+    """This test cannot run here, for ``reason`` (what is missing, and how to get it).
+
+    Outside CI the test skips with the reason. In CI it fails with it: CI installs PostgreSQL,
+    Chromium and the test extra and runs as root, so a missing part there is a broken CI, not a
+    machine without it, and a run that skipped those tests must not pass."""
+    if in_ci():
+        pytest.fail(f"{reason} [{CI_VAR}={os.environ.get(CI_VAR)}: a test that cannot run fails in CI instead of skipping]",
+                    pytrace=False)
+    pytest.skip(reason)
 
 
 @pytest.fixture
@@ -104,22 +126,22 @@ def pytest_assertrepr_compare(op, left, right):
 
 
 def _postgres_connect():
-    """An autocommit psycopg2 connection to the test server's own database; skips the test, with
-    the reason, when there is no server, no psycopg2, or no answer."""
+    """An autocommit psycopg2 connection to the test server's own database; skips the test (fails it
+    in CI: :func:`need`), with the reason, when there is no server, no psycopg2, or no answer."""
     url = os.environ.get(POSTGRES_URL_VAR)
     if not url:
-        pytest.skip(f"no PostgreSQL server for the tests: {POSTGRES_URL_VAR} is unset ({START_ONE})")
+        need(f"no PostgreSQL server for the tests: {POSTGRES_URL_VAR} is unset ({START_ONE})")
     try:
         import psycopg2
     except ImportError:
-        pytest.skip("psycopg2 is not installed (pip install psycopg2-binary)")
+        need("psycopg2 is not installed (pip install psycopg2-binary)")
     from autotune.store import redact, redact_message
 
     try:
         conn = psycopg2.connect(url, connect_timeout=5)
     except psycopg2.OperationalError as exc:
         reason = (str(exc).strip().splitlines() or ["no reason given"])[0]
-        pytest.skip(f"the PostgreSQL server at {redact(url)} is unreachable: {redact_message(reason, url)} ({START_ONE})")
+        need(f"the PostgreSQL server at {redact(url)} is unreachable: {redact_message(reason, url)} ({START_ONE})")
     conn.autocommit = True
     return conn
 
@@ -129,8 +151,8 @@ def postgres_url():
     """The URL of a fresh, empty PostgreSQL database of this test's own, dropped afterwards.
 
     The database is made on the server named by AUTOTUNE_TEST_POSTGRES_URL (``source
-    .ci/postgres.sh`` starts one and sets it; .ci/run does). The test skips, saying why, when
-    that variable is unset, psycopg2 is missing, or the server does not answer. The URL holds
+    .ci/postgres.sh`` starts one and sets it; .ci/run does). The test skips (in CI: fails), saying
+    why, when that variable is unset, psycopg2 is missing, or the server does not answer. The URL holds
     the server's password: its repr is masked (what pytest prints); pass it through
     ``autotune.store.redact`` before showing it in any other way.
     """
@@ -209,13 +231,13 @@ def postgres_server():
                 ...                              # the server is stopped here
             ...                                  # and running again here
 
-    or ``postgres_server.stop()`` / ``.start()``. Skips when AUTOTUNE_TEST_POSTGRES_CTL is unset
+    or ``postgres_server.stop()`` / ``.start()``. Skips (in CI: fails) when AUTOTUNE_TEST_POSTGRES_CTL is unset
     (.ci/postgres.sh sets it) or the server does not answer; a server the test left stopped is
     started again afterwards, so the tests after it find it running.
     """
     ctl = os.environ.get(POSTGRES_CTL_VAR)
     if not ctl:
-        pytest.skip(f"cannot stop and start the PostgreSQL server: {POSTGRES_CTL_VAR} is unset ({START_ONE})")
+        need(f"cannot stop and start the PostgreSQL server: {POSTGRES_CTL_VAR} is unset ({START_ONE})")
     _postgres_connect().close()
     server = PostgresServer(shlex.split(ctl))
     yield server

@@ -4,7 +4,7 @@ The page carries a self-test: opened with ``#selftest`` it writes a JSON summary
 (JavaScript errors, marks drawn per figure, resources fetched, whether the front
 table sorts) into ``<pre id="autotune-selftest">``, which ``--dump-dom`` prints.
 A second run takes a screenshot. Needs Debian's ``chromium`` package (CI installs
-it); skipped with the reason when no Chromium can be found.
+it); skipped with the reason when no Chromium can be found, and failed with it in CI (conftest.need).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from conftest import need
 from study_factory import MiB, add_failed_trial, add_race, make_study, storage_url
 
 from autotune import report
@@ -57,7 +58,7 @@ def find_chromium() -> str:
         found = shutil.which(name)
         if found:
             return found
-    pytest.skip(
+    need(
         f"chromium not installed: none of {', '.join(CANDIDATES)} is on PATH (Debian: apt-get install chromium)"
     )
 
@@ -72,7 +73,7 @@ def run_chromium(binary: str, profile: Path, *args: str) -> subprocess.Completed
             check=False,
         )
     except OSError as exc:
-        pytest.skip(f"chromium not installed: {binary} cannot run ({exc})")
+        need(f"chromium not installed: {binary} cannot run ({exc})")
 
 
 @pytest.fixture(scope="module")

@@ -1,15 +1,21 @@
 """Studies in a real PostgreSQL server: create, write, read back, and survive a server restart.
 
 The server is the one .ci/postgres.sh starts (``source .ci/postgres.sh``; .ci/run does it);
-without one these tests skip, saying why. Each test gets a database of its own (the
-``postgres_url`` fixture in conftest.py).
+without one these tests skip, saying why, and in CI (``CI=true``) they fail with the reason
+(conftest.need). Each test gets a database of its own (the ``postgres_url`` fixture in conftest.py).
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import optuna
 import pytest
 import sqlalchemy.exc
+from conftest import POSTGRES_CTL_VAR, POSTGRES_URL_VAR
 
 from autotune import store as storage
 from autotune.errors import StorageUnreachable, StudyError
@@ -93,3 +99,24 @@ def test_a_failing_tests_printed_arguments_do_not_show_the_password(postgres_url
     assert secret not in repr(postgres_url) and secret not in saferepr(postgres_url)
     assert "***" in repr(postgres_url)
     assert secret in str(postgres_url)  # the URL itself still works as given
+
+
+def _pytest_without_a_server(ci: str | None) -> subprocess.CompletedProcess[str]:
+    """This module's first test in a pytest of its own, with no server named and CI as given."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", POSTGRES_URL_VAR, POSTGRES_CTL_VAR)}
+    if ci is not None:
+        env["CI"] = ci
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rsfE", "-p", "no:cacheprovider",
+         f"{__file__}::test_study_is_created_written_and_read_back"],
+        capture_output=True, text=True, env=env, cwd=Path(__file__).parent.parent, timeout=300)
+
+
+def test_without_a_server_the_tests_fail_in_ci_and_skip_elsewhere_saying_why():
+    reason = f"no PostgreSQL server for the tests: {POSTGRES_URL_VAR} is unset"
+    ci = _pytest_without_a_server("true")
+    assert ci.returncode == 1, ci.stdout + ci.stderr
+    assert reason in ci.stdout and "1 error" in ci.stdout and "skipped" not in ci.stdout, ci.stdout
+    elsewhere = _pytest_without_a_server(None)
+    assert elsewhere.returncode == 0, elsewhere.stdout + elsewhere.stderr
+    assert reason in elsewhere.stdout and "1 skipped" in elsewhere.stdout, elsewhere.stdout

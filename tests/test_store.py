@@ -14,6 +14,7 @@ from pathlib import Path
 
 import optuna
 from click.testing import CliRunner
+from conftest import need
 
 from autotune import cli, recovery
 from autotune import result as R
@@ -317,7 +318,7 @@ def read_only_folder(tmp_path):
                 state["mounted"] = True
                 _mount("-o", "remount,bind,ro", str(folder))
             except (subprocess.CalledProcessError, FileNotFoundError) as exc:
-                pytest.skip(f"cannot make a read-only bind mount here: {exc}")
+                need(f"cannot make a read-only bind mount here: {exc}")
         else:
             for path in [folder, *folder.iterdir()]:
                 path.chmod(0o555 if path.is_dir() else 0o444)
@@ -396,13 +397,13 @@ def test_a_full_disk_ends_a_run_in_one_line_and_strands_nothing(tmp_path, kind):
     """Also for the journal, whose write cut short by the full disk leaves half a record at the file's end:
     the next start's writes must not join it into a line no reader can decode."""
     if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
+        need("mounting a small tmpfs needs root")
     disk = tmp_path / "disk"
     disk.mkdir()
     try:
         _mount("-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk))
     except (subprocess.CalledProcessError, FileNotFoundError) as exc:
-        pytest.skip(f"cannot mount a tmpfs here: {exc}")
+        need(f"cannot mount a tmpfs here: {exc}")
     filler = disk / "filler"
     try:
         url = f"sqlite:///{disk / 's.db'}" if kind == "sqlite" else f"journal:{disk / 's.log'}"
