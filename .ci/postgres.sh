@@ -20,11 +20,12 @@
 #   AUTOTUNE_TEST_POSTGRES_CTL  this server's pg_ctl command (user switch, -D, -l, -w included):
 #                               append "stop -m fast" or "start" to it
 #   AUTOTUNE_TEST_POSTGRES_DIR  its folder
-# When a step fails, it prints one warning line and exports nothing: the PostgreSQL tests then
-# skip with the reason.
+# When a step fails, it prints one error line, exports nothing and fails: sourced, it returns 1
+# (.ci/run stops there: CI is red); "start" exits 1. The PostgreSQL tests then skip with the reason
+# in a developer's shell, and fail with it in CI (CI=true: tests/conftest.py, need).
 
 _atpg_fail() {
-    echo "warning: no PostgreSQL server for the tests ($1); the PostgreSQL tests will skip" >&2
+    echo "error: no PostgreSQL server for the tests ($1); the PostgreSQL tests skip, and fail in CI" >&2
 }
 
 # The folder holding initdb and pg_ctl (PATH first, then Debian's /usr/lib/postgresql/N/bin).
@@ -187,12 +188,14 @@ if [ "${BASH_SOURCE[0]}" != "$0" ]; then
     fi
     if [ -z "$_atpg_home" ]; then
         _atpg_fail "mktemp -d failed"
+        return 1
     elif _atpg_up "$_atpg_home"; then
         trap _atpg_on_exit EXIT
     else
         _atpg_down "$_atpg_home"  # what it started, and its folder
         unset AUTOTUNE_TEST_POSTGRES_URL AUTOTUNE_TEST_POSTGRES_CTL AUTOTUNE_TEST_POSTGRES_DIR
         _atpg_started=0
+        return 1
     fi
 else
     set -u

@@ -12,6 +12,10 @@ made), with a smaller budget than written:
 
 A line that cannot run here is listed in EXCLUDED with the reason. A line in neither (a new line that does not run)
 fails the test, and so does an exclusion whose line is gone, so that each line is run or consciously left out.
+A line with an ``hf:`` model runs where transformers is installed (the test extra installs it); elsewhere the test
+skips once the other lines ran, naming the lines left out, and fails so in CI (conftest.need).
+
+CI (.ci/run) runs the README's set-up and test lines as written: a test below holds them equal.
 """
 
 from __future__ import annotations
@@ -24,11 +28,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import need
 
 from autotune.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+CI_RUN = ROOT / ".ci" / "run"
 
 ILLUSTRATION = "an illustration: mypkg stands for the user's own package"
 POSTGRES = "an illustration: needs the user's PostgreSQL server (db)"
@@ -196,20 +202,33 @@ def run_line(line: str, folder: Path) -> str | None:
     return f"$ autotune {shlex.join(args)}\nexit code {result.exit_code}\n{result.output[-3000:]}{trace[-3000:]}"
 
 
-def run_in_order(lines: list[str], folder: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Run every line not excluded, in order, in ``folder``; the failures."""
+def run_in_order(lines: list[str], folder: Path, monkeypatch: pytest.MonkeyPatch,
+                 has_transformers: bool = HAS_TRANSFORMERS) -> tuple[list[str], list[str]]:
+    """Run every line not excluded, in order, in ``folder``; the failures, and the ``hf:`` lines left out for want
+    of transformers (the caller says so once the failures are told: :func:`no_line_left_out`)."""
     monkeypatch.chdir(folder)
     monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
-    failures = []
+    failures: list[str] = []
+    left_out: list[str] = []
     for line in lines:
-        if line in EXCLUDED or (" hf:" in line and not HAS_TRANSFORMERS):
+        if line in EXCLUDED:
+            continue
+        if " hf:" in line and not has_transformers:
+            left_out.append(line)
             continue
         start = time.monotonic()
         failure = run_line(line, folder)
         print(f"{time.monotonic() - start:6.1f} s  {line}")  # shown with pytest -s: where the module's time goes
         if failure:
             failures.append(failure)
-    return failures
+    return failures, left_out
+
+
+def no_line_left_out(left_out: list[str]) -> None:
+    """The ``hf:`` lines that did not run: a skip saying which and why (a failure in CI, where transformers is installed)."""
+    if left_out:
+        need(f"transformers is not installed (pip install -e '.[test]' installs it): {len(left_out)} line(s) with an "
+             f"hf: model did not run: {'; '.join(left_out)}")
 
 
 # ---------------------------------------------------------------- the tests
@@ -253,14 +272,31 @@ def test_reading_lines():
 
 @pytest.mark.slow  # about a minute on a 2-core CPU
 def test_readme_lines_run(tmp_path, monkeypatch):
-    failures = run_in_order(readme_lines(README.read_text(encoding="utf-8")), tmp_path, monkeypatch)
+    failures, left_out = run_in_order(readme_lines(README.read_text(encoding="utf-8")), tmp_path, monkeypatch)
     assert not failures, "README.md lines that fail:\n\n" + "\n\n".join(failures)
+    no_line_left_out(left_out)
 
 
 @pytest.mark.slow  # about two minutes on a 2-core CPU
 def test_help_examples_run(tmp_path, monkeypatch):
-    failures = run_in_order([line for _, line in help_lines()], tmp_path, monkeypatch)
+    failures, left_out = run_in_order([line for _, line in help_lines()], tmp_path, monkeypatch)
     assert not failures, "--help examples that fail:\n\n" + "\n\n".join(failures)
+    no_line_left_out(left_out)
+
+
+def test_hf_lines_without_transformers_are_named_and_fail_in_ci(tmp_path, monkeypatch):
+    """Where transformers is missing, an hf: line is not run, and the test says so: it skips naming the line,
+    and fails so in CI. (Nothing is run: the only line is an hf: one.)"""
+    line = "autotune run --model hf:gpt2 --trials 20"
+    failures, left_out = run_in_order([line], tmp_path, monkeypatch, has_transformers=False)
+    assert failures == [] and left_out == [line]
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="transformers is not installed.*hf:gpt2"):
+        no_line_left_out(left_out)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="transformers is not installed.*hf:gpt2"):
+        no_line_left_out(left_out)
+    no_line_left_out([])  # nothing left out: nothing to say, in CI too
 
 
 def test_help_examples_are_those_help_prints():
@@ -268,3 +304,42 @@ def test_help_examples_are_those_help_prints():
     for name, line in help_lines():
         text = CliRunner().invoke(main, [name, "--help"]).output.replace("\\\n", " ")
         assert line in {normalise(row.strip()) for row in text.splitlines() if row.strip().startswith("autotune ")}
+
+
+# ---------------------------------------------------------------- CI runs what the README says
+
+
+def readme_setup_lines(text: str) -> dict[str, str]:
+    """The README's set-up and test commands, from the code block of "Set up, test, run": each line's command (its
+    comment dropped) by the comment's first word; and the torch pin its set-up comment asks for first."""
+    block = text.split("## Set up, test, run", 1)[1].split("```", 2)[1]
+    out: dict[str, str] = {}
+    for raw in block.splitlines():
+        command, _, comment = raw.partition("#")
+        role = comment.strip().split(" ", 1)[0]
+        if role in ("set-up", "test"):
+            out[role] = command.strip()
+            first = re.search(r"first: ([^)]+)\)", comment)
+            if first:
+                out[f"{role}, first"] = first.group(1).strip()
+    return out
+
+
+def script_commands(text: str) -> list[str]:
+    """A shell script's lines that are commands (not blank, not comments), stripped."""
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+def test_ci_runs_the_readmes_set_up_and_test_lines_as_written():
+    readme = readme_setup_lines(README.read_text(encoding="utf-8"))
+    assert readme == {"set-up": "pip install -e '.[test]'", "set-up, first": "pip install torch==2.13.0",
+                      "test": "pytest -q"}, readme  # the reader found them (update with the README)
+    commands = script_commands(CI_RUN.read_text(encoding="utf-8"))
+    for role, line in readme.items():
+        assert line in commands, f".ci/run does not run the README's {role} line as written: {line!r}"
+    assert commands.index(readme["set-up, first"]) < commands.index(readme["set-up"]) < commands.index(readme["test"])
+    assert commands[-1] == readme["test"], "the README's test line is the last thing CI runs: its exit code is CI's"
+    # nothing else installs the checkout or runs the tests in another way (python3 -m pytest, pip install -e .)
+    others = [c for c in commands if c not in readme.values() and (re.search(r"\bpytest\b", c) or "install -e" in c)]
+    assert not others, f".ci/run runs the tests or the set-up otherwise than the README says: {others}"
+    assert "export CI=true" in commands  # a test that cannot run fails there (conftest.need)
