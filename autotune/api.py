@@ -38,7 +38,7 @@ from autotune.result import TrialResult
 from autotune.stats import Noise, Ratio
 from autotune.store import Store
 from autotune.units import parse_duration, parse_size
-from autotune.workload import import_spec
+from autotune.specs import import_spec
 
 __all__ = ["TuneResult", "measure", "tune"]
 

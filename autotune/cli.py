@@ -132,7 +132,7 @@ def workload_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def make_spec(model: str, data: str | None, model_args: tuple[str, ...], input_shape: str | None, num_classes: int | None, task: str | None) -> Any:
     from autotune.request import WorkloadSpec, parse_model_args, parse_shape
-    from autotune.workload import import_spec
+    from autotune.specs import import_spec
 
     spec = WorkloadSpec(
         model=model,

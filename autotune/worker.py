@@ -26,7 +26,8 @@ from autotune import result as R
 from autotune.errors import AutotuneError
 from autotune.protocol import MemoryMonitor, cv, NonFinite, Settings, StepLoop, check_parameters, run_protocol
 from autotune.plan import NotApplicableAtRuntime, Plan, infinite, optimizer_params
-from autotune.workload import Workload, WorkloadSpec, build, default_optimizer, input_rank
+from autotune.specs import build
+from autotune.workload import Workload, WorkloadSpec, default_optimizer, input_rank
 
 OOM_MESSAGES = ("out of memory", "can't allocate memory", "cannot allocate memory", "not enough memory")
 

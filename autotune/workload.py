@@ -1,30 +1,26 @@
-"""The workload contract: turn ``module:attr`` specs into what a training step needs.
+"""The workload contract: what a training step needs, and the defaults for what a factory leaves out.
 
 A user's factory returns an ``nn.Module`` or a :class:`Workload` (model, dataset or
-one example sample, loss, optimizer factory, task). This module imports specs with a
-clear error for every way one can be wrong, fills in defaults (synthetic data,
-cross-entropy or mean loss, AdamW), and knows how to split a batch into model inputs
-and a target and how to get a loss out of whatever the model returns.
+one example sample, loss, optimizer factory, task). This module checks what it returned,
+fills in defaults (synthetic data, cross-entropy or mean loss, AdamW), and knows how to
+split a batch into model inputs and a target and how to get a loss out of whatever the
+model returns. Finding the factory a spec names (``module:attr``, ``hf:``, ``pickled:``)
+is :mod:`autotune.specs`, which builds on this module (and :mod:`autotune.hf` on both).
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import os
-import sys
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable
 
 import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from autotune import shipping
-from autotune.errors import SpecError, WorkloadError
+from autotune.errors import WorkloadError
 from autotune.request import TASKS, WorkloadSpec
-
 
 
 @dataclass
@@ -49,72 +45,16 @@ class Workload:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def _user_frame(exc: BaseException) -> str:
-    """'file:line' of the innermost frame of the traceback outside torch and autotune."""
+def user_frame(exc: BaseException) -> str:
+    """' (at file:line)' of the innermost frame of the traceback outside torch and the modules that call the
+    user's code (this one and :mod:`autotune.specs`); empty when there is none."""
     frames = traceback.extract_tb(exc.__traceback__)
-    skip = (os.sep + "torch" + os.sep, os.sep + "autotune" + os.sep + "workload.py", "<frozen ")
+    here = os.sep + "autotune" + os.sep
+    skip = (os.sep + "torch" + os.sep, here + "workload.py", here + "specs.py", "<frozen ")
     for frame in reversed(frames):
         if not any(s in frame.filename for s in skip):
             return f" (at {frame.filename}:{frame.lineno})"
     return ""
-
-
-def import_spec(spec: str, option: str = "--model") -> Any:
-    """Import ``module:attr`` and return the attribute; SpecError for every failure.
-
-    ``--model hf:<model_type>`` names a Hugging Face model instead (see :mod:`autotune.hf`).
-    """
-    if option == "--model" and isinstance(spec, str) and spec.startswith("hf:"):
-        from autotune import hf  # lazy: transformers is an optional dependency
-
-        return hf.factory(spec)
-    if not isinstance(spec, str) or spec.count(":") != 1:
-        raise SpecError(f"{option} {spec!r}: expected module:attribute, e.g. autotune.examples:cnn")
-    module_name, attr = (p.strip() for p in spec.split(":"))
-    if not module_name or not attr:
-        raise SpecError(f"{option} {spec!r}: expected module:attribute, e.g. autotune.examples:cnn")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if module_name == missing or module_name.startswith(missing + "."):
-            raise SpecError(f"{option} {spec!r}: no module named {missing!r}") from None
-        raise SpecError(
-            f"{option} {spec!r}: importing {module_name!r} failed: "
-            f"{type(exc).__name__}: {exc}{_user_frame(exc)}"
-        ) from None
-    except Exception as exc:  # the user's module raised while importing
-        raise SpecError(
-            f"{option} {spec!r}: importing {module_name!r} failed: "
-            f"{type(exc).__name__}: {exc}{_user_frame(exc)}"
-        ) from None
-    obj: Any = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise SpecError(f"{option} {spec!r}: module {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    return obj
-
-
-def _call_factory(factory: Any, spec: str, option: str, kwargs: Mapping[str, Any]) -> Any:
-    if isinstance(factory, (nn.Module, Workload, Dataset)):
-        if kwargs:
-            raise WorkloadError(f"{option} {spec!r} is an object, not a factory: it takes no --model-arg")
-        return factory
-    if not callable(factory):
-        raise WorkloadError(f"{option} {spec!r} is a {type(factory).__name__}, not a factory")
-    try:
-        return factory(**kwargs)
-    except TypeError as exc:
-        try:
-            inspect.signature(factory).bind(**kwargs)
-        except TypeError:
-            raise WorkloadError(f"{option} {spec!r}: bad arguments: {exc}") from None
-        raise WorkloadError(f"{option} {spec!r} raised TypeError: {exc}{_user_frame(exc)}") from None
-    except Exception as exc:
-        raise WorkloadError(f"{option} {spec!r} raised {type(exc).__name__}: {exc}{_user_frame(exc)}") from None
 
 
 # ---------------------------------------------------------------- synthetic data
@@ -153,13 +93,8 @@ class SyntheticDataset(Dataset):
 # ---------------------------------------------------------------- building
 
 
-def build(spec: WorkloadSpec) -> Workload:
-    """Import and call the factories of ``spec`` and return a complete Workload."""
-    factory = _factory(spec, spec.model, "--model")
-    if spec.model.startswith("hf:"):  # autotune.hf raises its own one-line SpecErrors
-        made = factory(**dict(spec.model_args))
-    else:
-        made = _call_factory(factory, spec.model, "--model", dict(spec.model_args))
+def from_factory(spec: WorkloadSpec, made: Any) -> Workload:
+    """What the model factory of ``spec`` returned, checked, as a Workload with the spec's task."""
     if isinstance(made, nn.Module):
         workload = Workload(model=made)
     elif isinstance(made, Workload):
@@ -178,9 +113,14 @@ def build(spec: WorkloadSpec) -> Workload:
         workload.task = spec.task
     if workload.task not in TASKS:
         raise WorkloadError(f"task {workload.task!r} is not one of {', '.join(TASKS)}")
+    return workload
+
+
+def complete(workload: Workload, spec: WorkloadSpec, dataset: Any = None) -> Workload:
+    """``workload`` with the data factory's ``dataset`` (when ``spec`` names one) and every default filled in:
+    synthetic data shaped like the example (or the spec's input shape) when there is no dataset, the dataset's
+    first sample as the example when there is no example."""
     if spec.data:
-        data_factory = _factory(spec, spec.data, "--data")
-        dataset = _call_factory(data_factory, spec.data, "--data", {})
         if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
             raise WorkloadError(
                 f"--data {spec.data!r} returned {type(dataset).__name__}; expected a map-style Dataset"
@@ -197,17 +137,9 @@ def build(spec: WorkloadSpec) -> Workload:
             workload.example = workload.dataset[0]
         except Exception as exc:
             raise WorkloadError(
-                f"the dataset's first sample could not be read: {type(exc).__name__}: {exc}{_user_frame(exc)}"
+                f"the dataset's first sample could not be read: {type(exc).__name__}: {exc}{user_frame(exc)}"
             ) from None
     return workload
-
-
-def _factory(spec: WorkloadSpec, value: str, option: str) -> Any:
-    """What a model or data spec names: imported (``module:attr``, ``hf:``) or unpickled (``pickled:``)."""
-    if shipping.is_pickled(value):
-        return shipping.load(value, dict(spec.pickled), option)
-    return import_spec(value, option)
-
 
 def _example_from_shapes(model: nn.Module, spec: WorkloadSpec) -> Any:
     if spec.input_shape:

@@ -60,7 +60,8 @@ def _arm(model: str, config: dict[str, Any]) -> Any:
     from autotune.plan import Plan, infinite
     from autotune.protocol import StepLoop
     from autotune.worker import context_for
-    from autotune.workload import WorkloadSpec, build
+    from autotune.specs import build
+    from autotune.workload import WorkloadSpec
 
     device = torch.device("cpu")
     workload = build(WorkloadSpec(model))

@@ -54,7 +54,8 @@ EXAMPLES = {
 CONTROL = """
 import statistics, sys, time, torch
 from torch.utils.data import default_collate
-from autotune.workload import WorkloadSpec, build, default_loss, split_batch, call_model
+from autotune.specs import build
+from autotune.workload import WorkloadSpec, default_loss, split_batch, call_model
 w = build(WorkloadSpec(sys.argv[1]))
 model, opt = w.model, torch.optim.AdamW(w.model.parameters(), lr=1e-4)
 batch = default_collate([w.dataset[i] for i in range(32)])

@@ -21,7 +21,8 @@ from autotune import api, shipping
 from autotune.errors import AutotuneError, KnobError, SpecError, WorkloadError
 from autotune.evidence import Verdict
 from autotune.stats import Noise, Ratio
-from autotune.workload import WorkloadSpec, build
+from autotune.specs import build
+from autotune.workload import WorkloadSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 

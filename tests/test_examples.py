@@ -8,7 +8,8 @@ import torch
 
 from autotune import examples, knobs
 from autotune.plan import Plan
-from autotune.workload import WorkloadSpec, build
+from autotune.specs import build
+from autotune.workload import WorkloadSpec
 
 
 MAX_STEP_FLOPS = 10e9  # a step of 16 samples: well under a second on a 2-core CPU (tens of GFLOP/s)

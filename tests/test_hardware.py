@@ -99,7 +99,8 @@ def test_cpu_flags_reads_the_first_cpu_only():
 
 def test_the_probe_records_native_bf16_in_the_context(monkeypatch):
     from autotune import knobs, worker
-    from autotune.workload import WorkloadSpec, build
+    from autotune.specs import build
+    from autotune.workload import WorkloadSpec
 
     w = build(WorkloadSpec("autotune.examples:mlp"))
     for native in (False, True):

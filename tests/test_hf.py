@@ -14,7 +14,8 @@ from autotune import hf
 from autotune import result as R
 from autotune.errors import SpecError
 from autotune.runner import Runner
-from autotune.workload import Workload, WorkloadSpec, build, default_loss, import_spec, split_batch, call_model
+from autotune.specs import build, import_spec
+from autotune.workload import Workload, WorkloadSpec, default_loss, split_batch, call_model
 
 needs_transformers = pytest.mark.skipif(
     importlib.util.find_spec("transformers") is None, reason="transformers is not installed (pip install -e '.[hf]')"
@@ -142,15 +143,6 @@ def test_a_type_without_a_text_head_is_refused():
 def test_a_failing_trial_reports_the_spec_error(quick):
     res = Runner(spec("hf:gpt2", n_layers=1), settings=quick, timeout_s=120).measure({})
     assert res.outcome == R.ERROR and res.error["user"] and "'n_layers'" in res.error["message"]
-
-
-def test_hf_factory_is_reached_through_import_spec(monkeypatch):
-    seen = []
-    monkeypatch.setattr(hf, "factory", lambda s: seen.append(s) or (lambda **kw: None))
-    import_spec("hf:llama")
-    assert seen == ["hf:llama"]
-    with pytest.raises(SpecError, match="no module named 'hf'"):
-        import_spec("hf:gpt2", "--data")  # only --model names Hugging Face models
 
 
 def test_seq_len_option_is_the_model_arg():

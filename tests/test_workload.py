@@ -6,30 +6,8 @@ import torch
 from autotune import Workload
 from autotune.errors import SpecError, WorkloadError
 from autotune.request import WorkloadSpec, parse_model_args, parse_shape
-from autotune.workload import SyntheticDataset, build, default_loss, import_spec, input_rank, split_batch
-
-
-def test_spec_without_colon():
-    with pytest.raises(SpecError, match="expected module:attribute"):
-        import_spec("autotune.examples.cnn")
-
-
-def test_missing_module_and_attribute():
-    with pytest.raises(SpecError, match="no module named 'surely_missing_pkg'"):
-        import_spec("surely_missing_pkg.models:net")
-    with pytest.raises(SpecError, match="has no attribute 'nope'"):
-        import_spec("autotune.examples:nope")
-
-
-def test_import_error_inside_user_module_shows_users_error(user_module):
-    name = user_module("import surely_missing_dependency_xyz\n")
-    with pytest.raises(SpecError) as info:
-        import_spec(f"{name}:net")
-    msg = str(info.value)
-    assert "surely_missing_dependency_xyz" in msg and "importing" in msg and f"{name}.py:1" in msg
-    name = user_module("raise ValueError('bad config in user code')\n")
-    with pytest.raises(SpecError, match="ValueError: bad config in user code"):
-        import_spec(f"{name}:net")
+from autotune.specs import build
+from autotune.workload import SyntheticDataset, default_loss, input_rank, split_batch
 
 
 def test_factory_raises_or_returns_wrong_type(user_module):
