@@ -108,7 +108,7 @@ def serve(store: Store, device: str, log: Log, poll_s: float = DEFAULT_POLL_S, e
     fingerprint = hardware.fingerprint(device)
     while True:
         frozen = retrying(store.summaries, log, store)
-        names = {s.study_name for s in frozen}
+        names = {s.name for s in frozen}
         did = False
         for job_name, config in tuning.jobs(frozen):
             name = tuning.kind_study_name(job_name, fingerprint)
@@ -138,7 +138,7 @@ def _budget_spent(name: str, store: Store, config: TuneConfig, log: Log) -> bool
 
     def check() -> bool:
         study = store.load(name)
-        tuning.warm_cache(study)  # each poll reads the study afresh: in one pass, not through Optuna's ORM
+        warm_cache(study)  # each poll reads the study afresh: in one pass, not through Optuna's ORM
         measured = sum(1 for t in study.get_trials(deepcopy=False) if S.is_measured(t))
         attrs = study.user_attrs
         races = [v for k, v in attrs.items() if k.startswith("race:") and isinstance(v, dict)]

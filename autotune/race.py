@@ -38,7 +38,8 @@ from typing import Any, Callable, Mapping, Sequence
 import optuna
 
 from autotune import ablation as A
-from autotune import knobs, recovery
+from autotune import knobs
+from autotune.store import recovery
 from autotune import result as R
 from autotune.evidence import MEASUREMENT, PAIRED, RACE, Evidence, is_measured, record_measurement, record_paired
 

@@ -40,7 +40,8 @@ import optuna
 from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from autotune import ablation, knobs, race, recovery
+from autotune import ablation, knobs, race
+from autotune.store import recovery
 from autotune import result as R
 from autotune.errors import AutotuneError, WorkloadError
 from autotune.evidence import SESSION, Evidence, Verdict, is_measured

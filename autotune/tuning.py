@@ -27,7 +27,9 @@ from typing import Any, Callable, Iterable, Mapping
 import optuna
 
 from autotune import ceiling as ceilings
-from autotune import knobs, load, recovery, view, warmstart
+from autotune import knobs, load, view, warmstart
+from autotune.store import recovery
+from autotune.store.cache import warm_cache
 from autotune import space as spaces
 from autotune import study as S
 from autotune.ceiling import Ceiling
@@ -222,55 +224,6 @@ def _prepare(config: TuneConfig, name: str, store: Store, device: str, *, on_tri
                     list(effective.search), measured, runner, ceiling, left_out=fitted.text(), busy=busy, warm=warm)
 
 
-def warm_cache(study: optuna.Study) -> bool:
-    """Fill Optuna's cache of a database study's trials in one quick read; True when it did.
-
-    Optuna wraps a database storage in a cache of each study's trials (per Study object) and fills it on
-    the first read through its ORM: about 7 s for a 10,000-trial study on SQLite here, most of the time a
-    resumed run took to start its first trial. :func:`autotune.reading.all_trials` reads the same trials
-    in one pass (held equal to Optuna's read by tests/test_reading.py); they are put in the cache as
-    Optuna's own first read leaves it (every trial, the finished ones never read again, the unfinished
-    ones and any newer re-read on each later read, in Optuna's code). For want of a public way to fill
-    that cache, this uses private names of Optuna 5.0: ``optuna.storages._cached_storage._CachedStorage``
-    (``_backend``, ``_lock``, ``_studies``, ``_add_trials_to_cache``) and ``_StudyInfo``
-    (``unfinished_trial_ids``, ``last_finished_trial_id``). Anything else (journal and in-memory storages
-    keep their own state; an Optuna whose cache differs; a read that fails, e.g. racing another
-    process's writes) leaves the cache empty, and Optuna's first read fills it as before.
-    """
-    from autotune import reading
-
-    try:
-        from optuna.storages._cached_storage import _CachedStorage, _StudyInfo
-    except ImportError:
-        return False
-    cache = study._storage
-    if not isinstance(cache, _CachedStorage) or not hasattr(cache, "_backend"):
-        return False
-    study_id = study._study_id
-
-    def empty() -> bool:
-        info = cache._studies.get(study_id)
-        return info is None or not (info.trials or info.last_finished_trial_id >= 0 or info.unfinished_trial_ids)
-
-    try:
-        if not empty():
-            return False  # read already
-        trials = reading.all_trials(cache._backend, study_id)
-        with cache._lock:
-            if not empty():
-                return False
-            info = cache._studies.setdefault(study_id, _StudyInfo())
-            cache._add_trials_to_cache(study_id, trials)
-            for t in trials:
-                if t.state.is_finished():
-                    info.last_finished_trial_id = max(info.last_finished_trial_id, t._trial_id)
-                else:
-                    info.unfinished_trial_ids.add(t._trial_id)
-    except Exception:  # noqa: BLE001 - a read that failed, an Optuna whose cache differs: Optuna's own first read fills it
-        return False
-    return True
-
-
 def _deadline(study: optuna.Study, config: TuneConfig, created: bool, joining: bool) -> float | None:
     """``--time-budget``: for a run, from now; for a fleet, from the study's creation (the stored deadline)."""
     if config.time_budget_s is None:
@@ -324,9 +277,9 @@ def jobs(studies: Iterable[Any]) -> list[tuple[str, TuneConfig]]:
     """Every submitted job among a store's studies (:meth:`Store.summaries`), oldest first."""
     out = []
     for summary in studies:
-        raw = summary.user_attrs.get(JOB)
+        raw = summary.job_record
         if raw:
-            out.append((summary.study_name, TuneConfig.from_dict(raw)))
+            out.append((summary.name, TuneConfig.from_dict(raw)))
     return out
 
 

@@ -20,7 +20,7 @@ from typing import Any, Container, Mapping, Sequence
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.recovery import OWNER
+from autotune.store.records import OWNER
 
 JOB = "autotune_job"  # the attribute of a submitted job's record (see autotune.tuning)
 NOT_MEASURED = ("interrupted", "skipped", "running", "waiting")
@@ -59,10 +59,12 @@ class StudyView:
 def read(store: Any, name: str, attrs: Mapping[str, Any] | None = None) -> StudyView:
     """The study ``name`` of ``store`` (an :class:`autotune.store.Store`), read once; ``attrs``: its attributes when
     already read (``list`` has every study's from one query). StudyError when there is no such study."""
-    from autotune import reading
+    from autotune.store import reading
 
     with store.faults():
-        study_id = store.study_id(name) if attrs is None else store.storage.get_study_id_from_name(name)
+        if attrs is None:
+            store._existing(name)
+        study_id = store.storage.get_study_id_from_name(name)
         return StudyView(name, attrs if attrs is not None else store.storage.get_study_user_attrs(study_id),
                          reading.all_trials(store.storage, study_id))
 
@@ -138,14 +140,14 @@ def status(study: optuna.Study | StudyView) -> dict[str, Any]:
 def listing(store: Any) -> list[dict[str, Any]]:
     """Every job and study in a store (an :class:`autotune.store.Store`), as ``autotune list`` shows them."""
     summaries = store.summaries()
-    names = [s.study_name for s in summaries]
+    names = [s.name for s in summaries]
     docs: list[dict[str, Any]] = []
-    for frozen in summaries:
-        raw = frozen.user_attrs.get(JOB)
+    for described in summaries:
+        raw = described.job_record
         if raw:
-            docs.append({"study": frozen.study_name, "kind": "job", "budget": raw.get("trials"),
+            docs.append({"study": described.name, "kind": "job", "budget": raw.get("trials"),
                          "submitted_at": raw.get("submitted_at"), "workload": raw.get("spec"),
-                         "studies": [n for n in names if n.startswith(frozen.study_name + "@")]})
+                         "studies": [n for n in names if n.startswith(described.name + "@")]})
             continue
-        docs.append(summary(read(store, frozen.study_name, frozen.user_attrs)))
+        docs.append(summary(read(store, described.name, described._attrs)))
     return docs

@@ -94,10 +94,9 @@ def choose(store: Store, name: str, fingerprint: Mapping[str, Any], space: Space
     ``taken``: parameters already queued (the baseline and the recipe); a seed equal to one of them is dropped.
     """
     mine = kind(fingerprint)
-    summaries = [s for s in store.summaries() if s.study_name != name
-                 and isinstance(s.user_attrs.get("fingerprint"), Mapping) and kind(s.user_attrs["fingerprint"]) == mine]
+    summaries = [s for s in store.summaries() if s.name != name and s.described and kind(s.fingerprint) == mine]
     order = sorted(range(len(summaries)), reverse=True,
-                   key=lambda i: (str(summaries[i].user_attrs.get("created_at") or ""), i))  # newest first
+                   key=lambda i: (str(summaries[i].created_at or ""), i))  # newest first
     seen = {_key(p, base, ctx) for p in taken}
     out: list[Seed] = []
     for i in order[:examined]:
@@ -114,9 +113,9 @@ def choose(store: Store, name: str, fingerprint: Mapping[str, Any], space: Space
 def _winner(store: Store, summary: Any, space: Space, base: Mapping[str, Any]) -> Seed | None:
     """A study's recommended configuration (a ``gain`` verdict only), fitted to ``space``."""
     storage = store.storage
-    trials = storage.get_all_trials(storage.get_study_id_from_name(summary.study_name), deepcopy=False)
+    trials = storage.get_all_trials(storage.get_study_id_from_name(summary.name), deepcopy=False)
     try:
-        evidence = Evidence(trials, summary.user_attrs)
+        evidence = Evidence(trials, summary._attrs)
         verdict = evidence.verdict()
     except (KeyError, TypeError, ValueError, AttributeError):  # a study too odd to read gives no seed, never an error
         return None
@@ -126,7 +125,7 @@ def _winner(store: Store, summary: Any, space: Space, base: Mapping[str, Any]) -
     if not config:
         return None
     speedup = verdict.speedup.estimate if verdict.speedup else None
-    return Seed(summary.study_name, verdict.winner, fit(config, space, base), speedup)
+    return Seed(summary.name, verdict.winner, fit(config, space, base), speedup)
 
 
 def _key(params: Mapping[str, Any], base: Mapping[str, Any], ctx: knobs.Context) -> str:

@@ -13,7 +13,8 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import TrialState, create_trial
 from study_factory import make_study
 
-from autotune import reading, view
+from autotune import view
+from autotune.store import reading
 from autotune.store import Store
 
 

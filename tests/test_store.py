@@ -16,7 +16,8 @@ import optuna
 from click.testing import CliRunner
 from conftest import need
 
-from autotune import cli, recovery
+from autotune import cli
+from autotune.store import recovery
 from autotune import result as R
 from autotune import store as storage
 from autotune import study as S
@@ -139,7 +140,7 @@ def test_a_study_another_process_is_still_describing_is_joined_not_refused(tmp_p
 
 
 def test_a_study_not_made_by_autotune_is_refused_after_the_wait(tmp_path, monkeypatch):
-    monkeypatch.setattr(storage, "DESCRIBE_WAIT_S", 0.3)
+    monkeypatch.setattr(storage.base, "DESCRIBE_WAIT_S", 0.3)
     url = f"sqlite:///{tmp_path / 'foreign.db'}"
     optuna.create_study(study_name="s", storage=url, directions=storage.DIRECTIONS)
     with pytest.raises(StudyError, match="was not made by autotune"):

@@ -9,7 +9,8 @@ import statistics
 import optuna
 import pytest
 
-from autotune import knobs, recovery, space
+from autotune import knobs, space
+from autotune.store import recovery
 from autotune import result as R
 from autotune import study as S
 from autotune.store import Store

@@ -1,4 +1,4 @@
-"""Crash recovery: who runs a trial, whether it is stale, and re-queuing what a stopped process left.
+"""Crash recovery: who runs a trial, its heartbeats, whether it is stale, and re-queuing what a stopped process left.
 
 A trial is signed by its process (``autotune:owner``: host, pid, start). A RUNNING trial
 whose process is gone (this host), whose heartbeats lapsed (database servers, Optuna's
@@ -15,17 +15,14 @@ from __future__ import annotations
 import datetime as dt
 import os
 import socket
+import threading
 from typing import Any
 
 import optuna
+from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled  # private: no public ask/tell heartbeat
 from optuna.trial import TrialState
 
-OWNER = "autotune:owner"  # the system attribute a trial's process signs it with
-
-
-def owner() -> dict[str, Any]:
-    """Who runs a trial: recorded on it so that another process can tell whether it is stale."""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "started": dt.datetime.now(dt.timezone.utc).timestamp()}
+from autotune.store.records import INTERRUPTED, OWNER, REQUEUED_FROM, ROLE, StoredTrial, marks_of, owner
 
 
 def _pid_alive(pid: int) -> bool:
@@ -38,12 +35,15 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def is_stale(trial: optuna.trial.FrozenTrial, grace_s: float) -> bool:
+def is_stale(trial: optuna.trial.FrozenTrial | StoredTrial, grace_s: float) -> bool:
     """A RUNNING trial whose process is gone (same host), or that is older than ``grace_s`` (other hosts)."""
-    who = trial.system_attrs.get(OWNER) or {}
+    if isinstance(trial, StoredTrial):
+        who, started = dict(trial.owner), trial.started
+    else:
+        who, started = trial.system_attrs.get(OWNER) or {}, trial.datetime_start
     if not who:
         # Asked but not yet signed by its process (it signs right after ask): stale only when old.
-        started = trial.datetime_start or dt.datetime.now()
+        started = started or dt.datetime.now()
         return (dt.datetime.now() - started).total_seconds() > grace_s
     if who.get("host") == socket.gethostname():
         return not _pid_alive(int(who.get("pid", -1))) or who.get("pid") == os.getpid()
@@ -58,8 +58,6 @@ def recover_stale(study: optuna.Study, grace_s: float) -> list[int]:
     whose process is gone. On SQLite and the journal storage (no heartbeats): this host's dead
     processes, and other hosts' trials older than ``grace_s``.
     """
-    from optuna.storages._heartbeat import is_heartbeat_enabled
-
     recovered = []
     storage = study._storage
     beats = is_heartbeat_enabled(storage)
@@ -87,14 +85,51 @@ def _requeue(study: optuna.Study, trial: optuna.trial.FrozenTrial, why: str) -> 
     another process finished or recovered it meanwhile."""
     storage = study._storage
     try:
-        storage.set_trial_user_attr(trial._trial_id, "outcome", "interrupted")
+        storage.set_trial_user_attr(trial._trial_id, "outcome", INTERRUPTED)
         storage.set_trial_user_attr(trial._trial_id, "error", {"type": "Interrupted", "message": why})
         if not storage.set_trial_state_values(trial._trial_id, TrialState.FAIL):
             return None
     except optuna.exceptions.UpdateFinishedTrialError:
         return None
-    role = trial.user_attrs.get("role", "search")
-    study.enqueue_trial(dict(trial.params), user_attrs={"role": role, "requeued_from": trial.number})
+    role = trial.user_attrs.get(ROLE, "search")
+    study.enqueue_trial(dict(trial.params), user_attrs=marks_of(role=role, requeued_from=trial.number))
     return trial.number
 
 
+
+
+class Heartbeat:
+    """Records Optuna heartbeats for a running trial (RDB storages), so other workers can tell it is alive.
+
+    Optuna records them only inside ``study.optimize``; the ask/tell loop does it here. A
+    failed heartbeat (the database is away for a moment) is skipped, never a traceback:
+    the trial goes on, and if the outage outlasts the grace period another worker re-queues it.
+    """
+
+    def __init__(self, trial_id: int, store: optuna.storages.BaseStorage) -> None:
+        self.trial_id = trial_id
+        self.store = store
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name="autotune-heartbeat", daemon=True)
+        self.enabled = isinstance(store, BaseHeartbeat) and is_heartbeat_enabled(store)
+
+    def _beat(self) -> None:
+        assert isinstance(self.store, BaseHeartbeat)
+        interval = self.store.get_heartbeat_interval() or 10
+        while True:
+            try:
+                self.store.record_heartbeat(self.trial_id)
+            except Exception:  # noqa: BLE001 - the database is away: try again at the next beat
+                pass
+            if self.stop.wait(interval):
+                return
+
+    def __enter__(self) -> Heartbeat:
+        if self.enabled:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop.set()
+        if self.enabled:
+            self.thread.join(timeout=5)

@@ -5,12 +5,14 @@ plus ``journal:PATH`` for Optuna's journal file storage; the default is
 ``sqlite:///studies/<study>.db``. A :class:`Store` is opened once from its URL (the
 engine and its connection pool live as long as the process) and passed down; every
 URL a user, a log or a stored document sees is :attr:`Store.shown`, its password masked.
+Each backend's own rules live in a module of its own (:mod:`.sqlite`, :mod:`.server`,
+:mod:`.journal`), after Optuna's ``storages/``; this module is where a URL picks one.
 
 Read-only stores (``status``, ``list``, ``export``, ``dashboard``) create no file, no
 folder and no table: a SQLite file is opened with ``mode=ro``, a database server's
 session is read-only, and a database without Optuna's tables is refused in one line
-and left as it was. Study names come from a safe set (:func:`check_name`), checked
-before any file is touched.
+and left as it was. Study names come from a safe set (:func:`autotune.store.names.check_name`),
+checked before any file is touched.
 
 A storage that refuses a write (a read-only file or folder, a full disk, a file deleted
 under a running study, a database server gone) becomes one :class:`StorageError` that
@@ -22,124 +24,30 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
-import json
 import logging
 import os
-import re
 import time
 import warnings
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import optuna
-from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
 from autotune import __version__, hardware
 from autotune.errors import AutotuneError, StorageError, StorageUnreachable, StudyError
-from autotune.request import MAX_NAME
+from autotune.store import journal, reading, records, server, sqlite
+from autotune.store.faults import first_line
+from autotune.store.names import check_name, default_url
+from autotune.store.records import StoredStudy
+from autotune.store.secrets import redact, redact_message
 
 METRICS = ["samples_per_s", "peak_memory_bytes"]
 DIRECTIONS = [optuna.study.StudyDirection.MAXIMIZE, optuna.study.StudyDirection.MINIMIZE]
-STUDIES_DIR = Path("studies")
-HEARTBEAT_S = int(os.environ.get("AUTOTUNE_HEARTBEAT_S", "10"))
-GRACE_S = int(os.environ.get("AUTOTUNE_HEARTBEAT_GRACE_S", "60"))
 DESCRIBE_WAIT_S = 15.0  # how long a study just created by another process may take to get its attributes
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 logging.getLogger("sqlalchemy").setLevel(logging.ERROR)
-
-
-# ---------------------------------------------------------------- passwords
-
-MASK = "***"
-_SECRET_KEYS = ("password", "passwd", "pwd")
-# scheme:[//]user:PASSWORD@ (the password may hold '@'; the host part ends at '/' or a blank)
-_USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*:/{0,3}[^\s:/@'\"]*:)(?P<secret>[^\s/'\"]*)@")
-# password=... in a query string or a libpq DSN, quoted or not
-_KEYVALUE = re.compile(r"(?i)\b(?P<head>(?:%s)\s*=\s*)(?P<secret>'(?:[^'\\]|\\.)*'|[^\s&;'\"]*)" % "|".join(_SECRET_KEYS))
-
-
-def redact(url: str) -> str:
-    """``url`` with its password masked (``***``): the only form of a storage URL that a user,
-    a log, an error message or a stored document may see.
-
-    Uses SQLAlchemy's own rendering of a URL with the password hidden, and also masks a
-    ``password=`` in the query string. Never raises: a ``journal:`` path, a SQLite URL or a
-    string that is no URL comes back unchanged except for whatever looks like a password.
-    """
-    text = str(url)
-    try:
-        from sqlalchemy.engine import make_url
-
-        parsed = make_url(text)
-        if parsed.password is not None:
-            text = parsed.render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - not a URL SQLAlchemy can parse: patterns only
-        pass
-    return redact_message(text)
-
-
-def redact_message(text: str, url: str | None = None) -> str:
-    """``text`` (an exception's message, say) with passwords masked: those of ``url`` wherever
-    they appear, and anything shaped like ``scheme://user:password@`` or ``password=...``."""
-    for secret in _secrets(url) if url else ():
-        text = text.replace(secret, MASK)
-    text = _USERINFO.sub(lambda m: m["head"] + MASK + "@", text)
-    return _KEYVALUE.sub(lambda m: m["head"] + MASK, text)
-
-
-def _secrets(url: str) -> list[str]:
-    """The password(s) in ``url``, as written and decoded; too short to replace safely: left to the patterns."""
-    from urllib.parse import unquote
-
-    found = [m["secret"] for m in _USERINFO.finditer(url)] + [m["secret"].strip("'") for m in _KEYVALUE.finditer(url)]
-    found += [unquote(s) for s in found]
-    # a password written unencoded with '@' or ':' in it is split by whatever parses the URL, and an error message
-    # may quote a piece of it (SQLAlchemy: "invalid literal for int(): 'w0rdSecret@127.0.0.1:1'"): mask the pieces too
-    found += [piece for s in found for piece in re.split(r"[@:]", s)]
-    try:
-        from sqlalchemy.engine import make_url
-
-        found.append(make_url(url).password or "")
-    except Exception:  # noqa: BLE001 - not a URL: the patterns found what there is
-        pass
-    return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)
-
-
-# ---------------------------------------------------------------- study names
-
-NAME_CHARS = "letters, digits and . _ - @"
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._@-]*")
-
-
-def check_name(name: Any) -> str:
-    """``name`` if it is a safe study name, else StudyError (before any file is touched).
-
-    Safe: letters, digits, ``.``, ``_``, ``-``, ``@`` (``@`` joins a job and a hardware kind),
-    at most 200 characters, not starting with a dot or a dash. No path separators, so a
-    name never leads a study file out of its folder, and no markup, so it prints as it is.
-    """
-    if not isinstance(name, str) or not name:
-        raise StudyError("a study name is needed: " + NAME_CHARS)
-    if len(name) > MAX_NAME or not _NAME.fullmatch(name):
-        shown = name if len(name) <= 60 else name[:57] + "..."
-        raise StudyError(f"study name {shown!r} is not allowed: use {NAME_CHARS}, at most {MAX_NAME} characters, "
-                         "not starting with a dot or a dash")
-    return name
-
-
-def default_url(study: str) -> str:
-    """``sqlite:///studies/<study>.db``, for a name that is safe."""
-    return f"sqlite:///{STUDIES_DIR / (check_name(study) + '.db')}"
-
-
-# ---------------------------------------------------------------- the store
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 class Store:
@@ -161,13 +69,12 @@ class Store:
         self._identity: tuple[int, int] | None = None  # the file's (device, inode) when opened
         self._storage: optuna.storages.BaseStorage | None = None
         if url.startswith("journal:"):
-            raw = url[len("journal:") :]
-            self.path = Path(raw[2:] if raw.startswith("//") else raw)  # journal:///abs/file.log or journal:rel/file.log
+            self.path = journal.path_of(url)
         elif "://" not in url:
             raise StorageError(f"storage {self.shown!r}: expected a URL such as sqlite:///studies/x.db, "
                                "postgresql://user@host/db or journal:PATH")
-        elif url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-            self.path = Path(url[len("sqlite:///") :].split("?", 1)[0])
+        else:
+            self.path = sqlite.path_of(url)
         if self.path is not None and self.path.is_dir():
             raise StorageError(f"storage {self.shown!r}: {self.path} is a folder, not a study file")
 
@@ -226,7 +133,7 @@ class Store:
         if self._url.startswith("journal:"):
             return self._journal()
         if self.path is not None:
-            self._sqlite_folder()
+            sqlite.prepare_folder(self.path, self.read_only, self.shown)
         try:
             storage = self._rdb()
         except AutotuneError:
@@ -238,55 +145,38 @@ class Store:
             fault = self.fault(exc)
             if fault is not None:
                 raise fault from None
-            raise StorageError(f"storage {self.shown!r} cannot be opened: {redact_message(_first_line(exc), self._url)}") from None
+            raise StorageError(f"storage {self.shown!r} cannot be opened: {redact_message(first_line(exc), self._url)}") from None
         self.opened()
         return storage
 
-    def _sqlite_folder(self) -> None:
-        """The SQLite file's folder must exist; for writing, the default ``studies/`` is made."""
-        assert self.path is not None
-        folder = self.path.parent
-        if not self.read_only and not folder.is_dir() and folder == STUDIES_DIR:
-            try:
-                folder.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StorageError(f"cannot create the folder {folder} for {self.shown}: {exc.strerror}; "
-                                   "run from a folder you can write to, or pass --storage") from None
-        if not folder.is_dir():
-            raise StorageError(f"storage {self.shown!r}: folder {folder} does not exist")
-
     def _journal(self) -> optuna.storages.BaseStorage | None:
-        from optuna.storages.journal import JournalStorage
-
         assert self.path is not None
         if not self.path.parent.is_dir():
             raise StorageError(f"storage {self.shown!r}: folder {self.path.parent} does not exist")
         try:
-            storage = JournalStorage(JournalFile(str(self.path)))  # creates the file (never read-only: see missing)
+            storage = journal.connect(self.path)  # creates the file (never read-only: see missing)
         except OSError as exc:
             raise self.fault(exc) or StorageError(f"storage {self.shown!r} cannot be opened: {exc.strerror}") from None
         self.opened()
         return storage
 
     def _rdb(self) -> optuna.storages.RDBStorage:
-        url = _with_installed_driver(self._url)
-        kwargs = _engine_kwargs(url, self.read_only)
+        url = server.with_installed_driver(self._url)
+        kwargs = dict(sqlite.ENGINE_KWARGS) if self.is_sqlite else server.engine_kwargs(url, self.read_only)
         if self.read_only and self.path is not None:
-            from urllib.parse import quote
-
-            url = f"sqlite:///file:{quote(str(self.path))}?mode=ro&uri=true"
+            url = sqlite.read_only_url(self.path)
         if self.read_only:
             self._check_tables(url, kwargs)
         # Heartbeats on database servers only: a SQLite file is shared by processes of one host, whose
         # liveness is checked by pid (recovery.is_stale), and a heartbeat thread's own SQLite connection
         # would contend for the file's lock (or, for :memory:, see another database).
-        server = self.is_server and not self.read_only
+        is_server = self.is_server and not self.read_only
         return optuna.storages.RDBStorage(
             url,
             engine_kwargs=kwargs,
             skip_table_creation=self.read_only,
-            heartbeat_interval=HEARTBEAT_S if server else None,  # recorded while each trial runs (study.Heartbeat)
-            grace_period=GRACE_S if server else None,
+            heartbeat_interval=server.HEARTBEAT_S if is_server else None,  # recorded while each trial runs (recovery.Heartbeat)
+            grace_period=server.GRACE_S if is_server else None,
         )
 
     def _check_tables(self, url: str, kwargs: Mapping[str, Any]) -> None:
@@ -306,22 +196,22 @@ class Store:
 
     def names(self) -> list[str]:
         """The names of every study (and submitted job) in the store."""
-        return [s.study_name for s in self.summaries()]
+        return [s.name for s in self.summaries()]
 
-    def summaries(self) -> list[Any]:
-        """Optuna's FrozenStudy of every study: names, directions and attributes, in one query."""
+    def summaries(self) -> list[StoredStudy]:
+        """Every study's name and description, in one query (their trials are not read: ``trials`` is empty)."""
         if self.missing:
             return []
         try:
-            return list(self.storage.get_all_studies())
+            return [StoredStudy(s.study_name, s.user_attrs, []) for s in self.storage.get_all_studies()]
         except AutotuneError:
             raise
         except Exception as exc:  # noqa: BLE001
             if self._url.startswith("journal:") and isinstance(exc, ValueError):  # a line that is no journal record
                 raise StorageError(f"{self.shown} is not an Optuna journal file, or it is damaged (a line that is not "
-                                   f"a whole record: {_first_line(exc)}); it was left as it was") from None
+                                   f"a whole record: {first_line(exc)}); it was left as it was") from None
             raise self.fault(exc) or StorageError(f"cannot read the studies of {self.shown}: "
-                                                  f"{redact_message(_first_line(exc), self._url)}") from None
+                                                  f"{redact_message(first_line(exc), self._url)}") from None
 
     def has(self, name: str) -> bool:
         return name in self.names()
@@ -331,10 +221,15 @@ class Store:
         self._existing(name)
         return optuna.load_study(study_name=name, storage=self.storage, sampler=sampler)
 
-    def study_id(self, name: str) -> int:
-        """The storage's id of an existing study (for reading it in one pass: :func:`autotune.view.read`)."""
-        self._existing(name)
-        return self.storage.get_study_id_from_name(name)
+    def read(self, name: str, description: StoredStudy | None = None) -> StoredStudy:
+        """The study ``name``, read once: its description and its trials in one pass (:mod:`.reading`);
+        ``description``: already read (``list`` has every study's from one query). StudyError when there is none."""
+        with self.faults():
+            if description is None:
+                self._existing(name)
+            study_id = self.storage.get_study_id_from_name(name)
+            attrs = self.storage.get_study_user_attrs(study_id) if description is None else description._attrs
+            return StoredStudy.from_frozen(name, attrs, reading.all_trials(self.storage, study_id))
 
     def _existing(self, name: str) -> None:
         check_name(name)
@@ -384,10 +279,9 @@ class Store:
             study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
         if created:
             study.set_metric_names(METRICS)
-            for key, value in attrs.items():
-                study.set_user_attr(key, value)
-            study.set_user_attr("autotune_version", __version__)
-            study.set_user_attr("created_at", dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))  # written last
+            records.save(study, **attrs)
+            records.save(study, version=__version__)
+            records.save(study, created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))  # written last
             return study, True
         _wait_until_described(study)
         check_matches(study, attrs, self.shown)
@@ -416,7 +310,7 @@ class Store:
 
     def fault(self, exc: BaseException) -> StorageError | None:
         """The storage refusing to work, as one line with the cause and the fix; None for any other error."""
-        text = _first_line(exc).lower()
+        text = first_line(exc).lower()
         if isinstance(exc, AutotuneError):
             return exc if isinstance(exc, StorageError) else None
         chain = [exc, getattr(exc, "orig", None), exc.__cause__, exc.__context__]
@@ -441,23 +335,23 @@ class Store:
                     errno.EROFS, errno.EACCES, errno.EPERM) or "readonly" in text or "read-only" in text:
                 return StorageError(f"{where} refuses writes (a read-only file or folder): make it writable, or copy the "
                                     "study somewhere writable and pass --storage; read commands (status, export) still work on it")
-            return StorageError(f"{where} refused a write ({redact_message(_first_line(exc), self._url)}): check the file "
+            return StorageError(f"{where} refused a write ({redact_message(first_line(exc), self._url)}): check the file "
                                 "and its disk, then run the same command again")
         if "readonly" in text or "read-only" in text:
             return StorageError(f"{where} refuses writes: the database or its user is read-only; point --storage at a "
                                 "writable one; read commands (status, export) still work on it")
         if "disk is full" in text or "no space left" in text:
             return StorageError(f"the database of {where} is out of space: free some and run the same command again")
-        if self.is_server and _is_unreachable(exc):
-            reason = redact_message(_first_line(exc), self._url)[:160]
+        if self.is_server and server.is_unreachable(exc):
+            reason = redact_message(first_line(exc), self._url)[:160]
             return StorageUnreachable(f"the database server of {where} is unreachable ({reason}): start it, or check the "
                                       "URL, and run the same command again (the trial that was running is measured again)",
                                       reason)
         if isinstance(exc, optuna.exceptions.StorageInternalError):
             cause = exc.__cause__ or exc.__context__
             if cause is not None:
-                return self.fault(cause) or StorageError(f"{where} refused a write: {redact_message(_first_line(cause), self._url)}")
-            return StorageError(f"{where} refused a write: {redact_message(_first_line(exc), self._url)}")
+                return self.fault(cause) or StorageError(f"{where} refused a write: {redact_message(first_line(cause), self._url)}")
+            return StorageError(f"{where} refused a write: {redact_message(first_line(exc), self._url)}")
         return None
 
     @contextlib.contextmanager
@@ -474,153 +368,35 @@ class Store:
             raise fault from None
 
 
-class JournalFile(JournalFileBackend):
-    """Optuna's journal file, whose appends first drop a record that a failed write left half-written.
-
-    A write cut short (a full disk, a process killed inside ``write``) leaves the file ending inside
-    a record. Optuna's reader skips such a tail, but the next append would join it and the new
-    record into one line no reader can decode, in the middle of the file: every later read fails,
-    and the study is lost until the file is mended by hand. So each append, under the file lock
-    Optuna's writers take by default, first cuts the file back to its last whole line; what it cuts
-    was never a record any reader counted. Writes as Optuna's own ``append_logs`` does otherwise.
-    """
-
-    def __init__(self, file_path: str) -> None:
-        self.path = file_path
-        self.lock = JournalFileSymlinkLock(file_path)  # Optuna's default lock for this backend
-        super().__init__(file_path, lock_obj=self.lock)
-
-    def append_logs(self, logs: list[dict[str, Any]]) -> None:
-        text = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode("utf-8")
-        self.lock.acquire()
-        try:
-            with open(self.path, "r+b") as fh:
-                _cut_half_written_tail(fh)
-                fh.seek(0, os.SEEK_END)
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-        finally:
-            self.lock.release()
-
-
-def _cut_half_written_tail(fh: Any, chunk: int = 1 << 16) -> int:
-    """Truncate an open file after its last newline; returns the bytes cut (0 when it ends in one)."""
-    size = fh.seek(0, os.SEEK_END)
-    end = size
-    while end > 0:
-        start = max(0, end - chunk)
-        fh.seek(start)
-        block = fh.read(end - start)
-        if end == size and block.endswith(b"\n"):
-            return 0
-        i = block.rfind(b"\n")
-        if i >= 0:
-            fh.truncate(start + i + 1)
-            return size - (start + i + 1)
-        end = start
-    fh.truncate(0)
-    return size
-
-
 def _identity(path: Path) -> tuple[int, int]:
     st = path.stat()
     return st.st_dev, st.st_ino
 
-
-def _is_unreachable(exc: BaseException) -> bool:
-    """An error of the connection to a database server (it went away), not of what was asked."""
-    try:
-        import sqlalchemy.exc
-    except ImportError:  # pragma: no cover
-        return False
-    for e in (exc, exc.__cause__, exc.__context__):
-        if isinstance(e, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)) or (
-            isinstance(e, sqlalchemy.exc.DBAPIError) and e.connection_invalidated):
-            text = _first_line(e).lower()
-            if not any(s in text for s in ("readonly", "read-only", "disk is full", "no such table", "unable to open")):
-                return True
-    return False
-
-
-#: A database server's connections per process: one kept open (the loop's reads and writes, one at a time), and up to
-#: POOL_OVERFLOW more opened only while a second thread needs one at the same moment (the heartbeat, every 10 s), then
-#: closed. SQLAlchemy's default keeps up to 5 open: each worker held 2 (loop and heartbeat), and 64 workers 128
-#: connections, past PostgreSQL's default max_connections of 100 (benchmarks/fleet_scale.py).
-POOL_SIZE = 1
-POOL_OVERFLOW = 4
-
-
-def _engine_kwargs(url: str, read_only: bool = False) -> dict[str, Any]:
-    if url.startswith("sqlite"):
-        return {"connect_args": {"timeout": 60}}
-    pool = {"pool_pre_ping": True, "pool_size": POOL_SIZE, "max_overflow": POOL_OVERFLOW}
-    if url.startswith("postgresql"):
-        args: dict[str, Any] = {"connect_timeout": 10}
-        if read_only:
-            args["options"] = "-c default_transaction_read_only=on"
-        return {"connect_args": args, **pool}
-    return pool
-
-
-def _with_installed_driver(url: str) -> str:
-    """``postgresql://`` with the driver that is installed.
-
-    SQLAlchemy 2.1 made psycopg (3) the default driver of ``postgresql://`` where 2.0 used
-    psycopg2; with only psycopg2 installed (the ``postgres`` extra), name it explicitly.
-    """
-    import importlib.util
-
-    from sqlalchemy.engine import make_url
-
-    try:
-        parsed = make_url(url)
-        if parsed.drivername != "postgresql" or importlib.util.find_spec(parsed.get_dialect().driver):
-            return url
-        if importlib.util.find_spec("psycopg2"):
-            return parsed.set(drivername="postgresql+psycopg2").render_as_string(hide_password=False)
-    except Exception:  # noqa: BLE001 - RDBStorage reports what is wrong with the URL
-        pass
-    return url
-
-
-def kind(fingerprint: Mapping[str, Any]) -> str:
-    """A short name for a hardware kind (device model, count, CPU vector ISA, torch), for per-kind study names."""
-    import re as _re
-
-    name = str(fingerprint.get("device_name") or fingerprint.get("cpu_model") or "unknown")
-    count = fingerprint.get("device_count") or 1
-    if fingerprint.get("device_type") == "cuda" and count > 1:
-        name = f"{count}x-{name}"
-    if fingerprint.get("device_type") != "cuda":
-        isa = f"-{fingerprint['cpu_capability']}" if fingerprint.get("cpu_capability") else ""
-        name = f"cpu-{name}-{fingerprint.get('cpu_count')}c{isa}"
-    torch_version = str(fingerprint.get("torch") or "").split("+")[0]
-    slug = _re.sub(r"[^a-z0-9.]+", "-", f"{name}-torch{torch_version}".lower()).strip("-")
-    return slug[:80]
 
 
 def _wait_until_described(study: optuna.Study) -> None:
     """Another process may have created the study an instant ago and still be writing its attributes
     (Optuna cannot create a study with them at once): give an empty study a moment to get them."""
     deadline = time.monotonic() + DESCRIBE_WAIT_S
-    while "created_at" not in study.user_attrs and time.monotonic() < deadline and not study.get_trials(deepcopy=False):
+    while (StoredStudy(study.study_name, study.user_attrs, []).created_at is None and time.monotonic() < deadline
+           and not study.get_trials(deepcopy=False)):
         time.sleep(0.1)
 
 
 def check_matches(study: optuna.Study, attrs: Mapping[str, Any], shown: str) -> None:
     """Refuse a run whose space, fingerprint, workload or device differ from the stored study's."""
+    view = StoredStudy(study.study_name, study.user_attrs, [])
     stored = study.user_attrs
-    if "fingerprint" not in stored:
+    if not view.described:
         raise StudyError(f"study {study.study_name!r} in {shown} was not made by autotune; choose another --study name")
     if len(study.directions) != 2:
         raise StudyError(f"study {study.study_name!r} has {len(study.directions)} objectives; autotune studies have 2")
     new_name = f"{study.study_name}-2"
     how = f"start a new study with --study {new_name} (or another --storage)"
     problems: list[str] = []
-    if stored.get("space_hash") != attrs.get("space_hash"):
-        problems.append(f"the search space differs from the study's ({stored.get('space', {}).get('path')})")
-    diffs = hardware.differences(stored["fingerprint"], attrs["fingerprint"])
+    if view.space_hash != attrs.get("space_hash"):
+        problems.append(f"the search space differs from the study's ({view.space.get('path')})")
+    diffs = hardware.differences(view.fingerprint, attrs["fingerprint"])
     if diffs:
         problems.append("the hardware/software differ: " + "; ".join(diffs))
     for key in ("workload", "device", "global_batch"):

@@ -1,0 +1,116 @@
+"""A study this process writes: Optuna's study for ask and tell, with the store's reads and writes of it.
+
+The tuning loop asks Optuna for configurations and tells it results through Optuna's public
+API (``ask``, ``tell``, ``enqueue_trial``, the trial's ``suggest_*`` and ``set_constraint``);
+everything autotune keeps beside them (the trial's marks, its owner, its heartbeats, the
+records on the study) goes through this handle, and every read of the study's state is a
+:class:`autotune.store.records.StoredStudy`. The private Optuna names it needs are listed in
+docs/storage.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.store import cache, recovery
+from autotune.store import records as rec
+from autotune.store.records import StoredStudy, StoredTrial
+
+
+class LiveStudy:
+    """One study opened for writing by this process (:meth:`autotune.store.Store.create_or_check`).
+
+    ``grace_s``: how long a trial of another host may go without a sign of life before it is stale
+    (derived once from the trial timeout: :meth:`autotune.request.TuneConfig.stale_grace_s`).
+    """
+
+    def __init__(self, study: optuna.Study, grace_s: float | None = None) -> None:
+        self.study = study
+        self.grace_s = grace_s
+        self._finished: dict[int, StoredTrial] = {}  # by storage id: a finished trial never changes
+
+    @property
+    def name(self) -> str:
+        return self.study.study_name
+
+    @property
+    def sampler(self) -> optuna.samplers.BaseSampler:
+        return self.study.sampler
+
+    # ------------------------------------------------------------ reads
+
+    def _typed(self, t: optuna.trial.FrozenTrial) -> StoredTrial:
+        done = self._finished.get(t._trial_id)
+        if done is not None:
+            return done
+        typed = StoredTrial.of(t)
+        if typed.finished:
+            self._finished[t._trial_id] = typed
+        return typed
+
+    def trials(self) -> list[StoredTrial]:
+        """Every trial, read now (Optuna's cache: finished trials are read once, running ones afresh)."""
+        return [self._typed(t) for t in self.study.get_trials(deepcopy=False)]
+
+    def view(self, trials: Sequence[StoredTrial] | None = None) -> StoredStudy:
+        """The study as it is now (``trials``: just read by :meth:`trials`)."""
+        return StoredStudy(self.name, self.study.user_attrs, self.trials() if trials is None else trials)
+
+    def trial(self, trial: optuna.Trial | int) -> StoredTrial:
+        """One trial read afresh from the storage (a running trial's marks change)."""
+        trial_id = trial if isinstance(trial, int) else trial._trial_id  # private: the storage's id of a Trial
+        return StoredTrial.of(self.study._storage.get_trial(trial_id))  # private: Study has no public get_trial
+
+    def is_running(self, trial: optuna.Trial) -> bool:
+        return self.study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING
+
+    # ------------------------------------------------------------ trials
+
+    def sign(self, trial: optuna.Trial) -> None:
+        """Sign a trial just asked with this process (host, pid, start): how others tell it is alive."""
+        self.study._storage.set_trial_system_attr(trial._trial_id, rec.OWNER, rec.owner())
+
+    def heartbeat(self, trial: optuna.Trial) -> recovery.Heartbeat:
+        """Heartbeats for a running trial (database servers) while the ``with`` block measures it."""
+        return recovery.Heartbeat(trial._trial_id, self.study._storage)
+
+    def mark(self, trial: optuna.Trial, **marks: Any) -> None:
+        rec.mark(trial, **marks)
+
+    def enqueue(self, params: Mapping[str, Any], **marks: Any) -> None:
+        """Queue a configuration with its marks (``role=``, ``requeued_from=``, ``ablation=``, ``warm_from=``)."""
+        self.study.enqueue_trial(dict(params), user_attrs=rec.marks_of(**marks))
+
+    def recover_stale(self) -> list[int]:
+        """Record other processes' stale trials as interrupted and queue them again (:mod:`.recovery`)."""
+        grace = self.grace_s if self.grace_s is not None else float("inf")
+        return recovery.recover_stale(self.study, grace)
+
+    def is_stale(self, trial: StoredTrial) -> bool:
+        return recovery.is_stale(trial, self.grace_s if self.grace_s is not None else float("inf"))
+
+    def warm_cache(self) -> bool:
+        return cache.warm_cache(self.study)
+
+    # ------------------------------------------------------------ records on the study
+
+    def save_measurement(self, trial: int, round_id: str, **record: Any) -> None:
+        rec.save_measurement(self.study, trial, round_id, **record)
+
+    def save_paired(self, round_id: str, arms: Sequence[Mapping[str, Any]], **record: Any) -> None:
+        rec.save_paired(self.study, round_id, arms, **record)
+
+    def save_race(self, race_id: str, record: Mapping[str, Any]) -> None:
+        rec.save_race(self.study, race_id, record)
+
+    def save_ablation_plan(self, ablation_id: str, plan: Mapping[str, Any]) -> None:
+        rec.save_ablation_plan(self.study, ablation_id, plan)
+
+    def save_session(self, session_id: str, record: Mapping[str, Any]) -> None:
+        rec.save_session(self.study, session_id, record)
+
+    def save(self, **attrs: Any) -> None:
+        rec.save(self.study, **attrs)

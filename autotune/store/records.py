@@ -1,0 +1,470 @@
+"""The stored format: what autotune keeps on an Optuna study, as typed records, and the only place that knows its keys.
+
+An autotune study is an Optuna study whose user attributes hold autotune's records:
+
+- on the study: its description (workload, space, fingerprint, device, context, ...), the
+  job it follows, and one attribute per re-measurement (``measurement:<round>:<trial>``),
+  per shared process (``paired:<round>``), per race (``race:<id>``), per plan of what each
+  knob bought (``ablation:<id>``) and per session (``session:<id>``);
+- on each trial: its marks (role, outcome, configuration and its key, the compact result,
+  the error, duplicate_of, requeued_from, placement, measuring_since) and, as a system
+  attribute, the process that runs it (``autotune:owner``).
+
+Everything else reads a study through :class:`StoredStudy` (the study read once, with typed
+trials, :class:`StoredTrial`) and writes it through the functions below; no other module
+names a key. docs/storage.md describes the format for people.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import socket
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Iterator, Mapping, Sequence
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+# ---------------------------------------------------------------- keys (nowhere else)
+
+# the study's description, written once when it is created
+WORKLOAD = "workload"
+SPACE = "space"
+SPACE_HASH = "space_hash"
+FINGERPRINT = "fingerprint"
+DEVICE = "device"
+CONTEXT = "context"
+GLOBAL_BATCH = "global_batch"
+MAX_MEMORY = "max_memory_bytes"
+CREATED_AT = "created_at"  # written last: a study without it is still being described
+VERSION = "autotune_version"
+# what a study follows and decides along the way
+JOB = "job"  # the request the study's workers follow (autotune.request.TuneConfig.to_dict)
+JOB_RECORD = "autotune_job"  # on a submitted job's record (a study without trials)
+JOB_OF = "job_of"  # on a per-kind study: the job record it works for
+DEADLINE = "deadline"  # epoch seconds: no trial of a fleet's job starts after it
+WARM_START = "warm_start"  # the earlier studies' winners chosen as seeds
+BATCH_CEILING = "batch_ceiling"  # the largest batch that fits (autotune.ceiling)
+SAMPLER_SWITCH = "sampler_switch"  # the default sampler handed over from GP to TPE
+CONFIRMATIONS = "confirmations"  # re-measurements of studies made before the race existed
+# one attribute per record
+MEASUREMENT = "measurement:"  # measurement:<round>:<trial>: a re-measurement in a process of its own
+PAIRED = "paired:"  # paired:<round>: one process that measured several configurations alternately
+RACE = "race:"  # race:<id>: a race's plan and state
+ABLATION = "ablation:"  # ablation:<id>: the plan of what each knob of a winner bought
+SESSION = "session:"  # session:<id>: one run's wall time
+# on trials
+OWNER = "autotune:owner"  # the system attribute a trial's process signs it with
+ROLE, OUTCOME, CONFIG, CONFIG_KEY = "role", "outcome", "config", "config_key"
+NOT_APPLICABLE, RESULT, ERROR, DURATION = "not_applicable", "result", "error", "duration_s"
+DUPLICATE_OF, REQUEUED_FROM, PLACEMENT, MEASURING_SINCE = "duplicate_of", "requeued_from", "placement", "measuring_since"
+ABLATION_ID = "ablation"  # on the trial that measures an ablation's recommendation alone: its plan's id
+WARM_FROM = "warm_from"  # on a warm-start seed's trial: {"study", "trial"} it came from
+TRIAL_MARKS = (ROLE, OUTCOME, CONFIG, CONFIG_KEY, NOT_APPLICABLE, RESULT, ERROR, DURATION, DUPLICATE_OF, REQUEUED_FROM,
+               PLACEMENT, MEASURING_SINCE, ABLATION_ID, WARM_FROM)
+
+# outcomes the store itself writes (the others come from autotune.result)
+INTERRUPTED = "interrupted"
+SKIPPED = "skipped"  # given up because another process measures the configuration, or the budget is full
+UNCOMPARED = "uncompared"  # an arm of a shared process whose reference arm failed: it ran, but compares with nothing
+OK = "ok"
+ERROR_OUTCOME = "error"
+
+#: Trial states by their lower-case names: what a view shows, with no Optuna enum outside the store.
+STATES = {TrialState.COMPLETE: "complete", TrialState.FAIL: "fail", TrialState.RUNNING: "running",
+          TrialState.WAITING: "waiting", TrialState.PRUNED: "pruned"}
+
+
+# ---------------------------------------------------------------- trials
+
+
+@dataclass(frozen=True)
+class StoredTrial:
+    """One trial as autotune stored it: Optuna's state and values, and autotune's marks, typed."""
+
+    number: int
+    state: str  # complete | fail | running | waiting | pruned
+    values: tuple[float, ...] | None
+    constraints: Mapping[str, float]
+    params: Mapping[str, Any]
+    started: dt.datetime | None
+    completed: dt.datetime | None
+    role: str = "search"
+    outcome: str | None = None
+    config: Mapping[str, Any] = field(default_factory=dict)
+    config_key: str | None = None
+    not_applicable: Mapping[str, Any] = field(default_factory=dict)
+    result: Mapping[str, Any] = field(default_factory=dict)  # the compact trial result (autotune.result.TrialResult)
+    error: Mapping[str, Any] | None = None
+    duration_s: float | None = None
+    duplicate_of: int | None = None
+    requeued_from: int | None = None
+    placement: Mapping[str, Any] = field(default_factory=dict)
+    measuring_since: float | None = None
+    ablation: str | None = None
+    warm_from: Mapping[str, Any] | None = None
+    owner: Mapping[str, Any] = field(default_factory=dict)
+    trial_id: int = field(default=-1, repr=False, compare=False)  # the storage's id (for the store's own writes)
+
+    @classmethod
+    def of(cls, t: FrozenTrial) -> StoredTrial:
+        ua = t.user_attrs
+        error = ua.get(ERROR)
+        return cls(
+            number=t.number,
+            state=STATES.get(t.state, t.state.name.lower()),
+            values=tuple(t.values) if t.values else None,
+            constraints=_constraints(t),
+            params=t.params,
+            started=t.datetime_start,
+            completed=t.datetime_complete,
+            role=ua.get(ROLE, "search"),
+            outcome=ua.get(OUTCOME),
+            config=ua.get(CONFIG) or {},
+            config_key=ua.get(CONFIG_KEY),
+            not_applicable=ua.get(NOT_APPLICABLE) or {},
+            result=ua.get(RESULT) or {},
+            error=error if isinstance(error, Mapping) else None,
+            duration_s=ua.get(DURATION),
+            duplicate_of=ua.get(DUPLICATE_OF),
+            requeued_from=ua.get(REQUEUED_FROM),
+            placement=ua.get(PLACEMENT) or {},
+            measuring_since=ua.get(MEASURING_SINCE),
+            ablation=ua.get(ABLATION_ID),
+            warm_from=ua.get(WARM_FROM),
+            owner=t.system_attrs.get(OWNER) or {},
+            trial_id=t._trial_id,  # private: the id the storage's writes take (docs/storage.md)
+        )
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("complete", "fail", "pruned")
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+    @property
+    def measured(self) -> bool:
+        """It measured a configuration (not a cache answer, not interrupted, not skipped)."""
+        return ((self.state == "complete" or (self.state == "fail" and self.outcome not in (None, INTERRUPTED)))
+                and self.duplicate_of is None and self.outcome is not None)
+
+    @property
+    def ok(self) -> bool:
+        """Measured successfully, with a positive figure."""
+        return self.measured and self.outcome == OK and bool(self.values) and self.values[0] > 0  # type: ignore[index]
+
+    @property
+    def samples_per_s(self) -> float | None:
+        """The trial's own first measurement (the evidence's figure may differ: autotune.evidence)."""
+        return float(self.values[0]) if self.values and self.outcome == OK else None
+
+    @property
+    def peak_memory_bytes(self) -> int | None:
+        return int(self.values[1]) if self.values and self.outcome == OK else None
+
+    @property
+    def error_message(self) -> str:
+        return str((self.error or {}).get("message", ""))
+
+    def is_mine(self, me: Mapping[str, Any]) -> bool:
+        return (self.owner.get("host"), self.owner.get("pid")) == (me.get("host"), me.get("pid"))
+
+
+def _constraints(t: FrozenTrial) -> dict[str, float]:
+    return dict(t.constraints) if t.constraints else {}
+
+
+# ---------------------------------------------------------------- records on the study
+
+
+@dataclass(frozen=True)
+class Remeasurement:
+    """A configuration measured again in a process of its own (the noise floor's and the race's rounds)."""
+
+    round_id: str
+    trial: int
+    samples_per_s: float | None
+    outcome: str
+    peak_memory_bytes: int | None = None
+    other_cores: float | None = None
+    wall_s: float | None = None
+    at: float | None = None
+
+
+@dataclass(frozen=True)
+class Block:
+    """One process that measured several configurations alternately: samples/s by configuration key."""
+
+    round_id: str
+    rates: dict[str, float | None]
+    trials: dict[str, int | None]
+    other_cores: float | None
+    purpose: dict[str, str]
+    outcomes: dict[str, str] = field(default_factory=dict)
+    wall_s: float | None = None  # the process's wall time, when stored
+    at: float | None = None
+
+
+class StoredStudy:
+    """A study read once: its name, its description, its records and its trials (typed, by number). Read-only.
+
+    Every read command builds one (:func:`autotune.store.read`), the tuning loop reads one whenever
+    it needs the study's state (:meth:`autotune.store.live.LiveStudy.view`), and every figure is
+    computed from one (:class:`autotune.evidence.Evidence`).
+    """
+
+    def __init__(self, name: str, attrs: Mapping[str, Any], trials: Sequence[StoredTrial]) -> None:
+        self.name = name
+        self._attrs = MappingProxyType(dict(attrs))
+        self.trials: list[StoredTrial] = list(trials)
+        self._evidence: Any = None
+
+    @classmethod
+    def of(cls, study: optuna.Study) -> StoredStudy:
+        """A live Optuna study, read now (Optuna's own read; :func:`autotune.store.read` is the quick one)."""
+        return cls(study.study_name, study.user_attrs, [StoredTrial.of(t) for t in study.get_trials(deepcopy=False)])
+
+    @classmethod
+    def from_frozen(cls, name: str, attrs: Mapping[str, Any], trials: Sequence[FrozenTrial]) -> StoredStudy:
+        return cls(name, attrs, [StoredTrial.of(t) for t in trials])
+
+    def trial(self, number: int) -> StoredTrial | None:
+        if 0 <= number < len(self.trials) and self.trials[number].number == number:
+            return self.trials[number]
+        return next((t for t in self.trials if t.number == number), None)
+
+    @property
+    def evidence(self) -> Any:
+        """The study's evidence, built once (autotune.evidence.Evidence)."""
+        if self._evidence is None:
+            from autotune.evidence import Evidence
+
+            self._evidence = Evidence(self)
+        return self._evidence
+
+    # ------------------------------------------------------------ the description
+
+    def _get(self, key: str, default: Any = None) -> Any:
+        value = self._attrs.get(key)
+        return default if value is None else value
+
+    @property
+    def workload(self) -> Mapping[str, Any]:
+        return self._get(WORKLOAD, {})
+
+    @property
+    def space(self) -> Mapping[str, Any]:
+        return self._get(SPACE, {})
+
+    @property
+    def space_hash(self) -> str | None:
+        return self._get(SPACE_HASH)
+
+    @property
+    def fingerprint(self) -> Mapping[str, Any]:
+        return self._get(FINGERPRINT, {})
+
+    @property
+    def device(self) -> str | None:
+        return self._get(DEVICE)
+
+    @property
+    def context(self) -> Mapping[str, Any]:
+        return self._get(CONTEXT, {})
+
+    @property
+    def global_batch(self) -> int | None:
+        return self._get(GLOBAL_BATCH)
+
+    @property
+    def max_memory_bytes(self) -> int | None:
+        return self._get(MAX_MEMORY)
+
+    @property
+    def created_at(self) -> str | None:
+        return self._get(CREATED_AT)
+
+    @property
+    def version(self) -> str | None:
+        return self._get(VERSION)
+
+    @property
+    def job(self) -> Mapping[str, Any]:
+        """The request its workers follow (empty for studies made before jobs were stored)."""
+        return self._get(JOB, {})
+
+    @property
+    def job_record(self) -> Mapping[str, Any]:
+        """A submitted job's record (empty for a study)."""
+        return self._get(JOB_RECORD, {})
+
+    @property
+    def job_of(self) -> str | None:
+        return self._get(JOB_OF)
+
+    @property
+    def deadline(self) -> float | None:
+        return self._get(DEADLINE)
+
+    @property
+    def warm_start(self) -> list[Mapping[str, Any]]:
+        return list(self._get(WARM_START, []))
+
+    @property
+    def batch_ceiling(self) -> Mapping[str, Any] | None:
+        raw = self._attrs.get(BATCH_CEILING)
+        return raw if isinstance(raw, Mapping) else None
+
+    @property
+    def sampler_switch(self) -> Mapping[str, Any] | None:
+        raw = self._attrs.get(SAMPLER_SWITCH)
+        return raw if isinstance(raw, Mapping) else None
+
+    @property
+    def described(self) -> bool:
+        """Made by autotune (it has a fingerprint)."""
+        return FINGERPRINT in self._attrs
+
+    def description(self) -> dict[str, Any]:
+        """The study's description as stored (what ``autotune status --json`` and an export carry)."""
+        return {k: self._attrs[k] for k in (WORKLOAD, SPACE, SPACE_HASH, FINGERPRINT, DEVICE, CONTEXT, GLOBAL_BATCH,
+                                              MAX_MEMORY, CREATED_AT, VERSION) if k in self._attrs}
+
+    # ------------------------------------------------------------ the records
+
+    def remeasurements(self) -> Iterator[Remeasurement]:
+        """Every re-measurement in a process of its own, and the legacy ``confirmations``."""
+        for key, value in self._attrs.items():
+            if not key.startswith(MEASUREMENT) or not isinstance(value, Mapping):
+                continue
+            round_id, _, trial = key[len(MEASUREMENT):].rpartition(":")
+            try:
+                number = int(trial)
+            except ValueError:
+                continue
+            yield Remeasurement(round_id, number, value.get("samples_per_s"), str(value.get("outcome") or ""),
+                                value.get("peak_memory_bytes"), value.get("other_cores"), value.get("wall_s"),
+                                value.get("at"))
+        for trial, rates in (self._attrs.get(CONFIRMATIONS) or {}).items():
+            for i, rate in enumerate(rates):
+                yield Remeasurement(f"confirm-{i + 1}", int(trial), float(rate), OK)
+
+    def blocks(self) -> list[Block]:
+        """Every process that measured several configurations alternately, in round order."""
+        out = []
+        for key, value in self._attrs.items():
+            if not key.startswith(PAIRED) or not isinstance(value, Mapping):
+                continue
+            arms = [a for a in value.get("arms") or [] if isinstance(a, Mapping) and a.get("key")]
+            purpose = {k: str(value[k]) for k in ("race", "ablation") if value.get(k)}
+            out.append(Block(key[len(PAIRED):], {a["key"]: a.get("samples_per_s") for a in arms},
+                             {a["key"]: a.get("trial") for a in arms}, value.get("other_cores"), purpose,
+                             {a["key"]: str(a.get("outcome") or "") for a in arms},
+                             float(value["wall_s"]) if isinstance(value.get("wall_s"), (int, float)) else None,
+                             value.get("at")))
+        out.sort(key=lambda b: b.round_id)
+        return out
+
+    def races(self) -> list[tuple[str, Mapping[str, Any]]]:
+        """Every race's record, (id, record), oldest first."""
+        found = [(k[len(RACE):], v) for k, v in self._attrs.items() if k.startswith(RACE) and isinstance(v, Mapping)]
+        return sorted(found, key=lambda kv: kv[1].get("started", 0.0))
+
+    def ablation_plans(self) -> list[tuple[str, Mapping[str, Any]]]:
+        """Every plan of what each knob bought, (id, plan), oldest first."""
+        found = [(k[len(ABLATION):], v) for k, v in self._attrs.items()
+                 if k.startswith(ABLATION) and isinstance(v, Mapping)]
+        return sorted(found, key=lambda kv: kv[1].get("started", 0.0))
+
+    def ablation_plan(self, ablation_id: str) -> Mapping[str, Any]:
+        raw = self._attrs.get(ABLATION + ablation_id)
+        return raw if isinstance(raw, Mapping) else {}
+
+    def rounds_done(self, prefix: str) -> int:
+        """How many shared processes of rounds ``prefix...`` are stored."""
+        return sum(1 for k in self._attrs if k.startswith(PAIRED + prefix))
+
+    def sessions(self) -> list[Mapping[str, Any]]:
+        return [v for k, v in self._attrs.items() if k.startswith(SESSION) and isinstance(v, Mapping)]
+
+
+# ---------------------------------------------------------------- writing
+
+
+def owner() -> dict[str, Any]:
+    """Who runs a trial: recorded on it so that another process can tell whether it is stale."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": dt.datetime.now(dt.timezone.utc).timestamp()}
+
+
+def now() -> float:
+    return dt.datetime.now(dt.timezone.utc).timestamp()
+
+
+def measurement(round_id: str, trial: int) -> str:
+    return f"{MEASUREMENT}{round_id}:{trial}"
+
+
+def save_measurement(study: optuna.Study, trial: int, round_id: str, *, samples_per_s: float | None, outcome: str,
+                     peak_memory_bytes: int | None, other_cores: float | None, wall_s: float | None) -> None:
+    """Store one re-measurement of a trial's configuration."""
+    study.set_user_attr(measurement(round_id, trial), {
+        "samples_per_s": samples_per_s, "outcome": outcome, "peak_memory_bytes": peak_memory_bytes,
+        "other_cores": other_cores, "wall_s": wall_s, "at": now()})
+
+
+def save_paired(study: optuna.Study, round_id: str, arms: Sequence[Mapping[str, Any]], *, other_cores: float | None,
+                wall_s: float | None, **purpose: Any) -> None:
+    """Store one process's measurements of several configurations (each arm: key, trial, samples_per_s, outcome)."""
+    study.set_user_attr(PAIRED + round_id, {"arms": [dict(a) for a in arms], "other_cores": other_cores,
+                                            "wall_s": wall_s, "at": now(), **purpose})
+
+
+def save_race(study: optuna.Study, race_id: str, record: Mapping[str, Any]) -> None:
+    study.set_user_attr(RACE + race_id, dict(record))
+
+
+def save_ablation_plan(study: optuna.Study, ablation_id: str, plan: Mapping[str, Any]) -> None:
+    study.set_user_attr(ABLATION + ablation_id, dict(plan))
+
+
+def save_session(study: optuna.Study, session_id: str, record: Mapping[str, Any]) -> None:
+    study.set_user_attr(SESSION + session_id, dict(record))
+
+
+def save(study: optuna.Study, **attrs: Any) -> None:
+    """Set description or decision attributes by their field names (``max_memory_bytes=``, ``job=``, ``deadline=``,
+    ``warm_start=``, ``batch_ceiling=``, ``sampler_switch=``, ``job_record=``, ``job_of=``)."""
+    keys = {"workload": WORKLOAD, "space": SPACE, "space_hash": SPACE_HASH, "fingerprint": FINGERPRINT,
+            "device": DEVICE, "context": CONTEXT, "global_batch": GLOBAL_BATCH, "max_memory_bytes": MAX_MEMORY,
+            "job": JOB, "job_record": JOB_RECORD, "job_of": JOB_OF, "deadline": DEADLINE, "warm_start": WARM_START,
+            "batch_ceiling": BATCH_CEILING, "sampler_switch": SAMPLER_SWITCH, "created_at": CREATED_AT,
+            "version": VERSION}
+    for name, value in attrs.items():
+        if name not in keys:
+            raise TypeError(f"no study attribute {name!r} in the stored format")
+        study.set_user_attr(keys[name], value)
+
+
+def mark(trial: optuna.Trial, **marks: Any) -> None:
+    """Set a running trial's marks by their field names (``role=``, ``config_key=``, ``outcome=``, ...)."""
+    for name, value in marks.items():
+        if name not in TRIAL_MARKS:
+            raise TypeError(f"no trial mark {name!r} in the stored format")
+        trial.set_user_attr(name, value)
+
+
+def marks_of(**marks: Any) -> dict[str, Any]:
+    """Marks for a queued trial (``study.enqueue_trial(params, user_attrs=marks_of(role=...))``), checked."""
+    for name in marks:
+        if name not in TRIAL_MARKS:
+            raise TypeError(f"no trial mark {name!r} in the stored format")
+    return dict(marks)
+
+
+def finite(rate: Any) -> bool:
+    return rate is not None and isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0

@@ -1,0 +1,44 @@
+"""The SQLite backend: a study file on this machine, shared by the processes of one host.
+
+A read-only store opens the file with ``mode=ro`` (SQLite's own guarantee that nothing is
+written); a store for writing makes the default ``studies/`` folder, and no other. SQLite has
+no heartbeats (a heartbeat thread would contend for the file's lock): a stopped process's
+trials are told by pid, :mod:`autotune.store.recovery`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from autotune.errors import StorageError
+from autotune.store.names import STUDIES_DIR
+
+#: A writer waits this long for another process's lock on the file before SQLite gives up.
+ENGINE_KWARGS: dict[str, Any] = {"connect_args": {"timeout": 60}}
+
+
+def path_of(url: str) -> Path | None:
+    """The file of a ``sqlite:///`` URL (None for ``:memory:``)."""
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        return Path(url[len("sqlite:///") :].split("?", 1)[0])
+    return None
+
+
+def read_only_url(path: Path) -> str:
+    """The URL that opens ``path`` read-only: SQLite refuses every write through it."""
+    return f"sqlite:///file:{quote(str(path))}?mode=ro&uri=true"
+
+
+def prepare_folder(path: Path, read_only: bool, shown: str) -> None:
+    """The file's folder must exist; for writing, the default ``studies/`` is made."""
+    folder = path.parent
+    if not read_only and not folder.is_dir() and folder == STUDIES_DIR:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create the folder {folder} for {shown}: {exc.strerror}; "
+                               "run from a folder you can write to, or pass --storage") from None
+    if not folder.is_dir():
+        raise StorageError(f"storage {shown!r}: folder {folder} does not exist")
