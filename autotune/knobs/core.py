@@ -4,7 +4,10 @@ that decide where a knob applies (and where a value that applies is worth search
 Why a module of its own: the declarations in :mod:`autotune.knobs.registry` are data
 written in this vocabulary, and a file of fourteen declarations reads best without the
 machinery that gives them meaning. Also here: :func:`accumulation_steps`, the one check
-of a global batch against a batch size. Nothing here imports torch.
+of a global batch against a batch size, and the shape of a knob's framework mapping
+(:data:`Export`), which :mod:`autotune.knobs.exports` builds on. This module imports no
+other part of the package but the effects: the exports and the registry are written in
+its terms. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -12,13 +15,15 @@ from __future__ import annotations
 import operator
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 from autotune.errors import KnobError
 from autotune.knobs.effects import Effect, LoaderArg
 
-if TYPE_CHECKING:  # pragma: no cover
-    from autotune.knobs.exports import Export
+# How a framework export expresses a knob: a function of (the rendering, a :class:`autotune.knobs.exports.Job`; the
+# knob's name; its value) that writes the value into the job as an argument or a by-hand step. Declared here by its
+# shape, so that the vocabulary the exports are written in does not import them.
+Export = Callable[[Any, str, Any], None]
 
 # How a knob's values may share one trial process (autotune.paired: a candidate and the defaults measured alternately
 # in one process, so that the process's own speed cancels in their ratio).
@@ -163,20 +168,28 @@ class InputRank(Condition):
 
 @dataclass(frozen=True)
 class KnobAbove(Condition):
-    knob: str
+    """Another knob's value is above a threshold (a prefetch factor needs loader workers). It holds that knob
+    itself, declared before the knob that depends on it, so that its default is read without a registry."""
+
+    knob: Knob
     threshold: int
     portable: ClassVar[bool] = True
 
-    def check(self, ctx: Context, config: Mapping[str, Any]) -> str | None:
-        from autotune.knobs.registry import KNOBS  # the conditions are declared before the knobs they name
+    def __hash__(self) -> int:  # a Knob holds mappings, which do not hash: its name stands for it
+        return hash((self.knob.name, self.threshold))
 
-        value = config.get(self.knob, KNOBS[self.knob].default_for(ctx))
+    def __repr__(self) -> str:
+        return f"KnobAbove({self.knob.name!r}, {self.threshold})"
+
+    def check(self, ctx: Context, config: Mapping[str, Any]) -> str | None:
+        name = self.knob.name
+        value = config.get(name, self.knob.default_for(ctx))
         if not value > self.threshold:
-            return f"only when {self.knob} > {self.threshold} (it is {value})"
+            return f"only when {name} > {self.threshold} (it is {value})"
         return None
 
     def describe(self) -> str:
-        return f"{self.knob}>{self.threshold}"
+        return f"{self.knob.name}>{self.threshold}"
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from autotune.errors import KnobError
-from autotune.knobs.core import Knob, accumulation_steps
+from autotune.knobs.core import Export, Knob, accumulation_steps
 
 HF_TRAINER = "hf-trainer"
 LIGHTNING = "lightning"
@@ -84,9 +84,6 @@ class Job:
     def unless_default(self, name: str, why: str | None = None) -> None:
         if not self.is_default(name):
             self.by_hand(name, why or f"{self.where} has no argument for it")
-
-
-Export = Callable[[Job, str, Any], None]  # (the rendering, the knob's name, its value)
 
 
 def arg(argument: str, section: str | None = None) -> Export:
