@@ -9,8 +9,8 @@
 # Jupytext).
 #
 # The model here is `hf:gpt2` built offline from its configuration (random weights: speed
-# and memory depend on the shapes, not on the weights), shrunk so that a trial takes about
-# a second on a CPU. For a real study, drop the tiny sizes and `quick`, and give it
+# and memory depend on the shapes, not on the weights), shrunk so that a trial is short on
+# a CPU. For a real study, drop the tiny sizes and `quick`, and give it
 # `trials=30` or a `time_budget="2h"`.
 #
 # Settings: where the study and the export go, `python tune_hf_model.py FOLDER` or the
