@@ -108,6 +108,24 @@ def slow(delay: float = 0.1) -> nn.Module:
     return _Slow(delay)
 
 
+class _SlowFirst(_Tiny):
+    def __init__(self, first: float) -> None:
+        super().__init__("ok")
+        self.first = first
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls == 1:
+            time.sleep(self.first)
+        return super().forward(x)
+
+
+def slow_first(first: float = 4.0) -> nn.Module:
+    """A tiny model whose first forward takes ``first`` seconds (as a compilation would) and every later one no time."""
+    return _SlowFirst(first)
+
+
 class _EnvCheck(_Tiny):
     """Fails its step unless the trial process sees ``var=value`` (and ``threads`` intra-op threads)."""
 

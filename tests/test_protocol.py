@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -44,12 +49,32 @@ def test_protocol_detects_non_finite_loss():
         run_protocol(loop, Settings.quick())
 
 
+GROWTH = 256 << 20  # what the measured process allocates and touches
+# In a fresh process (pytest's own peak is whatever the tests before it left): its peak before, its resident memory
+# before, and what the monitor reports around the allocation.
+PEAK_SCRIPT = f"""
+import json, resource, psutil, torch
+from autotune.protocol import MemoryMonitor
+old_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+before = psutil.Process().memory_info().rss
+mon = MemoryMonitor().start(watch_children=False)
+x = torch.ones({GROWTH}, dtype=torch.uint8)
+print(json.dumps({{"old_peak": old_peak, "before": before, "stats": mon.stop()}}))
+"""
+
+
 def test_memory_monitor_reports_self_peak():
-    mon = MemoryMonitor().start(watch_children=False)
-    x = torch.ones(32 << 20, dtype=torch.uint8)  # 32 MiB touched
-    stats = mon.stop()
-    assert stats["peak_tree_rss_bytes"] >= 32 << 20
-    del x
+    """The peak covers what the process allocated while watched: the resident memory before plus the growth, which
+    lies above the process's old peak, so a monitor that reported the old peak (or what start saw) fails."""
+    done = subprocess.run([sys.executable, "-c", PEAK_SCRIPT], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    before, stats = got["before"], got["stats"]
+    grown = before + GROWTH
+    assert got["old_peak"] < grown - (64 << 20), got  # the allocation raises the peak well above the old one
+    for key in ("peak_self_rss_bytes", "peak_tree_rss_bytes"):
+        assert grown - (8 << 20) <= stats[key] <= grown + (64 << 20), (key, stats[key] - before, got)
 
 
 def test_lean_settings_keep_the_windows_and_drop_the_profile_and_the_flop_count():

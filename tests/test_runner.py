@@ -138,9 +138,13 @@ def test_a_trial_slower_than_the_limit_stops_early_as_slower_and_says_how_far_it
 
 
 def test_the_limit_never_applies_to_the_first_step(quick):
-    """Compilation happens in the first step: a slow first step alone is not 'slower'."""
-    runner = Runner(WorkloadSpec("failing_workloads:slow", model_args=(("delay", 0.05),)), timeout_s=120, settings=quick)
-    assert runner.measure({}, limit_s=30).outcome == R.OK
+    """Compilation happens in the first step: a first step slower than the limit alone is not 'slower'."""
+    first, limit = 6.0, 3.0
+    runner = Runner(WorkloadSpec("failing_workloads:slow_first", model_args=(("first", first),)), timeout_s=120,
+                    settings=quick)
+    res = runner.measure({}, limit_s=limit)
+    assert res.outcome == R.OK, res.error
+    assert res.time_to_first_step_s >= first > limit  # the first step really took longer than the limit
 
 
 def test_a_competing_process_is_measured_and_named(quick, hog):
