@@ -11,14 +11,52 @@ from autotune.workload import WorkloadSpec
 def test_the_race_shares_processes_only_when_asked_and_what_each_knob_bought_by_default(tmp_path, monkeypatch):
     """The race's claims rest on separate processes unless AUTOTUNE_PAIRED=1 asks for shared ones (measured biased
     at glibc's default heap: benchmarks/paths_agree.py); what each knob bought is measured in shared processes by
-    default, where knobs.apart lets them be shared (race.run_ablation)."""
+    default, where knobs.apart lets them be shared (race.run_ablation). Seen through a fake runner: the processes
+    each way of measuring starts, as the configurations each one measures."""
+    from autotune import result as R
+
     config = TuneConfig(spec=WorkloadSpec("autotune.examples:mlp"), trials=2, quick=True)
     store = Store.open(f"sqlite:///{tmp_path}/s.db")
+    a, b = {"precision": "fp32"}, {"precision": "bf16"}
+
+    def processes(prepared) -> list:
+        """The processes the tuner's measurements start from now on, each as [(configuration, settings), ...]."""
+        started: list = []
+
+        def measure(config, *args, settings=None, **kwargs):
+            started.append([(dict(config), settings)])
+            return R.TrialResult(outcome=R.OK, samples_per_s=100.0, peak_memory_bytes=10**8, wall_s=0.01)
+
+        def measure_together(configs, settings=None, unchecked=False):
+            started.append([(dict(c), settings) for c in configs])
+            return R.PairedResult(outcome=R.OK, arms=[{"config": dict(c), "outcome": R.OK, "samples_per_s": 100.0}
+                                                      for c in configs], wall_s=0.01)
+
+        monkeypatch.setattr(prepared.runner, "measure", measure)
+        monkeypatch.setattr(prepared.runner, "measure_together", measure_together)
+        return started
+
     monkeypatch.delenv(tuning.PAIRED_ENV, raising=False)
-    tuner = tuning.prepare(config, "off", store, "cpu").tuner
-    assert tuner.together is None and tuner.ablate is not None
+    prepared = tuning.prepare(config, "off", store, "cpu")
+    tuner, started = prepared.tuner, processes(prepared)
+    lean = prepared.runner.settings.lean()
+    # the race: nothing to share processes with, so each of its measurements (tuner.remeasure) is a process of its own
+    assert tuner.together is None
+    tuner.remeasure(a)
+    tuner.remeasure(b)
+    assert started == [[(a, lean)], [(b, lean)]]
+    # what each knob bought: the path's configurations measured alternately in one process, lean
+    started.clear()
+    assert [arm["config"] for arm in tuner.ablate([a, b]).arms] == [a, b]
+    assert started == [[(a, lean), (b, lean)]]
+
     monkeypatch.setenv(tuning.PAIRED_ENV, "1")
-    assert tuning.prepare(config, "on", store, "cpu").tuner.together is not None
+    prepared = tuning.prepare(config, "on", store, "cpu")
+    tuner, started = prepared.tuner, processes(prepared)
+    assert tuner.together is not None
+    tuner.together([a, b])  # asked for: the race shares a process too
+    tuner.ablate([a, b])
+    assert started == [[(a, lean), (b, lean)], [(a, lean), (b, lean)]]
 
 
 def test_warm_cache_fills_optunas_trial_cache_as_its_own_read_would(tmp_path):
