@@ -3,15 +3,21 @@
 Importing torch costs about 2 s, so a fresh interpreter per trial would dwarf short
 trials. The server is one interpreter (``python -m autotune.forkserver``, in a
 session of its own so a terminal's Ctrl-C does not reach it) that imports torch
-and the worker once, never touches a GPU and never runs a torch op (so no CUDA
+and the trial code once, never touches a GPU and never runs a torch op (so no CUDA
 context and no OpenMP pool exist to be broken by ``fork``). For each request it
 forks a child that becomes the leader of a new process group and runs
-:func:`autotune.worker.child_main`; it reaps children and reports their exit
+:func:`autotune.child.main`; it reaps children and reports their exit
 status. When its parent goes away (EOF on stdin) it kills every live child group
 and exits, so nothing outlives an ``autotune`` process killed with SIGKILL.
 
+The client (:class:`ForkServer`) takes a typed request (:mod:`autotune.messages`) and the
+trial's timeout once: :meth:`ForkServer.spawn` fixes the trial's deadline and returns a
+:class:`Child`, whose :meth:`Child.wait` is the one wait for its ending (its exit, or its
+group killed at the deadline or when the caller's ``stop`` says so).
+
 Protocol, one JSON object per line: the parent sends
-``{"id", "request", "result_path", "log_path"}``; the server answers
+``{"id", "request", "result_path", "log_path"}`` (the request as
+:meth:`~autotune.messages.Request.to_wire` writes it); the server answers
 ``{"event": "started", "id", "pid"}`` and later ``{"event": "exited", "pid", "code"}``
 (``code`` negative for a signal, as in :mod:`subprocess`).
 """
@@ -26,7 +32,13 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from autotune.messages import Request, from_wire
+
+REAP_S = 30.0  # how long a killed trial's exit may take to be reported
 
 
 # ---------------------------------------------------------------- server side (the warm interpreter)
@@ -47,9 +59,9 @@ def _child(job: dict[str, Any], keep: set[int]) -> None:
     os.close(devnull)
     code = 0
     try:
-        from autotune import worker
+        from autotune import child
 
-        worker.child_main(job["request"], job["result_path"], job["log_path"])
+        child.main(from_wire(job["request"]), job["result_path"], job["log_path"])
     except BaseException:  # noqa: BLE001 - the child must never return into the server loop
         import traceback
 
@@ -76,7 +88,7 @@ def _become_subreaper() -> None:
 
 def serve() -> None:
     """The server loop: read jobs on stdin, fork, reap, report on stdout."""
-    import autotune.worker  # noqa: F401 - the whole point: import torch once, here
+    import autotune.child  # noqa: F401 - the whole point: import torch and the trial code once, here
     import torch._dynamo  # noqa: F401 - about 1 s; imported, never run, so forking stays safe
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -213,14 +225,16 @@ class ForkServer:
                 self._dead = True
             self._cond.notify_all()
 
-    def spawn(self, request: dict[str, Any], result_path: str, log_path: str) -> int:
-        """Fork a trial process; returns its pid (also its process group id)."""
+    def spawn(self, request: Request, result_path: str, log_path: str, timeout_s: float) -> Child:
+        """Fork a trial process that must end within ``timeout_s`` from now (its deadline, fixed here once)."""
+        deadline = time.monotonic() + timeout_s
         self.start()
         with self._lock:
             assert self._proc is not None and self._proc.stdin is not None
             job_id = self._next_id
             self._next_id += 1
-            line = json.dumps({"id": job_id, "request": request, "result_path": result_path, "log_path": log_path})
+            line = json.dumps({"id": job_id, "request": request.to_wire(), "result_path": result_path,
+                               "log_path": log_path})
             try:
                 self._proc.stdin.write(line.encode() + b"\n")
                 self._proc.stdin.flush()
@@ -241,7 +255,7 @@ class ForkServer:
                 raise ForkServerError("the trial fork server did not answer within 60 s")
             if job_id not in self._started:
                 raise ForkServerError("the trial fork server died")
-            return self._started.pop(job_id)
+            return Child(self, self._started.pop(job_id), deadline)
 
     def wait(self, pid: int, timeout: float | None) -> int | None:
         """The exit code of trial ``pid``, or None if it is still running after ``timeout`` seconds."""
@@ -263,6 +277,47 @@ class ForkServer:
                 proc.wait(timeout=5)
             except Exception:  # noqa: BLE001
                 proc.kill()
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a trial process ended: its exit code (negative for a signal; None when it could not be reaped), and
+    whether its group was killed because it ran past its deadline or because the caller stopped it."""
+
+    code: int | None
+    timed_out: bool = False
+    stopped: bool = False
+
+
+@dataclass(frozen=True)
+class Child:
+    """A trial process the server forked: its pid (also its process group id) and the moment it must have ended by."""
+
+    server: ForkServer
+    pid: int
+    deadline: float  # time.monotonic()
+
+    def wait(self, stop: Callable[[], bool] | None = None, every_s: float = 1.0) -> Ending:
+        """Wait for the process to end. At its deadline, or once ``stop()`` (asked every ``every_s`` seconds) says
+        so, its whole group is killed and reaped; so it is on an exception here (Ctrl-C), which goes on."""
+        try:
+            while True:
+                left = self.deadline - time.monotonic()
+                if left <= 0:
+                    return Ending(self.kill(), timed_out=True)
+                code = self.server.wait(self.pid, min(left, every_s) if stop is not None else left)
+                if code is not None:
+                    return Ending(code)
+                if stop is not None and stop():
+                    return Ending(self.kill(), stopped=True)
+        except BaseException:
+            self.kill()
+            raise
+
+    def kill(self) -> int | None:
+        """Kill the process's group; its exit code once reaped."""
+        kill_group(self.pid)
+        return self.server.wait(self.pid, REAP_S)
 
 
 def kill_group(pgid: int) -> None:

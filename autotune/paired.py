@@ -8,7 +8,7 @@ the standard deviation of log(speed-up) across processes was 0.03-0.05 when the 
 and the defaults ran alternately in one process, against 0.14-0.23 between processes.
 
 How: the trial process builds each configuration as an *arm* of its own (a fresh model,
-optimizer, DataLoader and step from the factory: :class:`autotune.worker.Arm`), warms each
+optimizer, DataLoader and step from the factory: :class:`autotune.arm.Arm`), warms each
 up to a steady step time, then times one window of each arm in turn, rotating the order
 (ABC, BCA, CAB, ...), so that whatever makes this process fast or slow touches every arm
 alike and cancels in their ratio. An arm's figure is the median of its windows.
@@ -26,8 +26,8 @@ only process-wide state a per-arm knob sets (precision's TF32 flags) is set agai
 each of the arm's windows, and each arm records the state it ran under (``state``), so a
 test can show a switch leaves no trace.
 
-Runs inside the trial process (:mod:`autotune.worker` dispatches ``kind: paired``); never
-talks to a database. Memory is not measured per arm (the arms share the process).
+Runs inside the trial process (:mod:`autotune.child` answers a
+:class:`~autotune.messages.PairedRequest` here); never talks to a database. Memory is not measured per arm (the arms share the process).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import gc
 import os
 import statistics
 import time
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
@@ -44,9 +44,9 @@ from autotune import knobs, load
 from autotune import result as R
 from autotune.errors import AutotuneError
 from autotune.plan import NotApplicableAtRuntime
-from autotune.protocol import NonFinite, Settings, check_parameters, warmed_up, window_steps
-from autotune.worker import Arm, _error, is_oom, start_process
-from autotune.workload import WorkloadSpec
+from autotune.protocol import NonFinite, check_parameters, warmed_up, window_steps
+from autotune.arm import Arm, error_record, is_oom, start_process
+from autotune.messages import PairedRequest
 
 
 def arm_state(arm: Arm) -> dict[str, Any]:
@@ -88,22 +88,21 @@ def _failed(exc: BaseException) -> dict[str, Any]:
         return {"outcome": R.NOT_APPLICABLE, "error": {"type": "NotApplicable", "message": str(exc), "user": False},
                 "not_applicable": {exc.knob: exc.reason}}
     if isinstance(exc, AutotuneError):
-        return {"outcome": R.ERROR, "error": _error(exc, user=True)}
+        return {"outcome": R.ERROR, "error": error_record(exc, user=True)}
     if isinstance(exc, NonFinite):
-        return {"outcome": R.NAN, "error": _error(exc)}
-    return {"outcome": R.OOM if is_oom(exc) else R.ERROR, "error": _error(exc)}
+        return {"outcome": R.NAN, "error": error_record(exc)}
+    return {"outcome": R.OOM if is_oom(exc) else R.ERROR, "error": error_record(exc)}
 
 
-def run_arms(request: Mapping[str, Any]) -> R.PairedResult:
-    """Measure ``request["arms"]`` (configurations) alternately in this process. Never raises but for Ctrl-C."""
+def run_arms(request: PairedRequest) -> R.PairedResult:
+    """Measure ``request.arms`` (configurations) alternately in this process. Never raises but for Ctrl-C."""
     start = time.perf_counter()
-    spec = WorkloadSpec.from_dict(request["spec"])
-    device = torch.device(request.get("device", "cpu"))
-    settings = Settings(**request.get("settings", {}))
-    requested = [dict(c) for c in request["arms"]]
+    device = torch.device(request.device)
+    settings = request.settings
+    requested = [dict(c) for c in request.arms]
     arms_out: list[dict[str, Any]] = [{"config": c, "outcome": R.ERROR} for c in requested]
     result = R.PairedResult(outcome=R.ERROR, arms=arms_out, notes={"pid": os.getpid()})
-    why = None if request.get("unchecked") else knobs.apart(requested)
+    why = None if request.unchecked else knobs.apart(requested)
     if why is not None:
         result.error = {"type": "KnobError", "message": f"these configurations cannot share a process: {why}"}
         return result
@@ -112,7 +111,7 @@ def run_arms(request: Mapping[str, Any]) -> R.PairedResult:
         start_process(requested[0], device)
         for i, config in enumerate(requested):
             try:
-                arm = Arm.build(spec, config, device, request.get("global_batch"), process=(i == 0))
+                arm = Arm.build(request.spec, config, device, request.global_batch, process=(i == 0))
                 arms_out[i].update(config=arm.resolved.config, not_applicable=dict(arm.resolved.not_applicable))
                 arms[i] = arm
             except Exception as exc:  # noqa: BLE001 - an arm that cannot be built leaves the others measurable
@@ -175,7 +174,7 @@ def run_arms(request: Mapping[str, Any]) -> R.PairedResult:
         raise
     except BaseException as exc:  # noqa: BLE001 - whatever the process itself hit becomes the result
         result.outcome = R.OOM if is_oom(exc) else R.ERROR
-        result.error = _error(exc)
+        result.error = error_record(exc)
     finally:
         arms.clear()
         gc.collect()

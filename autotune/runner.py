@@ -1,17 +1,20 @@
-"""The parent side of a trial: start an isolated worker process, enforce its timeout, type its outcome.
+"""The parent side of a trial: send a typed request to an isolated process with its timeout, type its outcome.
 
 Trials are forked from a warm fork server (:mod:`autotune.forkserver`): a separate
-interpreter that imported torch and the worker once and never touched a GPU or
+interpreter that imported torch and the trial code once and never touched a GPU or
 started a thread pool. Each trial is a fresh fork of it (tens of milliseconds instead of the ~2 s a new
 interpreter needs to import torch), becomes the leader of a new process group,
 sets its environment-level knobs before anything reads them, and writes one JSON
-result. The runner kills the whole group on timeout or interrupt, so DataLoader
-workers never outlive their trial, and turns every ending (JSON, crash, signal,
-timeout) into a :class:`~autotune.result.TrialResult`.
+answer. The runner makes the request (:mod:`autotune.messages`) and hands it to the
+fork server with the trial timeout, once; the whole group is killed at that deadline,
+when a trial runs slower than its limit, or on interrupt, so DataLoader workers never
+outlive their trial. Every ending (an answer, a crash, a signal, the timeout) becomes a
+:class:`~autotune.result.TrialResult` (or a :class:`~autotune.result.PairedResult`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -23,7 +26,8 @@ from typing import Any, Mapping, Sequence
 from autotune import forkserver
 from autotune import result as R
 from autotune.errors import SpecError, WorkloadError
-from autotune.forkserver import kill_group
+from autotune.forkserver import Ending, kill_group
+from autotune.messages import PairedRequest, ProbeAnswer, ProbeRequest, Request, TrialRequest
 from autotune.protocol import Settings
 from autotune.request import DEFAULT_TRIAL_TIMEOUT_S, WorkloadSpec
 
@@ -72,11 +76,11 @@ class Runner:
 
     # ------------------------------------------------------------ processes
 
-    def _spawn(self, request: Mapping[str, Any], timeout_s: float, limit_s: float | None = None
-               ) -> tuple[str, dict[str, Any] | None, int | None, list[str], float]:
-        """Run one child; returns (status, payload, exitcode, log tail, wall seconds).
+    def _spawn(self, request: Request, timeout_s: float, limit_s: float | None = None
+               ) -> tuple[Ending, dict[str, Any] | None, list[str], float]:
+        """Run one child within ``timeout_s``; returns (how it ended, its answer as JSON data, log tail, wall seconds).
 
-        ``limit_s``: stop the child as ``slower`` once it has run this long after its first step (compilation
+        ``limit_s``: stop the child once it has run this long after its first step (compilation
         is in the first); the last progress it reported is then ``self.last_progress``.
         """
         server = forkserver.get()
@@ -84,53 +88,33 @@ class Runner:
             result_path = os.path.join(tmp, "result.json")
             log_path = os.path.join(tmp, "output.log")
             progress_path = os.path.join(tmp, "progress.json")
-            request = {**request, "sys_path": list(sys.path), "cwd": os.getcwd(), "progress_path": progress_path}
+            request = dataclasses.replace(request, sys_path=tuple(sys.path), cwd=os.getcwd(), progress_path=progress_path)
             start = time.perf_counter()
-            pid = server.spawn(dict(request), result_path, log_path)
-            self._current = pid
             self.last_progress = {}
-            status = "done"
+            child = server.spawn(request, result_path, log_path, timeout_s)
+            self._current = child.pid
             try:
-                exitcode = self._wait(server, pid, start, timeout_s, limit_s, progress_path)
-                if exitcode is None:
-                    status = "slower" if self.last_progress.get("over_limit") else "timeout"
-                    kill_group(pid)
-                    exitcode = server.wait(pid, 30)
-            except BaseException:
-                kill_group(pid)
-                server.wait(pid, 30)
-                raise
+                ending = child.wait(stop=None if limit_s is None else lambda: self._past(limit_s, progress_path))
             finally:
                 self._current = None
                 # Whatever the trial left in its group (DataLoader workers, grandchildren) goes too.
-                kill_group(pid)
+                kill_group(child.pid)
             wall = time.perf_counter() - start
             payload = None
             if os.path.exists(result_path):
                 with open(result_path) as fh:
                     payload = json.load(fh)
-            return status, payload, exitcode, _tail(log_path), wall
+            return ending, payload, _tail(log_path), wall
 
-    def _wait(self, server: Any, pid: int, start: float, timeout_s: float, limit_s: float | None, progress_path: str) -> int | None:
-        """The child's exit code, or None when it ran past the timeout or (after its first step) past ``limit_s``."""
-        if limit_s is None:
-            return server.wait(pid, timeout_s)
-        while True:
-            left = timeout_s - (time.perf_counter() - start)
-            if left <= 0:
-                return None
-            exitcode = server.wait(pid, min(left, 1.0))
-            if exitcode is not None:
-                return exitcode
-            try:
-                with open(progress_path) as fh:
-                    self.last_progress = json.load(fh)
-            except (OSError, ValueError):
-                continue
-            since = self.last_progress.get("since_first_step_s")
-            if since is not None and since > limit_s:
-                self.last_progress["over_limit"] = True
-                return None
+    def _past(self, limit_s: float, progress_path: str) -> bool:
+        """Whether the child's last progress report says it has run past ``limit_s`` since its first step."""
+        try:
+            with open(progress_path) as fh:
+                self.last_progress = json.load(fh)
+        except (OSError, ValueError):
+            return False
+        since = self.last_progress.get("since_first_step_s")
+        return since is not None and since > limit_s
 
     def stop(self) -> None:
         """Kill the running trial's process group (from a signal handler or another thread)."""
@@ -146,16 +130,16 @@ class Runner:
         Bounded by the trial timeout (``--trial-timeout``): building the workload is part of every trial.
         """
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
-        request = {"kind": "probe", "spec": self.spec.to_dict(), "device": self.device}
-        status, payload, exitcode, log, _ = self._spawn(request, timeout_s)
-        if payload and payload.get("ok"):
-            return payload["probe"]
-        if payload and payload["error"].get("user"):
-            message = payload["error"]["message"]
-            raise (SpecError if payload["error"]["type"] == "SpecError" else WorkloadError)(message)
-        if status == "timeout":
+        ending, payload, log, _ = self._spawn(ProbeRequest(spec=self.spec, device=self.device), timeout_s)
+        answer = ProbeAnswer.from_dict(payload) if payload is not None else None
+        if answer is not None and answer.ok and answer.probe is not None:
+            return answer.probe
+        error = answer.error if answer is not None else None
+        if error and error.get("user"):
+            raise (SpecError if error["type"] == "SpecError" else WorkloadError)(error["message"])
+        if ending.timed_out:
             raise WorkloadError(f"building the workload took more than {timeout_s:g} s (--trial-timeout) and was stopped")
-        detail = payload["error"]["message"] if payload else describe_exit(exitcode, log)
+        detail = error["message"] if error else describe_exit(ending.code, log)
         raise WorkloadError(f"building the workload failed: {detail}")
 
     def measure(
@@ -172,18 +156,14 @@ class Runner:
         ``slower`` (the study passes a multiple of the defaults' whole trial; see
         :func:`autotune.study.slow_limit`); ``--trial-timeout`` still bounds the whole trial.
         """
-        request = {
-            "kind": "trial",
-            "spec": self.spec.to_dict(),
-            "device": self.device,
-            "config": dict(config),
-            "settings": (settings or self.settings).to_dict(),
-            "global_batch": self.global_batch,
-            "dominators": [list(d) for d in dominators],
-            "cut_margin": cut_margin,
-        }
-        status, payload, exitcode, log, wall = self._spawn(request, self.timeout_s, limit_s)
-        if status == "slower":
+        request = TrialRequest(
+            spec=self.spec, device=self.device, config=dict(config), settings=settings or self.settings,
+            global_batch=self.global_batch, dominators=tuple((float(t), float(m)) for t, m in dominators),
+            cut_margin=cut_margin,
+        )
+        ending, payload, log, wall = self._spawn(request, self.timeout_s, limit_s)
+        exitcode = ending.code
+        if ending.stopped:
             got = self.last_progress
             rate = got.get("samples_per_s")
             result = R.TrialResult.failure(
@@ -192,7 +172,7 @@ class Runner:
                 + (f" at {rate:.1f} samples/s so far" if rate else ""), stderr_tail=log, progress=dict(got))
             if rate:
                 result.notes["samples_per_s_so_far"] = rate
-        elif status == "timeout":
+        elif ending.timed_out:
             result = R.TrialResult.failure(
                 R.TIMEOUT, f"the trial ran past its {self.timeout_s:g} s timeout and was killed", stderr_tail=log
             )
@@ -218,18 +198,14 @@ class Runner:
         reference; every ending becomes a PairedResult. The trial timeout bounds each arm: the process may run
         ``len(configs)`` times as long as one trial. ``unchecked``: measure even what :func:`autotune.knobs.apart`
         keeps apart (only ``benchmarks/paths_agree.py``, which measures the bias that check prevents)."""
-        request = {
-            "kind": "paired",
-            "unchecked": unchecked,
-            "spec": self.spec.to_dict(),
-            "device": self.device,
-            "arms": [dict(c) for c in configs],
-            "settings": (settings or self.settings).to_dict(),
-            "global_batch": self.global_batch,
-        }
+        request = PairedRequest(
+            spec=self.spec, device=self.device, arms=tuple(dict(c) for c in configs),
+            settings=settings or self.settings, global_batch=self.global_batch, unchecked=unchecked,
+        )
         timeout_s = self.timeout_s * max(1, len(configs))
-        status, payload, exitcode, log, wall = self._spawn(request, timeout_s)
-        if status == "timeout":
+        ending, payload, log, wall = self._spawn(request, timeout_s)
+        exitcode = ending.code
+        if ending.timed_out:
             result = R.PairedResult.failure(R.TIMEOUT, f"the paired measurement ran past its {timeout_s:g} s timeout "
                                             "and was killed", len(configs), stderr_tail=log)
         elif payload is not None:

@@ -1,11 +1,11 @@
-"""The trial worker: runs in a process of its own, applies one configuration, measures it, returns one result.
+"""The trial worker: measures one configuration in a trial process and returns one result.
 
-It never talks to a database. :func:`child_main` is the entry point the runner
-forks into (it makes the process a group leader, sends its output to a file and
-writes the result as JSON); :func:`run` does the work and turns every way a trial
-can end into a typed :class:`~autotune.result.TrialResult`. ``python -m
-autotune.worker REQUEST.json`` runs one trial in this interpreter and prints the
-result, for debugging.
+It never talks to a database. :func:`run` answers a :class:`~autotune.messages.TrialRequest`
+(the child's entry, :mod:`autotune.child`, calls it in the forked process): it starts the
+process, builds the configuration as an :class:`~autotune.arm.Arm`, runs the measurement
+protocol and turns every way a trial can end into a typed
+:class:`~autotune.result.TrialResult`. ``python -m autotune.worker REQUEST.json`` runs one
+trial in this interpreter and prints the result, for debugging.
 """
 
 from __future__ import annotations
@@ -14,160 +14,36 @@ import gc
 import json
 import os
 import sys
+import threading
 import time
-import traceback
-from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
-from autotune import hardware, heap, knobs, load
+from autotune import hardware, knobs, load
 from autotune import result as R
+from autotune.arm import Arm, error_record, is_oom, start_process, write_atomic
 from autotune.errors import AutotuneError
-from autotune.protocol import MemoryMonitor, cv, NonFinite, Settings, StepLoop, check_parameters, run_protocol
-from autotune.plan import NotApplicableAtRuntime, Plan, infinite, optimizer_params
-from autotune.specs import build
-from autotune.workload import Workload, WorkloadSpec, default_optimizer, input_rank
-
-OOM_MESSAGES = ("out of memory", "can't allocate memory", "cannot allocate memory", "not enough memory")
+from autotune.messages import TrialRequest, from_wire
+from autotune.plan import NotApplicableAtRuntime
+from autotune.protocol import MemoryMonitor, NonFinite, StepLoop, check_parameters, cv, run_protocol
 
 
-def is_oom(exc: BaseException) -> bool:
-    """OOM by exception type first (CUDA/CPU allocator, MemoryError), by message only as a fallback."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, (torch.OutOfMemoryError, MemoryError)):
-            return True
-        if isinstance(current, RuntimeError) and any(m in str(current).lower() for m in OOM_MESSAGES):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
-
-
-def _error(exc: BaseException, user: bool = False) -> dict[str, Any]:
-    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    return {
-        "type": type(exc).__name__,
-        "message": str(exc).strip().splitlines()[0][:2000] if str(exc).strip() else type(exc).__name__,
-        "traceback": "".join(tb)[-4000:],
-        "user": user,
-    }
-
-
-def context_for(workload: Workload, device: torch.device) -> knobs.Context:
-    """What decides which knobs apply to this workload on this device."""
-    opt_params: frozenset[str] = frozenset()
-    if workload.task == "train":
-        params = [p for p in workload.model.parameters() if p.requires_grad]
-        factory = workload.optimizer
-        if params:
-            opt_params = optimizer_params((factory or default_optimizer)(params))
-    compile_ok = True
-    try:
-        compile_ok = bool(torch._dynamo.is_dynamo_supported())
-    except Exception:  # pragma: no cover - platforms without dynamo
-        compile_ok = False
-    return knobs.Context(
-        device_type=device.type,
-        task=workload.task,
-        input_rank=input_rank(workload.example),
-        torch_version=tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]),  # type: ignore[arg-type]
-        optimizer_params=opt_params,
-        compile_supported=compile_ok,
-        cpu_bf16=hardware.native_bf16(),
-        glibc=heap.available(),
-    )
-
-
-def probe(spec: WorkloadSpec, device: str) -> dict[str, Any]:
-    """Build the workload once and report what decides knob applicability, plus the fingerprint."""
-    workload = build(spec)
-    dev = torch.device(device)
-    ctx = context_for(workload, dev)
-    return {
-        "context": ctx.to_dict(),
-        "fingerprint": hardware.fingerprint(device),
-        "workload": {
-            "task": workload.task,
-            knobs.BATCH_KNOB: workload.batch_size,
-            "model": type(workload.model).__name__,
-            "parameters": sum(p.numel() for p in workload.model.parameters()),
-            "dataset_len": len(workload.dataset) if workload.dataset is not None else None,  # type: ignore[arg-type]
-        },
-    }
-
-
-def start_process(requested: Mapping[str, Any], device: torch.device) -> None:
-    """Environment-level knobs first, before the workload (or CUDA) can read them; then the device."""
-    env_plan = Plan({k: v for k, v in requested.items() if knobs.KNOBS[k].stage == knobs.ENV}, device, "train")
-    if device.type != "cuda":
-        env_plan.config = {k: v for k, v in env_plan.config.items() if not knobs.KNOBS[k].not_applicable(
-            v, knobs.Context(device_type=device.type), env_plan.config)}
-    os.environ.update(env_plan.environment())
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-@dataclass
-class Arm:
-    """One configuration built and ready to step: its own workload (model, optimizer, DataLoader, step) from the
-    factory, with the configuration resolved where it runs. A trial builds one; a paired measurement
-    (:mod:`autotune.paired`) builds one per configuration it measures alternately."""
-
-    plan: Plan
-    resolved: knobs.Resolved
-    workload: Workload
-    loop: StepLoop
-    eager: Any  # the step on the uncompiled model (FLOPs are counted on it)
-    eager_model: Any
-    optimizer: Any
-
-    @classmethod
-    def build(cls, spec: WorkloadSpec, requested: dict[str, Any], device: torch.device, global_batch: int | None,
-              on_resolved: Any = None, process: bool = True) -> Arm:
-        """Build the workload and apply the configuration (``process``: its process-wide part too, threads and
-        backend flags, before the model is built; the environment is the caller's, set before anything starts).
-        ``requested`` gains the workload's own batch size when it fixes one; ``on_resolved(resolved)`` is told
-        the configuration before anything can fail on it."""
-        workload = build(spec)
-        if workload.batch_size and knobs.BATCH_KNOB not in requested:
-            requested[knobs.BATCH_KNOB] = workload.batch_size
-        resolved = knobs.resolve(requested, context_for(workload, device))
-        if on_resolved is not None:
-            on_resolved(resolved)
-        plan = Plan.from_config(resolved.config, device, workload.task, global_batch)
-        if process:
-            plan.apply_process()
-        model = plan.prepare_model(workload.model, compile=False)
-        eager_model = model
-        model = plan.compile_model(model)
-        optimizer = plan.build_optimizer(model, workload.optimizer)
-        loader = plan.make_loader(workload.dataset, workload.collate_fn)  # type: ignore[arg-type]
-        stepper = plan.stepper(model, optimizer, workload.loss_fn)
-        eager = stepper if eager_model is model else plan.stepper(eager_model, optimizer, workload.loss_fn)
-        eager.scaler = stepper.scaler
-        return cls(plan, resolved, workload, StepLoop(plan, stepper, infinite(loader)), eager, eager_model, optimizer)
-
-
-def run(request: Mapping[str, Any]) -> R.TrialResult:
-    """Measure one configuration. Never raises: every ending is a TrialResult."""
+def run(request: TrialRequest) -> R.TrialResult:
+    """Measure one configuration. Never raises but for Ctrl-C: every ending is a TrialResult."""
     start = time.perf_counter()
-    spec = WorkloadSpec.from_dict(request["spec"])
-    device = torch.device(request.get("device", "cpu"))
-    settings = Settings(**request.get("settings", {}))
-    requested = dict(request.get("config", {}))
+    device = torch.device(request.device)
+    settings = request.settings
+    requested = dict(request.config)
     monitor = MemoryMonitor().start(
         watch_children=knobs.starts_processes(requested)
     )
     result = R.TrialResult(outcome=R.ERROR, config=requested, device=str(device), notes={"pid": os.getpid()})
-    progress = ProgressFile(request.get("progress_path"), start)
+    progress = ProgressFile(request.progress_path, start)
     try:
         start_process(requested, device)
 
-        arm = Arm.build(spec, requested, device, request.get("global_batch"),
+        arm = Arm.build(request.spec, requested, device, request.global_batch,
                         on_resolved=lambda r: (setattr(result, "config", r.config),
                                                setattr(result, "not_applicable", dict(r.not_applicable))))
         plan, loop, eager, eager_model = arm.plan, arm.loop, arm.eager, arm.eager_model
@@ -179,8 +55,8 @@ def run(request: Mapping[str, Any]) -> R.TrialResult:
                 peak["reserved"] = torch.cuda.max_memory_reserved(device)
                 peak["allocated"] = torch.cuda.max_memory_allocated(device)
 
-        dominators = [(float(t), float(mem)) for t, mem in request.get("dominators") or []]
-        margin = float(request.get("cut_margin") or settings.cut_margin)  # the study's, never below its noise
+        dominators = request.dominators
+        margin = float(request.cut_margin or settings.cut_margin)  # the study's, never below its noise
 
         def dominated(median_so_far: float) -> bool:
             """A front point at least ``margin`` faster that needs no more memory than this trial already has."""
@@ -234,15 +110,15 @@ def run(request: Mapping[str, Any]) -> R.TrialResult:
         result.error = {"type": "NotApplicable", "message": str(exc), "user": False}
     except AutotuneError as exc:
         result.outcome = R.ERROR
-        result.error = _error(exc, user=True)
+        result.error = error_record(exc, user=True)
     except NonFinite as exc:
         result.outcome = R.NAN
-        result.error = _error(exc)
+        result.error = error_record(exc)
     except BaseException as exc:  # noqa: BLE001 - everything the model does becomes a result
         if isinstance(exc, KeyboardInterrupt):
             raise
         result.outcome = R.OOM if is_oom(exc) else R.ERROR
-        result.error = _error(exc)
+        result.error = error_record(exc)
     finally:
         progress.stop()
         gc.collect()
@@ -259,8 +135,6 @@ class ProgressFile:
     that is slower than the defaults could ever be (:data:`autotune.result.SLOWER`) and to say how far it got."""
 
     def __init__(self, path: str | None, start: float, interval_s: float = 0.5) -> None:
-        import threading
-
         self.path = path
         self.start = start
         self.loop: StepLoop | None = None
@@ -284,58 +158,12 @@ class ProgressFile:
     def _run(self) -> None:
         while not self.done.wait(self.interval_s):
             try:
-                _write_atomic(self.path, json.dumps(self.snapshot()))  # type: ignore[arg-type]
+                write_atomic(self.path, json.dumps(self.snapshot()))  # type: ignore[arg-type]
             except OSError:
                 return
 
     def stop(self) -> None:
         self.done.set()
-
-
-def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
-def child_main(request: Mapping[str, Any], result_path: str, log_path: str) -> None:
-    """Entry point of a forked trial process."""
-    try:
-        os.setpgid(0, 0)
-    except OSError:
-        pass
-    # Import what the parent could import, from where it runs.
-    for entry in reversed(request.get("sys_path") or []):
-        if entry not in sys.path:
-            sys.path.insert(0, entry)
-    if request.get("cwd"):
-        os.chdir(request["cwd"])
-    try:
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    except FileNotFoundError:  # the parent gave this trial up (a signal) and removed its directory
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    if request.get("kind") == "probe":
-        try:
-            payload: dict[str, Any] = {"ok": True, "probe": probe(WorkloadSpec.from_dict(request["spec"]), request["device"])}
-        except AutotuneError as exc:
-            payload = {"ok": False, "error": _error(exc, user=True)}
-        except BaseException as exc:  # noqa: BLE001
-            payload = {"ok": False, "error": _error(exc)}
-        _write_atomic(result_path, json.dumps(payload, default=str))
-    elif request.get("kind") == "paired":
-        from autotune.paired import run_arms
-
-        _write_atomic(result_path, run_arms(request).to_json())
-    else:
-        _write_atomic(result_path, run(request).to_json())
-    sys.stdout.flush()
-    sys.stderr.flush()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -345,7 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m autotune.worker REQUEST.json", file=sys.stderr)
         return 2
     with open(args[0]) as fh:
-        request = json.load(fh)
+        request = from_wire(json.load(fh))
+    if not isinstance(request, TrialRequest):
+        print(f"{args[0]}: a {request.kind} request; this runs trials", file=sys.stderr)
+        return 2
     print(run(request).to_json(indent=2))
     return 0
 

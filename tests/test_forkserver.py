@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -9,12 +10,12 @@ import time
 import pytest
 
 from autotune import forkserver
+from autotune.messages import TrialRequest
 from autotune.workload import WorkloadSpec
 
 
-def _trial_request(model: str) -> dict:
-    return {"kind": "trial", "spec": WorkloadSpec(model).to_dict(), "device": "cpu", "config": {},
-            "settings": {}, "sys_path": list(sys.path), "cwd": "."}
+def _trial_request(model: str) -> TrialRequest:
+    return TrialRequest(spec=WorkloadSpec(model), sys_path=tuple(sys.path), cwd=".")
 
 
 @pytest.fixture
@@ -27,8 +28,8 @@ def server():
 def test_a_trial_whose_directory_is_gone_leaves_quietly(server, tmp_path, capfd):
     server.start()
     gone = tmp_path / "removed"
-    pid = server.spawn(_trial_request("failing_workloads:tiny"), str(gone / "result.json"), str(gone / "output.log"))
-    assert server.wait(pid, 60) == 0
+    child = server.spawn(_trial_request("failing_workloads:tiny"), str(gone / "result.json"), str(gone / "output.log"), 60)
+    assert child.wait() == forkserver.Ending(0)
     err = capfd.readouterr().err
     assert "Traceback" not in err and "FileNotFoundError" not in err, err
 
@@ -46,9 +47,42 @@ def test_a_spawn_interrupted_before_its_pid_came_back_kills_that_trial(server, t
 
     monkeypatch.setattr(server._cond, "wait_for", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        server.spawn(_trial_request("failing_workloads:sleeper"), str(tmp_path / "r.json"), str(tmp_path / "o.log"))
+        server.spawn(_trial_request("failing_workloads:sleeper"), str(tmp_path / "r.json"), str(tmp_path / "o.log"), 60)
     deadline = time.monotonic() + 30
     while not server._exited and time.monotonic() < deadline:  # the trial sleeps forever unless killed
         time.sleep(0.05)
     assert list(server._exited.values()) == [-signal.SIGKILL]
     assert not server._abandoned and not server._started
+
+
+def test_a_trial_past_its_deadline_is_killed_at_it(server, tmp_path):
+    """The timeout is given once, to spawn: the child's one wait kills its group at that deadline."""
+    started = time.monotonic()
+    child = server.spawn(_trial_request("failing_workloads:sleeper"), str(tmp_path / "r.json"), str(tmp_path / "o.log"), 3)
+    ending = child.wait()
+    assert ending == forkserver.Ending(-signal.SIGKILL, timed_out=True)
+    assert 3 <= time.monotonic() - started < 30  # not before its deadline, and not long after
+
+
+def test_a_trial_the_caller_stops_is_killed_and_said_stopped(server, tmp_path):
+    asked = []
+
+    def stop() -> bool:
+        asked.append(time.monotonic())
+        return len(asked) == 2
+
+    child = server.spawn(_trial_request("failing_workloads:sleeper"), str(tmp_path / "r.json"), str(tmp_path / "o.log"), 120)
+    ending = child.wait(stop=stop, every_s=0.2)
+    assert ending == forkserver.Ending(-signal.SIGKILL, stopped=True) and len(asked) == 2
+
+
+def test_an_interrupted_wait_kills_the_trial(server, tmp_path):
+    def interrupted() -> bool:
+        raise KeyboardInterrupt
+
+    child = server.spawn(_trial_request("failing_workloads:sleeper"), str(tmp_path / "r.json"), str(tmp_path / "o.log"), 120)
+    with pytest.raises(KeyboardInterrupt):
+        child.wait(stop=interrupted, every_s=0.2)
+    assert child.pid not in server._started.values()
+    with pytest.raises(ProcessLookupError):  # its group is gone, reaped by the kill
+        os.killpg(child.pid, 0)

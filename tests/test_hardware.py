@@ -98,13 +98,13 @@ def test_cpu_flags_reads_the_first_cpu_only():
 
 
 def test_the_probe_records_native_bf16_in_the_context(monkeypatch):
-    from autotune import knobs, worker
+    from autotune import arm, knobs
     from autotune.specs import build
     from autotune.workload import WorkloadSpec
 
     w = build(WorkloadSpec("autotune.examples:mlp"))
     for native in (False, True):
         monkeypatch.setattr(hardware, "native_bf16", lambda cpuinfo=None, native=native: native)
-        ctx = worker.context_for(w, torch.device("cpu"))
+        ctx = arm.context_for(w, torch.device("cpu"))
         assert ctx.cpu_bf16 is native
         assert knobs.Context.from_dict(ctx.to_dict()).cpu_bf16 is native  # stored and read back with the study

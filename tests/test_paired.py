@@ -9,6 +9,7 @@ import torch
 from autotune import knobs, paired
 from autotune import result as R
 from autotune.knobs import effects as fx
+from autotune.messages import PairedRequest
 from autotune.protocol import Settings
 from autotune.request import WorkloadSpec
 from autotune.runner import Runner
@@ -24,8 +25,7 @@ PER_ARM_EFFECTS = (fx.Autocast, fx.GradScaler, fx.Flag, fx.BatchSize, fx.Channel
 
 
 def arms(*configs, spec: WorkloadSpec = CNN) -> R.PairedResult:
-    return paired.run_arms({"spec": spec.to_dict(), "device": "cpu", "arms": [dict(c) for c in configs],
-                            "settings": QUICK.to_dict()})
+    return paired.run_arms(PairedRequest(spec=spec, arms=tuple(dict(c) for c in configs), settings=QUICK))
 
 
 def test_every_knob_an_arm_may_change_acts_on_the_arm_alone():
@@ -88,8 +88,8 @@ def test_the_precision_of_one_arm_is_not_the_next_ones():
 def test_tf32_flags_are_each_arms_own_on_a_gpu():
     """precision's TF32 flags are process-wide: each arm sets its own before each of its windows."""
     base = {**knobs.defaults(knobs.Context(device_type="cuda")), "batch_size": 8, "host_allocator": "retain"}
-    result = paired.run_arms({"spec": CNN.to_dict(), "device": "cuda", "settings": QUICK.to_dict(),
-                              "arms": [base, {**base, "precision": "tf32"}, base]})
+    result = paired.run_arms(PairedRequest(spec=CNN, device="cuda", settings=QUICK,
+                                           arms=(base, {**base, "precision": "tf32"}, base)))
     assert result.ok, result.error
     flags = [a["state"]["flags"]["backends.cuda.matmul.allow_tf32"] for a in result.arms]
     assert flags == [False, True, False]
