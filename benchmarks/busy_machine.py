@@ -1,6 +1,6 @@
 """Do claims travel from a busy machine to a quiet one? Issue 18's targets, measured.
 
-    python benchmarks/busy_machine.py [--trials 30] [--repeats 5] [--parts quiet busy midway hf] [--hf-limit-s 900]
+    python benchmarks/busy_machine.py [--trials 30] [--repeat 5] [--parts quiet busy midway hf] [--hf-limit-s 900]
 
 - ``quiet``: the README's cnn job (``autotune run --model autotune.examples:cnn --trials N``) on
   this machine as it is (run it when nothing else runs); the verdict's configuration is then
@@ -16,13 +16,11 @@
   stops it after ``--hf-limit-s``, and reported as unfinished).
 
 Every study runs through the real command line in a temporary folder. Prints one block per part
-and writes benchmarks/results/busy_machine.json (and .txt, as printed).
+and writes benchmarks/results/busy_machine-<date>.json and .txt (what it printed) after each part.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import signal
@@ -33,21 +31,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+from harness import say
 
-from autotune.api import measure  # noqa: E402
-from autotune.evidence import Evidence  # noqa: E402
-from autotune.stats import geomean  # noqa: E402
-from autotune.store import Store  # noqa: E402
+from autotune.api import measure
+from autotune.evidence import Evidence
+from autotune.stats import geomean
 
 CNN = ["--model", "autotune.examples:cnn"]
 HF = ["--model", "hf:gpt2", "--model-arg", "n_layer=2", "--model-arg", "n_embd=128", "--model-arg", "n_head=2", "--seq-len", "64"]
-LINES: list[str] = []
-
-
-def say(line: str = "") -> None:
-    print(line, flush=True)
-    LINES.append(line)
 
 
 def hogs(n: int) -> list[subprocess.Popen]:
@@ -81,7 +73,7 @@ def run(folder: Path, study: str, model: list[str], trials: int, during: Any = N
         say(f"   stopped after {elapsed:.0f} s (limit {limit_s:.0f} s), unfinished")
     elif proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out[-3000:]}")
-    study_obj = Store(f"sqlite:///{folder / 'studies' / (study + '.db')}", read_only=True).load(study)
+    study_obj = harness.open_store(harness.sqlite_url(folder / "studies" / f"{study}.db"), read_only=True).load(study)
     return elapsed, Evidence.of(study_obj)
 
 
@@ -114,28 +106,23 @@ def report(part: str, elapsed: float, ev: Evidence, again: float | None, trials:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--trials", type=int, default=30)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap = harness.arguments(__doc__, trials=30, repeat=5)
     ap.add_argument("--hf-limit-s", type=float, default=900.0, help="stop the hf part (as Ctrl-C does) after this long")
     ap.add_argument("--parts", nargs="*", default=["quiet", "busy", "midway", "hf"])
     args = ap.parse_args()
     cores = os.cpu_count() or 1
     say(f"machine: {platform.processor() or platform.machine()}, {cores} cores; {time.strftime('%Y-%m-%d %H:%M')}")
     out: dict[str, Any] = {}
-    results = Path(__file__).resolve().parent / "results"
-    results.mkdir(exist_ok=True)
 
     def save() -> None:  # after every part, so that a long run stopped midway keeps what it measured
-        (results / "busy_machine.json").write_text(json.dumps(out, indent=1, default=str))
-        (results / "busy_machine.txt").write_text("\n".join(LINES) + "\n")
+        harness.write(args, out)
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         if "quiet" in args.parts:
             elapsed, ev = run(folder, "quiet", CNN, args.trials)
             v = ev.verdict()
-            again = remeasure(CNN, ev.configs[v.winner].changes, args.repeats) if v.state == "gain" else None
+            again = remeasure(CNN, ev.configs[v.winner].changes, args.repeat) if v.state == "gain" else None
             out["quiet"] = report("cnn, quiet machine", elapsed, ev, again, args.trials)
             save()
         if "busy" in args.parts:
@@ -145,7 +132,7 @@ def main() -> None:
             finally:
                 stop(load)
             v = ev.verdict()
-            again = remeasure(CNN, ev.configs[v.winner].changes, args.repeats) if v.state == "gain" else None
+            again = remeasure(CNN, ev.configs[v.winner].changes, args.repeat) if v.state == "gain" else None
             out["busy"] = report(f"cnn beside {cores} CPU-bound processes", elapsed, ev, again, args.trials)
             out["busy"]["not_slower_on_a_quiet_machine"] = again is None or again >= 1.0
             save()
@@ -156,7 +143,7 @@ def main() -> None:
                 if started or not db.exists():
                     return
                 try:
-                    study = Store(f"sqlite:///{db}", read_only=True).load("midway")
+                    study = harness.open_store(harness.sqlite_url(db), read_only=True).load("midway")
                 except Exception:  # noqa: BLE001 - the study is being created
                     return
                 if sum(1 for k in study.user_attrs if k.startswith("measurement:floor-")) >= 2:
@@ -167,7 +154,7 @@ def main() -> None:
             finally:
                 stop(started)
             v = ev.verdict()
-            again = remeasure(CNN, ev.configs[v.winner].changes, args.repeats) if v.state == "gain" else None
+            again = remeasure(CNN, ev.configs[v.winner].changes, args.repeat) if v.state == "gain" else None
             out["midway"] = report("cnn, one CPU-bound process started after the noise floor", elapsed, ev, again, args.trials)
             out["midway"]["names_the_busy_machine"] = "busy machine" in v.text
             save()

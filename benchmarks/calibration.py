@@ -1,6 +1,6 @@
 """Are the claims calibrated? A study's exported speed-up and interval against a re-measurement.
 
-    python benchmarks/calibration.py [--trials 20] [--models cnn mlp transformer outside]
+    python benchmarks/calibration.py [--trials 20] [--repeat 5] [--models cnn mlp transformer outside] [--out calibration]
 
 For each model: a study of N trials as `autotune run` makes it (the `cpu` space, the
 noise floor and the final race on), then the verdict's export; then the exported
@@ -13,28 +13,26 @@ to the one the same model's claim had before paired measurement (issue 17:
 benchmarks/results/calibration_before.json, the issue-8 run). `outside` is a model that
 is not among the examples: a 2-layer GPT-2 from Hugging Face transformers built from its
 config where transformers is installed, else an LSTM language model (benchmarks/outside.py).
-Writes benchmarks/results/calibration.json and .txt (what it printed).
+Writes benchmarks/results/OUT-<date>.json and .txt (what it printed).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+from harness import say
 
-from autotune import export as C  # noqa: E402
-from autotune import knobs, tuning  # noqa: E402
-from autotune.request import TuneConfig  # noqa: E402
-from autotune.store import Store  # noqa: E402
-from autotune.evidence import Evidence  # noqa: E402
-from autotune.runner import warm_up  # noqa: E402
-from autotune.stats import geomean  # noqa: E402
-from autotune.workload import WorkloadSpec  # noqa: E402
+from autotune import export as C
+from autotune import knobs, tuning
+from autotune.evidence import Evidence
+from autotune.request import TuneConfig
+from autotune.runner import warm_up
+from autotune.stats import geomean
+from autotune.workload import WorkloadSpec
 
 
 def outside() -> WorkloadSpec:
@@ -52,14 +50,6 @@ MODELS = {
     "transformer": lambda: WorkloadSpec("autotune.examples:transformer"),
     "outside": outside,
 }
-
-
-LINES: list[str] = []
-
-
-def say(line: str = "") -> None:
-    print(line, flush=True)
-    LINES.append(line)
 
 
 def extras(study) -> dict:
@@ -82,12 +72,9 @@ def extras(study) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--trials", type=int, default=20)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap = harness.arguments(__doc__, trials=20, repeat=5)
     ap.add_argument("--models", nargs="*", default=list(MODELS))
     ap.add_argument("--keep", default=None, help="Keep the studies' SQLite files in this folder (default: a temporary one).")
-    ap.add_argument("--out", default="calibration", help="Results under benchmarks/results/OUT.json and OUT.txt.")
     args = ap.parse_args()
     warm_up()
     import os
@@ -107,7 +94,7 @@ def main() -> None:
             spec = MODELS[name]()
             url = f"sqlite:///{tmp}/{name}.db"
             job = TuneConfig(spec=spec, space="cpu", trials=args.trials, seed=0)
-            prepared = tuning.prepare(job, name, Store.open(url), "cpu")
+            prepared = tuning.prepare(job, name, harness.open_store(url), "cpu")
             start = time.monotonic()
             summary = prepared.run()
             elapsed = time.monotonic() - start
@@ -123,7 +110,7 @@ def main() -> None:
             claim = doc["speedup"]
             runner = prepared.runner
             defaults, best = [], []
-            for _ in range(args.repeats):
+            for _ in range(args.repeat):
                 defaults.append(runner.measure(prepared.tuner.base).samples_per_s)
                 best.append(runner.measure(doc["knobs"]).samples_per_s)
             again = geomean(best) / geomean(defaults)
@@ -165,7 +152,7 @@ def main() -> None:
             say(f"== {name} ({spec.model}): {args.trials} trials in {elapsed:.0f} s, noise between processes "
                 f"±{ex['noise_percent']:.0f}%, within one process {ev.within_noise.text().split(': ')[-1]}")
             say(f"   verdict: {ex['verdict_text']}")
-            say(f"   claimed {claim['text']}; re-measured in {args.repeats}+{args.repeats} fresh processes: {again:.2f}x "
+            say(f"   claimed {claim['text']}; re-measured in {args.repeat}+{args.repeat} fresh processes: {again:.2f}x "
                 f"-> {'inside' if inside else 'OUTSIDE'} the interval")
             if ex["width_log"] is not None and ex["width_log_before"] is not None:
                 say(f"   interval width (log high/low): {ex['width_log']:.3f} now, {ex['width_log_before']:.3f} before "
@@ -178,14 +165,11 @@ def main() -> None:
                 f"alone) measuring {cost['configurations']} configurations: {ex['extra_processes_per_trial']:.2f} processes "
                 f"per search trial; {cost['seconds']:.0f} s against the trials' {trial_s:.0f} s "
                 f"({(ex['extra_seconds_per_trial_second'] or 0):.2f}x); race {ex['race_rounds']} rounds ({ex['race_stopped']})")
-    results = Path(__file__).resolve().parent / "results"
-    results.mkdir(exist_ok=True)
     covered = [v["inside"] for v in out.values() if v["inside"] is not None]
     say(f"re-measured speed-up inside the claimed interval: {sum(covered)} of {len(covered)}")
     per_trial = [v["extra_processes_per_trial"] for v in out.values()]
     say(f"extra processes per search trial: {', '.join(f'{k} {v:.2f}' for k, v in zip(out, per_trial))} (target at most 0.5)")
-    (results / f"{args.out}.json").write_text(json.dumps(out, indent=1, default=str))
-    (results / f"{args.out}.txt").write_text("\n".join(LINES) + "\n")
+    harness.write(args, out)
 
 
 def _width(claim: dict) -> float | None:
@@ -196,8 +180,8 @@ def _width(claim: dict) -> float | None:
     return math.log(claim["high"] / claim["low"])
 
 
-BEFORE = json.loads((Path(__file__).resolve().parent / "results" / "calibration_before.json").read_text()) if (
-    Path(__file__).resolve().parent / "results" / "calibration_before.json").exists() else {}
+_BEFORE = harness.RESULTS / "calibration_before.json"  # the issue-8 run, before paired measurement
+BEFORE = json.loads(_BEFORE.read_text()) if _BEFORE.exists() else {}
 
 
 if __name__ == "__main__":

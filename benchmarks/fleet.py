@@ -1,6 +1,6 @@
 """What sharing a study costs: coordination overhead per trial by storage, and trials per hour with 1 and 2 workers.
 
-    python benchmarks/fleet.py [--trials 30] [--postgres URL]
+    python benchmarks/fleet.py [--trials 30] [--postgres URL] [--throughput-trials 16]
 
 1. Coordination overhead: the real Tuner loop (ask, suggest, claim through the storage,
    heartbeats, tell, the evidence read for each trial line) with an instant fake
@@ -11,13 +11,11 @@
 2. Trials per hour: `autotune run --workers 1` and `--workers 2` on the mlp example
    (quick windows, no race), on this machine, and the noise between processes each study
    measured (two workers share 2 cores: each gets one).
-Writes benchmarks/results/fleet.json.
+Writes benchmarks/results/fleet-<date>.json and .txt (what it printed).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -26,13 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import optuna
+import harness
+from harness import say
 
 from autotune import knobs, space
 from autotune import result as R
 from autotune import study as S
 from autotune.evidence import Evidence
-from autotune.store import Store
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
 SPACE = space.parse(
@@ -50,7 +48,7 @@ def instant(config, dominators=(), margin=None):
 def coordination(url: str, sampler: str, trials: int) -> dict:
     attrs = {"workload": {"model": "x:y"}, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
              "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
-    study, _ = Store.open(url).create_or_check("bench", attrs, S.make_sampler(sampler, 0))
+    study, _ = harness.open_store(url).create_or_check("bench", attrs, S.make_sampler(sampler, 0))
     base = S.base_config(CTX, SPACE.fixed, None)
     eff = space.effective(SPACE, CTX, base)
     stamps: list[float] = []
@@ -72,7 +70,7 @@ def throughput(workers: int, trials: int, folder: Path) -> dict:
     start = time.monotonic()
     subprocess.run(cmd, cwd=folder, check=True, capture_output=True, text=True)
     wall = time.monotonic() - start
-    study = optuna.load_study(study_name=f"w{workers}", storage=url)
+    study = harness.open_store(url, read_only=True).load(f"w{workers}")
     ev = Evidence.of(study)
     given_up = sum(1 for t in study.trials if t.user_attrs.get("outcome") == "skipped")
     cached = sum(1 for t in study.trials if t.user_attrs.get("duplicate_of") is not None)
@@ -81,9 +79,9 @@ def throughput(workers: int, trials: int, folder: Path) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--trials", type=int, default=30)
-    ap.add_argument("--postgres", default=os.environ.get("AUTOTUNE_TEST_POSTGRES_URL"))
+    ap = harness.arguments(__doc__, trials=30)
+    ap.add_argument("--postgres", default=os.environ.get("AUTOTUNE_TEST_POSTGRES_URL"),
+                    help="a PostgreSQL server's URL (default: AUTOTUNE_TEST_POSTGRES_URL); its database bench_* is recreated")
     ap.add_argument("--throughput-trials", type=int, default=16)
     args = ap.parse_args()
     out: dict = {"coordination": {}, "throughput": {}}
@@ -95,36 +93,21 @@ def main() -> None:
         for sampler in ("random", "gp"):
             for name, url in urls.items():
                 if name == "postgresql":
-                    url = _fresh_pg(url, f"bench_{sampler}")
+                    url = harness.fresh_postgres(url, f"bench_{sampler}")
                 else:
                     url = url.replace("c.", f"c_{sampler}.")
                 r = coordination(url, sampler, args.trials)
                 out["coordination"][f"{name}/{sampler}"] = r
-                print(f"coordination {name:<10} sampler {sampler:<6}: {1000 * r['per_trial_s_median']:.0f} ms per trial "
-                      f"(first 10: {1000 * r['first_10_s']:.0f} ms, last 10: {1000 * r['last_10_s']:.0f} ms; {r['trials']} trials "
-                      "asked, cache answers included)", flush=True)
+                say(f"coordination {name:<10} sampler {sampler:<6}: {1000 * r['per_trial_s_median']:.0f} ms per trial "
+                    f"(first 10: {1000 * r['first_10_s']:.0f} ms, last 10: {1000 * r['last_10_s']:.0f} ms; {r['trials']} trials "
+                    "asked, cache answers included)")
         for workers in (1, 2):
             r = throughput(workers, args.throughput_trials, folder)
             out["throughput"][str(workers)] = r
-            print(f"mlp --quick, {workers} worker(s): {r['trials_per_hour']:.0f} trials/hour ({r['wall_s']:.0f} s for "
-                  f"{args.throughput_trials}; {r['skipped']} trials given up to another worker's claim, {r['cache_answers']} "
-                  f"cache answers); noise between processes ±{r['noise_percent']:.0f}%", flush=True)
-    results = Path(__file__).resolve().parent / "results"
-    results.mkdir(exist_ok=True)
-    (results / "fleet.json").write_text(json.dumps(out, indent=1))
-
-
-def _fresh_pg(url: str, name: str) -> str:
-    import psycopg2
-    from sqlalchemy.engine import make_url
-
-    conn = psycopg2.connect(url)
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        cur.execute(f'CREATE DATABASE "{name}"')
-    conn.close()
-    return make_url(url).set(database=name).render_as_string(hide_password=False)
+            say(f"mlp --quick, {workers} worker(s): {r['trials_per_hour']:.0f} trials/hour ({r['wall_s']:.0f} s for "
+                f"{args.throughput_trials}; {r['skipped']} trials given up to another worker's claim, {r['cache_answers']} "
+                f"cache answers); noise between processes ±{r['noise_percent']:.0f}%")
+    harness.write(args, out)
 
 
 if __name__ == "__main__":

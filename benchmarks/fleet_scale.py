@@ -1,7 +1,7 @@
 """The fleet at 64 workers, by simulation (issue 17, item 4): coordination per trial, connections, trials/hour.
 
     python benchmarks/fleet_scale.py [--workers 1,8,32,64] [--storages postgresql,journal] [--step 2]
-                                     [--rounds 6] [--sampler random] [--sizes 100,200,300,1000] [--no-sampler]
+                                     [--rounds 4] [--sampler random] [--sizes 100,200,300,1000] [--no-sampler]
 
 1. The fleet: K worker processes (K = 1, 8, 32, 64), each the real Tuner loop as ``autotune worker``
    runs it (the study's job stored on it, ``create_or_check``, stale-trial recovery, ask, suggest,
@@ -26,7 +26,7 @@
    The default sampler for the fleet is ``random`` so the coordination is timed alone (the sampler's
    own cost is part 2); ``--sampler gp`` times the default one.
 2. The sampler's suggestion time as the study grows: studies of ``--sizes`` complete trials
-   (tests/study_factory.py: the cpu space's 9 knobs, two objectives, two constraints; past 1,000
+   (benchmarks/made_up.py: the cpu space's 9 knobs, two objectives, two constraints; past 1,000
    trials jittered copies), a suggestion = ``ask`` + the suggestions of every knob, median of
    ``--repeat`` (the first, which imports and compiles, left out), for GP, TPE and the default
    (``gp``: GP then TPE past autotune.study.GP_MAX_TRIALS).
@@ -34,7 +34,8 @@
    this machine's memory holds at that size.
 
 Needs AUTOTUNE_TEST_POSTGRES_URL for PostgreSQL (``eval "$(.ci/postgres.sh start)"``); without it the
-PostgreSQL rows are left out and say so. Writes benchmarks/results/fleet_scale.json and .txt.
+PostgreSQL rows are left out and say so. Writes benchmarks/results/fleet_scale-<date>.json and .txt
+(the summary it prints last).
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -52,10 +52,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT))  # this checkout's autotune, whatever else is installed
+import harness
+from harness import say
+
+ROOT = harness.ROOT
 TARGETS = {"coordination_ms_64_postgresql": 50.0, "throughput_within": 0.15}
 START_BATCH = 8
 WORKER_MB = 300  # a worker's resident size once started (it imports torch, as `autotune worker` does), with margin
@@ -92,14 +92,13 @@ def child(url: str, budget: int, step: float, sampler: str, folder: Path, index:
     import random
     import types
 
-    from autotune import recovery
     from autotune import result as R
     from autotune import study as S
     from autotune import tuning
-    from autotune.store import Store
+    from autotune.store import recovery
 
     ctx, sp, base, eff = _space()
-    store = Store.open(url)
+    store = harness.open_store(url)
     study, _ = store.create_or_check(NAME, _attrs(sp, ctx), S.make_sampler(sampler, None))
     tuning.warm_cache(study)
     recovery.recover_stale(study, S.Options().stale_grace_s)
@@ -236,11 +235,7 @@ def _server_cpu() -> dict[int, float]:
 
 
 def _mem_available() -> int:
-    with open("/proc/meminfo") as fh:
-        for line in fh:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    return harness.memory_bytes(available=True) or 0
 
 
 # ---------------------------------------------------------------- one fleet run (the parent)
@@ -249,30 +244,20 @@ def _mem_available() -> int:
 def fresh_url(kind: str, folder: Path, pg: str | None, tag: str) -> str:
     if kind == "journal":
         return f"journal:{folder}/{tag}.log"
-    import psycopg2
-    from sqlalchemy.engine import make_url
-
     assert pg is not None
-    conn = psycopg2.connect(pg)
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{tag}" WITH (FORCE)')
-        cur.execute(f'CREATE DATABASE "{tag}"')
-    conn.close()
-    return make_url(pg).set(database=tag).render_as_string(hide_password=False)
+    return harness.fresh_postgres(pg, tag)
 
 
 def fleet_run(kind: str, workers: int, step: float, args: argparse.Namespace, pg: str | None, folder: Path) -> dict[str, Any]:
     from autotune import study as S
     from autotune.evidence import is_measured
-    from autotune.store import Store
 
     tag = f"fleet_{kind}_{workers}_{int(step * 1000)}"
     run_dir = folder / tag
     run_dir.mkdir()
     url = fresh_url(kind, folder, pg, tag)
     ctx, sp, _, _ = _space()
-    Store.open(url).create_or_check(NAME, _attrs(sp, ctx), S.make_sampler(args.sampler, 0))  # as `autotune submit` would
+    harness.open_store(url).create_or_check(NAME, _attrs(sp, ctx), S.make_sampler(args.sampler, 0))  # as `autotune submit` would
     budget = workers * args.rounds
     procs: list[subprocess.Popen[bytes]] = []
     started = time.monotonic()
@@ -280,7 +265,7 @@ def fleet_run(kind: str, workers: int, step: float, args: argparse.Namespace, pg
     # several GB more at their peak than once started (an earlier run of this benchmark lost every process that way).
     for first in range(0, workers, START_BATCH):
         for i in range(first, min(workers, first + START_BATCH)):
-            env = {**os.environ, "PGAPPNAME": f"fleet-w{i}", "PYTHONPATH": str(ROOT)}
+            env = {**os.environ, "PGAPPNAME": f"fleet-w{i}"}
             procs.append(subprocess.Popen([sys.executable, __file__, "--child", url, str(budget), str(step), args.sampler,
                                            str(run_dir), str(i), str(args.jitter)], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
                                           stderr=open(run_dir / f"stderr-{i}", "w")))
@@ -338,7 +323,7 @@ def fleet_run(kind: str, workers: int, step: float, args: argparse.Namespace, pg
     reports = [json.loads((run_dir / f"worker-{i}.json").read_text()) for i in range(workers)]
     rows = [r for rep in reports for r in rep["trials"]]
     measured_rows = [r for r in rows if r["kind"] == "measured"]
-    study = Store.open(url).load(NAME)
+    study = harness.open_store(url).load(NAME)
     every = study.get_trials(deepcopy=False)
     measured = [t for t in every if is_measured(t) and t.user_attrs.get("duplicate_of") is None and "config_key" in t.user_attrs]
     last = max(r["end"] for r in measured_rows)
@@ -391,7 +376,7 @@ def fleet_run(kind: str, workers: int, step: float, args: argparse.Namespace, pg
 
 def sampler_growth(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
     import optuna
-    from study_factory import SEARCH, jittered_copies, make_study
+    from made_up import SEARCH, jittered_copies, make_study
 
     from autotune import study as S
 
@@ -424,8 +409,8 @@ def sampler_growth(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
             if name == "gp":
                 row["default_uses"] = "tpe" if isinstance(sampler, S.GPThenTPE) and sampler.switched_at is not None else "gp"
         rows.append(row)
-        print(f"sampler at {n:>6} trials: " + ", ".join(f"{k} {('-' if v is None else f'{v:.3f} s')}" for k, v in row["seconds"].items())
-              + f" (default uses {row.get('default_uses')})", flush=True)
+        say(f"sampler at {n:>6} trials: " + ", ".join(f"{k} {('-' if v is None else f'{v:.3f} s')}" for k, v in row["seconds"].items())
+            + f" (default uses {row.get('default_uses')})", keep=False)
     return rows
 
 
@@ -433,7 +418,7 @@ def sampler_growth(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.arguments(__doc__, repeat=3)
     parser.add_argument("--workers", default="1,8,32,64")
     parser.add_argument("--storages", default="postgresql,journal")
     parser.add_argument("--step", type=float, default=2.0, help="seconds each measurement sleeps")
@@ -442,13 +427,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="then the most workers on PostgreSQL again with this measurement (0: not)")
     parser.add_argument("--sampler", default="random", help="the fleet's sampler (random: coordination alone)")
     parser.add_argument("--sizes", default="100,200,300,1000,10000", help="study sizes for the sampler's suggestion time")
-    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-sampler", action="store_true", help="leave out the sampler's suggestion time")
     parser.add_argument("--no-fleet", action="store_true", help="leave out the fleet runs")
     parser.add_argument("--start-timeout", type=float, default=300.0)
     parser.add_argument("--run-timeout", type=float, default=600.0)
-    parser.add_argument("--label", default="")
-    parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--jitter", type=float, default=0.25,
                         help="each measurement sleeps step x U(1-j, 1+j): trials of different lengths, so the workers do not "
                              "all coordinate at the same instant as they would in lockstep")
@@ -485,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
                     if workers > fits:
                         notes.append(f"{kind} x{workers} not run: {_mem_available() / 2**30:.1f} GiB available holds about "
                                      f"{fits} workers of {WORKER_MB} MB")
-                        print(notes[-1], flush=True)
+                        say(notes[-1], keep=False)
                         continue
                     runs.append(fleet_run(kind, workers, args.step, args, pg, Path(tmp)))
                     _print_run(runs[-1])
@@ -497,40 +479,28 @@ def main(argv: list[str] | None = None) -> int:
                 _print_run(runs[-1])
     growth = [] if args.no_sampler else sampler_growth([int(s) for s in args.sizes.split(",") if s], args.repeat)
     memory = _memory(runs)
-    text = _text(runs, growth, memory, args, notes, pg_version if pg else None, max_conn if pg else None)
-    print(text)
-    if not args.no_write:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "fleet_scale.txt").write_text(text + "\n")
-        (RESULTS / "fleet_scale.json").write_text(json.dumps(
-            {"label": args.label, "step_s": args.step, "rounds": args.rounds, "sampler": args.sampler, "targets": TARGETS,
-             "machine": _machine(), "runs": runs, "sampler_growth": growth, "memory": memory, "notes": notes}, indent=1) + "\n")
+    for line in _text(runs, growth, memory, args, notes, pg_version if pg else None, max_conn if pg else None):
+        say(line)
+    harness.write(args, {"label": args.label, "step_s": args.step, "rounds": args.rounds, "sampler": args.sampler,
+                         "targets": TARGETS, "machine": _machine(), "runs": runs, "sampler_growth": growth, "memory": memory,
+                         "notes": notes})
     return 0
 
 
 def _print_run(r: dict[str, Any]) -> None:
     conn_text = (f"; connections per worker max {r['connections']['per_worker_max']} (total {r['connections']['total_max']})"
                  if "connections" in r else "")
-    print(f"{r['storage']:<10} x{r['workers']:<3} step {r['step_s']:g} s: coordination {r['coordination_ms']['median']:.0f} ms/trial "
-          f"(p90 {r['coordination_ms']['p90']:.0f}; ask {r['parts_ms_median']['ask']:.0f}, suggest {r['parts_ms_median']['suggest']:.0f}, "
-          f"claim {r['parts_ms_median']['claim']:.0f}, tell {r['parts_ms_median']['tell']:.0f}, loop {r['parts_ms_median']['loop']:.0f}); "
-          f"{r['trials_per_hour']} trials/h = {100 * r['of_ideal']:.0f}% of {r['ideal_per_hour']} ideal; CPU {100 * r['cpu_busy']:.0f}% "
-          f"busy{conn_text}; {r['run_s']:.0f} s after a {r['startup_s']:.0f} s start", flush=True)
+    say(f"{r['storage']:<10} x{r['workers']:<3} step {r['step_s']:g} s: coordination {r['coordination_ms']['median']:.0f} ms/trial "
+        f"(p90 {r['coordination_ms']['p90']:.0f}; ask {r['parts_ms_median']['ask']:.0f}, suggest {r['parts_ms_median']['suggest']:.0f}, "
+        f"claim {r['parts_ms_median']['claim']:.0f}, tell {r['parts_ms_median']['tell']:.0f}, loop {r['parts_ms_median']['loop']:.0f}); "
+        f"{r['trials_per_hour']} trials/h = {100 * r['of_ideal']:.0f}% of {r['ideal_per_hour']} ideal; CPU {100 * r['cpu_busy']:.0f}% "
+        f"busy{conn_text}; {r['run_s']:.0f} s after a {r['startup_s']:.0f} s start", keep=False)
 
 
 def _machine() -> dict[str, Any]:
-    with open("/proc/meminfo") as fh:
-        total = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemTotal:"))
-    return {"node": platform.node(), "cpus": os.cpu_count(), "memory_gib": round(total / 2**30, 1),
-            "python": platform.python_version(), "cpu": _cpu_model()}
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            return next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor()
+    head = harness.header()
+    return {"node": head["host"], "cpus": head["cores"], "memory_gib": head["memory_gib"], "python": head["python"],
+            "cpu": head["cpu"]}
 
 
 def _memory(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -543,7 +513,7 @@ def _memory(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _text(runs: list[dict[str, Any]], growth: list[dict[str, Any]], memory: dict[str, Any], args: argparse.Namespace,
-          notes: list[str], pg_version: str | None, max_conn: int | None) -> str:
+          notes: list[str], pg_version: str | None, max_conn: int | None) -> list[str]:
     from autotune.study import GP_MAX_TRIALS
 
     m = _machine()
@@ -604,7 +574,7 @@ def _text(runs: list[dict[str, Any]], growth: list[dict[str, Any]], memory: dict
             s = g["seconds"]
             gp = "-" if s["gp-only"] is None else f"{s['gp-only']:.3f}"
             lines.append(f"{g['trials']:>7} {gp:>9} {s['tpe']:>7.3f} {s['gp']:>8.3f} {g.get('default_uses', '-'):>13}")
-    return "\n".join(lines)
+    return lines
 
 
 if __name__ == "__main__":

@@ -1,25 +1,25 @@
 """The CUDA path measured on a real GPU: defaults vs recipe vs a tuned study, repeatability, and the guides' claims.
 
-    python benchmarks/gpu_report.py [--device cuda:0] [--trials 30] [--examples cnn transformer resnet50]
+    python benchmarks/gpu_report.py [--device cuda:0] [--trials 30] [--repeat 5] [--examples cnn transformer resnet50]
 
-Writes benchmarks/results/gpu_<device-name>.json and .md (a markdown table for the
-README). Every figure carries the device name and torch version. On a machine
-without CUDA it runs on the CPU (for a dry run; CUDA-only claims say n/a).
+Writes benchmarks/results/gpu_<device-name>-<date>.json, .txt (what it printed) and .md (a
+markdown table for the README). Every figure carries the device name and torch version. On a
+machine without CUDA it runs on the CPU (for a dry run; CUDA-only claims say n/a).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import statistics
 import tempfile
 from pathlib import Path
 
-from autotune.evidence import Evidence
+import harness
+from harness import say
+
 from autotune import hardware, knobs, space
-from autotune.store import Store
 from autotune import study as S
+from autotune.evidence import Evidence
 from autotune.protocol import cv
 from autotune.runner import Runner, warm_up
 from autotune.workload import WorkloadSpec
@@ -55,9 +55,9 @@ def study_best(spec: WorkloadSpec, runner: Runner, space_name: str, trials: int,
     url = f"sqlite:///{folder}/{re.sub(r'[^a-z0-9]+', '-', spec.model)}.db"
     attrs = {"workload": spec.to_dict(), "space": sp.to_dict(), "space_hash": sp.hash(), "fingerprint": probe["fingerprint"],
              "device": runner.device, "context": probe["context"], "global_batch": None}
-    study, _ = Store.open(url).create_or_check("gpu", attrs, S.make_sampler(S.DEFAULT_SAMPLER, 0))
+    study, _ = harness.open_store(url).create_or_check("gpu", attrs, S.make_sampler(S.DEFAULT_SAMPLER, 0))
     summary = S.Tuner(study, eff, ctx, base, runner.measure, S.Options(trials=trials),
-                      on_trial=lambda r: print(f"   #{r.number} {r.outcome} {r.samples_per_s or 0:.1f}/s {knobs.short(r.config)}")).run()
+                      on_trial=lambda r: say(f"   #{r.number} {r.outcome} {r.samples_per_s or 0:.1f}/s {knobs.short(r.config)}")).run()
     front = S.front(study)
     ev = Evidence.of(study)
     verdict = summary.verdict
@@ -69,10 +69,8 @@ def study_best(spec: WorkloadSpec, runner: Runner, space_name: str, trials: int,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = harness.arguments(__doc__, trials=30, repeat=5)
     ap.add_argument("--device", default=None)
-    ap.add_argument("--trials", type=int, default=30)
-    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--examples", nargs="*", default=list(EXAMPLES))
     args = ap.parse_args()
     device = hardware.check_device(args.device) if args.device else hardware.default_device()
@@ -87,11 +85,11 @@ def main() -> None:
             try:
                 probe = runner.probe()
             except Exception as exc:  # noqa: BLE001 - e.g. torchvision missing
-                print(f"== {name}: skipped: {exc}")
+                say(f"== {name}: skipped: {exc}")
                 continue
             out["fingerprint"] = probe["fingerprint"]
             ctx = knobs.Context.from_dict(probe["context"])
-            print(f"== {name} on {hardware.short(probe['fingerprint'])}")
+            say(f"== {name} on {hardware.short(probe['fingerprint'])}")
             defaults = [runner.measure({}) for _ in range(args.repeat)]
             rates = [r.samples_per_s for r in defaults if r.ok]
             recipe = runner.measure(knobs.recipe(ctx, knobs.defaults(ctx)))
@@ -104,7 +102,7 @@ def main() -> None:
                 applicable = ra.ok and rb.ok and not rb.not_applicable
                 ex["claims"][claim] = {"a": row(ra), "b": row(rb),
                                        "speedup": rb.samples_per_s / ra.samples_per_s if applicable else None}
-                print(f"   {claim}: {ex['claims'][claim]['speedup'] and round(ex['claims'][claim]['speedup'], 2)}")
+                say(f"   {claim}: {ex['claims'][claim]['speedup'] and round(ex['claims'][claim]['speedup'], 2)}")
             out["examples"][name] = ex
             gpu = probe["fingerprint"]["device_name"]
             best = tuned["best"]
@@ -112,12 +110,11 @@ def main() -> None:
             md.append(f"| {name} | {gpu} | {base:.0f} | {recipe.samples_per_s or 0:.0f} ({(recipe.samples_per_s or 0) / base:.2f}x) | "
                       f"{best['samples_per_s']:.0f} ({best['samples_per_s'] / base:.2f}x) | {100 * cv(rates):.2f}% | {mfu} |")
     tag = re.sub(r"[^A-Za-z0-9]+", "-", out.get("fingerprint", {}).get("device_name", device)).strip("-").lower()
-    results = Path(__file__).resolve().parent / "results"
-    results.mkdir(exist_ok=True)
-    (results / f"gpu_{tag}.json").write_text(json.dumps(out, indent=1, default=str))
     header = ["| example | device | defaults samples/s | recipe | tuned (study) | repeat CV | MFU (tuned) |", "|---|---|---|---|---|---|---|"]
-    (results / f"gpu_{tag}.md").write_text("\n".join(header + md) + f"\n\ntorch {out.get('fingerprint', {}).get('torch')}\n")
-    print("\n".join(header + md))
+    for line in header + md:
+        say(line)
+    table = "\n".join(header + md) + f"\n\ntorch {out.get('fingerprint', {}).get('torch')}\n"
+    harness.write(args, out, name=f"gpu_{tag}", files={".md": table})
 
 
 if __name__ == "__main__":

@@ -9,30 +9,24 @@ both configurations' rounds), and the peak memory of each (what retaining costs)
 
     python benchmarks/host_heap.py [--models autotune.examples:mlp,autotune.examples:cnn,...] [--rounds 5]
 
-Writes benchmarks/results/host_heap.json and .txt (what it printed). Run it on a quiet machine.
+Writes benchmarks/results/host_heap-<date>.json and .txt (what it printed). Run it on a quiet machine.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import statistics
 import time
-from pathlib import Path
+
+import harness
+from harness import say
 
 MODELS = "autotune.examples:mlp,autotune.examples:cnn,autotune.examples:transformer"
-LINES: list[str] = []
-
-
-def say(line: str = "") -> None:
-    print(line, flush=True)
-    LINES.append(line)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = harness.arguments(__doc__)
     ap.add_argument("--models", default=MODELS)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
@@ -69,10 +63,7 @@ def main() -> None:
             f"{statistics.median(memory['retain']):.0f} MiB; noise between processes ±{noise.percent:.0f}%")
         out[model] = {"speedup": r.estimate, "low": r.low, "high": r.high, "rates": rates, "peak_memory_mib": memory,
                       "noise_sigma": noise.sigma}
-    results = Path(__file__).resolve().parent / "results"
-    results.mkdir(exist_ok=True)
-    (results / "host_heap.json").write_text(json.dumps(out, indent=1))
-    (results / "host_heap.txt").write_text("\n".join(LINES) + "\n")
+    harness.write(args, out)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,11 @@ each knob bought. Run it on a quiet machine: the first line says how busy it was
   --model-arg n_head=2 --seq-len 64 --trials 6`` (GPT-2's own 50,257-token vocabulary;
   issue 18's target: under 5 minutes with the same or a better verdict).
 
-Writes benchmarks/results/main_job.json and .txt (what it printed; ``--out`` names them).
+Writes benchmarks/results/main_job-<date>.json and .txt (what it printed; ``--out`` names them).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import subprocess
@@ -29,24 +27,17 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+from harness import say
 
 JOBS = {
     "cnn": ["--model", "autotune.examples:cnn", "--trials", "30"],
     "hf": ["--model", "hf:gpt2", "--model-arg", "n_layer=2", "--model-arg", "n_embd=128", "--model-arg", "n_head=2",
            "--seq-len", "64", "--trials", "6"],
 }
-LINES: list[str] = []
-
-
-def say(line: str = "") -> None:
-    print(line, flush=True)
-    LINES.append(line)
 
 
 def run(name: str) -> dict:
-    import optuna
-
     from calibration import extras
 
     from autotune.evidence import Evidence
@@ -59,7 +50,7 @@ def run(name: str) -> dict:
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         db = next(Path(folder, "studies").glob("*.db"))
-        study = optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}")
+        study = harness.open_store(harness.sqlite_url(db), read_only=True).load(db.stem)
         ev = Evidence.of(study)
         cost = extras(study)
         trials = [t for t in study.trials if t.user_attrs.get("duplicate_of") is None and "outcome" in t.user_attrs
@@ -85,10 +76,8 @@ def run(name: str) -> dict:
 def main() -> None:
     from autotune import hardware, load
 
-    ap = argparse.ArgumentParser()
+    ap = harness.arguments(__doc__, repeat=1)
     ap.add_argument("--jobs", nargs="*", default=list(JOBS))
-    ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--out", default="main_job", help="Results under benchmarks/results/OUT.json and OUT.txt.")
     args = ap.parse_args()
     busy = load.other_cores_now(2.0)
     say(f"machine: {hardware.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
@@ -110,10 +99,7 @@ def main() -> None:
             say(f"   noise: between processes ±{r['noise']['percent'] or 0:.0f}%, a ratio within one process "
                 f"±{(r['within_process_noise']['percent'] or 0):.0f}%; {r['load']['text']}")
             say(f"   verdict: {r['verdict']['text']}")
-    results = Path(__file__).resolve().parent / "results"
-    results.mkdir(exist_ok=True)
-    (results / f"{args.out}.json").write_text(json.dumps(out, indent=1, default=str))
-    (results / f"{args.out}.txt").write_text("\n".join(LINES) + "\n")
+    harness.write(args, out)
 
 
 if __name__ == "__main__":

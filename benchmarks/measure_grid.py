@@ -1,27 +1,28 @@
 """Measure every configuration of a reduced space once and store the table under benchmarks/data/.
 
-    python benchmarks/measure_grid.py cnn mlp
+    python benchmarks/measure_grid.py [cnn] [mlp]
 
-Each configuration is one real trial (isolated process, the normal protocol). The
-table is what benchmarks/search_efficiency.py replays the samplers against.
+Each configuration is one real trial (isolated process, the normal protocol). The table,
+benchmarks/data/grid_<example>.json, is what benchmarks/search_efficiency.py and warm_start.py
+replay the samplers against: a new measurement REPLACES it (commit it deliberately: every replayed
+figure changes with it). What it printed goes to benchmarks/results/measure_grid-<date>.txt.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+from grids import GRIDS
+from harness import say
 
-from grids import GRIDS  # noqa: E402
+from autotune import hardware, knobs
+from autotune.runner import Runner
 
-from autotune import hardware, knobs  # noqa: E402
-from autotune.runner import Runner  # noqa: E402
-
-DATA = Path(__file__).resolve().parent / "data"
+DATA = harness.HERE / "data"
 
 
 def measure(name: str) -> Path:
@@ -49,23 +50,36 @@ def measure(name: str) -> Path:
                 "phases_s": res.phases_s,
             }
         )
-        print(f"{name} {i + 1}/{len(combos)} {knobs.short(config, ctx):60s} {res.outcome} {res.samples_per_s or 0:9.1f}/s "
-              f"{res.wall_s:5.1f}s (total {time.monotonic() - start:6.0f}s)", flush=True)
+        say(f"{name} {i + 1}/{len(combos)} {knobs.short(config, ctx):60s} {res.outcome} {res.samples_per_s or 0:9.1f}/s "
+            f"{res.wall_s:5.1f}s (total {time.monotonic() - start:6.0f}s)")
     doc = {
         "example": name,
         "spec": grid["spec"].to_dict(),
         "search": grid["search"],
         "fingerprint": probe["fingerprint"],
+        "header": harness.header(),  # the machine as a results header names it: its CPU flags, the command
         "measured_in_s": time.monotonic() - start,
         "rows": rows,
     }
     DATA.mkdir(exist_ok=True)
     path = DATA / f"grid_{name}.json"
     path.write_text(json.dumps(doc, indent=1))
-    print(f"wrote {path} ({len(rows)} configurations, {hardware.short(probe['fingerprint'])})")
+    say(f"wrote {path} ({len(rows)} configurations, {hardware.short(probe['fingerprint'])})")
     return path
 
 
-if __name__ == "__main__":
-    for example in sys.argv[1:] or list(GRIDS):
+def main() -> None:
+    ap = harness.arguments(__doc__)
+    ap.add_argument("examples", nargs="*", metavar="EXAMPLE", help=f"the grids to measure: {', '.join(GRIDS)} (default: all)")
+    args = ap.parse_args()
+    unknown = [e for e in args.examples if e not in GRIDS]
+    if unknown:
+        ap.error(f"no grid {', '.join(unknown)}: the grids are {', '.join(GRIDS)}")
+    args.examples = args.examples or list(GRIDS)
+    for example in args.examples:
         measure(example)
+        harness.write(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -18,13 +18,12 @@ For each workload and in-process-switchable knob value it runs:
 
 and prints the standard deviation of log(ratio) across processes for each (the uncertainty of a
 ratio from one process, or one pair of processes), the between-process spread of A alone, and
-the ratio of the two deviations. Writes benchmarks/results/paired_noise.{json,txt}.
+the ratio of the two deviations. Writes benchmarks/results/paired_noise-<date>.{json,txt}.
 Run it on a quiet machine.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -33,21 +32,16 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
+
+import harness
+from harness import say
 
 CASES = [  # (workload, knob values of B): knobs that switch inside one process without process-level state
     ("autotune.examples:cnn", {"memory_format": "channels_last"}),
     ("autotune.examples:mlp", {"batch_size": 128}),
     ("autotune.examples:mlp", {"optimizer_impl": "foreach"}),
 ]
-LINES: list[str] = []
-
-
-def say(line: str = "") -> None:
-    print(line, flush=True)
-    LINES.append(line)
-
 
 # ---------------------------------------------------------------- inside one process
 
@@ -59,8 +53,8 @@ def _arm(model: str, config: dict[str, Any]) -> Any:
     from autotune import knobs
     from autotune.plan import Plan, infinite
     from autotune.protocol import StepLoop
-    from autotune.worker import context_for
     from autotune.specs import build
+    from autotune.arm import context_for
     from autotune.workload import WorkloadSpec
 
     device = torch.device("cpu")
@@ -112,11 +106,11 @@ def sd(values: list[float]) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = harness.arguments(__doc__)
     ap.add_argument("--processes", type=int, default=8)
     ap.add_argument("--pairs", type=int, default=6)
     ap.add_argument("--window-s", type=float, default=0.5)
-    ap.add_argument("--child")
+    ap.add_argument("--child", help="(internal) one measuring process: a JSON request")
     args = ap.parse_args()
     if args.child:
         req = json.loads(args.child)
@@ -145,10 +139,7 @@ def main() -> None:
         say(f"{model.split(':')[1]:4s} {knob:26s} paired {row['paired_ratio']:.3f}x sd {row['paired_sd_log']:.3f} | "
             f"unpaired {row['unpaired_ratio']:.3f}x sd {row['unpaired_sd_log']:.3f} | one config between processes sd "
             f"{row['between_process_sd_log_a']:.3f} | paired/unpaired sd {row['sd_ratio_paired_over_unpaired']:.2f}")
-    out = Path(__file__).resolve().parent / "results"
-    out.mkdir(exist_ok=True)
-    (out / "paired_noise.json").write_text(json.dumps(results, indent=1))
-    (out / "paired_noise.txt").write_text("\n".join(LINES) + "\n")
+    harness.write(args, results)
 
 
 if __name__ == "__main__":

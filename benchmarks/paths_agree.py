@@ -18,12 +18,11 @@ each configuration's own samples/s by path, so a bias can be told apart from noi
     python benchmarks/paths_agree.py [--model autotune.examples:mlp] [--set precision=bf16 ...] [--both KNOB=VALUE]
                                      [--rounds 4] [--out paths_agree]
 
-Writes benchmarks/results/OUT.json and .txt (what it printed). Run it on a quiet machine.
+Writes benchmarks/results/OUT-<date>.json and .txt (what it printed). Run it on a quiet machine.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -34,6 +33,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import harness
+from harness import say
 
 USER_LOOP = """
 import importlib, json, sys, time, torch, autotune, autotune.workload
@@ -54,27 +56,18 @@ for _ in range(6):
     windows.append(n * cfg.knobs["batch_size"] / (time.perf_counter() - start))
 print(json.dumps(sorted(windows)[len(windows) // 2]))
 """
-LINES: list[str] = []
-
-
-def say(line: str = "") -> None:
-    print(line, flush=True)
-    LINES.append(line)
-
-
 def geomean(values: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = harness.arguments(__doc__)
     ap.add_argument("--model", default="autotune.examples:mlp")
     ap.add_argument("--set", action="append", default=None, help="A knob of the candidate, NAME=VALUE (repeatable).")
     ap.add_argument("--both", action="append", default=[],
                     help="A knob set in the defaults and the candidate alike, NAME=VALUE (repeatable), e.g. "
                          "host_allocator=retain to take the heap's history out of every path.")
     ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--out", default="paths_agree", help="Results name under benchmarks/results/.")
     args = ap.parse_args()
 
     from autotune import hardware, knobs, load
@@ -126,10 +119,7 @@ def main() -> None:
         say(f"{p:>9}: {ratio:.2f}x  (defaults {geomean(r['defaults']):.0f}, candidate {geomean(r['candidate']):.0f} samples/s)")
     say(f"defaults against themselves in one process: {geomean(same):.2f}x")
     out["same_in_one_process"] = geomean(same)
-    results = Path(__file__).resolve().parent / "results"
-    results.mkdir(exist_ok=True)
-    (results / f"{args.out}.json").write_text(json.dumps(out, indent=1))
-    (results / f"{args.out}.txt").write_text("\n".join(LINES) + "\n")
+    harness.write(args, out)
 
 
 if __name__ == "__main__":

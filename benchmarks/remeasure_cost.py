@@ -1,23 +1,23 @@
 """What one re-measurement (noise floor, race) costs, with and without the profile and the FLOP count.
 
-    python benchmarks/remeasure_cost.py [--repeats 3]
+    python benchmarks/remeasure_cost.py [--repeat 3]
 
 Each workload's defaults are measured in fresh processes, alternately with the full trial settings
 (``Settings()``: FLOP count, warm-up, windows, profile) and the lean ones the floor and the race use
 (``Settings().lean()``: no profile, no FLOP count). Prints the median wall time of a measurement
 (process start to result) and the median samples/s of each, and writes
-benchmarks/results/remeasure_cost.{json,txt}. Run it on a quiet machine.
+benchmarks/results/remeasure_cost-<date>.{json,txt}. Run it on a quiet machine.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import statistics
 import time
-from pathlib import Path
+
+import harness
+from harness import say
 
 from autotune.protocol import Settings
 from autotune.request import WorkloadSpec
@@ -32,18 +32,16 @@ WORKLOADS = [
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=3)
+    ap = harness.arguments(__doc__, repeat=3)
     args = ap.parse_args()
-    lines = [f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}; "
-             f"{args.repeats} processes each"]
-    print(lines[0], flush=True)
+    say(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}; "
+        f"{args.repeat} processes each")
     out = []
     for name, spec in WORKLOADS:
         full, lean = Settings(), Settings().lean()
         walls: dict[str, list[float]] = {"full": [], "lean": []}
         rates: dict[str, list[float]] = {"full": [], "lean": []}
-        for _ in range(args.repeats):
+        for _ in range(args.repeat):
             for label, settings in (("full", full), ("lean", lean)):
                 result = Runner(spec, settings=settings).measure({})
                 if not result.ok:
@@ -56,12 +54,8 @@ def main() -> None:
         line = (f"{name:28s} full {row['full_wall_s']:5.1f} s ({row['full_samples_per_s']:.1f} samples/s) | lean "
                 f"{row['lean_wall_s']:5.1f} s ({row['lean_samples_per_s']:.1f} samples/s) | saves "
                 f"{1 - row['lean_wall_s'] / row['full_wall_s']:.0%} of a re-measurement")
-        print(line, flush=True)
-        lines.append(line)
-    results = Path(__file__).resolve().parent / "results"
-    results.mkdir(exist_ok=True)
-    (results / "remeasure_cost.json").write_text(json.dumps(out, indent=1))
-    (results / "remeasure_cost.txt").write_text("\n".join(lines) + "\n")
+        say(line)
+    harness.write(args, out)
 
 
 if __name__ == "__main__":

@@ -18,15 +18,13 @@
    (asked) and to its first measurement (a sampler that proposes configurations measured already
    gets cache answers first, each a trial line), and the suggestion time (ask + suggest) of every
    trial the run asks.
-Writes benchmarks/results/resume_scale.json and .txt (``--no-write``: print only).
+Writes benchmarks/results/resume_scale-<date>.json and .txt (the summary it prints last; ``--no-write``: print only).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import random
 import shutil
 import statistics
@@ -37,8 +35,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
+import harness
+from harness import say
+
+ROOT = harness.ROOT
 NAME = "resume"
 TARGETS = {"first_trial_s": 10.0, "suggest_s": 1.0}
 WIDE = """# A wide CPU space for a 10,000-trial study: batch sizes 8..2048 in steps of 8 (benchmarks/resume_scale.py).
@@ -104,9 +104,9 @@ def build(n: int, workdir: Path) -> Path:
     """The study of ``n`` trials as a SQLite file in ``workdir`` (built when missing)."""
     import optuna
 
-    from autotune import knobs, recovery, tuning
+    from autotune import knobs, tuning
     from autotune import study as S
-    from autotune.store import Store
+    from autotune.store import recovery
 
     done = workdir / f"resume-{n}.db"
     if done.exists():
@@ -120,9 +120,9 @@ def build(n: int, workdir: Path) -> Path:
         subprocess.run([sys.executable, "-m", "autotune.cli", *_cli(workdir, f"sqlite:///{tmp}", BASE_TRIALS, None)],
                        cwd=ROOT, check=True, capture_output=True, text=True)
         os.replace(tmp, base)
-        print(f"real study of {BASE_TRIALS} trials measured in {time.perf_counter() - start:.0f} s", flush=True)
+        say(f"real study of {BASE_TRIALS} trials measured in {time.perf_counter() - start:.0f} s", keep=False)
     # The Tuner exactly as `autotune run` builds it (probe, effective space, defaults), on a copy in memory.
-    store = Store.open(f"sqlite:///{base}")
+    store = harness.open_store(f"sqlite:///{base}")
     job = tuning.stored_config(store.load(NAME))
     prepared = tuning.prepare(job, NAME, store, "cpu")
     memory = optuna.storages.InMemoryStorage()
@@ -156,8 +156,8 @@ def build(n: int, workdir: Path) -> Path:
     os.replace(tmp, done)
     trials = study.get_trials(deepcopy=False)
     distinct = sum(1 for x in trials if x.user_attrs.get("duplicate_of") is None)
-    print(f"grew the study to {len(trials)} trials ({distinct} measured configurations, the rest cache answers) in "
-          f"{grown - start:.0f} s; copied to SQLite in {time.perf_counter() - grown:.0f} s", flush=True)
+    say(f"grew the study to {len(trials)} trials ({distinct} measured configurations, the rest cache answers) in "
+        f"{grown - start:.0f} s; copied to SQLite in {time.perf_counter() - grown:.0f} s", keep=False)
     return done
 
 
@@ -205,21 +205,16 @@ main()
 
 def measured_configurations(db: Path) -> int:
     """The study's measured configurations, as the Tuner counts its budget (a cache answer is not one)."""
-    import optuna
-
-    from autotune import reading
     from autotune.evidence import is_measured
 
-    storage = optuna.storages.RDBStorage(f"sqlite:///{db}")
-    trials = reading.all_trials(storage, storage.get_study_id_from_name(NAME))
-    storage.engine.dispose()
+    trials = harness.open_store(harness.sqlite_url(db), read_only=True, fresh=True).load(NAME).get_trials(deepcopy=False)
     return sum(1 for t in trials if is_measured(t) and "config_key" in t.user_attrs and t.user_attrs.get("duplicate_of") is None)
 
 
 def resume_once(db: Path, workdir: Path, n: int, sampler: str | None, timeout_s: float) -> dict[str, Any]:
     run_db = workdir / "run.db"
     shutil.copyfile(db, run_db)
-    env = {**os.environ, "RESUME_T0": repr(time.time()), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "RESUME_T0": repr(time.time())}
     start = time.perf_counter()
     try:
         proc = subprocess.run([sys.executable, "-c", _WRAPPER, *_cli(workdir, f"sqlite:///{run_db}", n + 1, sampler)],
@@ -246,17 +241,13 @@ def resume_once(db: Path, workdir: Path, n: int, sampler: str | None, timeout_s:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=10000)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser = harness.arguments(__doc__, trials=10000, repeat=2)
     parser.add_argument("--sampler", default=None, help="passed to autotune run (default: the run's own default, gp)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a resumed run may take before it is stopped")
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/autotune-resume-scale"))
-    parser.add_argument("--label", default="")
-    parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/autotune-resume-scale"),
+                        help="where the grown study is kept and reused")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
-    sys.path.insert(0, str(ROOT))
     args.workdir.mkdir(parents=True, exist_ok=True)
     db = build(args.trials, args.workdir)
     measured = measured_configurations(db)  # the run's --trials: one configuration more than the study holds
@@ -264,12 +255,12 @@ def main(argv: list[str] | None = None) -> int:
     for k in range(args.repeat):
         row = resume_once(db, args.workdir, measured, args.sampler, args.timeout)
         runs.append(row)
-        print(f"run {k + 1}: first trial asked {row['first_trial_s']} s after the process started (prepared at "
-              f"{row['prepared_s']} s); first measurement started at {row['first_measure_s']} s, after "
-              f"{row['cache_answers_before']} cache answers; suggestions {row['suggest_s']} s ({', '.join(row['samplers'])}); "
-              f"whole run {row['wall_s']} s{' (stopped: timeout)' if row['timed_out'] else ''}", flush=True)
+        say(f"run {k + 1}: first trial asked {row['first_trial_s']} s after the process started (prepared at "
+            f"{row['prepared_s']} s); first measurement started at {row['first_measure_s']} s, after "
+            f"{row['cache_answers_before']} cache answers; suggestions {row['suggest_s']} s ({', '.join(row['samplers'])}); "
+            f"whole run {row['wall_s']} s{' (stopped: timeout)' if row['timed_out'] else ''}", keep=False)
         for line in row["output"][:4]:
-            print("    | " + line, flush=True)
+            say("    | " + line, keep=False)
     firsts = [r["first_trial_s"] for r in runs if r["first_trial_s"] is not None]
     measures = [r["first_measure_s"] for r in runs if r["first_measure_s"] is not None]
     suggests = [s for r in runs for s in r["suggest_s"]]
@@ -282,10 +273,11 @@ def main(argv: list[str] | None = None) -> int:
             return f"not reached (no trial started within {args.timeout:.0f} s): MISSED"
         return f"{value:.2f} s < {limit:g} s: {'met' if value < limit else 'MISSED'}"
 
+    head = harness.header()
     lines = [f"resume_scale: `autotune run` resuming a {args.trials}-trial study (SQLite; {measured} measured configurations, "
              f"--trials {measured + 1}: one more), median of {args.repeat} runs"
              + (f" [{args.label}]" if args.label else ""),
-             f"machine: {platform.node()}, {os.cpu_count()} CPUs, {_mem_gib():.0f} GiB, Python {platform.python_version()}",
+             f"machine: {head['host']}, {head['cores']} CPUs, {(harness.memory_bytes() or 0) / 2**30:.0f} GiB, Python {head['python']}",
              f"first trial asked: {verdict(first, TARGETS['first_trial_s'])} (each run: {firsts})",
              f"first measurement starts: {verdict(first_measure, TARGETS['first_trial_s'])} (each run: {measures}; "
              f"cache answers before it: {[r['cache_answers_before'] for r in runs]}, each a trial line)",
@@ -293,24 +285,12 @@ def main(argv: list[str] | None = None) -> int:
              f"{', '.join(sorted({s for r in runs for s in r['samplers']})) or '-'})"]
     opening = next((r["output"] for r in runs if r["output"]), [])
     lines += ["the run's opening lines:"] + ["    " + line for line in opening[:4]]
-    text = "\n".join(lines)
-    print(text)
-    if not args.no_write:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "resume_scale.txt").write_text(text + "\n")
-        (RESULTS / "resume_scale.json").write_text(json.dumps(
-            {"label": args.label, "trials": args.trials, "measured": measured, "targets": TARGETS, "first_trial_s": first,
-             "first_measure_s": first_measure,
-             "slowest_suggest_s": worst, "runs": runs, "cpus": os.cpu_count()}, indent=1) + "\n")
+    for line in lines:
+        say(line)
+    harness.write(args, {"label": args.label, "trials": args.trials, "measured": measured, "targets": TARGETS,
+                         "first_trial_s": first, "first_measure_s": first_measure, "slowest_suggest_s": worst, "runs": runs,
+                         "cpus": os.cpu_count()})
     return 0
-
-
-def _mem_gib() -> float:
-    with open("/proc/meminfo") as fh:
-        for line in fh:
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) / 2**20
-    return 0.0
 
 
 if __name__ == "__main__":

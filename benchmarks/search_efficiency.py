@@ -1,7 +1,7 @@
 """Search efficiency, tabular: replay samplers against fully measured grids.
 
     python benchmarks/measure_grid.py cnn mlp        # once: measures every configuration
-    python benchmarks/search_efficiency.py [--seeds 20] [--trials 40]
+    python benchmarks/search_efficiency.py [--seeds 20] [--trials 40] [--examples cnn mlp] [--samplers tpe random ...]
 
 For each example grid (benchmarks/data/grid_<example>.json) and each sampler, runs
 the real study loop (autotune.study.Tuner: baseline and recipe seeds, failure
@@ -15,31 +15,28 @@ over many seeds, and prints:
   replaying the stored timed windows (a trial is cut after its first two windows
   when a front point is 25% faster with no more memory).
 
-Results are also written to benchmarks/results/search_efficiency.json.
+Results are also written to benchmarks/results/search_efficiency-<date>.json and .txt (what it printed).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
+import harness
 import optuna
+from grids import GRIDS
+from harness import say
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from autotune import knobs, space
+from autotune import result as R
+from autotune import study as S
+from autotune.protocol import Settings
+from autotune.report import hypervolume_2d
+from autotune.store import DIRECTIONS
 
-from grids import GRIDS  # noqa: E402
-
-from autotune import knobs, space  # noqa: E402
-from autotune import result as R  # noqa: E402
-from autotune import study as S  # noqa: E402
-from autotune.store import DIRECTIONS  # noqa: E402
-from autotune.protocol import Settings  # noqa: E402
-from autotune.report import hypervolume_2d  # noqa: E402
+HERE = harness.HERE
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 
@@ -105,11 +102,10 @@ def replay(name: str, table: dict[str, dict], make_sampler, seed: int, trials: i
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = harness.arguments(__doc__, trials=40)
     parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--trials", type=int, default=40)
-    parser.add_argument("--examples", nargs="*", default=list(GRIDS))
-    parser.add_argument("--samplers", nargs="*", default=list(SAMPLERS))
+    parser.add_argument("--examples", nargs="*", default=list(GRIDS), choices=list(GRIDS))
+    parser.add_argument("--samplers", nargs="*", default=list(SAMPLERS), choices=list(SAMPLERS))
     args = parser.parse_args()
     out: dict = {"seeds": args.seeds, "trials": args.trials, "examples": {}}
     for name in args.examples:
@@ -119,9 +115,10 @@ def main() -> None:
         ref = 1.1 * max(r["peak_memory_bytes"] for r in ok)
         grid_hv = hypervolume_2d([(r["samples_per_s"], r["peak_memory_bytes"]) for r in ok], ref)
         base_key = knobs.resolve(S.base_config(GRIDS[name]["context"], {}, None), GRIDS[name]["context"]).key()
-        print(f"\n== {name}: {len(doc['rows'])} configurations, grid best {best:.1f} samples/s "
-              f"({best / table[base_key]['samples_per_s']:.2f}x the defaults), {doc['fingerprint']['cpu_model']}")
-        print(f"{'sampler':18s} " + " ".join(f"best@{c:<3d} (min)   " for c in CHECKPOINTS) + " HV@40   time/run")
+        say()
+        say(f"== {name}: {len(doc['rows'])} configurations, grid best {best:.1f} samples/s "
+            f"({best / table[base_key]['samples_per_s']:.2f}x the defaults), {doc['fingerprint']['cpu_model']}")
+        say(f"{'sampler':18s} " + " ".join(f"best@{c:<3d} (min)   " for c in CHECKPOINTS) + " HV@40   time/run")
         ex: dict = {"grid_size": len(doc["rows"]), "grid_best": best, "samplers": {}}
         for label in args.samplers:
             shares = {c: [] for c in CHECKPOINTS}
@@ -137,8 +134,8 @@ def main() -> None:
             row = {f"best_share_at_{c}": {"median": statistics.median(shares[c]), "min": min(shares[c])} for c in CHECKPOINTS}
             row["hypervolume_share_at_end"] = statistics.median(hvs)
             ex["samplers"][label] = row
-            print(f"{label:18s} " + " ".join(f"{100 * statistics.median(shares[c]):5.1f}% ({100 * min(shares[c]):5.1f}%)" for c in CHECKPOINTS)
-                  + f"  {100 * statistics.median(hvs):5.1f}%  {per_run:.1f}s")
+            say(f"{label:18s} " + " ".join(f"{100 * statistics.median(shares[c]):5.1f}% ({100 * min(shares[c]):5.1f}%)" for c in CHECKPOINTS)
+                + f"  {100 * statistics.median(hvs):5.1f}%  {per_run:.1f}s")
         # early stopping, with the default sampler and with TPE, same seeds
         ex["early_stop"] = {}
         for label in ("gp (default)", "tpe"):
@@ -155,13 +152,11 @@ def main() -> None:
                 same_best.append(max(r["samples_per_s"] for r in on["found"]) / max(r["samples_per_s"] for r in off["found"]))
             ex["early_stop"][label] = {"time_saved_median": statistics.median(saved), "hypervolume_kept_median": statistics.median(kept),
                                        "best_kept_median": statistics.median(same_best), "best_kept_min": min(same_best)}
-            print(f"early stop ({label}): saves {100 * statistics.median(saved):.1f}% of trial time (median), keeps "
-                  f"{100 * statistics.median(kept):.1f}% of the front's hypervolume and {100 * statistics.median(same_best):.1f}% "
-                  f"of the best throughput (min {100 * min(same_best):.1f}%)")
+            say(f"early stop ({label}): saves {100 * statistics.median(saved):.1f}% of trial time (median), keeps "
+                f"{100 * statistics.median(kept):.1f}% of the front's hypervolume and {100 * statistics.median(same_best):.1f}% "
+                f"of the best throughput (min {100 * min(same_best):.1f}%)")
         out["examples"][name] = ex
-    results = HERE / "results"
-    results.mkdir(exist_ok=True)
-    (results / "search_efficiency.json").write_text(json.dumps(out, indent=1))
+    harness.write(args, out)
 
 
 if __name__ == "__main__":

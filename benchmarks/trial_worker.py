@@ -1,8 +1,8 @@
 """Figures of the trial worker (issue: measure one configuration), on the CPU examples.
 
-    python benchmarks/trial_worker.py [--repeat 5]
+    python benchmarks/trial_worker.py [--repeat 5] [--device cpu] [--examples cnn mlp transformer]
 
-Prints and writes benchmarks/results/trial_worker_<device>.json:
+Prints and writes benchmarks/results/trial_worker_<device>-<date>.json and .txt (what it printed):
 - per-trial overhead: wall time of a whole trial minus its first, warm-up, timed and
   profiled steps (what the isolation, workload build and reporting cost);
 - repeatability: the same configuration measured in N separate processes, the
@@ -13,13 +13,13 @@ Prints and writes benchmarks/results/trial_worker_<device>.json:
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
+
+import harness
+from harness import say
 
 from autotune import hardware, knobs
 from autotune.protocol import cv
@@ -86,15 +86,14 @@ def control_cv(model: str, n: int) -> tuple[float, list[float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=5)
+    parser = harness.arguments(__doc__, repeat=5)
     parser.add_argument("--device", default=None)
-    parser.add_argument("--examples", nargs="*", default=list(EXAMPLES))
+    parser.add_argument("--examples", nargs="*", default=list(EXAMPLES), choices=list(EXAMPLES))
     args = parser.parse_args()
     device = hardware.check_device(args.device) if args.device else hardware.default_device()
     t0 = time.perf_counter()
     warm_up()
-    print(f"fork server ready in {time.perf_counter() - t0:.2f} s (imports torch once)")
+    say(f"fork server ready in {time.perf_counter() - t0:.2f} s (imports torch once)")
     out: dict = {"device": device, "examples": {}}
     for name in args.examples:
         spec, picks = EXAMPLES[name]
@@ -129,23 +128,22 @@ def main() -> None:
             "defaults_median_all": base,
         }
         out["examples"][name] = ex
-        print(f"\n== {name} on {device} ({hardware.short(probe['fingerprint'])})")
-        print(f"per-trial overhead: median {ex['overhead_s']['median']:.3f} s (min {min(overheads):.3f}, max {max(overheads):.3f}) "
-              f"of a {ex['trial_wall_s_median']:.2f} s trial")
-        print(f"repeatability: {args.repeat} processes, defaults {statistics.median(rates):.1f} samples/s, CV across processes "
-              f"{100 * cv(rates):.2f}% (within-trial window CV median {100 * ex['within_trial_cv_median']:.2f}%)")
+        say()
+        say(f"== {name} on {device} ({hardware.short(probe['fingerprint'])})")
+        say(f"per-trial overhead: median {ex['overhead_s']['median']:.3f} s (min {min(overheads):.3f}, max {max(overheads):.3f}) "
+            f"of a {ex['trial_wall_s_median']:.2f} s trial")
+        say(f"repeatability: {args.repeat} processes, defaults {statistics.median(rates):.1f} samples/s, CV across processes "
+            f"{100 * cv(rates):.2f}% (within-trial window CV median {100 * ex['within_trial_cv_median']:.2f}%)")
         if ex["control_cv"] is not None:
-            print(f"control: a plain PyTorch loop of the same model in {args.repeat} fresh processes: CV {100 * ex['control_cv']:.2f}% "
-                  "(the machine's own floor)")
+            say(f"control: a plain PyTorch loop of the same model in {args.repeat} fresh processes: CV {100 * ex['control_cv']:.2f}% "
+                "(the machine's own floor)")
         for cfg, r in picked:
             rate = f"{r.samples_per_s:9.1f}" if r.ok else f"{r.outcome:>9s}"
-            print(f"  {knobs.short({**knobs.defaults(), **cfg}):70s} {rate} samples/s  {(r.samples_per_s or 0) / base:5.2f}x")
-        print(f"best hand-picked: {knobs.short({**knobs.defaults(), **best_cfg})}: {ex['best_speedup']:.2f}x the defaults "
-              f"({base:.1f} samples/s, median of {len(rates) + len(base_again)} default runs in this run)")
-    results = Path(__file__).resolve().parent / "results"
-    results.mkdir(exist_ok=True)
+            say(f"  {knobs.short({**knobs.defaults(), **cfg}):70s} {rate} samples/s  {(r.samples_per_s or 0) / base:5.2f}x")
+        say(f"best hand-picked: {knobs.short({**knobs.defaults(), **best_cfg})}: {ex['best_speedup']:.2f}x the defaults "
+            f"({base:.1f} samples/s, median of {len(rates) + len(base_again)} default runs in this run)")
     tag = "cpu" if device == "cpu" else "gpu"
-    (results / f"trial_worker_{tag}.json").write_text(json.dumps(out, indent=1, default=str))
+    harness.write(args, out, name=f"trial_worker_{tag}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """How long the read commands take on studies of 12, 1,000 and 10,000 trials (issue 16).
 
-Builds realistic studies with tests/study_factory.py (baseline, recipe, search trials
+Builds realistic studies with benchmarks/made_up.py (baseline, recipe, search trials
 with oom/nan/error/interrupted failures, duplicates answered from the cache, a noise
 floor and a race stored as ``measurement:*`` study attributes, and ``session:*``
 records). Above 1,000 trials the factory's trials are copied with jittered figures
@@ -13,22 +13,20 @@ Then each read command runs in a fresh process, as a user runs it, ``--repeat`` 
 (median reported): ``status``, ``status --json``, ``list``, ``export -o FILE`` and
 ``dashboard -o PAGE``; the page's size is reported and, where Chromium is installed,
 the time headless Chromium takes to open it and draw every figure (the page's own
-``#selftest``, as tests/test_dashboard_browser.py drives it), less nothing: the
+``#selftest``, with the flags tests/test_dashboard_browser.py drives it with), less nothing: the
 figure includes Chromium's own start-up, which is reported alone too.
 
     python benchmarks/views_scale.py [--sizes 12,1000,10000] [--repeat 3] [--journal] [--no-browser]
 
-Writes benchmarks/results/views_scale.json and .txt. Built studies are kept in
+Writes benchmarks/results/views_scale-<date>.json and .txt (the summary it prints last). Built studies are kept in
 ``--workdir`` (default /tmp/autotune-views-scale) and reused when present.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
-import random
 import re
 import shutil
 import statistics
@@ -39,13 +37,34 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-RESULTS = ROOT / "benchmarks" / "results"
+import harness
+from harness import say
+
+ROOT = harness.ROOT
 
 TARGETS = {"read_s_10k": 2.0, "status_s_12": 1.0, "dashboard_write_s_10k": 5.0, "render_s_10k": 5.0, "page_mb_10k": 5.0}
 FACTORY_MAX = 1000  # trials the factory makes itself; more are jittered copies of its own
 NAME = "scale"
+# Headless, no sandbox, nothing fetched (every host resolves to nowhere, every request goes to a dead proxy),
+# software WebGL for the parallel-coordinates lines: the flags of tests/test_dashboard_browser.py, with a longer budget.
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--enable-unsafe-swiftshader",
+    "--disable-dev-shm-usage",
+    "--disable-quic",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--hide-scrollbars",
+    "--proxy-server=http://127.0.0.1:9",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+    "--virtual-time-budget=60000",
+]
 
 
 # ---------------------------------------------------------------- building studies
@@ -77,13 +96,13 @@ def build(n: int, workdir: Path, journal: bool) -> dict[str, str]:
         optuna.copy_study(from_study_name=NAME, from_storage=memory,
                           to_storage=JournalStorage(JournalFileBackend(str(part))))
         os.replace(part, log)
-    print(f"built {n} trials in {time.perf_counter() - start:.0f} s", flush=True)
+    say(f"built {n} trials in {time.perf_counter() - start:.0f} s", keep=False)
     return urls
 
 
 def _in_memory(n: int) -> Any:
     import optuna
-    from study_factory import add_race, jittered_copies, make_study
+    from made_up import add_race, jittered_copies, make_study
 
     from autotune.evidence import Evidence
 
@@ -133,11 +152,8 @@ def chromium() -> str | None:
 
 def render(binary: str, page: Path, profile: Path) -> tuple[float, dict[str, Any] | None]:
     """Wall time of headless Chromium opening ``page#selftest`` until every figure is drawn (and its summary)."""
-    from test_dashboard_browser import FLAGS
-
-    flags = [f for f in FLAGS if not f.startswith("--virtual-time-budget")] + ["--virtual-time-budget=60000"]
     start = time.perf_counter()
-    proc = subprocess.run([binary, *flags, f"--user-data-dir={profile}", "--dump-dom", page.resolve().as_uri() + "#selftest"],
+    proc = subprocess.run([binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.resolve().as_uri() + "#selftest"],
                           capture_output=True, text=True, timeout=600, check=False)
     took = time.perf_counter() - start
     match = re.search(r'<pre id="autotune-selftest"[^>]*>(.*?)</pre>', proc.stdout, re.DOTALL)
@@ -149,14 +165,12 @@ def render(binary: str, page: Path, profile: Path) -> tuple[float, dict[str, Any
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.arguments(__doc__, repeat=3)
     parser.add_argument("--sizes", default="12,1000,10000")
-    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--journal", action="store_true", help="also time a journal-file copy of each study")
     parser.add_argument("--no-browser", action="store_true")
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/autotune-views-scale"))
-    parser.add_argument("--label", default="", help="a note stored with the results (e.g. before/after)")
-    parser.add_argument("--no-write", action="store_true", help="print only; do not write benchmarks/results")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/autotune-views-scale"),
+                        help="where the built studies are kept and reused")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     args.workdir.mkdir(parents=True, exist_ok=True)
@@ -173,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs = [timed(cmd, ROOT)[0] for _ in range(args.repeat)]
                 row["runs"][label] = [round(r, 3) for r in runs]
                 row["seconds"][label] = round(statistics.median(runs), 3)
-                print(f"{n:>6} {kind:<8} {label:<14} {row['seconds'][label]:7.2f} s  {runs}", flush=True)
+                say(f"{n:>6} {kind:<8} {label:<14} {row['seconds'][label]:7.2f} s  {runs}", keep=False)
             page = out / "page.html"
             row["page_mb"] = round(page.stat().st_size / 1e6, 2)
             if binary and kind == "sqlite":
@@ -187,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                 good = [r for r in renders if r is not None]
                 row["render_s"] = round(statistics.median(good), 3) if good else None
                 row["runs"]["render"] = [None if r is None else round(r, 3) for r in renders]
-                print(f"{n:>6} {kind:<8} {'render':<14} {row['render_s']} s  page {row['page_mb']} MB", flush=True)
+                say(f"{n:>6} {kind:<8} {'render':<14} {row['render_s']} s  page {row['page_mb']} MB", keep=False)
             rows.append(row)
     startup = None
     if binary:
@@ -207,14 +221,10 @@ def main(argv: list[str] | None = None) -> int:
                      + f" {('-' if render_s is None else f'{render_s:.2f}'):>8} {r['page_mb']:>8.2f}")
     verdicts = _targets(rows)
     lines.append("targets: " + "; ".join(f"{k} {v}" for k, v in verdicts.items()))
-    text = "\n".join(lines)
-    print(text)
-    if not args.no_write:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "views_scale.txt").write_text(text + "\n")
-        (RESULTS / "views_scale.json").write_text(json.dumps(
-            {"label": args.label, "repeat": args.repeat, "cpus": os.cpu_count(), "chromium_startup_s": startup,
-             "targets": TARGETS, "verdicts": verdicts, "rows": rows}, indent=2) + "\n")
+    for line in lines:
+        say(line)
+    harness.write(args, {"label": args.label, "repeat": args.repeat, "cpus": os.cpu_count(), "chromium_startup_s": startup,
+                         "targets": TARGETS, "verdicts": verdicts, "rows": rows})
     return 0
 
 

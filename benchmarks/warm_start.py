@@ -1,6 +1,6 @@
 """Warm start (issue 17), measured on the recorded grids: trials to reach 95% of a grid's best, with and without.
 
-    python benchmarks/warm_start.py [--seeds 5] [--source-trials 30] [--cap 40] [--sampler gp]
+    python benchmarks/warm_start.py [--seeds 5] [--source-trials 30] [--cap 40] [--sampler gp] [--out warm_start]
 
 For each pair of grids (benchmarks/data/grid_<example>.json), the warm-start source is a study
 tuned on the OTHER grid, so the target's grid played no part in picking it:
@@ -19,11 +19,11 @@ holds by construction. A target run stops as soon as a configuration within 95% 
 is measured (or after ``--cap`` measured configurations: "not reached", counted as cap + 1). Trials
 count measured configurations, baseline, recipe and warm-start seeds included (the noise floor's and
 the race's re-measurements are not trials). Prints a table per target grid and the ratio of the
-median trials with warm start to without, and writes benchmarks/results/warm_start.{txt,json}.
+median trials with warm start to without, and writes benchmarks/results/OUT-<date>.{txt,json}.
 
 ``--pairs mlp:mlp`` is a control, not the held-out measure: the source is an earlier study of the SAME
 model (another seed), i.e. what warm start gives when the winner does transfer
-(benchmarks/results/warm_start_same_model.txt).
+(benchmarks/results/warm_start_same_model.txt: ``--pairs mlp:mlp --out warm_start_same_model``).
 
 It replays recorded grids, so no trial runs: the machine that runs it matters only for its time (the GP
 sampler's suggestions take most of it: 36 minutes for --seeds 10 on a busy 2-core VM).
@@ -31,42 +31,33 @@ sampler's suggestions take most of it: 36 minutes for --seeds 10 on a busy 2-cor
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import os
-import platform
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
+import harness
 import optuna
+from grids import GRIDS
+from harness import say
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from autotune import knobs, space, warmstart
+from autotune import result as R
+from autotune import study as S
+from autotune.store import DIRECTIONS, Store, kind
 
-from grids import GRIDS  # noqa: E402
-
-from autotune import knobs, space, warmstart  # noqa: E402
-from autotune import result as R  # noqa: E402
-from autotune import study as S  # noqa: E402
-from autotune.store import DIRECTIONS, kind  # noqa: E402
+HERE = harness.HERE
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 SHARE = 0.95
 
 
-class MemoryStore:
-    """What autotune.warmstart reads of a Store (its studies' summaries, its Optuna storage), in memory."""
-
-    def __init__(self) -> None:
-        self.storage = optuna.storages.InMemoryStorage()
-
-    def summaries(self) -> list[Any]:
-        return list(self.storage.get_all_studies())
+def memory_store() -> Store:
+    """A new, empty store in memory (SQLite's), for the source study and the warm-started target: what
+    autotune.warmstart reads (its studies' descriptions, its Optuna storage) through the product's own Store."""
+    return harness.open_store("sqlite:///:memory:", fresh=True)
 
 
 class Reached(Exception):
@@ -109,7 +100,7 @@ def create(storage: optuna.storages.BaseStorage, name: str, grid: dict[str, Any]
     return study
 
 
-def source_study(store: MemoryStore, grid: dict[str, Any], sampler: str, seed: int, trials: int, noise: float,
+def source_study(store: Store, grid: dict[str, Any], sampler: str, seed: int, trials: int, noise: float,
                  fingerprint: dict[str, Any]) -> dict[str, Any]:
     """A study tuned to the end (race included) on the source grid; returns its verdict."""
     study = create(store.storage, f"source-{grid['name']}", grid, S.make_sampler(sampler, seed), fingerprint)
@@ -123,7 +114,7 @@ def source_study(store: MemoryStore, grid: dict[str, Any], sampler: str, seed: i
     return {"state": verdict.state, "winner": verdict.winner, "config": winner, "share_of_its_grid_best": true}
 
 
-def target_run(grid: dict[str, Any], store: MemoryStore | None, sampler: str, seed: int, cap: int, noise: float,
+def target_run(grid: dict[str, Any], store: Store | None, sampler: str, seed: int, cap: int, noise: float,
                fingerprint: dict[str, Any]) -> dict[str, Any]:
     """Trials until a configuration within SHARE of the grid's best is measured (None: not within ``cap``)."""
     storage = store.storage if store is not None else optuna.storages.InMemoryStorage()
@@ -157,33 +148,19 @@ def target_run(grid: dict[str, Any], store: MemoryStore | None, sampler: str, se
 
 
 def machine() -> str:
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}, optuna {optuna.__version__}"
+    head = harness.header()
+    return f"{head['cpu']}, {head['cores']} cores, Python {head['python']}, optuna {optuna.__version__}"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = harness.arguments(__doc__)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--source-trials", type=int, default=30)
     parser.add_argument("--cap", type=int, default=40)
     parser.add_argument("--sampler", default="gp")
     parser.add_argument("--noise", type=float, default=0.03, help="between-process noise of a measurement (log sd)")
     parser.add_argument("--pairs", nargs="*", default=["mlp:cnn", "cnn:mlp"], help="source:target grids")
-    parser.add_argument("--out", default=str(HERE / "results" / "warm_start"))
     args = parser.parse_args()
-    lines: list[str] = []
-
-    def say(text: str = "") -> None:
-        print(text, flush=True)
-        lines.append(text)
-
     grids = {name: load_grid(name) for name in GRIDS}
     t0 = time.perf_counter()
     say(f"warm start on the recorded grids: trials to {100 * SHARE:.0f}% of the grid's best, with and without; sampler "
@@ -208,7 +185,7 @@ def main() -> None:
             f"{'without':>7} {'with':>5}")
         rows = []
         for seed in range(args.seeds):
-            store = MemoryStore()
+            store = memory_store()
             source = source_study(store, src, args.sampler, seed, args.source_trials, args.noise, fingerprint)
             cold = target_run(dst, None, args.sampler, seed, args.cap, args.noise, fingerprint)
             warm = target_run(dst, store, args.sampler, seed, args.cap, args.noise, fingerprint)
@@ -237,9 +214,7 @@ def main() -> None:
     say(f"ratio of median trials to {100 * SHARE:.0f}% (with / without; below 1: warm start helps): "
         + ", ".join(f"{p.split(':')[1]} target {r:.2f}" for p, r in zip(args.pairs, ratios))
         + f"; in {time.perf_counter() - t0:.0f} s")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out + ".txt").write_text("\n".join(lines) + "\n")
-    Path(args.out + ".json").write_text(json.dumps(out, indent=1, default=str))
+    harness.write(args, out)
 
 
 def _n(trials: int | None, cap: int) -> int:
