@@ -1,0 +1,282 @@
+"""Evidence: a study's configurations compared, and every figure any view shows, each computed once.
+
+A speed-up between two configurations measured alternately in the same processes is their
+mean log-ratio over those processes, with the within-process noise
+(:func:`autotune.stats.within_process_noise`); otherwise the ratio of their claims
+(:mod:`autotune.evidence.configs`), with the noise between processes. A configuration's figure
+(samples/s) is then the baseline's times its speed-up, so the figure and the speed-up a view
+shows never disagree. The front, the race's candidates and the verdict
+(:mod:`autotune.evidence.verdict`) are computed here from the same comparisons.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any, Sequence
+
+from autotune import ablation as A
+from autotune import stats
+from autotune.evidence import configs as C
+from autotune.evidence import verdict as V
+from autotune.evidence.configs import Config
+from autotune.evidence.load import Load, leave_out
+from autotune.evidence.verdict import Verdict
+from autotune.stats import Measurement, Noise, Ratio
+from autotune.store.records import StoredStudy
+
+
+class Evidence:
+    """A study's measurements, read once from a :class:`autotune.store.StoredStudy`, and every figure derived from them.
+
+    ``max_memory_bytes``: the budget a configuration must fit (default: the study's own, ``--max-memory``).
+    A study's own evidence is built once, as ``study.evidence``.
+    """
+
+    def __init__(self, study: StoredStudy, max_memory_bytes: int | None = None) -> None:
+        if not isinstance(study, StoredStudy):  # transitional: the loop's (trials, attrs); see _legacy_study
+            study, max_memory_bytes = _legacy_study(study, max_memory_bytes), None
+        self.study = study
+        self._memo: dict[Any, Any] = {}
+        self.max_memory_bytes = max_memory_bytes if max_memory_bytes is not None else study.max_memory_bytes
+        self.configs: dict[int, Config] = C.measured(study, self.max_memory_bytes)
+        self.baseline: Config | None = next((c for c in self.configs.values() if c.is_baseline), None)
+        C.set_changes(self.configs.values(), self.baseline)
+        # Processes that measured several configurations alternately: each arm joins its configuration by key.
+        self.trial_of: dict[str, int] = {}
+        for n in sorted(self.configs):
+            if self.configs[n].key:
+                self.trial_of.setdefault(self.configs[n].key, n)
+        self.blocks = study.blocks()
+        self.within: dict[str, list[Measurement]] = C.join(self.configs, self.blocks, self.trial_of)
+        self.within_noise: Noise = stats.within_process_noise(b.rates for b in self.blocks)  # type: ignore[misc]
+        self.load = Load.of(self.configs.values(), self.baseline, study.fingerprint)
+        leave_out(self.configs.values(), self.load)
+        self.noise: Noise = stats.pooled_noise([v for _, v in c.claim] for c in self.configs.values())
+        self.raced = [n for n, c in self.configs.items() if c.confirmed and not c.is_baseline]
+        # Every interval of the study is simultaneous over the configurations its verdict
+        # compares: the raced ones, or before any race every measured one (a best of N);
+        # once a race has looked at its evidence several times, over those looks too.
+        self.comparisons = max(1, len(self.raced) or len([c for c in self.configs.values() if not c.is_baseline]))
+        self.looks = _looks(study) if self.raced else 1
+        if self.baseline is not None:
+            base = self.baseline
+            for c in self.configs.values():
+                if c is not base and _common(c.together, base.together):
+                    c.figure = base.samples_per_s * self.compare(c.number, base.number).estimate
+        for c in self.configs.values():
+            c.seal()
+
+    # ------------------------------------------------------------ per configuration
+
+    def samples_per_s(self, number: int) -> float | None:
+        c = self.configs.get(number)
+        return c.samples_per_s if c else None
+
+    def speedup(self, number: int) -> Ratio | None:
+        """``number``'s throughput over the baseline's, with its interval; None without a baseline."""
+        c = self.configs.get(number)
+        if c is None or self.baseline is None:
+            return None
+        if c.number == self.baseline.number:
+            return Ratio(1.0, 1.0, 1.0, c.processes, c.processes, True, stats.LEVEL, 1)
+        return self.compare(number, self.baseline.number)
+
+    def compare(self, number: int, reference: int, claim: bool = True) -> Ratio:
+        """``number``'s throughput over ``reference``'s, each kind of pair with its own noise.
+
+        Measured alternately in the same processes: their mean log-ratio there, with the
+        within-process noise. Otherwise, when either has such measurements against the
+        baseline, the two speed-ups divided (their errors combined). Otherwise their claims
+        (separate processes, paired on common rounds), with the noise between processes.
+        ``claim``: adjusted for the study's comparisons and looks (a claim); else plain 90%
+        (the race's rule for staying in the race).
+        """
+        x, y = self.configs[number], self.configs[reference]
+        comparisons, looks = (self.comparisons, self.looks) if claim else (1, 1)
+        if _common(x.together, y.together):
+            return stats.ratio_within(x.together, y.together, self.within_noise, comparisons, looks=looks)
+        base = self.baseline
+        if base is not None and number != base.number and reference != base.number and (
+                _common(x.together, base.together) or _common(y.together, base.together)):
+            return stats.combined(self.compare(number, base.number, claim), self.compare(reference, base.number, claim))
+        return stats.ratio(x.claim, y.claim, self.noise, comparisons, looks=looks)
+
+    def single(self, samples_per_s: float) -> Ratio | None:
+        """The speed-up one fresh measurement shows (a trial line, before it is stored)."""
+        if self.baseline is None or not samples_per_s:
+            return None
+        return stats.ratio([("new", samples_per_s)], self.baseline.claim, self.noise, self.comparisons)
+
+    def row(self, number: int) -> dict[str, Any]:
+        """The figures of one configuration, as every view shows them."""
+        c = self.configs[number]
+        s = self.speedup(number)
+        return {
+            "trial": number,
+            "role": c.role,
+            "changes": dict(c.changes),
+            "samples_per_s": c.samples_per_s,
+            "processes": c.processes,
+            "confirmed": c.confirmed,
+            "peak_memory_bytes": c.peak_memory_bytes,
+            "feasible": c.feasible,
+            "speedup": s.to_dict() if s else None,
+        }
+
+    # ------------------------------------------------------------ the study
+
+    def ok(self, feasible_only: bool = True) -> list[Config]:
+        return [c for c in self.configs.values() if c.feasible or not feasible_only]
+
+    def front(self) -> list[int]:
+        """Feasible configurations no other beats on both figure and memory, fastest first."""
+        # One sweep, fastest first: a point is dominated by a faster one using no more memory, or by one as
+        # fast using less (O(n log n): a study of 10,000 trials has millions of pairs).
+        points = sorted(self.ok(), key=lambda c: (-c.samples_per_s, c.peak_memory_bytes))
+        out: list[int] = []
+        least_faster = math.inf  # the least memory among the points strictly faster than the current group
+        for _, same in itertools.groupby(points, key=lambda c: c.samples_per_s):
+            group = list(same)
+            least_here = group[0].peak_memory_bytes  # sorted by memory within the group
+            out.extend(c.number for c in group if least_here == c.peak_memory_bytes < least_faster)
+            least_faster = min(least_faster, least_here)
+        return out
+
+    def cut_margin(self, floor: float) -> float:
+        """How much faster a front point must be before a trial is cut short: never below the noise."""
+        if not self.noise.known or self.noise.sigma is None:
+            return floor
+        return max(floor, math.expm1(2.5 * self.noise.sigma))
+
+    def race_candidates(self, limit: int, always: int = 3) -> list[int]:
+        """The configurations to race: those whose intervals overlap the fastest's, by estimate.
+
+        Generous on purpose (the race is what separates them): the ``always`` fastest
+        estimates are in whatever the noise says (a noise floor from a few processes can
+        come out far too small), then the rest whose interval overlaps the fastest's, up to
+        ``limit``, plus the one that changes the fewest knobs (so the race can prefer it).
+        Never the baseline: it is measured in every round anyway.
+        """
+        points = sorted((c for c in self.ok() if not c.is_baseline), key=lambda c: -c.samples_per_s)
+        if not points:
+            return []
+        leader = points[0]
+
+        def overlaps(c: Config) -> bool:
+            if not self.noise.known or self.noise.sigma is None:
+                return True
+            half = stats.t_quantile(self.noise.df) * self.noise.sigma
+            return math.log(leader.samples_per_s) - half / math.sqrt(leader.processes) <= math.log(c.samples_per_s) + half / math.sqrt(c.processes)
+
+        tied = [c for i, c in enumerate(points) if i < always or overlaps(c)]
+        chosen = tied[:limit]
+        simplest = min(tied, key=lambda c: (len(c.changes), -c.samples_per_s))
+        if simplest not in chosen:
+            chosen.append(simplest)
+        return [c.number for c in chosen]
+
+    def verdict(self, ablated: bool = True) -> Verdict:
+        """The recommendation (:mod:`autotune.evidence.verdict`): the raced configurations (or, before a race, every
+        one) compared through the noise; then, once the path to the winner has been measured (:meth:`ablation`),
+        the smallest configuration that keeps its gain, without the knobs that bought nothing beyond the noise
+        (``ablated=False``: the race's own winner, before that). On a busy machine a gain that rests on a
+        load-sensitive knob is not recommended."""
+        key = ("verdict", ablated)
+        if key not in self._memo:
+            self._memo[key] = V.ablated(self, V.raced(self)) if ablated else V.raced(self)
+        return self._memo[key]  # type: ignore[no-any-return]
+
+    def ablation(self) -> A.Ablation | None:
+        """What each knob of the race's winner bought, from the defaults (:mod:`autotune.ablation`): measured in
+        shared processes once the race is over, one step when the winner changes a single knob; None before."""
+        if "ablation" not in self._memo:
+            self._memo["ablation"] = None
+            self._memo["ablation"] = V.ablation(self)
+        return self._memo["ablation"]  # type: ignore[no-any-return]
+
+    def choose(self, pool: Sequence[int]) -> stats.Choice:
+        """The verdict's rule (:func:`autotune.stats.choose`) over these configurations (the race's rule too)."""
+        assert self.baseline is not None
+        return stats.choose(
+            [str(n) for n in pool],
+            str(self.baseline.number),
+            lambda k: self.speedup(int(k)),  # type: ignore[arg-type, return-value]
+            lambda k, leader: self.compare(int(k), int(leader), claim=False),
+            {str(n): len(self.configs[n].changes) for n in pool},
+        )
+
+    def recommended(self) -> int | None:
+        """The configuration to use: the verdict's winner, or the defaults (the baseline) when nothing beats them
+        beyond the noise; None before the baseline is measured."""
+        verdict = self.verdict()
+        if verdict.state == "gain" and verdict.winner is not None:
+            return verdict.winner
+        if verdict.state == "no_fit":  # not even the defaults fit the memory budget: nothing to recommend
+            return None
+        return self.baseline.number if self.baseline else None
+
+    def time_spent(self) -> dict[str, float]:
+        """Wall-clock time during which any process worked on the study (overlapping workers count once)."""
+        sessions = self.study.sessions()
+        spans = sorted(
+            (float(s["started_at"]), float(s["started_at"]) + float(s.get("elapsed_s") or 0.0)) for s in sessions if s.get("started_at")
+        )
+        wall, end = 0.0, float("-inf")
+        for a, b in spans:
+            if b > end:
+                wall += b - max(a, end)
+                end = b
+        wall += sum(float(s.get("elapsed_s") or 0.0) for s in sessions if not s.get("started_at"))
+        return {"wall_s": wall, "sessions": float(len(sessions))}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Noise, verdict and front rows: what ``status --json`` and exports carry."""
+        return {
+            "noise": self.noise.to_dict(),
+            "noise_text": self.noise.text(),
+            "within_process_noise": self.within_noise.to_dict(),
+            "within_process_noise_text": self.within_noise.text() if self.blocks else None,
+            "ablation": ab.to_dict() if (ab := self.ablation()) is not None else None,
+            "comparisons": self.comparisons,
+            "verdict": self.verdict().to_dict(),
+            "front": [self.row(n) for n in self.front()],
+            "recommended": self.row(rec) if (rec := self.recommended()) is not None else None,
+            "load": self.load.to_dict(),
+        }
+
+    # ------------------------------------------------------------ transitional: the tuning loop's Optuna objects
+    # (autotune/study.py and autotune/race.py read the study through Optuna until they read it through
+    # autotune.store.LiveStudy; then Evidence.of, .attrs and the (trials, attrs) form of the constructor go)
+
+    @classmethod
+    def of(cls, study: Any) -> Evidence:
+        """Transitional: a study's evidence, from a :class:`autotune.store.StoredStudy` (its own, built once) or a
+        live ``optuna.Study`` (read now)."""
+        from autotune.store.records import StoredStudy as Stored
+
+        return (study if isinstance(study, Stored) else Stored.of(study)).evidence  # type: ignore[no-any-return]
+
+    @property
+    def attrs(self) -> Any:
+        """Transitional: the study's stored records as a mapping (autotune.race reads the rounds it began there)."""
+        return self.study._attrs
+
+
+def _legacy_study(trials: Any, attrs: Any) -> StoredStudy:
+    """Transitional: ``Evidence(trials, attrs)`` as the tuning loop still calls it (Optuna's trials and attributes)."""
+    return StoredStudy.from_frozen("", attrs, trials)
+
+
+def _common(a: Sequence[Measurement], b: Sequence[Measurement]) -> bool:
+    rounds = {r for r, _ in a}
+    return any(r in rounds for r, _ in b)
+
+
+def _looks(study: StoredStudy) -> int:
+    """The planned looks of the study's latest race (1 before any race, and for races that did not record them)."""
+    races = [record for _, record in study.races()]
+    if not races:
+        return 1
+    latest = max(races, key=lambda v: v.get("started", 0.0))
+    return max(1, int(latest.get("looks") or 1))
