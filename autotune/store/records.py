@@ -392,6 +392,11 @@ class StoredStudy:
     def sessions(self) -> list[Mapping[str, Any]]:
         return [v for k, v in self._attrs.items() if k.startswith(SESSION) and isinstance(v, Mapping)]
 
+    def with_trials(self, trials: Sequence[StoredTrial]) -> StoredStudy:
+        """The same study (its description and records) with these trials instead: a made-up study grown past what
+        was stored (tests/study_factory.py's ``jittered_copies``), read as any other."""
+        return StoredStudy(self.name, self._attrs, trials)
+
 
 # ---------------------------------------------------------------- writing
 
