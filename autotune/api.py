@@ -12,6 +12,10 @@ The model (and data) may be named as on the command line (``"mypkg.models:build"
 another function. Trials run in processes forked from a server that cannot import those,
 so such an object travels by value, pickled with cloudpickle (:mod:`autotune.shipping`);
 an object an importable module defines is named ``module:attr`` instead, as the CLI would.
+
+The keywords are the request's fields, as declared in :mod:`autotune.request` (with the
+same defaults; tests/test_request.py checks them field by field), and a value a field cannot
+take is refused by the request, once, in an error that names the keyword (``trials=``).
 """
 
 from __future__ import annotations
@@ -28,16 +32,15 @@ import optuna
 from autotune import ceiling as ceilings
 from autotune import knobs, shipping, tuning
 from autotune import study as S
-from autotune.errors import KnobError, SpecError, WorkloadError
-from autotune.evidence import Evidence, Verdict
-from autotune.view import StudyView
+from autotune.errors import AutotuneError, FieldError, KnobError, SpecError, WorkloadError
+from autotune.evidence import Verdict
 from autotune.request import DEFAULT_CONFIRM, DEFAULT_PICK, DEFAULT_SAMPLER, DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS
-from autotune.request import TuneConfig, WorkloadSpec, check_global_batch
+from autotune.request import FIELDS, MeasureConfig, TuneConfig, WorkloadSpec
 from autotune.request import parse_model_args, parse_shape
 from autotune.result import TrialResult
 from autotune.stats import Noise, Ratio
-from autotune.store import Store
-from autotune.units import parse_duration, parse_size
+from autotune.store import Store, StoredStudy
+from autotune.units import parse_size
 from autotune.specs import import_spec
 
 __all__ = ["TuneResult", "measure", "tune"]
@@ -46,25 +49,17 @@ __all__ = ["TuneResult", "measure", "tune"]
 # ---------------------------------------------------------------- arguments
 
 
-def _positive(value: float | int | str | None, name: str, parse: Callable[[str, str], Any], kind: str,
-              convert: Callable[[Any], Any]) -> Any:
-    """A positive number given as a number or as text ``parse`` reads; None stays None."""
+def _size(value: int | float | str | None, name: str) -> int | None:
+    """A size argument of the API's own (not a field of the request): bytes, or text such as '20GiB'."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise KnobError(f"{name}={value!r}: expected {kind}")
-    number = convert(parse(value, name) if isinstance(value, str) else value)
-    if number <= 0:
-        raise KnobError(f"{name}={value!r}: must be positive")
+    try:
+        number = parse_size(value)
+    except AutotuneError as exc:
+        raise KnobError(f"{name}={value!r}: {exc}") from None
+    if not isinstance(number, int) or number <= 0:
+        raise KnobError(f"{name}={value!r}: must be positive and a whole number of bytes")
     return number
-
-
-def _seconds(value: float | int | str | None, name: str) -> float | None:
-    return _positive(value, name, parse_duration, "seconds or a duration such as '2h', '90m', '45s'", float)
-
-
-def _bytes(value: int | float | str | None, name: str) -> int | None:
-    return _positive(value, name, parse_size, "bytes or a size such as '20GiB', '512MB'", int)
 
 
 def _part(obj: Any, what: str, pickled: dict[str, str]) -> str | None:
@@ -159,15 +154,15 @@ class TuneResult:
         self.study = study
         self.store = store
         self.summary = summary
-        self.view = StudyView.of(study)  # read once: the figures below and export() read this view, as the CLI's do
-        evidence = Evidence.of(self.view)
+        self.view = StoredStudy.of(study)  # read once: the figures below and export() read this view, as the CLI's do
+        evidence = self.view.evidence
         self.front: list[dict[str, Any]] = [evidence.row(n) for n in evidence.front()]
         self.verdict: Verdict = evidence.verdict()
         self.noise: Noise = evidence.noise
         self.recommended: int | None = evidence.recommended()
         self._speedup = evidence.speedup(self.recommended) if self.recommended is not None else None
         self._changes = evidence.configs[self.recommended].changes if self.recommended is not None else {}
-        self.measured = sum(1 for t in self.view.trials if S.is_measured(t))
+        self.measured = sum(1 for t in self.view.trials if t.measured)
 
     @property
     def name(self) -> str:
@@ -199,7 +194,7 @@ class TuneResult:
         from autotune import frameworks
 
         frameworks.check_format(format)
-        doc = C.export(self.view, pick, _bytes(max_memory, "max_memory"), self.store.shown)
+        doc = C.export(self.view, pick, _size(max_memory, "max_memory"), self.store.shown)
         if format == "json":
             if path is not None:
                 C.write(doc, path)
@@ -220,22 +215,30 @@ class TuneResult:
 
 # ---------------------------------------------------------------- errors in Python's words
 
-_OPTIONS = {"--model-arg": "model_args", "--input-shape": "input_shape", "--num-classes": "num_classes",
-            "--seq-len": "model_args seq_len", "--time-budget": "time_budget", "--max-memory": "max_memory",
-            "--trial-timeout": "trial_timeout", "--global-batch": "global_batch", "--batch-ceiling": "batch_ceiling",
-            "--model": "model", "--data": "data", "--task": "task", "--device": "device", "--trials": "trials",
-            "--space": "space", "--study": "study", "--storage": "storage", "--confirm": "confirm", "--sampler": "sampler",
-            "--seed": "seed", "--quick": "quick", "--set": "config", "--repeat": "repeat", "--pick": "pick"}
+#: The API's keyword for each CLI option, for the messages of the modules below the request (a workload that fails,
+#: a device this machine lacks, a study that does not match), which name options: the declared fields' keywords
+#: (from the declaration) and the arguments of the API's own that have an option's counterpart.
+_OPTIONS = {**{d.option: d.word for d in FIELDS.values() if d.option},
+            "--set": "config", "--pick": "pick"}
+
+
+def in_python_words(exc: AutotuneError) -> AutotuneError:
+    """An error as a Python caller reads it. A field of the request is named by its keyword, from its declaration
+    (``trial_timeout=``); any other message has its options put in Python's words (:func:`python_words`)."""
+    if isinstance(exc, FieldError):
+        declared = FIELDS.get(exc.field)
+        word = declared.word if declared is not None else exc.field
+        return exc.worded(f"{word}=", f"{word}=")
+    return type(exc)(python_words(str(exc)))
 
 
 def python_words(text: str) -> str:
-    """An error's message as a Python caller reads it: ``--input-shape`` -> ``input_shape=``, ``(--trials, trials=)``
-    -> ``(trials=)``, ``--model 'pickled:Net@1a2b...'`` -> ``model=Net`` (the object's own name)."""
+    """A message of the modules below the request as a Python caller reads it: ``--input-shape`` -> ``input_shape=``,
+    ``--model 'pickled:Net@1a2b...'`` -> ``model=Net`` (the object's own name)."""
     import re
 
     text = re.sub(r"'pickled:([^'@\s]+)@[0-9a-f]+'", "'\x00\\1'", text)
     text = re.sub(r"pickled:([^'@\s]+)@[0-9a-f]+", "\\1", text)
-    text = re.sub(r"\((--[a-z-]+), ([a-z_]+=)\)", r"(\2)", text)
 
     def word(name: str, m: re.Match[str]) -> str:
         quoted, number, assignment, bare = m.group(2), m.group(3), m.group(4), m.group(5)
@@ -257,17 +260,15 @@ def python_words(text: str) -> str:
 
 
 def _in_python_words(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Re-raise an AutotuneError with its message in Python's words (the API's edge; the CLI's is cli.py)."""
+    """Re-raise an AutotuneError with its message in Python's words (the API's edge; the CLI's is autotune.cli.edge)."""
     import functools
-
-    from autotune.errors import AutotuneError
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
         except AutotuneError as exc:
-            raise type(exc)(python_words(str(exc))) from None
+            raise in_python_words(exc) from None
 
     return wrapper
 
@@ -299,6 +300,7 @@ def tune(
     trial_timeout: float | str = DEFAULT_TRIAL_TIMEOUT_S,
     batch_ceiling: bool | None = None,
     warm_start: bool = True,
+    early_stop: bool = True,
     progress: bool = True,
 ) -> TuneResult:
     """Tune a model's performance knobs (``autotune run`` as a function); resume the study if it exists.
@@ -314,6 +316,7 @@ def tune(
     ``batch_ceiling``: first find the largest batch that fits and search none above it
     (default: on a GPU, or with ``max_memory``). ``warm_start``: a new study first measures the winners of
     earlier studies in the same storage on this kind of machine (False: only the baseline and the recipe).
+    ``early_stop``: cut a trial short when a point of the front beats it (False: as ``--no-early-stop``).
     ``progress``: a progress bar and one line per trial (False: silent).
 
     Ctrl-C (a notebook's interrupt) stops the running trial, records it as interrupted
@@ -328,11 +331,10 @@ def tune(
         spec = tuning.stored_config(_store(storage, study, read_only=True).load(study)).spec
     else:
         spec = _spec(model, data, model_args, input_shape, num_classes, task)
-    job = TuneConfig(
-        spec=spec, space=space, trials=trials, time_budget_s=_seconds(time_budget, "time_budget"),
-        max_memory_bytes=_bytes(max_memory, "max_memory"), global_batch=global_batch, sampler=sampler, seed=seed,
-        quick=quick, confirm=confirm, trial_timeout_s=_seconds(trial_timeout, "trial_timeout"), batch_ceiling=batch_ceiling,
-        warm_start=warm_start,
+    job = TuneConfig.from_keywords(
+        spec, space=space, trials=trials, time_budget=time_budget, max_memory=max_memory, global_batch=global_batch,
+        sampler=sampler, seed=seed, quick=quick, early_stop=early_stop, confirm=confirm, trial_timeout=trial_timeout,
+        batch_ceiling=batch_ceiling, warm_start=warm_start,
     )
     name = study or default_study(spec)
     store = _store(storage, name)
@@ -399,46 +401,41 @@ def measure(
     process, when ``repeat > 1``). A failing configuration (oom, nan, ...) is a result; a
     model or data factory that cannot be built raises.
     """
-    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
-        raise KnobError(f"repeat={repeat!r}: expected a positive integer")
     spec = _spec(model, data, model_args, input_shape, num_classes, task)
+    request = MeasureConfig.from_keywords(spec, quick=quick, global_batch=global_batch, trial_timeout=trial_timeout,
+                                          repeat=repeat)
     if config is None:
         values: dict[str, Any] = {}
     elif isinstance(config, Mapping):
         values = knobs.validate_config(config)
     else:
         values = knobs.parse_assignments(config)
-    results = measure_spec(spec, values, device=_device(device), quick=quick, repeat=repeat, global_batch=global_batch,
-                           timeout_s=_seconds(trial_timeout, "trial_timeout") or DEFAULT_TRIAL_TIMEOUT_S)
-    return results[0] if repeat == 1 else results
+    results = measure_spec(request, values, device=_device(device))
+    return results[0] if request.repeat == 1 else results
 
 
 def measure_spec(
-    spec: WorkloadSpec,
+    request: MeasureConfig,
     config: Mapping[str, Any],
     *,
     device: str,
-    quick: bool = False,
-    repeat: int = 1,
-    global_batch: int | None = None,
-    timeout_s: float = DEFAULT_TRIAL_TIMEOUT_S,
     on_result: Callable[[int, TrialResult], None] | None = None,
 ) -> list[TrialResult]:
-    """Measure one configuration of a workload ``repeat`` times, each in a new process (``measure`` and
+    """Measure one configuration of a workload ``request.repeat`` times, each in a new process (``measure`` and
     ``autotune measure``). ``on_result(i, result)`` after each. A failing configuration is a result; a
     workload that cannot be built raises WorkloadError."""
     from autotune.protocol import Settings
     from autotune.runner import Runner
 
-    check_global_batch(global_batch)
-    runner = Runner(spec, device=device, timeout_s=timeout_s, settings=Settings.quick() if quick else Settings(),
-                    global_batch=global_batch)
+    spec, global_batch = request.spec, request.global_batch
+    runner = Runner(spec, device=device, timeout_s=request.trial_timeout_s,
+                    settings=Settings.quick() if request.quick else Settings(), global_batch=global_batch)
     probe = runner.probe()
     values = knobs.validate_config(config, knobs.Context.from_dict(probe["context"]))
     batch = int(values.get(knobs.BATCH_KNOB, probe["workload"].get(knobs.BATCH_KNOB) or knobs.defaults()[knobs.BATCH_KNOB]))
     knobs.accumulation_steps(global_batch, batch)
     results = []
-    for i in range(repeat):
+    for i in range(request.repeat):
         res = runner.measure(values)
         if res.user_error:
             raise WorkloadError(res.error["message"] if res.error else "the workload failed")

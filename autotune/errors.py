@@ -53,3 +53,49 @@ class ConfigError(AutotuneError):
 
 class DeviceError(AutotuneError):
     """A ``--device`` that does not exist on this machine."""
+
+
+class UnitError(AutotuneError):
+    """A size or a duration that does not read (:mod:`autotune.units`). The message says what was expected and
+    names no option: the caller knows whether it is ``--time-budget`` or ``time_budget=``."""
+
+
+class FieldError(AutotuneError):
+    """A value one field of the request cannot take (:mod:`autotune.request`).
+
+    It carries the field's name, the value and the problem, not a surface's word for the field: the CLI says
+    ``--trial-timeout``, the Python API ``trial_timeout=``, each from the field's declaration
+    (:func:`autotune.request.cli_words`, :func:`autotune.request.api_words`). Its own message, for a request built
+    directly, names the dataclass field.
+    """
+
+    def __init__(self, field: str, problem: str, *, value: object = None, valued: bool = False, what: str = "") -> None:
+        self.field = field
+        self.problem = problem
+        self.value = value
+        self.valued = valued  # the message quotes the value before the problem: "--input-shape '3,a': expected ..."
+        self.what = what  # the field in words, "the trial budget"; "" names it by its word alone
+        super().__init__(self.say(field, f"{field}="))
+
+    def say(self, word: str, before_value: str) -> str:
+        """The message with the field named in one surface's words: ``word`` alone (``--trials``, ``trials=``), or
+        ``before_value`` followed by the value (``--model-arg 'x'``, ``model_args='x'``)."""
+        if self.valued:
+            return f"{before_value}{self.value!r}: {self.problem}"
+        if self.what:
+            return f"{self.what} ({word}) {self.problem}"
+        return f"{word} {self.problem}"
+
+    def worded(self, word: str, before_value: str) -> FieldError:
+        """The same error, its message in one surface's words."""
+        out = type(self)(self.field, self.problem, value=self.value, valued=self.valued, what=self.what)
+        out.args = (self.say(word, before_value),)
+        return out
+
+
+class FieldValueError(FieldError, KnobError):
+    """A field of the request with a value it cannot take: a trial budget of 0, an unknown sampler."""
+
+
+class FieldSpecError(FieldError, SpecError):
+    """A field of the workload that names nothing usable: an empty model, a malformed shape or model argument."""

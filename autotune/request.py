@@ -1,18 +1,26 @@
-"""The one typed request: what a tuning job is, validated once, every default in one place.
+"""The one typed request: what a tuning job is, declared once, validated once, every default in one place.
 
 A :class:`TuneConfig` holds a whole job: the workload (a :class:`WorkloadSpec`), the
-search space, the budget and how to measure. ``autotune run``, ``autotune submit`` and
-``autotune.tune()`` only translate their arguments into one; :mod:`autotune.tuning`
-and :mod:`autotune.study` take it (or what derives from it) and nothing else. It is
+search space, the budget and how to measure; a :class:`MeasureConfig` one configuration's
+measurement. ``autotune run``, ``autotune submit``, ``autotune measure``, ``autotune.tune()``
+and ``autotune.measure()`` only translate their arguments into one; :mod:`autotune.tuning`
+and :mod:`autotune.study` take it (or what derives from it) and nothing else. A job is
 stored on its study (``job``), so a worker on another machine joins with nothing but a
 study name and a storage URL.
 
-Why one: the job was spelled four times (click options, ``tune``'s parameters, a Job
-and the tuner's Options) and the copies disagreed (the trial timeout was 600 s in two
-places and 300 s in a third; the stale-trial grace matched neither). Here each default
-is written once and the grace derives from the timeout.
+Each field is declared once, beside its default (:class:`Declared`, in the field's
+metadata): its CLI option, its Python keyword, its help, its unit and its rule. The CLI's
+options are made from the declarations (:mod:`autotune.cli.options`), ``tune()`` and
+``measure()`` are checked against them field by field (tests/test_request.py), and a value
+a field cannot take raises one :class:`autotune.errors.FieldError` naming the field, which
+each surface words as its own (``--trial-timeout``, ``trial_timeout=``).
 
-This module imports neither torch nor Optuna: the CLI reads its defaults before parsing.
+Why: the job was spelled on every surface (click options, ``tune``'s parameters, a map
+from options to keywords, the tuner's Options) and the copies drifted (the trial timeout
+was 600 s in two places and 300 s in a third; ``--no-early-stop`` had no ``tune()``
+counterpart; values were checked by click, by the API and here, in three wordings).
+
+This module imports neither torch nor Optuna: the CLI reads its declarations before parsing.
 """
 
 from __future__ import annotations
@@ -21,10 +29,11 @@ import ast
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any, Iterable, Mapping
 
-from autotune.errors import KnobError, SpecError
+from autotune.errors import FieldError, FieldSpecError, FieldValueError, SpecError, UnitError
+from autotune.units import parse_duration, parse_size
 
 TASKS = ("train", "infer")
 SAMPLERS = ("tpe", "gp", "random", "nsga2")
@@ -35,11 +44,175 @@ MAX_CONFIRM = 50
 MAX_TRIALS = 100_000
 DEFAULT_TRIAL_TIMEOUT_S = 600.0
 DEFAULT_POLL_S = 30.0  # how often a worker --all looks for new jobs
+MAX_REPEAT = 100  # measure --repeat: new processes at most
 CUT_MARGIN = 0.25  # early stopping: a trial is cut when a front point is this much faster at no more memory (at least)
 #: What ``autotune export --pick`` may take: the verdict's recommendation (the defaults when nothing beats them
 #: beyond the noise), the fastest-looking point of the front, the smallest, or the balance of the two.
 PICKS = ("recommended", "fastest", "smallest", "balanced")
 DEFAULT_PICK = "recommended"
+
+
+# ---------------------------------------------------------------- the declaration
+
+
+@dataclass(frozen=True)
+class Whole:
+    """A whole number within bounds (either may be open). ``shown``: the CLI's help shows the bounds."""
+
+    low: int | None = None
+    high: int | None = None
+    shown: bool = True
+
+    def problem(self, value: Any) -> str | None:
+        if (isinstance(value, bool) or not isinstance(value, int) or (self.low is not None and value < self.low)
+                or (self.high is not None and value > self.high)):
+            if self.low is not None and self.high is not None:
+                bound = f" from {self.low} to {self.high}"
+            else:
+                bound = f" of at least {self.low}" if self.low is not None else ""
+            return f"must be a whole number{bound}, not {value!r}"
+        return None
+
+
+@dataclass(frozen=True)
+class Positive:
+    """A positive number (``whole``: of bytes)."""
+
+    whole: bool = False
+
+    def problem(self, value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:  # NaN is not > 0
+            return f"must be positive, not {value!r}"
+        if self.whole and not isinstance(value, int):
+            return f"must be positive and a whole number of bytes, not {value!r}"
+        return None
+
+
+@dataclass(frozen=True)
+class OneOf:
+    choices: tuple[str, ...]
+
+    def problem(self, value: Any) -> str | None:
+        return None if value in self.choices else f"must be one of {', '.join(self.choices)}, not {value!r}"
+
+
+@dataclass(frozen=True)
+class Switch:
+    """True or False (``maybe``: or None, the product decides)."""
+
+    maybe: bool = False
+
+    def problem(self, value: Any) -> str | None:
+        if isinstance(value, bool) or (self.maybe and value is None):
+            return None
+        return f"must be True, False or None, not {value!r}" if self.maybe else f"must be True or False, not {value!r}"
+
+
+@dataclass(frozen=True)
+class Text:
+    """Text that is not blank; ``problem`` is what is said otherwise (``{value!r}`` quotes the value)."""
+
+    problem_text: str
+
+    def problem(self, value: Any) -> str | None:
+        if isinstance(value, str) and value.strip():
+            return None
+        return self.problem_text.format(value=value)
+
+
+Rule = Whole | Positive | OneOf | Switch | Text
+DECLARED = "autotune.declared"  # the key of a field's declaration in its dataclass metadata
+
+
+@dataclass(frozen=True, eq=False)
+class Declared:
+    """One field of the request as every surface shows it, written once beside the field's default.
+
+    ``what``: the field in words, for messages ("the trial budget"; empty: its word alone).
+    ``flag``: its CLI option as click declares it ("--trials", "--warm-start/--no-warm-start"; a switch whose
+    default is True and whose flag has no pair, "--no-early-stop", turns it off); None: no option.
+    ``keyword``: its name in ``tune()``/``measure()``: the field's own, but for a duration or a size, which
+    the API and the CLI take as ``"2h"`` or ``"20GiB"`` too: the name without its unit (``time_budget``).
+    ``help``: the CLI's help; ``help_in``: a command's own wording of it. ``unit``: "duration" (seconds) or
+    "size" (bytes), read by :mod:`autotune.units`. ``rule``: the values it takes, checked once, by the request.
+    ``show_default``: the CLI's help shows the default. ``metavar``: the CLI's name of the value.
+    ``spec``: a field of the workload, whose errors are SpecErrors. ``name``, ``default`` and ``required`` (no
+    default) are the field's.
+    """
+
+    what: str = ""
+    flag: str | None = None
+    keyword: str | None = None
+    help: str = ""
+    help_in: Mapping[str, str] = field(default_factory=dict)
+    unit: str | None = None
+    rule: Rule | None = None
+    show_default: bool = False
+    metavar: str | None = None
+    spec: bool = False
+    name: str = ""
+    default: Any = None
+    required: bool = False
+
+    @property
+    def word(self) -> str:
+        """The Python keyword (``tune(trial_timeout=...)``)."""
+        return self.keyword or self.name
+
+    @property
+    def option(self) -> str | None:
+        """The CLI's word for it (``--warm-start`` of ``--warm-start/--no-warm-start``)."""
+        return self.flag.split("/")[0] if self.flag else None
+
+    def help_for(self, command: str) -> str:
+        return self.help_in.get(command, self.help)
+
+    def error(self, problem: str, value: Any = None, valued: bool = False) -> FieldError:
+        kind = FieldSpecError if self.spec else FieldValueError
+        return kind(self.name, problem, value=value, valued=valued, what="" if valued else self.what)
+
+    def check(self, value: Any) -> None:
+        """Raise the field's FieldError when ``value`` breaks its rule (None is allowed where it is the default)."""
+        if self.rule is None or (value is None and self.default is None and not self.required):
+            return
+        problem = self.rule.problem(value)
+        if problem is not None:
+            raise self.error(problem, value)
+
+    def read(self, value: Any) -> Any:
+        """A surface's value as the field holds it: a duration or a size given as text (or a number) read by
+        :mod:`autotune.units`; anything else as given (the rule is checked when the request is made)."""
+        if value is None or self.unit is None:
+            return value
+        try:
+            return parse_duration(value) if self.unit == "duration" else parse_size(value)
+        except UnitError as exc:
+            raise self.error(str(exc), value, valued=True) from None
+
+
+def declare(default: Any = MISSING, **declaration: Any) -> Any:
+    """A dataclass field with its declaration (see :class:`Declared`)."""
+    return field(default=default, metadata={DECLARED: Declared(**declaration)})
+
+
+def declarations(cls: type) -> dict[str, Declared]:
+    """The declared fields of a request class, in order, each with its name and default filled in."""
+    return {f.name: replace(f.metadata[DECLARED], name=f.name, default=None if f.default is MISSING else f.default,
+                            required=f.default is MISSING)
+            for f in fields(cls) if DECLARED in f.metadata}
+
+
+def _check_declared(obj: Any) -> None:
+    for name, declared in declarations(type(obj)).items():
+        declared.check(getattr(obj, name))
+
+
+def _from_keywords(cls: type, spec: WorkloadSpec, values: Mapping[str, Any]) -> Any:
+    by_word = {d.word: d for d in declarations(cls).values()}
+    unknown = sorted(set(values) - set(by_word))
+    if unknown:
+        raise TypeError(f"{cls.__name__} takes no {', '.join(unknown)}")
+    return cls(spec=spec, **{by_word[word].name: by_word[word].read(value) for word, value in values.items()})
 
 
 # ---------------------------------------------------------------- the workload
@@ -54,29 +227,32 @@ def safe_name(text: str) -> str:
     return name or "study"
 
 
+MODEL_HELP = ("Model factory, module:attr (returns an nn.Module or an autotune.Workload), or hf:<model_type> for a "
+              "Hugging Face model built from its config (e.g. hf:gpt2; sizes with --model-arg).")
+
+
 @dataclass(frozen=True)
 class WorkloadSpec:
     """How to build a workload: picklable, stored with a study."""
 
-    model: str
-    data: str | None = None
-    model_args: tuple[tuple[str, Any], ...] = ()
-    input_shape: tuple[int, ...] | None = None
-    num_classes: int | None = None
-    task: str | None = None  # overrides the workload's own task
+    model: str = declare(what="the model", flag="--model", spec=True, help=MODEL_HELP,
+                         rule=Text("is empty: name a factory as module:attr, or hf:<model_type>"))
+    data: str | None = declare(None, flag="--data", spec=True,
+                               help="Dataset factory, module:attr (else the workload's data or synthetic data).")
+    model_args: tuple[tuple[str, Any], ...] = declare((), flag="--model-arg", spec=True, metavar="KEY=VALUE",
+                                                      help="Keyword argument for the model factory (repeatable).")
+    input_shape: tuple[int, ...] | None = declare(None, flag="--input-shape", spec=True,
+                                                  help="Shape of one synthetic input sample, e.g. 3,224,224.")
+    num_classes: int | None = declare(None, what="the number of classes", flag="--num-classes", rule=Whole(2, shown=False),
+                                      help="Synthetic integer labels in [0, N).")
+    task: str | None = declare(None, what="the task", flag="--task", rule=OneOf(TASKS),  # overrides the workload's own
+                               help="Override the workload's task.")
     synthetic_size: int = 1 << 16
     # ``pickled:<name>@<sha256>`` spec -> base64 of the cloudpickled object (autotune.tune/measure with a callable)
     pickled: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.model, str) or not self.model.strip():
-            raise SpecError("the model (--model, model=) is empty: name a factory as module:attr, or hf:<model_type>")
-        if self.num_classes is not None and (isinstance(self.num_classes, bool) or not isinstance(self.num_classes, int)
-                                             or self.num_classes < 2):
-            raise KnobError(f"the number of classes (--num-classes, num_classes=) must be an integer of at least 2, "
-                            f"not {self.num_classes!r}")
-        if self.task is not None and self.task not in TASKS:
-            raise KnobError(f"the task (--task, task=) must be one of {', '.join(TASKS)}, not {self.task!r}")
+        _check_declared(self)
 
     def default_study_name(self) -> str:
         """The study a run of this workload resumes when no ``--study`` is given: the model's name, and, when
@@ -123,13 +299,14 @@ class WorkloadSpec:
 def parse_model_args(items: Iterable[str]) -> tuple[tuple[str, Any], ...]:
     """``key=value`` strings into keyword arguments (values as Python literals when they parse)."""
     out: dict[str, Any] = {}
+    model_args = FIELDS["model_args"]
     for item in items:
         if "=" not in item:
-            raise SpecError(f"--model-arg {item!r}: expected key=value")
+            raise model_args.error("expected key=value", item, valued=True)
         key, raw = item.split("=", 1)
         key = key.strip()
         if not key.isidentifier():
-            raise SpecError(f"--model-arg {item!r}: {key!r} is not a valid argument name")
+            raise model_args.error(f"{key!r} is not a valid argument name", item, valued=True)
         try:
             value = ast.literal_eval(raw)
         except (ValueError, SyntaxError):
@@ -141,12 +318,13 @@ def parse_model_args(items: Iterable[str]) -> tuple[tuple[str, Any], ...]:
 def parse_shape(text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
+    input_shape = FIELDS["input_shape"]
     try:
         shape = tuple(int(p) for p in text.replace("x", ",").split(",") if p.strip())
     except ValueError:
-        raise SpecError(f"--input-shape {text!r}: expected comma-separated integers, e.g. 3,32,32") from None
+        raise input_shape.error("expected comma-separated integers, e.g. 3,32,32", text, valued=True) from None
     if not shape or any(d <= 0 for d in shape):
-        raise SpecError(f"--input-shape {text!r}: expected positive integers, e.g. 3,32,32")
+        raise input_shape.error("expected positive integers, e.g. 3,32,32", text, valued=True)
     return shape
 
 
@@ -161,68 +339,75 @@ def stale_grace(trial_timeout_s: float) -> float:
 
 def check_global_batch(value: Any) -> None:
     """A global batch is a positive whole number (whether a batch size divides it: knobs.accumulation_steps)."""
-    if value is not None:
-        _whole(value, "the global batch (--global-batch, global_batch=)", 1)
-
-
-def _whole(value: Any, what: str, low: int, high: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-        bound = f"from {low} to {high}" if high is not None else f"of at least {low}"
-        raise KnobError(f"{what} must be a whole number {bound}, not {value!r}")
-
-
-def _positive(value: Any, what: str) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value != value:
-        raise KnobError(f"{what} must be positive, not {value!r}")
+    FIELDS["global_batch"].check(value)
 
 
 @dataclass(frozen=True)
 class TuneConfig:
     """A tuning job: what to tune and how (everything but where: the study name and the store).
 
-    Validated on construction; every field's default is the product's default. Durations
-    are seconds and sizes bytes here: the CLI's parameter types and :func:`autotune.tune`
-    turn ``"2h"`` or ``"20GiB"`` into them (:mod:`autotune.units`).
+    Validated on construction, by each field's declared rule; every field's default is the
+    product's default. Durations are seconds and sizes bytes here: :meth:`from_keywords`
+    (what the CLI and :func:`autotune.tune` call) reads ``"2h"`` or ``"20GiB"`` into them.
     """
 
     spec: WorkloadSpec
-    space: str | None = None  # a built-in space's name or a TOML path; default: 'cpu' on a CPU, 'default' on a GPU
-    trials: int = DEFAULT_TRIALS
-    time_budget_s: float | None = None
-    max_memory_bytes: int | None = None
-    global_batch: int | None = None
-    sampler: str = DEFAULT_SAMPLER
-    seed: int | None = None
-    quick: bool = False
-    early_stop: bool = True
-    confirm: int = DEFAULT_CONFIRM
-    trial_timeout_s: float = DEFAULT_TRIAL_TIMEOUT_S
-    batch_ceiling: bool | None = None  # probe the largest batch that fits; None: on a GPU or with a memory budget
-    warm_start: bool = True  # a new study first measures earlier studies' winners on this kind of machine (autotune.warmstart)
+    space: str | None = declare(  # a built-in space's name or a TOML path; default: 'cpu' on a CPU, 'default' on a GPU
+        None, what="the space", flag="--space", rule=Text("must name a space or a TOML file, not {value!r}"),
+        help="A search space: a name in search_spaces/ or a TOML path (default: 'default' on a GPU, 'cpu' on a CPU).")
+    trials: int = declare(
+        DEFAULT_TRIALS, what="the trial budget", flag="--trials", rule=Whole(1, MAX_TRIALS), show_default=True,
+        help="Measured configurations the study should hold; a resumed study goes on to this total.",
+        help_in={"submit": "Measured configurations per hardware kind."})
+    time_budget_s: float | None = declare(
+        None, what="the time budget", flag="--time-budget", keyword="time_budget", unit="duration", rule=Positive(),
+        help="Stop starting trials after this long (e.g. 2h, 30m).",
+        help_in={"submit": "Stop starting trials this long after a kind's study starts."})
+    max_memory_bytes: int | None = declare(
+        None, what="the memory budget", flag="--max-memory", keyword="max_memory", unit="size", rule=Positive(whole=True),
+        help="Peak-memory budget, a real constraint (e.g. 20GiB).")
+    global_batch: int | None = declare(
+        None, what="the global batch", flag="--global-batch", rule=Whole(1),
+        help="Keep this effective batch constant (gradient accumulation).",
+        help_in={"measure": "Keep this effective batch through gradient accumulation."})
+    sampler: str = declare(
+        DEFAULT_SAMPLER, what="the sampler", flag="--sampler", rule=OneOf(SAMPLERS), show_default=True,
+        help="gp (default: best in benchmarks/search_efficiency.py), tpe, nsga2 or random.")
+    seed: int | None = declare(
+        None, what="the seed", flag="--seed", rule=Whole(),
+        help="Sampler seed, for the process that creates the study (workers that join it, and resumed runs, draw their "
+             "own so that they do not propose the same configurations).")
+    quick: bool = declare(
+        False, flag="--quick", rule=Switch(), help="Short measurement windows (smoke runs; noisier figures).",
+        help_in={"measure": "Short windows (for smoke tests; noisier figures)."})
+    early_stop: bool = declare(True, flag="--no-early-stop", rule=Switch(), help="Never cut a dominated trial short.")
+    confirm: int = declare(
+        DEFAULT_CONFIRM, what="the race's rounds", flag="--confirm", rule=Whole(0, MAX_CONFIRM), show_default=True,
+        help="Rounds of the final race at most: the configurations tied with the fastest and the baseline measured "
+             "again, interleaved, until they separate (0: no race; claims then rest on single measurements).")
+    trial_timeout_s: float = declare(
+        DEFAULT_TRIAL_TIMEOUT_S, what="the trial timeout", flag="--trial-timeout", keyword="trial_timeout",
+        unit="duration", rule=Positive(), show_default=True, help="Kill a trial after this long (e.g. 300, 5m).")
+    batch_ceiling: bool | None = declare(  # probe the largest batch that fits; None: on a GPU or with a memory budget
+        None, flag="--batch-ceiling/--no-batch-ceiling", rule=Switch(maybe=True),
+        help="First find the largest batch that fits (doubling, then bisection, in isolated trials) and search no "
+             "batch above it (default: on a GPU, or with --max-memory).")
+    warm_start: bool = declare(  # a new study first measures earlier studies' winners on this kind of machine
+        True, flag="--warm-start/--no-warm-start", rule=Switch(), show_default=True,
+        help="A new study first measures the winners of earlier studies in the same storage on this kind of machine "
+             "(after the baseline and the recipe), before the sampler takes over.")
 
     def __post_init__(self) -> None:
         if not isinstance(self.spec, WorkloadSpec):
             raise SpecError(f"a tuning job needs a WorkloadSpec, not {type(self.spec).__name__}")
-        _whole(self.trials, "the trial budget (--trials, trials=)", 1, MAX_TRIALS)
-        _whole(self.confirm, "the race's rounds (--confirm, confirm=)", 0, MAX_CONFIRM)
-        check_global_batch(self.global_batch)
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise KnobError(f"the seed (--seed, seed=) must be a whole number, not {self.seed!r}")
-        if self.sampler not in SAMPLERS:
-            raise KnobError(f"the sampler (--sampler, sampler=) must be one of {', '.join(SAMPLERS)}, not {self.sampler!r}")
-        _positive(self.time_budget_s, "the time budget (--time-budget, time_budget=)")
-        _positive(self.trial_timeout_s, "the trial timeout (--trial-timeout, trial_timeout=)")
-        if self.max_memory_bytes is not None:
-            _whole(self.max_memory_bytes, "the memory budget (--max-memory, max_memory=) in bytes", 1)
-        if self.space is not None and (not isinstance(self.space, str) or not self.space.strip()):
-            raise KnobError(f"the space (--space, space=) must name a space or a TOML file, not {self.space!r}")
-        for flag in ("quick", "early_stop", "warm_start"):
-            if not isinstance(getattr(self, flag), bool):
-                raise KnobError(f"{flag} must be True or False, not {getattr(self, flag)!r}")
-        if self.batch_ceiling is not None and not isinstance(self.batch_ceiling, bool):
-            raise KnobError(f"batch_ceiling must be True, False or None, not {self.batch_ceiling!r}")
+        _check_declared(self)
+
+    @classmethod
+    def from_keywords(cls, spec: WorkloadSpec, **values: Any) -> TuneConfig:
+        """The job from a surface's values, keyed by the fields' keywords (``trials``, ``time_budget``): what the
+        CLI and :func:`autotune.tune` call. Durations and sizes may be text (``"2h"``, ``"20GiB"``) or numbers;
+        a field not given takes its default."""
+        return _from_keywords(cls, spec, values)
 
     @property
     def stale_grace_s(self) -> float:
@@ -248,3 +433,49 @@ class TuneConfig:
         names = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in names and k != "spec"}
         return cls(spec=WorkloadSpec.from_dict(d["spec"]), **kwargs)
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """One configuration's measurement (``autotune measure``, :func:`autotune.measure`): the workload and how to
+    measure it. Its fields are the job's (the same declarations), and the number of runs."""
+
+    spec: WorkloadSpec
+    quick: bool = field(default=False, metadata=TuneConfig.__dataclass_fields__["quick"].metadata)
+    global_batch: int | None = field(default=None, metadata=TuneConfig.__dataclass_fields__["global_batch"].metadata)
+    trial_timeout_s: float = field(default=DEFAULT_TRIAL_TIMEOUT_S,
+                                   metadata=TuneConfig.__dataclass_fields__["trial_timeout_s"].metadata)
+    repeat: int = declare(1, what="the number of runs", flag="--repeat", rule=Whole(1, MAX_REPEAT), show_default=True,
+                          help="Measure N times, each in a new process, and report the spread.")
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.spec, WorkloadSpec):
+            raise SpecError(f"a measurement needs a WorkloadSpec, not {type(self.spec).__name__}")
+        _check_declared(self)
+
+    @classmethod
+    def from_keywords(cls, spec: WorkloadSpec, **values: Any) -> MeasureConfig:
+        """The measurement from a surface's values, keyed by the fields' keywords (as :meth:`TuneConfig.from_keywords`)."""
+        return _from_keywords(cls, spec, values)
+
+
+# ---------------------------------------------------------------- where a job runs
+
+#: Not fields of a job (a job is the same wherever it runs), but named on the same surfaces: declared here so that
+#: the CLI and the API name them alike. Their values are checked where they are used (autotune.store, autotune.hardware).
+WHERE: dict[str, Declared] = {
+    "study": Declared(
+        flag="--study", name="study", default=None, help="Study name (default: derived from --model).",
+        help_in={"submit": "The job's name (default: derived from --model); studies are named JOB@KIND.",
+                 "worker": "The study to join (made by run or submit)."}),
+    "storage": Declared(
+        flag="--storage", name="storage", default=None, help="Optuna storage URL (default: sqlite:///studies/<study>.db).",
+        help_in={"submit": "The shared storage URL the fleet's workers read.",
+                 "worker": "The shared storage URL (PostgreSQL, MySQL, journal:PATH, or a SQLite file on this machine)."}),
+    "device": Declared(
+        flag="--device", name="device", default=None, help="cpu, cuda or cuda:N (default: cuda:0 if there is one, else cpu)."),
+}
+
+#: Every declared field by name: the workload's, the job's, the measurement's and where a job runs.
+FIELDS: dict[str, Declared] = {**declarations(WorkloadSpec), **declarations(TuneConfig), **declarations(MeasureConfig),
+                               **WHERE}

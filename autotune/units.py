@@ -1,10 +1,14 @@
-"""Parsing and printing of sizes (``20GiB``) and durations (``2h``) for the command line and reports."""
+"""Parsing and printing of sizes (``20GiB``) and durations (``2h``): the one place such text is read.
+
+The request (:mod:`autotune.request`) reads its durations and sizes here, whichever surface gave them (the
+CLI's parameter types, ``autotune.tune(time_budget="2h")``), and then applies its own rules (positive, whole).
+"""
 
 from __future__ import annotations
 
 import re
 
-from autotune.errors import AutotuneError
+from autotune.errors import UnitError
 
 _SIZE_UNITS = {
     "": 1,
@@ -25,25 +29,39 @@ _SIZE_UNITS = {
 _TIME_UNITS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 
 
-def parse_size(text: str, option: str = "size") -> int:
-    """'20GiB', '512MB', '1e9' -> bytes."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+SIZE_EXPECTED = "expected a size such as 20GiB, 512MB or 1e9"
+DURATION_EXPECTED = "expected a duration such as 300, 45s, 10m, 2h or 1h30m"
+
+
+def parse_size(value: str | int | float) -> int | float:
+    """'20GiB', '512MB', '1e9' -> bytes; a number stays a number (a whole float becomes an int).
+
+    It only reads: whether a size may be zero, or a fraction of a byte, is the caller's rule (the request's,
+    :mod:`autotune.request`). Raises :class:`UnitError`, which names no option (the caller does)."""
+    if isinstance(value, bool):
+        raise UnitError(SIZE_EXPECTED)
+    if isinstance(value, (int, float)):
+        return int(value) if isinstance(value, float) and value.is_integer() else value
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(value))
     unit = match.group(2).lower() if match else None
     if not match or unit not in _SIZE_UNITS:
-        raise AutotuneError(f"{option} {text!r}: expected a size such as 20GiB, 512MB or 1e9")
+        raise UnitError(SIZE_EXPECTED)
     return int(float(match.group(1)) * _SIZE_UNITS[unit])
 
 
-def parse_duration(text: str, option: str = "duration") -> float:
-    """'2h', '90m', '45s', '1h30m', '300' -> seconds."""
-    parts = re.findall(r"([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)", str(text))
+def parse_duration(value: str | int | float) -> float:
+    """'2h', '90m', '45s', '1h30m', '300' -> seconds; a number is seconds.
+
+    It only reads (the sign is the caller's rule); raises :class:`UnitError`, which names no option."""
+    if isinstance(value, bool):
+        raise UnitError(DURATION_EXPECTED)
+    if isinstance(value, (int, float)):
+        return float(value)
+    parts = re.findall(r"([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)", str(value))
     joined = "".join(f"{n}{u}" for n, u in parts)
-    if not parts or joined != re.sub(r"\s+", "", str(text)) or any(u.lower() not in _TIME_UNITS for _, u in parts):
-        raise AutotuneError(f"{option} {text!r}: expected a duration such as 2h, 90m, 45s or 1h30m")
-    total = sum(float(n) * _TIME_UNITS[u.lower()] for n, u in parts)
-    if total <= 0:
-        raise AutotuneError(f"{option} {text!r}: must be positive")
-    return total
+    if not parts or joined != re.sub(r"\s+", "", str(value)) or any(u.lower() not in _TIME_UNITS for _, u in parts):
+        raise UnitError(DURATION_EXPECTED)
+    return sum(float(n) * _TIME_UNITS[u.lower()] for n, u in parts)
 
 
 def format_bytes(n: float | None) -> str:

@@ -234,25 +234,31 @@ def test_the_digest_follows_the_code_not_the_process(tmp_path):
     assert spec_of(source.replace("WIDTH = 4", "WIDTH = 5")) != first
 
 
-def test_sizes_durations_and_bad_arguments(tmp_path):
-    assert api._seconds("1h30m", "time_budget") == 5400 and api._seconds(90, "time_budget") == 90.0
-    assert api._bytes("20GiB", "max_memory") == 20 * 1024**3 and api._bytes(1000, "max_memory") == 1000
-    with pytest.raises(AutotuneError, match="time_budget"):
-        api._seconds("soon", "time_budget")
-    with pytest.raises(KnobError, match="trials"):
+def test_sizes_durations_and_bad_arguments(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(AutotuneError, match=r"^time_budget='soon': expected a duration such as"):
+        autotune.tune("autotune.examples:mlp", time_budget="soon", progress=False)
+    with pytest.raises(KnobError, match=r"^the trial budget \(trials=\) must be a whole number from 1 to"):
         autotune.tune("autotune.examples:mlp", trials=0, progress=False)
-    with pytest.raises(KnobError, match="sampler"):
+    with pytest.raises(KnobError, match=r"^the sampler \(sampler=\) must be one of"):
         autotune.tune("autotune.examples:mlp", sampler="grid", progress=False)
     with pytest.raises(SpecError, match="study=NAME"):
         autotune.tune(None, progress=False)
-    with pytest.raises(KnobError, match="max_memory"):
-        api._bytes(0.5, "max_memory")  # less than a byte is no budget
+    with pytest.raises(KnobError, match=r"\(max_memory=\) must be positive and a whole number of bytes, not 0.5"):
+        autotune.tune("autotune.examples:mlp", max_memory=0.5, progress=False)  # less than a byte is no budget
+    with pytest.raises(KnobError, match=r"\(trial_timeout=\) must be positive"):
+        autotune.measure("autotune.examples:mlp", trial_timeout="0s")
+    with pytest.raises(KnobError, match=r"^the number of runs \(repeat=\) must be a whole number from 1 to 100, not 0"):
+        autotune.measure("autotune.examples:mlp", repeat=0)
+    with pytest.raises(KnobError, match=r"^early_stop= must be True or False"):
+        autotune.tune("autotune.examples:mlp", early_stop="no", progress=False)
     db = tmp_path / "x.db"
     with pytest.raises(KnobError, match="global batch"):
         autotune.tune("autotune.examples:mlp", global_batch=0, storage=f"sqlite:///{db}", progress=False)
     assert not db.exists()  # refused before anything is stored
     with pytest.raises(KnobError, match="global batch"):
         autotune.measure("autotune.examples:mlp", global_batch=-8)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_progress_lines_without_a_terminal_or_in_jupyter(monkeypatch):
@@ -329,6 +335,10 @@ def test_the_results_repr_shows_the_recommendations_own_figures(tmp_path):
     from autotune.store import Store
 
     result = api.TuneResult(study, Store(url))
+    with pytest.raises(KnobError, match=r"^max_memory='lots': expected a size such as"):
+        result.export(max_memory="lots")
+    with pytest.raises(KnobError, match=r"^max_memory=0: must be positive"):
+        result.export(max_memory=0)
     text = repr(result)
     assert f"recommended=#{result.recommended}" in text
     if result.verdict.state != "gain":

@@ -1,0 +1,229 @@
+"""``autotune run``, ``autotune submit`` and ``autotune worker``: a tuning job run here, recorded for a fleet, or joined.
+
+Each builds the one typed request (:class:`autotune.request.TuneConfig`) from its options
+(:mod:`autotune.cli.options`) and hands it to :mod:`autotune.tuning` or :mod:`autotune.daemon`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+import click
+
+from autotune.cli.edge import _STORES, study_store
+from autotune.cli.options import DURATION, JOB, WORKLOAD, job_from, options, resolve_device, workload_from
+from autotune.cli.reads import _print_status
+from autotune.errors import KnobError
+from autotune.progress import Progress
+from autotune.request import DEFAULT_POLL_S
+from autotune.units import format_duration
+
+
+# ---------------------------------------------------------------- run
+
+
+@click.command()
+@options("run", *WORKLOAD, *JOB, "study", "storage",
+         click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Trials at once on this machine, each worker pinned to its share of the cores."),
+         click.option("--devices", default=None, help="GPUs to use at once, e.g. 0,1,2,3: one trial per GPU, each trial sees only its GPU."))
+def run(study: str | None, storage: str | None, workers: int, devices: str | None, **fields: Any) -> None:
+    """Tune a model: search the knob space; resume the study if it exists.
+
+    \b
+    Examples:
+      autotune run --model autotune.examples:mlp --study mynet --trials 20   # a built-in example
+      autotune run --model mypkg.models:build --data mypkg.data:build --time-budget 2h --max-memory 20GiB
+      autotune run --model mypkg.models:build --workers 2 --study mymodel    # two trials at a time, cores split
+      (mypkg stands for your own package: those lines show the options, they do not run as they are)
+    """
+    from autotune import tuning
+
+    spec, dev, _ = workload_from(fields)
+    gpus = _parse_devices(devices)
+    job = job_from(spec, fields)
+    name = study or _default_study(spec)
+    store = study_store(name, storage)
+    parallel = workers > 1 or bool(gpus)
+    if gpus:
+        dev = "cuda:0"
+    progress = Progress(job.trials, job.time_budget_s, 0)
+    prepared = tuning.prepare(job, name, store, dev, on_trial=progress, on_repeat=progress.repeat, on_probe=_print_probe)
+    progress.done = prepared.measured
+    for line in prepared.opening(len(gpus) if gpus else workers):
+        click.echo(line)
+    summary = _until_stopped(lambda: _run_parallel(prepared, workers, gpus, dev) if parallel else prepared.run(), progress)
+    click.echo(summary.text())
+    _print_status(prepared.study, store)
+
+
+def _print_probe(batch: int, outcome: str, peak: int | None) -> None:
+    from autotune import ceiling
+
+    click.echo(ceiling.probe_text(batch, outcome, peak))
+
+
+def _parse_devices(devices: str | None) -> list[int]:
+    if not devices:
+        return []
+    try:
+        ids = [int(x) for x in devices.split(",") if x.strip()]
+    except ValueError:
+        raise KnobError(f"--devices {devices!r}: expected GPU numbers such as 0,1,2,3") from None
+    from autotune.hardware import check_device
+
+    for i in ids:
+        check_device(f"cuda:{i}")
+    return ids
+
+
+def _default_study(spec: Any) -> str:
+    return str(spec.default_study_name())
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C would be, so a trial stops the same way; the exit code differs (143, not 130)."""
+
+
+def _on_term(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
+def _until_stopped(work: Callable[[], Any], progress: Any = None) -> Any:
+    """Run ``work`` with SIGTERM as Ctrl-C; an interrupted trial is recorded and queued again.
+
+    Exits as shells expect of a process stopped by a signal: 130 after Ctrl-C (SIGINT), 143 after SIGTERM.
+    """
+    import signal
+
+    previous = signal.signal(signal.SIGTERM, _on_term)
+    try:
+        return work()
+    except KeyboardInterrupt as exc:
+        if progress is not None:
+            progress.close()
+        click.echo("stopped: the running trial is recorded as interrupted and will be measured again. Run the same command to continue.", err=True)
+        sys.exit(128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if progress is not None:
+            progress.close()
+
+
+def _run_parallel(prepared: Any, workers: int, gpus: list[int], dev: str) -> Any:
+    """``run --workers K``: K worker processes measure; this one waits, then runs the final race."""
+    import signal
+
+    from autotune import daemon
+
+    procs = daemon.spawn_local(prepared.name, prepared.store, workers, gpus, dev)
+    try:
+        for p in procs:
+            p.wait()
+    except KeyboardInterrupt:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait()
+        raise
+    prepared.tuner.options.poll_s = 0.5
+    return prepared.run()  # the budget is spent: this records nothing new but runs the race and the verdict
+
+
+@click.command()
+@options("worker", "device", "study", "storage",
+         click.option("--all", "all_jobs", is_flag=True, help="Be a daemon: work on every submitted job with budget left, and wait for more."),
+         click.option("--cpus", default=None, help="Pin this worker to these cores, e.g. 0-3 or 0,2 (run --workers does it)."),
+         click.option("--no-race", is_flag=True, help="Leave the final race to another process (run --workers does it)."),
+         click.option("--poll", "poll", type=DURATION, default=DEFAULT_POLL_S, show_default=format_duration(DEFAULT_POLL_S),
+                      help="With --all: how often to look for new jobs."),
+         click.option("--exit-when-idle", is_flag=True, help="With --all: stop when no job has budget left instead of waiting."))
+def worker(device: str | None, study: str | None, storage: str | None, all_jobs: bool, cpus: str | None, no_race: bool,
+           poll: float, exit_when_idle: bool) -> None:
+    """Measure trials of a shared study, or (--all) of every submitted job, until their budgets are spent.
+
+    \b
+    Examples:
+      autotune worker --study mynet --storage postgresql://tuner@db/autotune  # a study, or a job from submit
+      autotune worker --all --storage postgresql://tuner@db/autotune          # the daemon
+      autotune worker --all --storage journal:/shared/autotune.log --exit-when-idle
+      (db stands for your PostgreSQL server, /shared for a file system every machine mounts)
+    """
+    from autotune import daemon
+
+    if not storage:
+        raise KnobError("worker needs --storage URL (the storage the study or jobs live in)")
+    if all_jobs == bool(study):
+        raise KnobError("worker: give --study NAME to join one study, or --all to take every submitted job")
+    if cpus:
+        os_cpus = _parse_cpus(cpus)
+        import os
+
+        os.sched_setaffinity(0, os_cpus)
+    dev = resolve_device(device)
+    progress = Progress(0, None, 0)
+
+    def log(line: str) -> None:
+        click.echo(f"{_now()} {line}", err=False)
+
+    def work() -> Any:
+        store = daemon.open_store(storage, log)
+        _STORES.append(store)
+        if all_jobs:
+            return daemon.serve(store, dev, log, poll_s=poll, exit_when_idle=exit_when_idle,
+                                on_trial=progress, on_repeat=progress.repeat)
+        return daemon.work_on(study, store, dev, log, race=not no_race, on_trial=progress, on_repeat=progress.repeat)
+
+    import signal
+
+    previous = signal.signal(signal.SIGTERM, _on_term)
+    try:
+        work()
+    except KeyboardInterrupt:
+        click.echo(f"{_now()} stopped by a signal: the running trial is recorded as interrupted and queued again")
+        return  # exit 0: a daemon stopped on purpose (SIGTERM is how a service manager stops it)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    click.echo(f"{_now()} done: no budget left")
+
+
+def _parse_cpus(text: str) -> set[int]:
+    out: set[int] = set()
+    try:
+        for part in text.split(","):
+            if "-" in part:
+                lo, hi = part.split("-")
+                out.update(range(int(lo), int(hi) + 1))
+            elif part.strip():
+                out.add(int(part))
+    except ValueError:
+        raise KnobError(f"--cpus {text!r}: expected cores such as 0-3 or 0,2") from None
+    return out
+
+
+def _now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now().strftime("%H:%M:%S")
+
+
+@click.command()
+@options("submit", *WORKLOAD, *JOB, "study", "storage", required=("storage",))
+def submit(study: str | None, storage: str, **fields: Any) -> None:
+    """Record a tuning job in a shared storage and return at once; `autotune worker --all` daemons run it.
+
+    \b
+    Examples:
+      autotune submit --model mypkg.models:build --trials 50 --storage postgresql://tuner@db/autotune
+      autotune submit --model autotune.examples:mlp --study mlp-nightly --trials 20 --storage journal:/shared/autotune.log
+      (mypkg stands for your own package, db for your PostgreSQL server, /shared for a file system every machine mounts)
+    """
+    from autotune import tuning
+
+    spec, _, _ = workload_from({**fields, "device": "cpu"})
+    job = job_from(spec, fields)
+    name = study or _default_study(spec)
+    store = study_store(name, storage)
+    tuning.submit(job, name, store)
+    click.echo(f"submitted job {name!r} to {store.shown}: {job.trials} trials per hardware kind; "
+               f"workers (`autotune worker --all --storage ...`) will tune it as study {name}@<kind>")
