@@ -10,6 +10,8 @@ docs/storage.md.
 
 from __future__ import annotations
 
+import socket
+import time
 from typing import Any, Mapping, Sequence
 
 import optuna
@@ -59,6 +61,11 @@ class LiveStudy:
         """The study as it is now (``trials``: just read by :meth:`trials`)."""
         return StoredStudy(self.name, self.study.user_attrs, self.trials() if trials is None else trials)
 
+    def records(self) -> StoredStudy:
+        """The study's description and records, read now, without its trials (one read of its attributes: for a
+        decision that needs no trial, such as whether a record is stored; its evidence is empty)."""
+        return StoredStudy(self.name, self.study.user_attrs, ())
+
     def trial(self, trial: optuna.Trial | int) -> StoredTrial:
         """One trial read afresh from the storage (a running trial's marks change)."""
         trial_id = trial if isinstance(trial, int) else trial._trial_id  # private: the storage's id of a Trial
@@ -66,6 +73,26 @@ class LiveStudy:
 
     def is_running(self, trial: optuna.Trial) -> bool:
         return self.study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING
+
+    def role(self, trial: optuna.Trial) -> str:
+        """The role a trial was just asked with: a queued seed's (baseline, recipe, warm, minimal, ...) or ``search``
+        (read from the trial as Optuna handed it over, no read of the storage)."""
+        return str(trial.user_attrs.get(rec.ROLE, "search"))
+
+    # ------------------------------------------------------------ processes
+
+    def is_mine(self, who: Mapping[str, Any]) -> bool:
+        """``who`` (a trial's owner, or the owner a record names) is this process."""
+        me = rec.owner()
+        return (who.get("host"), who.get("pid")) == (me["host"], me["pid"])
+
+    def is_gone(self, who: Mapping[str, Any], since: float, grace_s: float | None = None) -> bool:
+        """The process ``who`` (an owner: host, pid) has stopped: on this host its pid is gone; on another, ``since``
+        (epoch seconds: when it was last known at work) is longer ago than ``grace_s`` (default: the study's grace)."""
+        if who.get("host") == socket.gethostname():
+            return not recovery._pid_alive(int(who.get("pid", -1)))
+        grace = grace_s if grace_s is not None else self.grace_s if self.grace_s is not None else float("inf")
+        return time.time() - since > grace
 
     # ------------------------------------------------------------ trials
 
