@@ -1,0 +1,176 @@
+"""Each phase of the tuning loop (autotune.phases) run alone, on a fake study of known truth: what it measures, through
+which of the bench's ways, and what it leaves on the study. The loop composed: tests/test_study.py, tests/test_race.py."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from autotune import ablation as A
+from autotune import knobs, space
+from autotune import result as R
+from autotune import study as S
+from autotune.phases import Bench, Search, SearchOptions, Seeds, Session, bought, floor, minimal, race
+from autotune.store import LiveStudy, Store
+
+CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
+# Two knobs an arm of a shared process may change, the host heap retained (so the defaults may share one too).
+SPACE = space.parse({"search": {"precision": ["fp32", "bf16"], "optimizer_impl": ["default", "fused"]},
+                     "fixed": {"host_allocator": "retain"}}, "two.toml", "two")
+NOISE = 0.05  # between processes
+WITHIN = 0.01  # an arm's own, inside a shared process
+
+
+def truth(config) -> float:
+    """bf16 truly buys 2x; the fused optimizer truly nothing."""
+    return 2.0 if config["precision"] == "bf16" else 1.0
+
+
+def fake(seed: int, calls: list):
+    """One process per measurement: ``truth`` with lognormal noise; each configuration measured is kept in ``calls``."""
+    rng = random.Random(seed)
+
+    def measure(config, dominators=(), margin=None):
+        calls.append(dict(config))
+        return R.TrialResult(outcome=R.OK, samples_per_s=100.0 * truth(config) * math.exp(rng.gauss(0.0, NOISE)),
+                             samples_per_s_cv=0.01, peak_memory_bytes=10**8, wall_s=0.01)
+
+    return measure
+
+
+def fake_together(seed: int, calls: list):
+    """Several configurations alternately in one process: the process's factor is shared by its arms."""
+    rng = random.Random(10_000 + seed)
+
+    def together(configs):
+        calls.append([dict(c) for c in configs])
+        process = math.exp(rng.gauss(0.0, NOISE))
+        return R.PairedResult(outcome=R.OK, wall_s=0.01, arms=[
+            {"config": dict(c), "outcome": R.OK, "samples_per_s": 100.0 * truth(c) * process * math.exp(rng.gauss(0.0, WITHIN))}
+            for c in configs])
+
+    return together
+
+
+def never(*args, **kwargs):
+    raise AssertionError("this phase must not measure this way")
+
+
+def study(name: str = "phases", seed: int = 0) -> tuple[LiveStudy, Seeds]:
+    attrs = {"workload": {"model": "x:y"}, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
+             "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
+    optuna_study, _ = Store("sqlite:///:memory:").create_or_check(name, attrs, S.make_sampler("random", seed))
+    base = S.base_config(CTX, SPACE.fixed, None)
+    return LiveStudy(optuna_study, grace_s=60), Seeds(space.effective(SPACE, CTX, base), CTX, base)
+
+
+def searched(live: LiveStudy, seeds: Seeds, trials: int, seed: int = 0) -> list:
+    """The search alone until ``trials`` configurations are measured; returns what it measured."""
+    calls: list = []
+    Search(live, seeds, Bench(fake(seed, calls), remeasure=never), SearchOptions(trials=trials)).run(Session(live))
+    return calls
+
+
+def test_one_search_trial_alone_measures_the_queued_baseline_and_records_it():
+    live, seeds = study()
+    calls: list = []
+    search = Search(live, seeds, Bench(fake(0, calls), remeasure=never))
+    seeds.enqueue(live, live.trials())
+    rec = search.trial()
+    assert rec is not None and rec.role == "baseline" and rec.outcome == R.OK and calls == [seeds.base]
+    (t,) = live.trials()
+    assert t.measured and t.role == "baseline" and t.config == seeds.base and t.samples_per_s == rec.samples_per_s
+    assert t.owner and live.is_mine(t.owner) and t.measuring_since is not None
+
+
+def test_the_search_alone_measures_its_budget_once_each_and_nothing_again():
+    live, seeds = study()
+    calls: list = []
+    report = Search(live, seeds, Bench(fake(0, calls), remeasure=never), SearchOptions(trials=3)).run(Session(live))
+    assert report.measured == 3 and report.new == 3 and len(calls) == 3
+    assert [r.role for r in report.records][:2] == ["baseline", "recipe"]
+    keys = [knobs.resolve(c, CTX).key() for c in calls]
+    assert len(set(keys)) == 3
+    view = live.view()
+    assert not list(view.remeasurements()) and not view.blocks() and not view.races()
+
+
+def test_the_noise_floor_alone_measures_the_baseline_again_in_processes_of_its_own():
+    live, seeds = study()
+    searched(live, seeds, trials=1)  # the baseline only
+    again: list = []
+    bench = Bench(never, remeasure=fake(1, again))
+    assert floor.missing(live, 3) == 3
+    assert floor.run(live, bench, 3) == 3
+    assert again == [seeds.base] * 3 and bench.counts() == (3, 3)
+    base = live.view().evidence.baseline
+    assert sum(1 for r, _ in base.repeats if r.startswith("floor-")) == 3 and len(base.claim) == 4
+    assert floor.missing(live, 3) == 0 and floor.run(live, bench, 3) == 0  # complete: nothing more
+
+
+def test_the_race_alone_on_a_searched_study_settles_on_the_truly_faster_configuration():
+    live, seeds = study(seed=3)
+    searched(live, seeds, trials=4, seed=3)  # every configuration of the space
+    again: list = []
+    report = race.run(live, Bench(never, remeasure=fake(4, again)), rounds=6)
+    assert report is not None and report.stopped.startswith("settled"), report
+    assert report.measurements == len(again) == report.processes and report.rounds >= race.MIN_ROUNDS
+    verdict = live.view().evidence.verdict(ablated=False)
+    assert verdict.state == "gain" and truth(live.view().evidence.configs[verdict.winner].config) == 2.0
+    assert verdict.speedup.low <= 2.0 <= verdict.speedup.high
+    (race_id, record), = live.view().races()
+    assert race_id == report.race_id and record["done"] and record["rounds_run"] == report.rounds
+    assert race.run(live, Bench(never, remeasure=never), rounds=6) is None  # done: a later run measures nothing
+
+
+def raced(seed: int) -> LiveStudy:
+    """A study of the two knobs whose search measured the defaults and the recipe (bf16 and fused), its noise floor,
+    then raced alone in shared processes: the recipe wins, and what each knob bought is still to measure."""
+    live, seeds = study(name=f"raced{seed}", seed=seed)
+    searched(live, seeds, trials=2, seed=seed)
+    floor.run(live, Bench(never, remeasure=fake(seed + 2, [])))  # the noise between processes: every claim needs it
+    report = race.run(live, Bench(never, remeasure=fake(seed + 1, []), together=fake_together(seed, [])), rounds=4)
+    assert report is not None and report.within
+    return live
+
+
+def test_what_each_knob_bought_alone_measures_the_path_from_the_defaults_in_shared_processes():
+    live = raced(seed=0)
+    winner = live.view().evidence.verdict(ablated=False).winner
+    assert live.view().trial(winner).role == "recipe"
+    shared: list = []
+    bench = Bench(never, remeasure=never, ablate=fake_together(0, shared))
+    report = bought.run(live, bench, CTX)
+    assert report is not None and report.stopped == "done" and report.processes == len(shared) >= A.ROUNDS
+    (plan_id, plan), *_ = live.view().ablation_plans()
+    path = [p["config"] for p in plan["path"]]
+    assert all(process == path for process in shared[:A.ROUNDS])  # each process measured the whole path
+    assert [list(p["added"]) for p in plan["path"]][1:] in (
+        [["precision"], ["optimizer_impl"]], [["optimizer_impl"], ["precision"]])
+    ab = live.view().evidence.ablation()
+    assert ab is not None and ab.settled and {s.label() for s in ab.steps} == {"precision=bf16", "optimizer_impl=fused"}
+    bf16 = next(s for s in ab.steps if s.added == {"precision": "bf16"})
+    assert bf16.pays and bf16.bought.low <= 2.0 <= bf16.bought.high
+    assert bought.run(live, Bench(never, remeasure=never, ablate=never), CTX) is None  # done: a later run measures nothing
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_minimal_configuration_alone_is_measured_once_as_a_trial_of_its_own(seed):
+    live = raced(seed)
+    bought.run(live, Bench(never, remeasure=never, ablate=fake_together(seed, [])), CTX)
+    ab = live.view().evidence.ablation()
+    assert ab is not None and ab.settled
+    if ab.minimal is not None:  # what bought nothing could not be left out: nothing to measure alone
+        assert minimal.run(live, Search(live, study()[1], Bench(never))) is None
+        pytest.skip(f"seed {seed}: the path kept every knob")
+    calls: list = []
+    _, seeds = study()
+    rec = minimal.run(live, Search(live, seeds, Bench(fake(seed, calls), remeasure=never)))
+    assert rec is not None and rec.role == A.ROLE and len(calls) == 1
+    assert calls[0]["precision"] == "bf16" and calls[0]["optimizer_impl"] == "default"
+    mine = [t for t in live.trials() if t.role == A.ROLE]
+    assert len(mine) == 1 and mine[0].ablation == ab.ablation_id and mine[0].measured
+    assert live.view().evidence.ablation().minimal == mine[0].number  # the recommendation now has its trial
+    assert minimal.run(live, Search(live, seeds, Bench(never))) is None  # measured: not again
