@@ -1,43 +1,70 @@
-"""Evidence: each figure from all of a configuration's measurements, computed once, on trials of known truth."""
+"""Evidence: each figure from all of a configuration's measurements, computed once, on trials of known truth.
+
+Each study is written through the store's writers (autotune.store.records) and read back as the
+StoredStudy every view computes from."""
 
 from __future__ import annotations
 
 import math
 
+import optuna
 import pytest
-from optuna.trial import TrialState, create_trial
+from optuna.trial import TrialState
 
 from autotune import result as R
 from autotune import stats
-from autotune.evidence import SESSION, Evidence, measurement_key
+from autotune.evidence import Evidence
+from autotune.store import StoredStudy
+from autotune.store import records
 
 MiB = 1024**2
 
 
-def trial(number: int, rate: float, peak_mib: float = 100, role: str = "search", **attrs):
-    config = attrs.pop("config", {"batch_size": 32 * (number + 1)})
-    state = attrs.pop("state", TrialState.COMPLETE)
-    t = create_trial(
-        state=state,
-        values=[rate, peak_mib * MiB] if state == TrialState.COMPLETE else None,
-        user_attrs={"outcome": attrs.pop("outcome", R.OK), "role": role, "config": config, **attrs},
-        system_attrs={"constraints": [0.0, 0.0]},
-    )
-    t.number = number
-    return t
+def new_study(**description) -> optuna.Study:
+    """An empty two-objective study in memory, described by ``description`` (fingerprint=, workload=, ...)."""
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), directions=["maximize", "minimize"])
+    records.save(study, **description)
+    return study
 
 
-def measured(round_id: str, rates: dict[int, float | None]) -> dict:
-    return {measurement_key(round_id, n): {"samples_per_s": r, "outcome": R.OK if r else R.ERROR} for n, r in rates.items()}
+def trial(study: optuna.Study, rate: float, peak_mib: float = 100, role: str = "search", **marks) -> int:
+    """One more trial measured at ``rate`` samples/s (``state="fail"``: failed, no figures); returns its number."""
+    t = study.ask()
+    config = marks.pop("config", {"batch_size": 32 * (t.number + 1)})
+    state = marks.pop("state", "complete")
+    records.mark(t, outcome=marks.pop("outcome", R.OK), role=role, config=config, **marks)
+    if state == "complete":
+        study.tell(t, [rate, peak_mib * MiB])
+    else:
+        study.tell(t, state=TrialState.FAIL)
+    return t.number
+
+
+def baseline(study: optuna.Study, rate: float, peak_mib: float = 100, **marks) -> int:
+    return trial(study, rate, peak_mib, role="baseline", config=marks.pop("config", {"batch_size": 32}), **marks)
+
+
+def measured(study: optuna.Study, round_id: str, rates: dict[int, float | None], other_cores: float | None = None) -> None:
+    """Each trial of ``rates`` measured again in a process of its own in round ``round_id`` (None: it failed)."""
+    for n, r in rates.items():
+        records.save_measurement(study, n, round_id, samples_per_s=r, outcome=R.OK if r else R.ERROR,
+                                 peak_memory_bytes=None, other_cores=other_cores, wall_s=None)
+
+
+def evidence(study: optuna.Study, max_memory_bytes: int | None = None) -> Evidence:
+    stored = StoredStudy.of(study)
+    return stored.evidence if max_memory_bytes is None else Evidence(stored, max_memory_bytes)
 
 
 def test_speedup_pairs_rounds_so_a_slow_round_cancels_and_the_first_lucky_measurement_is_dropped():
     # #1's first measurement (200) was lucky; raced twice against the baseline, in a fast round and
     # in a round where the whole machine ran 20% slower. Truth: 1.5x.
-    trials = [trial(0, 100.0, role="baseline", config={"batch_size": 32}), trial(1, 200.0)]
-    attrs = {**measured("floor-1", {0: 100.0}), **measured("race-a-1", {0: 100.0, 1: 150.0}),
-             **measured("race-a-2", {0: 80.0, 1: 120.0})}
-    ev = Evidence(trials, attrs)
+    study = new_study()
+    baseline(study, 100.0), trial(study, 200.0)
+    measured(study, "floor-1", {0: 100.0})
+    measured(study, "race-a-1", {0: 100.0, 1: 150.0})
+    measured(study, "race-a-2", {0: 80.0, 1: 120.0})
+    ev = evidence(study)
     s = ev.speedup(1)
     assert s.estimate == pytest.approx(1.5) and s.paired
     assert ev.samples_per_s(1) == pytest.approx(math.sqrt(150.0 * 120.0))  # the lucky 200 is not in the claim
@@ -46,43 +73,50 @@ def test_speedup_pairs_rounds_so_a_slow_round_cancels_and_the_first_lucky_measur
 
 
 def test_the_baseline_against_itself_is_exactly_one():
-    trials = [trial(0, 100.0, role="baseline", config={"batch_size": 32}), trial(1, 130.0)]
-    ev = Evidence(trials, {**measured("floor-1", {0: 90.0}), **measured("floor-2", {0: 110.0})})
+    study = new_study()
+    baseline(study, 100.0), trial(study, 130.0)
+    measured(study, "floor-1", {0: 90.0})
+    measured(study, "floor-2", {0: 110.0})
+    ev = evidence(study)
     s = ev.speedup(0)
     assert (s.estimate, s.low, s.high) == (1.0, 1.0, 1.0)
     assert ev.row(0)["speedup"]["estimate"] == 1.0
 
 
 def test_a_single_unraced_measurement_gets_the_noise_of_the_machine_not_of_its_windows():
-    trials = [trial(0, 100.0, role="baseline", config={"batch_size": 32}), trial(1, 130.0)]
-    ev = Evidence(trials, {**measured("floor-1", {0: 80.0}), **measured("floor-2", {0: 125.0})})
+    study = new_study()
+    baseline(study, 100.0), trial(study, 130.0)
+    measured(study, "floor-1", {0: 80.0})
+    measured(study, "floor-2", {0: 125.0})
+    ev = evidence(study)
     s = ev.speedup(1)
     assert s.low < 1.0 < s.high  # a 30% single measurement on a machine this noisy is no claim
     assert ev.verdict().state == "no_gain"
 
 
 def test_cache_answers_interrupted_and_failed_trials_are_not_measurements():
-    trials = [
-        trial(0, 100.0, role="baseline", config={"batch_size": 32}),
-        trial(1, 150.0),
-        trial(2, 150.0, duplicate_of=1),
-        trial(3, 0.0, state=TrialState.FAIL, outcome=R.INTERRUPTED),
-        trial(4, 0.0, state=TrialState.FAIL, outcome=R.OOM),
-    ]
-    ev = Evidence(trials, measured("race-a-1", {1: None}))
+    study = new_study()
+    baseline(study, 100.0)
+    trial(study, 150.0)
+    trial(study, 150.0, duplicate_of=1)
+    trial(study, 0.0, state="fail", outcome=R.INTERRUPTED)
+    trial(study, 0.0, state="fail", outcome=R.OOM)
+    measured(study, "race-a-1", {1: None})
+    ev = evidence(study)
     assert sorted(ev.configs) == [0, 1]
     assert ev.configs[1].failed_repeats == 1 and ev.configs[1].processes == 1
 
 
 def test_front_drops_dominated_points_and_those_over_the_memory_limit():
-    trials = [
-        trial(0, 100.0, 100, role="baseline", config={"batch_size": 32}),
-        trial(1, 300.0, 400),
-        trial(2, 200.0, 150),
-        trial(3, 150.0, 200),  # slower and larger than #2
-    ]
-    assert Evidence(trials, {}).front() == [1, 2, 0]
-    assert Evidence(trials, {}, max_memory_bytes=300 * MiB).front() == [2, 0]
+    study = new_study()
+    baseline(study, 100.0, 100)
+    trial(study, 300.0, 400)
+    trial(study, 200.0, 150)
+    trial(study, 150.0, 200)  # slower and larger than #2
+    assert evidence(study).front() == [1, 2, 0]
+    assert evidence(study, max_memory_bytes=300 * MiB).front() == [2, 0]
+    records.save(study, max_memory_bytes=300 * MiB)  # the study's own budget (--max-memory) is the default
+    assert evidence(study).front() == [2, 0]
 
 
 def test_front_is_the_pairs_definition_on_ties_and_duplicates():
@@ -92,10 +126,11 @@ def test_front_is_the_pairs_definition_on_ties_and_duplicates():
 
     rng = random.Random(3)
     for _ in range(30):
-        trials = [trial(0, 100.0, role="baseline", config={"batch_size": 32})]
-        trials += [trial(n, float(rng.choice([90, 100, 120, 150, 150, 200])), peak_mib=rng.choice([50, 100, 100, 300]))
-                   for n in range(1, 25)]
-        ev = Evidence(trials, {})
+        study = new_study()
+        baseline(study, 100.0)
+        for _ in range(1, 25):
+            trial(study, float(rng.choice([90, 100, 120, 150, 150, 200])), peak_mib=rng.choice([50, 100, 100, 300]))
+        ev = evidence(study)
         points = ev.ok()
         pareto = [c for c in points if not any(
             o is not c and o.samples_per_s >= c.samples_per_s and o.peak_memory_bytes <= c.peak_memory_bytes
@@ -105,40 +140,64 @@ def test_front_is_the_pairs_definition_on_ties_and_duplicates():
 
 
 def test_time_spent_counts_overlapping_workers_once():
-    attrs = {
-        f"{SESSION}a": {"started_at": 1000.0, "elapsed_s": 100.0},
-        f"{SESSION}b": {"started_at": 1050.0, "elapsed_s": 100.0},  # overlaps a by 50 s
-        f"{SESSION}c": {"started_at": 2000.0, "elapsed_s": 10.0},
-    }
-    assert Evidence([], attrs).time_spent() == {"wall_s": 160.0, "sessions": 3.0}
+    study = new_study()
+    records.save_session(study, "a", {"started_at": 1000.0, "elapsed_s": 100.0})
+    records.save_session(study, "b", {"started_at": 1050.0, "elapsed_s": 100.0})  # overlaps a by 50 s
+    records.save_session(study, "c", {"started_at": 2000.0, "elapsed_s": 10.0})
+    assert evidence(study).time_spent() == {"wall_s": 160.0, "sessions": 3.0}
+
+
+def test_a_study_builds_its_evidence_once_from_its_stored_view():
+    study = new_study()
+    baseline(study, 100.0, 50), trial(study, 150.0)
+    stored = StoredStudy.of(study)
+    assert stored.evidence is stored.evidence and stored.evidence.study is stored
+    assert Evidence(stored, 1).front() == [] and stored.evidence.front() == [1, 0]  # another budget, another evidence
+
+
+def test_the_evidence_reads_what_the_store_reads():
+    """The evidence reads a study through protocols of its own (it may not import the store, which builds a study's
+    evidence): every name they declare is one the store's view has, and the one stored outcome the evidence
+    interprets (an arm that compares with nothing) is the store's own."""
+    from autotune.evidence import reads
+
+    study = new_study()
+    baseline(study, 100.0, config_key="B"), trial(study, 150.0, config_key="c1")
+    measured(study, "floor-1", {0: 100.0})
+    paired_process(study, "pair-r-01-0", {"B": 100.0, "c1": 150.0}, race="r")
+    stored = StoredStudy.of(study)
+    views = ((reads.Study, stored), (reads.Trial, stored.trials[0]), (reads.Remeasurement, next(iter(stored.remeasurements()))),
+             (reads.Block, stored.blocks()[0]))
+    for protocol, view in views:
+        names = [n for n in vars(protocol) if not n.startswith("_")]
+        assert names and [n for n in names if not hasattr(view, n)] == [], protocol
+    assert reads.UNCOMPARED == records.UNCOMPARED
 
 
 # ---------------------------------------------------------------- a busy machine, named
 
 
 BASE = {"batch_size": 32, "threads": 2, "precision": "fp32"}
-FP = {"fingerprint": {"cpu_count": 2}}
+FP = {"cpu_count": 2}
 
 
-def loaded(number: int, rate: float, other: float, role: str = "search", **changes):
-    t = trial(number, rate, role=role, config={**BASE, **changes})
-    t.user_attrs["result"] = {"load": {"other_cores": other, "cores": 2}}
-    return t
+def loaded(study: optuna.Study, rate: float, other: float, role: str = "search", **changes) -> int:
+    """A trial whose own measurement was taken while other processes used ``other`` cores."""
+    return trial(study, rate, role=role, config={**BASE, **changes}, result={"load": {"other_cores": other, "cores": 2}})
 
 
-def rounds(loads: dict[int, tuple[float, float]], prefix: str = "race-a-", n: int = 4) -> dict:
+def rounds(study: optuna.Study, loads: dict[int, tuple[float, float]], prefix: str = "race-a-", n: int = 4) -> None:
     """``n`` race rounds: each trial at its rate, measured while other processes used ``other`` cores."""
-    out = {}
     for k in range(1, n + 1):
         for number, (rate, other) in loads.items():
-            out[measurement_key(f"{prefix}{k}", number)] = {"samples_per_s": rate * (1 + 0.01 * k), "outcome": R.OK,
-                                                            "other_cores": other}
-    return out
+            measured(study, f"{prefix}{k}", {number: rate * (1 + 0.01 * k)}, other_cores=other)
 
 
 def test_a_quiet_study_says_so_and_its_verdict_stands():
-    trials = [loaded(0, 100.0, 0.1, role="baseline"), loaded(1, 150.0, 0.1, precision="bf16")]
-    ev = Evidence(trials, {**FP, **rounds({0: (100.0, 0.1), 1: (150.0, 0.1)})})
+    study = new_study(fingerprint=FP)
+    loaded(study, 100.0, 0.1, role="baseline"), loaded(study, 150.0, 0.1, precision="bf16")
+    rounds(study, {0: (100.0, 0.1), 1: (150.0, 0.1)})
+    ev = evidence(study)
     assert not ev.load.was_busy and ev.load.text().startswith("machine quiet while measuring")
     assert ev.verdict().state == "gain" and ev.verdict().winner == 1 and "busy" not in ev.verdict().text
 
@@ -146,9 +205,11 @@ def test_a_quiet_study_says_so_and_its_verdict_stands():
 def test_a_thread_count_that_won_on_a_busy_machine_is_not_recommended_and_how_to_recheck_is_said():
     # On a busy machine threads=1 looks 3x faster (the baseline's 2 threads fight the other process);
     # bf16 is 1.5x whatever the load.
-    trials = [loaded(0, 100.0, 1.0, role="baseline"), loaded(1, 300.0, 1.0, threads=1), loaded(2, 150.0, 1.0, precision="bf16")]
-    ev = Evidence(trials, {**FP, "workload": {"model": "autotune.examples:cnn"},
-                           **rounds({0: (100.0, 1.0), 1: (300.0, 1.0), 2: (150.0, 1.0)})})
+    study = new_study(fingerprint=FP, workload={"model": "autotune.examples:cnn"})
+    loaded(study, 100.0, 1.0, role="baseline"), loaded(study, 300.0, 1.0, threads=1)
+    loaded(study, 150.0, 1.0, precision="bf16")
+    rounds(study, {0: (100.0, 1.0), 1: (300.0, 1.0), 2: (150.0, 1.0)})
+    ev = evidence(study)
     assert ev.load.was_busy and ev.load.busy == ev.load.measurements
     v = ev.verdict()
     assert v.state == "gain" and v.winner == 2  # the load-free gain is recommended, not threads=1
@@ -158,18 +219,21 @@ def test_a_thread_count_that_won_on_a_busy_machine_is_not_recommended_and_how_to
 
 
 def test_with_nothing_else_separated_a_busy_study_keeps_the_defaults():
-    trials = [loaded(0, 100.0, 1.0, role="baseline"), loaded(1, 300.0, 1.0, threads=1)]
-    ev = Evidence(trials, {**FP, **rounds({0: (100.0, 1.0), 1: (300.0, 1.0)})})
-    v = ev.verdict()
+    study = new_study(fingerprint=FP)
+    loaded(study, 100.0, 1.0, role="baseline"), loaded(study, 300.0, 1.0, threads=1)
+    rounds(study, {0: (100.0, 1.0), 1: (300.0, 1.0)})
+    v = evidence(study).verdict()
     assert v.state == "no_gain" and v.text.startswith("no configuration beats PyTorch's defaults beyond the noise once the "
                                                       "load-sensitive knobs are set aside: keep the defaults; #1 (threads=1)")
 
 
 def test_measurements_much_busier_than_the_baselines_are_left_out_of_the_claim():
     # #1 raced in 4 rounds; in two of them another process used 1.5 of the 2 cores (the baseline's saw 0.1).
-    trials = [loaded(0, 100.0, 0.1, role="baseline"), loaded(1, 150.0, 0.1, precision="bf16")]
-    attrs = {**FP, **rounds({0: (100.0, 0.1), 1: (150.0, 0.1)}, n=2), **rounds({1: (60.0, 1.5)}, prefix="race-b-", n=2)}
-    ev = Evidence(trials, attrs)
+    study = new_study(fingerprint=FP)
+    loaded(study, 100.0, 0.1, role="baseline"), loaded(study, 150.0, 0.1, precision="bf16")
+    rounds(study, {0: (100.0, 0.1), 1: (150.0, 0.1)}, n=2)
+    rounds(study, {1: (60.0, 1.5)}, prefix="race-b-", n=2)
+    ev = evidence(study)
     c = ev.configs[1]
     assert c.left_out == {"race-b-1", "race-b-2"} and all(r.startswith("race-a-") for r, _ in c.claim)
     assert ev.samples_per_s(1) > 140 and ev.load.left_out == 2
@@ -177,27 +241,33 @@ def test_measurements_much_busier_than_the_baselines_are_left_out_of_the_claim()
 
 
 def test_a_configuration_measured_only_while_much_busier_cannot_win():
-    trials = [loaded(0, 100.0, 0.0, role="baseline"), loaded(1, 400.0, 1.9, precision="bf16")]
-    ev = Evidence(trials, {**FP, **measured("floor-1", {0: 101.0}), **measured("floor-2", {0: 99.0})})
+    study = new_study(fingerprint=FP)
+    loaded(study, 100.0, 0.0, role="baseline"), loaded(study, 400.0, 1.9, precision="bf16")
+    measured(study, "floor-1", {0: 101.0})
+    measured(study, "floor-2", {0: 99.0})
+    ev = evidence(study)
     assert ev.configs[1].busy_only
     assert ev.verdict().winner != 1
 
 
-def paired_process(round_id: str, rates: dict[str, float | None], **purpose) -> dict:
+def paired_process(study: optuna.Study, round_id: str, rates: dict[str, float | None], other_cores: float = 0.0,
+                   outcomes: dict[str, str] | None = None, **purpose) -> None:
     """One process that measured several configurations (by key) alternately, as autotune.paired stores it."""
-    return {f"paired:{round_id}": {"arms": [{"key": k, "trial": None, "samples_per_s": r, "outcome": R.OK if r else R.ERROR}
-                                            for k, r in rates.items()], "other_cores": 0.0, **purpose}}
+    arms = [{"key": k, "trial": None, "samples_per_s": r, "outcome": (outcomes or {}).get(k) or (R.OK if r else R.ERROR)}
+            for k, r in rates.items()]
+    records.save_paired(study, round_id, arms, other_cores=other_cores, wall_s=None, **purpose)
 
 
 def test_configurations_measured_alongside_the_defaults_get_the_within_process_noise_and_a_figure_that_agrees():
-    trials = [trial(0, 100.0, role="baseline", config={"batch_size": 32}, config_key="B"),
-              trial(1, 190.0, config_key="c1"), trial(2, 120.0, config_key="c2")]
+    study = new_study()
+    baseline(study, 100.0, config_key="B"), trial(study, 190.0, config_key="c1"), trial(study, 120.0, config_key="c2")
     # three processes, each 30% faster or slower as a whole; inside each, c1 is 1.5x and c2 1.1x the defaults
-    attrs = {**measured("floor-1", {0: 70.0}), **measured("floor-2", {0: 130.0})}
+    measured(study, "floor-1", {0: 70.0})
+    measured(study, "floor-2", {0: 130.0})
     for k, speed in enumerate((1.0, 0.7, 1.3)):
-        attrs |= paired_process(f"pair-r-{k + 1:02d}-0", {"B": 100 * speed, "c1": 150 * speed * (1.01 if k else 0.99),
-                                                           "c2": 110 * speed * (0.99 if k else 1.01)}, race="r")
-    ev = Evidence(trials, attrs)
+        paired_process(study, f"pair-r-{k + 1:02d}-0", {"B": 100 * speed, "c1": 150 * speed * (1.01 if k else 0.99),
+                                                        "c2": 110 * speed * (0.99 if k else 1.01)}, race="r")
+    ev = evidence(study)
     s1 = ev.speedup(1)
     assert s1.within and s1.paired and s1.processes == 3 and s1.estimate == pytest.approx(1.5, rel=0.02)
     assert ev.within_noise.known and ev.within_noise.df == 9 - (3 + 3 - 1)
@@ -211,45 +281,45 @@ def test_configurations_measured_alongside_the_defaults_get_the_within_process_n
 
 
 def test_a_shared_process_joins_a_trial_by_its_configuration_and_counts_a_failed_arm():
-    trials = [trial(0, 100.0, role="baseline", config={"batch_size": 32}, config_key="B"),
-              trial(1, 150.0, config_key="c1"), trial(7, 140.0, config_key="late", role="minimal")]
-    attrs = {**paired_process("abl-a-01", {"B": 100.0, "late": 140.0, "c1": None}, ablation="a"),
-             **paired_process("abl-a-02", {"B": 90.0, "late": 125.0, "c1": 140.0}, ablation="a")}
-    ev = Evidence(trials, attrs)
-    assert [r for r, _ in ev.configs[7].together] == ["abl-a-01", "abl-a-02"]  # measured as a trial after the processes
+    study = new_study()
+    baseline(study, 100.0, config_key="B"), trial(study, 150.0, config_key="c1")
+    paired_process(study, "abl-a-01", {"B": 100.0, "late": 140.0, "c1": None}, ablation="a")
+    paired_process(study, "abl-a-02", {"B": 90.0, "late": 125.0, "c1": 140.0}, ablation="a")
+    late = trial(study, 140.0, config_key="late", role="minimal")  # measured as a trial after the processes
+    ev = evidence(study)
+    assert [r for r, _ in ev.configs[late].together] == ["abl-a-01", "abl-a-02"]
     assert ev.configs[1].failed_repeats == 1 and ev.configs[1].together == [("abl-a-02", 140.0)]
     assert ev.within["late"] == [("abl-a-01", 140.0), ("abl-a-02", 125.0)]
 
 
 def test_a_busy_minute_is_not_left_out_of_a_ratio_measured_in_one_process():
     """Load touches both arms of a shared process alike: such rounds stay in the claim."""
-    trials = [trial(0, 100.0, role="baseline", config={"batch_size": 32}, config_key="B"),
-              trial(1, 150.0, config_key="c1")]
-    attrs = {**measured("floor-1", {0: 100.0})}
-    attrs["measurement:floor-1:0"]["other_cores"] = 0.0
-    for k in (1, 2):
-        block = paired_process(f"pair-r-{k:02d}-0", {"B": 100.0, "c1": 150.0 + k}, race="r")
-        block[f"paired:pair-r-{k:02d}-0"]["other_cores"] = 1.5  # much busier than the baseline's floor
-        attrs |= block
-    ev = Evidence(trials, attrs)
+    study = new_study()
+    baseline(study, 100.0, config_key="B"), trial(study, 150.0, config_key="c1")
+    measured(study, "floor-1", {0: 100.0}, other_cores=0.0)
+    for k in (1, 2):  # much busier than the baseline's floor
+        paired_process(study, f"pair-r-{k:02d}-0", {"B": 100.0, "c1": 150.0 + k}, other_cores=1.5, race="r")
+    ev = evidence(study)
     assert ev.load.was_busy and not ev.configs[1].left_out
     assert ev.speedup(1).processes == 2
 
 
 def test_an_arm_out_of_memory_beside_others_is_no_failure_of_its_configuration():
-    trials = [trial(0, 100.0, role="baseline", config={"batch_size": 32}, config_key="B"),
-              trial(1, 150.0, config_key="big"), trial(2, 120.0, config_key="bad")]
-    attrs = paired_process("pair-r-01-0", {"B": 100.0, "big": None, "bad": None}, race="r")
-    attrs["paired:pair-r-01-0"]["arms"][1]["outcome"] = R.OOM  # beside the others: says nothing of it alone
-    attrs["paired:pair-r-01-0"]["arms"][2]["outcome"] = R.NAN  # a real failure of that configuration
-    ev = Evidence(trials, attrs)
+    study = new_study()
+    baseline(study, 100.0, config_key="B"), trial(study, 150.0, config_key="big"), trial(study, 120.0, config_key="bad")
+    # out of memory beside the others says nothing of "big" alone; a nan is a real failure of "bad"
+    paired_process(study, "pair-r-01-0", {"B": 100.0, "big": None, "bad": None}, outcomes={"big": R.OOM, "bad": R.NAN},
+                   race="r")
+    ev = evidence(study)
     assert ev.configs[1].failed_repeats == 0 and ev.configs[2].failed_repeats == 1
 
 
 def test_when_not_even_the_defaults_fit_the_memory_budget_nothing_is_recommended():
-    trials = [trial(0, 100.0, peak_mib=300, role="baseline", config={"batch_size": 32}),
-              trial(1, 130.0, peak_mib=250)]
-    ev = Evidence(trials, {**measured("floor-1", {0: 95.0}), **measured("floor-2", {0: 105.0})}, max_memory_bytes=1)
+    study = new_study()
+    baseline(study, 100.0, peak_mib=300), trial(study, 130.0, peak_mib=250)
+    measured(study, "floor-1", {0: 95.0})
+    measured(study, "floor-2", {0: 105.0})
+    ev = evidence(study, max_memory_bytes=1)
     v = ev.verdict()
     assert v.state == "no_fit" and v.winner is None and ev.recommended() is None
     assert "nothing measured fits the memory budget (1 B), PyTorch's defaults included (they peaked at 300" in v.text

@@ -8,13 +8,11 @@ builds it once). The run's summary and table, ``status`` (and ``--json``), ``lis
 ``export``, warm start and the dashboard read them from here and nowhere else, so one
 configuration never shows two speed-ups.
 
+- :mod:`.reads`: what the figures read of a study (the store's view, declared as protocols);
 - :mod:`.configs`: each measured configuration with every measurement of it, and its claim;
 - :mod:`.load`: how busy the machine was, and what that leaves out of a claim;
-- :mod:`.figures`: :class:`Evidence`, the comparisons, the front and the race's candidates;
-- :mod:`.verdict`: :class:`Verdict` and the rules that reach it.
-
-(:mod:`.writers` holds, for now, the re-measurements' writers the race still calls; they move
-to the tuning loop's side.)
+- :mod:`.figures`: :class:`Evidence`: the comparisons, the front, the race's candidates and the verdict;
+- :mod:`.verdict`: :class:`Verdict`, the answer a user reads.
 """
 
 from __future__ import annotations
@@ -24,10 +22,4 @@ from autotune.evidence.figures import Evidence
 from autotune.evidence.load import WITHIN_PREFIXES, Load
 from autotune.evidence.verdict import Verdict
 
-# writers: moving to the race (in progress)
-from autotune.evidence.writers import (MEASUREMENT, PAIRED, RACE, SESSION, UNCOMPARED, is_measured, measurement_key,
-                                       record_measurement, record_paired)
-
-__all__ = ["Config", "Evidence", "Load", "Verdict", "WITHIN_PREFIXES",
-           "MEASUREMENT", "PAIRED", "RACE", "SESSION", "UNCOMPARED", "is_measured", "measurement_key",
-           "record_measurement", "record_paired"]
+__all__ = ["Config", "Evidence", "Load", "Verdict", "WITHIN_PREFIXES"]

@@ -5,8 +5,17 @@ mean log-ratio over those processes, with the within-process noise
 (:func:`autotune.stats.within_process_noise`); otherwise the ratio of their claims
 (:mod:`autotune.evidence.configs`), with the noise between processes. A configuration's figure
 (samples/s) is then the baseline's times its speed-up, so the figure and the speed-up a view
-shows never disagree. The front, the race's candidates and the verdict
-(:mod:`autotune.evidence.verdict`) are computed here from the same comparisons.
+shows never disagree. The front, the race's candidates and the verdict are computed here from
+the same comparisons.
+
+The verdict (:class:`autotune.evidence.verdict.Verdict`): the raced configurations (or, before
+a race, every one) are compared through the noise (:func:`autotune.stats.choose`); once the path
+to the winner has been measured (what each knob bought, :mod:`autotune.ablation`), it names the
+smallest configuration that keeps the gain, without the knobs that bought nothing beyond the
+noise. On a busy machine (:class:`autotune.evidence.load.Load`) a configuration whose gain rests
+on a load-sensitive knob (``threads``: fewer threads suffer less from other processes) is not
+recommended: the verdict names what was seen and how to re-check it on a quiet machine, and
+recommends among the others.
 """
 
 from __future__ import annotations
@@ -16,26 +25,26 @@ import math
 from typing import Any, Sequence
 
 from autotune import ablation as A
-from autotune import stats
+from autotune import knobs, stats
 from autotune.evidence import configs as C
-from autotune.evidence import verdict as V
 from autotune.evidence.configs import Config
 from autotune.evidence.load import Load, leave_out
+from autotune.evidence.reads import Study
 from autotune.evidence.verdict import Verdict
+from autotune.evidence.verdict import changes_text as _changes_text
 from autotune.stats import Measurement, Noise, Ratio
-from autotune.store.records import StoredStudy
+from autotune.units import plural
 
 
 class Evidence:
-    """A study's measurements, read once from a :class:`autotune.store.StoredStudy`, and every figure derived from them.
+    """A study's measurements, read once from a :class:`autotune.store.StoredStudy` (what
+    :class:`autotune.evidence.reads.Study` names of it), and every figure derived from them.
 
     ``max_memory_bytes``: the budget a configuration must fit (default: the study's own, ``--max-memory``).
     A study's own evidence is built once, as ``study.evidence``.
     """
 
-    def __init__(self, study: StoredStudy, max_memory_bytes: int | None = None) -> None:
-        if not isinstance(study, StoredStudy):  # transitional: the loop's (trials, attrs); see _legacy_study
-            study, max_memory_bytes = _legacy_study(study, max_memory_bytes), None
+    def __init__(self, study: Study, max_memory_bytes: int | None = None) -> None:
         self.study = study
         self._memo: dict[Any, Any] = {}
         self.max_memory_bytes = max_memory_bytes if max_memory_bytes is not None else study.max_memory_bytes
@@ -47,7 +56,7 @@ class Evidence:
         for n in sorted(self.configs):
             if self.configs[n].key:
                 self.trial_of.setdefault(self.configs[n].key, n)
-        self.blocks = study.blocks()
+        self.blocks = list(study.blocks())
         self.within: dict[str, list[Measurement]] = C.join(self.configs, self.blocks, self.trial_of)
         self.within_noise: Noise = stats.within_process_noise(b.rates for b in self.blocks)  # type: ignore[misc]
         self.load = Load.of(self.configs.values(), self.baseline, study.fingerprint)
@@ -184,7 +193,7 @@ class Evidence:
         load-sensitive knob is not recommended."""
         key = ("verdict", ablated)
         if key not in self._memo:
-            self._memo[key] = V.ablated(self, V.raced(self)) if ablated else V.raced(self)
+            self._memo[key] = self._ablated(self._raced_verdict()) if ablated else self._raced_verdict()
         return self._memo[key]  # type: ignore[no-any-return]
 
     def ablation(self) -> A.Ablation | None:
@@ -192,8 +201,135 @@ class Evidence:
         shared processes once the race is over, one step when the winner changes a single knob; None before."""
         if "ablation" not in self._memo:
             self._memo["ablation"] = None
-            self._memo["ablation"] = V.ablation(self)
+            self._memo["ablation"] = self._ablation()
         return self._memo["ablation"]  # type: ignore[no-any-return]
+
+    def _ablated(self, verdict: Verdict) -> Verdict:
+        """The race's verdict, told what each knob of its winner bought (and, where some bought nothing, the
+        smallest configuration that keeps the gain, once measured on its own)."""
+        ab = self.ablation()
+        if verdict.state != "gain" or ab is None or len(ab.steps) < 2:
+            return verdict
+        m = ab.minimal
+        s = self.speedup(m) if m is not None and m != verdict.winner else None
+        if m is None or m == verdict.winner or s is None or not s.above_one():
+            return Verdict(verdict.state, verdict.winner, verdict.leader, verdict.speedup, verdict.tied, verdict.confirmed,
+                           verdict.simpler_preferred, f"{verdict.text}; {ab.text()}")
+        c = self.configs[m]
+        text = (f"#{m} ({_changes_text(c.changes)}) is {s.text()} as fast as PyTorch's defaults "
+                f"({int(round(100 * stats.LEVEL))}% interval, {plural(s.processes, 'process')} against {s.reference_processes}): "
+                f"#{verdict.winner}'s gain without the knobs that bought nothing beyond the noise; {ab.text()}")
+        if self.load.was_busy:
+            text += f"; {self.load.text()}"
+        return Verdict("gain", m, verdict.leader, s, verdict.tied, True, verdict.simpler_preferred, text)
+
+    def _ablation(self) -> A.Ablation | None:
+        verdict = self.verdict(ablated=False)
+        if verdict.state != "gain" or verdict.winner is None or verdict.speedup is None:
+            return None
+        w = self.configs[verdict.winner]
+        if len(w.changes) == 1:
+            step = A.Step(dict(w.changes), w.key, verdict.speedup, verdict.speedup, verdict.speedup.within)
+            return A.Ablation("", w.number, (step,), w.key, w.number, {}, 0)
+        plans = [(ablation_id, plan) for ablation_id, plan in self.study.ablation_plans() if plan.get("winner_key") == w.key]
+        # the newest path measured whole (one measured again in another order, when a knob that bought nothing
+        # stood before one that paid: autotune.ablation.reordered), else the one before it
+        for ablation_id, plan in sorted(plans, key=lambda kv: -float(kv[1].get("started", 0.0))):
+            keys = [p["key"] for p in plan.get("path") or []]
+            processes = sum(1 for b in self.blocks if b.purpose.get("ablation") == ablation_id)
+            found = A.analyse(ablation_id, plan, {k: self.within.get(k, []) for k in keys}, self.within_noise,
+                              verdict.speedup, self.trial_of.get, processes)
+            if found is not None:
+                return found
+        return None
+
+    def _raced_verdict(self) -> Verdict:
+        """The race's verdict, on a busy machine without the configurations whose gain rests on a load-sensitive knob."""
+        verdict = self._verdict()
+        if not self.load.was_busy or verdict.state == "gain" and not self._sensitive(verdict.winner):
+            return self._busy_note(verdict) if self.load.was_busy else verdict
+        if verdict.state != "gain":
+            return self._busy_note(verdict)
+        seen = verdict
+        quiet = self._verdict(exclude_sensitive=True)
+        c = self.configs[seen.winner]  # type: ignore[index]
+        names = ", ".join(k for k in c.changes if self._sensitive_knob(k))
+        model = self.study.workload.get("model") or "MODEL"
+        sets = " ".join(f"--set {k}={knobs.KNOBS[k].format(v)}" for k, v in c.changes.items() if k in knobs.KNOBS)
+        note = (f"#{seen.winner} ({_changes_text(c.changes)}) measured {seen.speedup.text() if seen.speedup else '-'} but its "
+                f"gain rests on {names}, which depends on the load, and {self.load.text()}: not recommended from these "
+                f"measurements; re-check it on a quiet machine with `autotune measure --model {model} {sets} --repeat 5` "
+                f"against `autotune measure --model {model} --repeat 5`")
+        if quiet.state == "gain":
+            return Verdict("gain", quiet.winner, seen.leader, quiet.speedup, quiet.tied, quiet.confirmed,
+                           quiet.simpler_preferred, f"{quiet.text}; {note}")
+        return Verdict("no_gain", self.baseline.number if self.baseline else None, seen.leader, seen.speedup, seen.tied,
+                       seen.confirmed, False, "no configuration beats PyTorch's defaults beyond the noise once the "
+                       f"load-sensitive knobs are set aside: keep the defaults; {note}")
+
+    @staticmethod
+    def _sensitive_knob(name: str) -> bool:
+        return name in knobs.KNOBS and knobs.KNOBS[name].load_sensitive
+
+    def _sensitive(self, number: int | None) -> bool:
+        return number is not None and any(self._sensitive_knob(k) for k in self.configs[number].changes)
+
+    def _busy_note(self, verdict: Verdict) -> Verdict:
+        return Verdict(verdict.state, verdict.winner, verdict.leader, verdict.speedup, verdict.tied, verdict.confirmed,
+                       verdict.simpler_preferred, f"{verdict.text}; {self.load.text()}")
+
+    def _verdict(self, exclude_sensitive: bool = False) -> Verdict:
+        """The verdict's rule over the raced configurations (before a race, every one), through the noise."""
+        if not self.configs:
+            return Verdict("no_results", None, None, None, (), False, False, "no successful measurement yet")
+        if self.baseline is None:
+            return Verdict("no_baseline", None, None, None, (), False, False, "the baseline (PyTorch's defaults) has not been measured yet")
+        base = self.baseline
+        pool = self.raced or [c.number for c in self.ok() if not c.is_baseline]
+        # the ablation's recommendation is measured to be reported, not raced (the verdict comes to it through the ablation)
+        pool = [n for n in pool if self.configs[n].feasible and not self.configs[n].busy_only
+                and self.configs[n].role != A.ROLE]
+        if exclude_sensitive:
+            pool = [n for n in pool if not self._sensitive(n)]
+        if not pool and not base.feasible:
+            from autotune.units import format_bytes
+
+            return Verdict("no_fit", None, None, None, (), False, False,
+                           f"nothing measured fits the memory budget ({format_bytes(self.max_memory_bytes)}), PyTorch's "
+                           f"defaults included (they peaked at {format_bytes(base.peak_memory_bytes)}): raise --max-memory, "
+                           "or make the model or its batch smaller")
+        if not pool:
+            return Verdict("no_gain", base.number, None, None, (), False, False,
+                           "no other configuration ran successfully within the budget: keep PyTorch's defaults")
+        choice = self.choose(pool)
+        leader = int(choice.leader)
+        winner = int(choice.winner)
+        tied = tuple(int(k) for k in choice.tied)
+        confirmed = self.configs[leader].confirmed
+        if not self.noise.known:
+            s = self.speedup(leader)
+            return Verdict("no_gain", base.number, leader, s, tied, confirmed, False,
+                           f"the noise between processes is not measured yet, so no claim: the fastest so far is "
+                           f"#{leader} at {s.text() if s else '-'} the speed of the defaults")
+        if not choice.significant:
+            s = self.speedup(leader)
+            what = knobs.short(self.configs[leader].config) if self.configs[leader].changes else "defaults"
+            return Verdict("no_gain", base.number, leader, s, tied, confirmed, False,
+                           f"no configuration beats PyTorch's defaults beyond the noise: the fastest, #{leader} ({what}), "
+                           f"measured {s.text() if s else '-'}; keep the defaults")
+        s = self.speedup(winner)
+        assert s is not None
+        c = self.configs[winner]
+        text = (f"#{winner} ({_changes_text(c.changes)}) is {s.text()} as fast as PyTorch's defaults "
+                f"({int(round(100 * stats.LEVEL))}% interval, {plural(c.processes, 'process')} against {s.reference_processes})")
+        if choice.simpler_than_leader:
+            text += (f"; preferred over #{leader}, which looked faster ({self.speedup(leader).text()}) but is not "  # type: ignore[union-attr]
+                     f"separated from it by the evidence, because it changes fewer knobs")
+        elif len(tied) > 1:
+            text += f"; {len(tied) - 1} other configuration(s) were as fast within the noise"
+        if not confirmed:
+            text += "; measured once, not confirmed by a race (run with --confirm)"
+        return Verdict("gain", winner, leader, s, tied, confirmed, choice.simpler_than_leader, text)
 
     def choose(self, pool: Sequence[int]) -> stats.Choice:
         """The verdict's rule (:func:`autotune.stats.choose`) over these configurations (the race's rule too)."""
@@ -245,35 +381,13 @@ class Evidence:
             "load": self.load.to_dict(),
         }
 
-    # ------------------------------------------------------------ transitional: the tuning loop's Optuna objects
-    # (autotune/study.py and autotune/race.py read the study through Optuna until they read it through
-    # autotune.store.LiveStudy; then Evidence.of, .attrs and the (trials, attrs) form of the constructor go)
-
-    @classmethod
-    def of(cls, study: Any) -> Evidence:
-        """Transitional: a study's evidence, from a :class:`autotune.store.StoredStudy` (its own, built once) or a
-        live ``optuna.Study`` (read now)."""
-        from autotune.store.records import StoredStudy as Stored
-
-        return (study if isinstance(study, Stored) else Stored.of(study)).evidence  # type: ignore[no-any-return]
-
-    @property
-    def attrs(self) -> Any:
-        """Transitional: the study's stored records as a mapping (autotune.race reads the rounds it began there)."""
-        return self.study._attrs
-
-
-def _legacy_study(trials: Any, attrs: Any) -> StoredStudy:
-    """Transitional: ``Evidence(trials, attrs)`` as the tuning loop still calls it (Optuna's trials and attributes)."""
-    return StoredStudy.from_frozen("", attrs, trials)
-
 
 def _common(a: Sequence[Measurement], b: Sequence[Measurement]) -> bool:
     rounds = {r for r, _ in a}
     return any(r in rounds for r, _ in b)
 
 
-def _looks(study: StoredStudy) -> int:
+def _looks(study: Study) -> int:
     """The planned looks of the study's latest race (1 before any race, and for races that did not record them)."""
     races = [record for _, record in study.races()]
     if not races:
