@@ -26,7 +26,7 @@ recommendation is not the winner itself, the study measures it once more as a tr
 its own (its memory, a trial number every view can show), and the verdict names it.
 
 This module is the pure part (planning the path, reading the steps from the measured
-processes); :mod:`autotune.race` measures them and :mod:`autotune.evidence` reports them.
+processes); :mod:`autotune.phases.bought` measures them and :mod:`autotune.evidence` reports them.
 Nothing here imports torch or Optuna.
 """
 

@@ -328,7 +328,7 @@ def tune(
             raise SpecError("tune(): pass a model, or model=None with study=NAME to resume that study's workload")
         if any(v is not None for v in (data, model_args, input_shape, num_classes, task)):
             raise SpecError("tune(model=None, study=...) resumes the study's own workload: it takes no data or model options")
-        spec = tuning.stored_config(_store(storage, study, read_only=True).load(study)).spec
+        spec = tuning.stored_config(_store(storage, study, read_only=True).read(study)).spec
     else:
         spec = _spec(model, data, model_args, input_shape, num_classes, task)
     job = TuneConfig.from_keywords(

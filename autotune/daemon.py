@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 from autotune import tuning
 from autotune.errors import AutotuneError, StorageError, StorageUnreachable
 from autotune.request import DEFAULT_POLL_S, TuneConfig
-from autotune.store import Store
+from autotune.store import Store, StoredStudy
 
 Log = Callable[[str], None]
 
@@ -79,7 +79,7 @@ def work_on(name: str, store: Store, device: str, log: Log, race: bool = True, *
     """
 
     def once() -> Any:
-        study = store.load(name)
+        study = _described(store, name)
         config = tuning.stored_config(study)
         if tuning.is_job_record(study):
             return _work_on_job(name, config, store, device, log, **callbacks)
@@ -93,7 +93,7 @@ def _work_on_job(job_name: str, config: TuneConfig, store: Store, device: str, l
 
     name = tuning.kind_study_name(job_name, hardware.fingerprint(device))
     log(f"job {job_name!r}: working on study {name!r}")
-    return tuning.prepare(config, name, store, device, extra_attrs={tuning.JOB_OF: job_name}, **callbacks).run()
+    return tuning.prepare(config, name, store, device, job_of=job_name, **callbacks).run()
 
 
 def serve(store: Store, device: str, log: Log, poll_s: float = DEFAULT_POLL_S, exit_when_idle: bool = False, **callbacks: Any) -> int:
@@ -117,7 +117,7 @@ def serve(store: Store, device: str, log: Log, poll_s: float = DEFAULT_POLL_S, e
             log(f"job {job_name!r}: working on study {name!r}")
             try:
                 retrying(
-                    lambda: tuning.prepare(config, name, store, device, extra_attrs={tuning.JOB_OF: job_name}, **callbacks).run(),
+                    lambda: tuning.prepare(config, name, store, device, job_of=job_name, **callbacks).run(),
                     log, store,
                 )
             except StorageError:
@@ -133,18 +133,18 @@ def serve(store: Store, device: str, log: Log, poll_s: float = DEFAULT_POLL_S, e
             time.sleep(poll_s)
 
 
-def _budget_spent(name: str, store: Store, config: TuneConfig, log: Log) -> bool:
-    from autotune import study as S
+def _described(store: Store, name: str) -> StoredStudy:
+    """The study (or submitted job) ``name``: its description and records, without its trials (one query)."""
+    found = next((s for s in store.summaries() if s.name == name), None)
+    return found if found is not None else store.read(name)  # read says why not: no such study, and those there are
 
+
+def _budget_spent(name: str, store: Store, config: TuneConfig, log: Log) -> bool:
     def check() -> bool:
-        study = store.load(name)
-        warm_cache(study)  # each poll reads the study afresh: in one pass, not through Optuna's ORM
-        measured = sum(1 for t in study.get_trials(deepcopy=False) if S.is_measured(t))
-        attrs = study.user_attrs
-        races = [v for k, v in attrs.items() if k.startswith("race:") and isinstance(v, dict)]
-        raced = config.confirm <= 0 or any(r.get("done") and r.get("measured") == measured for r in races)
-        deadline = attrs.get("deadline")
-        late = bool(deadline) and time.time() >= float(deadline)
+        study = store.read(name)  # each poll reads the study afresh: in one pass, not through Optuna's ORM
+        measured = sum(1 for t in study.trials if t.measured)
+        raced = config.confirm <= 0 or any(r.get("done") and r.get("measured") == measured for _, r in study.races())
+        late = bool(study.deadline) and time.time() >= float(study.deadline)  # type: ignore[arg-type]
         return (measured >= config.trials or late) and raced
 
     return bool(retrying(check, log, store))

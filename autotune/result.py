@@ -15,7 +15,7 @@ TIMEOUT = "timeout"
 CRASHED = "crashed"
 NOT_APPLICABLE = "not_applicable"
 INTERRUPTED = "interrupted"
-SLOWER = "slower"  # stopped: ran k times the defaults' whole trial without finishing (autotune.study.SLOW_FACTOR)
+SLOWER = "slower"  # stopped: ran k times the defaults' whole trial without finishing (autotune.phases.bench.SLOW_FACTOR)
 
 OUTCOMES = (OK, OOM, NAN, ERROR, TIMEOUT, CRASHED, NOT_APPLICABLE, INTERRUPTED, SLOWER)
 

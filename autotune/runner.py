@@ -154,7 +154,7 @@ class Runner:
         ``settings``: this trial's, instead of the runner's (the batch-ceiling probes).
         ``limit_s``: a trial whose steps after the first take longer than this is stopped as
         ``slower`` (the study passes a multiple of the defaults' whole trial; see
-        :func:`autotune.study.slow_limit`); ``--trial-timeout`` still bounds the whole trial.
+        :func:`autotune.phases.bench.slow_limit`); ``--trial-timeout`` still bounds the whole trial.
         """
         request = TrialRequest(
             spec=self.spec, device=self.device, config=dict(config), settings=settings or self.settings,

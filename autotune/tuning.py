@@ -11,9 +11,11 @@ kind, named ``<job>@<kind>`` (:func:`autotune.store.kind`), so one submission yi
 tuned configuration per kind of machine in the fleet.
 
 The storage is the only shared state: budgets, de-duplication and stale trials are read
-from it (:class:`autotune.study.Tuner`); no process talks to another. The store is opened
-once by the caller (:class:`autotune.store.Store`) and passed in; a storage that refuses
-a write ends the work in one :class:`StorageError` (:meth:`Store.faults`).
+from it (:mod:`autotune.phases`); no process talks to another. The store is opened once by
+the caller (:class:`autotune.store.Store`) and passed in; the study is opened here as a
+:class:`autotune.store.LiveStudy` with the request's stale-trial grace (the one place it is
+set), and a storage that refuses a write ends the work in one :class:`StorageError`
+(:meth:`Store.faults`).
 """
 
 from __future__ import annotations
@@ -27,20 +29,17 @@ from typing import Any, Callable, Iterable, Mapping
 import optuna
 
 from autotune import ceiling as ceilings
-from autotune import knobs, load, view, warmstart
-from autotune.store import recovery
-from autotune.store.cache import warm_cache
+from autotune import knobs, load, warmstart
 from autotune import space as spaces
 from autotune import study as S
 from autotune.ceiling import Ceiling
 from autotune.errors import SpaceError, StudyError
+from autotune.phases import Bench, Seeds
+from autotune.phases.bench import OnMeasure, slow_limit
 from autotune.protocol import Settings
-from autotune.race import OnMeasure
 from autotune.request import TuneConfig
 from autotune.runner import Runner
-from autotune.store import Store, kind
-
-JOB = view.JOB  # the attribute of a job record
+from autotune.store import LiveStudy, Store, StoredStudy, kind
 #: ``AUTOTUNE_PAIRED=1``: the race measures candidates alongside the defaults inside shared processes
 #: (autotune/paired.py). Off by default. On the calibration models the ratios measured that way ran high (2 of 4
 #: claims missed their re-measurement). The cause, found with benchmarks/paths_agree.py: glibc's heap keeps one arm's
@@ -50,7 +49,6 @@ JOB = view.JOB  # the attribute of a job record
 #: bought is measured in shared processes by default wherever they are sound (autotune.ablation: a winner that
 #: retains the heap gets it as the path's first step, the rest in shared processes).
 PAIRED_ENV = "AUTOTUNE_PAIRED"
-JOB_OF = "job_of"  # on a per-kind study: the job record it works for
 
 
 @dataclass
@@ -60,7 +58,7 @@ class Prepared:
     config: TuneConfig
     name: str
     store: Store
-    study: optuna.Study
+    live: LiveStudy
     created: bool
     recovered: list[int]
     tuner: S.Tuner
@@ -75,10 +73,16 @@ class Prepared:
     busy: dict[str, Any] = field(default_factory=dict)  # other processes' cores when it started (autotune.load)
     warm: list[warmstart.Seed] = field(default_factory=list)  # earlier studies' winners, queued after the recipe
 
-    def run(self) -> S.Summary:
-        """Tune until the budget is spent; a storage that refuses a write ends it in one StorageError."""
+    @property
+    def study(self) -> optuna.Study:
+        return self.live.study
+
+    def run(self, *, poll_s: float | None = None) -> S.Summary:
+        """Tune until the budget is spent; a storage that refuses a write ends it in one StorageError. ``poll_s``:
+        how often to look while other processes measure the rest of the budget (``run --workers``: this process
+        waits for its workers' last trials, then races)."""
         with self.store.faults():
-            return self.tuner.run()
+            return self.tuner.run(poll_s=poll_s)
 
     def opening(self, workers: int = 1) -> list[str]:
         """What ``run`` and ``autotune.tune`` say before the first trial: the study, what the space left out here,
@@ -98,7 +102,7 @@ class Prepared:
         if self.ceiling is not None:
             lines.append(f"batch ceiling: {self.ceiling.text()}")
         if self.warm:
-            lines.append(warmstart.line(self.warm, self.tuner.base) or "")
+            lines.append(warmstart.line(self.warm, self.tuner.seeds.base) or "")
         switched = self.tuner.sampler_opening() if self.tuner is not None else None  # (None: an opening alone)
         if switched:
             lines.append(switched)
@@ -124,21 +128,22 @@ def prepare(
     on_probe: Callable[[int, str, int | None], None] | None = None,
     race: bool = True,
     join_only: bool = False,
-    extra_attrs: Mapping[str, Any] | None = None,
+    job_of: str | None = None,
 ) -> Prepared:
     """Probe the workload, create the study (or check it matches), recover stale trials, build the Tuner.
 
     ``join_only``: the study must exist already (a worker joining); ``race``: run the final race
     when the budget is spent (workers started by ``run --workers`` leave it to ``run``);
-    ``on_probe(batch, outcome, peak bytes)``: after each probe of the batch-size ceiling.
+    ``on_probe(batch, outcome, peak bytes)``: after each probe of the batch-size ceiling; ``job_of``: the submitted
+    job a per-kind study works for (recorded on it when it is created).
     """
     with store.faults():
         return _prepare(config, name, store, device, on_trial=on_trial, on_repeat=on_repeat, on_probe=on_probe,
-                        race=race, join_only=join_only, extra_attrs=extra_attrs)
+                        race=race, join_only=join_only, job_of=job_of)
 
 
 def _prepare(config: TuneConfig, name: str, store: Store, device: str, *, on_trial: Any, on_repeat: Any, on_probe: Any,
-             race: bool, join_only: bool, extra_attrs: Mapping[str, Any] | None) -> Prepared:
+             race: bool, join_only: bool, job_of: str | None) -> Prepared:
     names = store.names()  # an unreachable storage fails before any measurement
     busy = load.other_cores_now()  # before anything of ours runs: is the machine already busy?
     if join_only and name not in names:
@@ -174,22 +179,23 @@ def _prepare(config: TuneConfig, name: str, store: Store, device: str, *, on_tri
         "device": device,
         "context": probe["context"],
         "global_batch": config.global_batch,
-        **(extra_attrs or {}),
+        **({"job_of": job_of} if job_of else {}),
     }
-    study, created = store.create_or_check(name, attrs, S.make_sampler(config.sampler, config.seed))
+    live, created = open_live(config, store, name, attrs)
     if not created:
-        warm_cache(study)  # a resumed or joined study: its trials in one quick read, not Optuna's ORM (7 s at 10,000 trials)
-    stored_memory = study.user_attrs.get("max_memory_bytes")
+        live.warm_cache()  # a resumed or joined study: its trials in one quick read, not Optuna's ORM (7 s at 10,000 trials)
+    stored_memory = live.records().max_memory_bytes
     if not created and config.max_memory_bytes is not None and config.max_memory_bytes != stored_memory:
         from autotune.units import format_bytes
 
         was = format_bytes(stored_memory) if stored_memory else "no budget"
         raise StudyError(f"study {name!r} was made with --max-memory {was}; pass the same value, or start a new study with --study {name}-2")
     if created:
-        study.set_user_attr("max_memory_bytes", config.max_memory_bytes)
+        live.save(max_memory_bytes=config.max_memory_bytes)
         if found is not None:
-            study.set_user_attr(ceilings.ATTR, found.to_dict())
-    ceiling = ceilings.stored(study)
+            live.save(batch_ceiling=found.to_dict())
+    stored_ceiling = live.records().batch_ceiling
+    ceiling = Ceiling.from_dict(stored_ceiling) if stored_ceiling else None
     if ceiling is not None and knobs.BATCH_KNOB in effective.search:
         clipped = ceilings.clip(effective.search[knobs.BATCH_KNOB], ceiling, base[knobs.BATCH_KNOB])
         if clipped is None:
@@ -200,40 +206,50 @@ def _prepare(config: TuneConfig, name: str, store: Store, device: str, *, on_tri
             raise SpaceError(f"{space.path}: only the batch size is searched here, and no batch but the baseline's fits "
                              f"(batch ceiling: {ceiling.text()})")
     if created or not join_only:
-        study.set_user_attr("job", config.to_dict())  # what workers that join later follow (a run may raise --trials)
+        live.save(job=config.to_dict())  # what workers that join later follow (a run may raise --trials)
     memory = config.max_memory_bytes if created else stored_memory
-    recovered = recovery.recover_stale(study, grace_s=config.stale_grace_s)
-    options = S.Options.of(config, max_memory_bytes=memory, race=race, deadline=_deadline(study, config, created, join_only),
+    recovered = live.recover_stale()
+    options = S.Options.of(config, max_memory_bytes=memory, race=race, deadline=_deadline(live, config, created, join_only),
                            placement=placement(device))
+
     def evaluate(config: Mapping[str, Any], dominators: Any = (), margin: float | None = None) -> Any:
-        return runner.measure(config, dominators, margin, limit_s=S.slow_limit(study, config))
+        return runner.measure(config, dominators, margin, limit_s=slow_limit(live, config))
 
     def remeasure(config: Mapping[str, Any]) -> Any:
-        return runner.measure(config, settings=runner.settings.lean(), limit_s=S.slow_limit(study, config))
+        return runner.measure(config, settings=runner.settings.lean(), limit_s=slow_limit(live, config))
 
     def together(configs: Any) -> Any:
         return runner.measure_together(configs, settings=runner.settings.lean())
 
-    tuner = S.Tuner(study, effective, ctx, base, evaluate, options, on_trial=on_trial, on_repeat=on_repeat,
-                    check=store.check_alive, remeasure=remeasure,
-                    together=together if os.environ.get(PAIRED_ENV) == "1" else None, ablate=together)
-    warm = warmstart.seeds(store, study, created, config.warm_start, probe["fingerprint"], tuner)
-    tuner.warm = [(seed.params, seed.attrs()) for seed in warm]
-    measured = sum(1 for t in study.get_trials(deepcopy=False) if S.is_measured(t))
-    return Prepared(config, name, store, study, created, recovered, tuner, device, space.name, effective.size(),
+    bench = Bench(evaluate, remeasure, together=together if os.environ.get(PAIRED_ENV) == "1" else None, ablate=together,
+                  on_repeat=on_repeat)
+    seeds = Seeds(effective, ctx, base)
+    tuner = S.Tuner(live, seeds, bench, options, on_trial=on_trial, check=store.check_alive)
+    warm = warmstart.seeds(store, live, created, config.warm_start, probe["fingerprint"], seeds)
+    seeds.warm = [(seed.params, seed.attrs()) for seed in warm]
+    measured = sum(1 for t in live.trials() if t.measured)
+    return Prepared(config, name, store, live, created, recovered, tuner, device, space.name, effective.size(),
                     list(effective.search), measured, runner, ceiling, left_out=fitted.text(), busy=busy, warm=warm)
 
 
-def _deadline(study: optuna.Study, config: TuneConfig, created: bool, joining: bool) -> float | None:
+def open_live(config: TuneConfig, store: Store, name: str, attrs: Mapping[str, Any]) -> tuple[LiveStudy, bool]:
+    """The study ``name`` opened for this process to write, created with ``attrs`` or checked against them, with the
+    request's sampler and stale-trial grace (:meth:`TuneConfig.stale_grace_s`: derived here, once, for every phase
+    and for recovery). Returns (study, created)."""
+    study, created = store.create_or_check(name, attrs, S.make_sampler(config.sampler, config.seed))
+    return LiveStudy(study, grace_s=config.stale_grace_s), created
+
+
+def _deadline(live: LiveStudy, config: TuneConfig, created: bool, joining: bool) -> float | None:
     """``--time-budget``: for a run, from now; for a fleet, from the study's creation (the stored deadline)."""
     if config.time_budget_s is None:
         return None
-    stored = study.user_attrs.get("deadline")
+    stored = live.records().deadline
     if joining and stored:
         return float(stored)
     deadline = time.time() + config.time_budget_s
     if created or not stored:
-        study.set_user_attr("deadline", deadline)
+        live.save(deadline=deadline)
     return deadline
 
 
@@ -247,17 +263,17 @@ def placement(device: str) -> dict[str, Any]:
     return out
 
 
-def stored_config(study: optuna.Study) -> TuneConfig:
+def stored_config(study: StoredStudy) -> TuneConfig:
     """The job a study was created for (workers join with it), or the job a job record holds."""
-    raw = study.user_attrs.get("job") or study.user_attrs.get(JOB)
+    raw = study.job or study.job_record
     if not raw:
-        raise StudyError(f"study {study.study_name!r} holds no job (made before autotune 0.2): run it with `autotune run`")
+        raise StudyError(f"study {study.name!r} holds no job (made before autotune 0.2): run it with `autotune run`")
     return TuneConfig.from_dict(raw)
 
 
-def is_job_record(study: optuna.Study) -> bool:
+def is_job_record(study: StoredStudy) -> bool:
     """A submitted job's record (``autotune submit``): its studies are ``<job>@<kind>``."""
-    return bool(study.user_attrs.get(JOB))
+    return bool(study.job_record)
 
 
 # ---------------------------------------------------------------- jobs for a fleet
@@ -268,8 +284,8 @@ def submit(config: TuneConfig, name: str, store: Store) -> optuna.Study:
     load_space(config, "cpu")  # a bad space file fails now, not on the fleet
     with store.faults():
         study = store.create(name)
-        study.set_user_attr(JOB, {**config.to_dict(),
-                                  "submitted_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
+        LiveStudy(study).save(job_record={**config.to_dict(),
+                                          "submitted_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
     return study
 
 

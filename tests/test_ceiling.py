@@ -105,7 +105,7 @@ def test_a_study_fits_its_batch_sizes_to_the_ceiling_once_and_shows_it(tmp_path)
     assert prepared.ceiling is not None
     assert (prepared.ceiling.batch_size, prepared.ceiling.first_failing, prepared.ceiling.limit) == (48, 64, R.OOM)
     assert probes == [(b, o) for b, o, _ in prepared.ceiling.probes] and (64, R.OOM) in probes
-    assert prepared.tuner.space.search["batch_size"] == spaces.Dimension("batch_size", None, 16, 48, 16).with_value(32)
+    assert prepared.tuner.seeds.space.search["batch_size"] == spaces.Dimension("batch_size", None, 16, 48, 16).with_value(32)
     summary = prepared.run()
     sizes = [t.user_attrs["config"]["batch_size"] for t in prepared.study.get_trials() if "config" in t.user_attrs]
     assert sizes and max(sizes) <= 48 and summary.measured >= 4
@@ -115,7 +115,7 @@ def test_a_study_fits_its_batch_sizes_to_the_ceiling_once_and_shows_it(tmp_path)
     again = tuning.prepare(dataclasses.replace(job, trials=5), "capped", Store.open(url), "cpu",
                            on_probe=lambda b, o, p: pytest.fail("probed again"))
     assert again.ceiling == prepared.ceiling
-    assert again.tuner.space.search["batch_size"] == prepared.tuner.space.search["batch_size"]
+    assert again.tuner.seeds.space.search["batch_size"] == prepared.tuner.seeds.space.search["batch_size"]
 
     out = CliRunner().invoke(cli.main, ["status", "capped", "--storage", url])
     assert out.exit_code == 0, out.output

@@ -17,14 +17,12 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import optuna
 import pytest
 from click.testing import CliRunner
 
 from autotune import daemon
-from autotune.store import Store
 from autotune.cli import main
-from autotune.evidence import is_measured
+from autotune.store import LiveStudy, Store, StoredStudy, StoredTrial
 
 TESTS = Path(__file__).parent
 SPACE = "[search]\nprecision = ['fp32', 'bf16']\nbatch_size = { low = 8, high = 256, step = 8 }\n"
@@ -56,24 +54,28 @@ def submit(url: str, tmp_path: Path, name: str = "job", trials: int = 20, model:
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-def kind_study(url: str, job: str = "job") -> optuna.Study:
+def kind_study(url: str, job: str = "job") -> StoredStudy:
     names = [n for n in Store(url, read_only=True).names() if n.startswith(job + "@")]
     assert len(names) == 1, names
-    return Store(url, read_only=True).load(names[0])
+    return Store(url, read_only=True).read(names[0])
 
 
-def assert_exact(study: optuna.Study, n: int) -> None:
+def read(url: str, name: str) -> StoredStudy:
+    return Store(url, read_only=True).read(name)
+
+
+def assert_exact(study: StoredStudy, n: int) -> None:
     """Exactly ``n`` distinct configurations measured: none lost, none doubled, nothing left running."""
-    trials = study.get_trials(deepcopy=False)
-    measured = [t for t in trials if is_measured(t)]
-    keys = [t.user_attrs["config_key"] for t in measured]
-    assert len(measured) == n, [(t.number, t.state, t.user_attrs.get("outcome")) for t in trials]
+    trials = study.trials
+    measured = [t for t in trials if t.measured]
+    keys = [t.config_key for t in measured]
+    assert len(measured) == n, [(t.number, t.state, t.outcome) for t in trials]
     assert len(set(keys)) == n, "a configuration was measured twice"
-    assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+    assert not [t for t in trials if t.running]
 
 
 def wait_for_trial(url: str, min_done: int, timeout: float = 120, procs: list[subprocess.Popen] | None = None,
-                   load: Callable[[], optuna.Study] | None = None) -> optuna.Study:
+                   load: Callable[[], StoredStudy] | None = None) -> StoredStudy:
     """Until ``min_done`` configurations are measured and a trial (of one of ``procs``) is being measured.
 
     Measured, not merely running: a trial that has written its configuration may still give way to
@@ -89,9 +91,9 @@ def wait_for_trial(url: str, min_done: int, timeout: float = 120, procs: list[su
             raise AssertionError(f"worker {ended[0].pid} ended with {ended[0].returncode}: {ended[0].communicate()[0]}")
         try:
             study = loader()
-            done = sum(1 for t in study.get_trials(deepcopy=False) if is_measured(t))
-            running = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.RUNNING and "measuring_since" in t.user_attrs
-                       and (pids is None or (t.system_attrs.get("autotune:owner") or {}).get("pid") in pids)]
+            done = sum(1 for t in study.trials if t.measured)
+            running = [t for t in study.trials if t.running and t.measuring_since is not None
+                       and (pids is None or t.owner.get("pid") in pids)]
             if done >= min_done and running:
                 return study
         except (AssertionError, Exception):  # noqa: BLE001 - not created yet
@@ -100,9 +102,9 @@ def wait_for_trial(url: str, min_done: int, timeout: float = 120, procs: list[su
     raise AssertionError("no trial started")
 
 
-def owner_pid(trial: optuna.trial.FrozenTrial) -> int | None:
+def owner_pid(trial: StoredTrial) -> int | None:
     """The pid of the process that measured a trial (the owner it signed it with)."""
-    return (trial.system_attrs.get("autotune:owner") or {}).get("pid")
+    return trial.owner.get("pid")
 
 
 def run_workers(url: str, tmp_path: Path, n: int = 3) -> list[subprocess.Popen]:
@@ -125,12 +127,12 @@ def test_three_workers_finish_a_20_trial_job_exactly_on_postgres(postgres_url, t
     outs = finish(procs)
     study = kind_study(postgres_url)
     assert_exact(study, 20)
-    measured = [t for t in study.trials if is_measured(t)]
+    measured = [t for t in study.trials if t.measured]
     # the three workers shared the job: each measured some of the 20 configurations, nobody else did
     by_worker = {p.pid: [t.number for t in measured if owner_pid(t) == p.pid] for p in procs}
     assert all(by_worker.values()) and sum(map(len, by_worker.values())) == 20, by_worker
     # the study records where each trial ran: this host, on the cores the workers may use
-    where = {(t.user_attrs["placement"]["host"], tuple(t.user_attrs["placement"]["cpus"])) for t in measured}
+    where = {(t.placement["host"], tuple(t.placement["cpus"])) for t in measured}
     assert where == {(socket.gethostname(), tuple(sorted(os.sched_getaffinity(0))))}, where
     # each worker printed a line for each trial it measured (whatever its outcome: on a loaded machine a trial may time out)
     for p, out in zip(procs, outs):
@@ -143,11 +145,11 @@ def test_three_workers_finish_a_20_trial_job_exactly_on_postgres(postgres_url, t
     assert make_url(postgres_url).password not in listing.output
 
 
-def _trials_text(study) -> str:
+def _trials_text(study: StoredStudy) -> str:
     """Every trial in a line, for a failing assertion's message."""
     keys = ("outcome", "role", "requeued_from", "duplicate_of", "config_key")
-    return "\n".join(f"#{t.number} {t.state.name} " + " ".join(f"{k}={t.user_attrs.get(k)}" for k in keys if k in t.user_attrs)
-                     + (f" error={t.user_attrs['error'].get('message')}" if isinstance(t.user_attrs.get("error"), dict) else "")
+    return "\n".join(f"#{t.number} {t.state} " + " ".join(f"{k}={getattr(t, k)}" for k in keys if getattr(t, k) is not None)
+                     + (f" error={t.error_message}" if t.error else "")
                      for t in study.trials)
 
 
@@ -161,10 +163,10 @@ def test_kill_9_of_a_worker_mid_trial_is_requeued_and_finished_by_another(postgr
     finish(procs[1:])
     study = kind_study(postgres_url)
     assert_exact(study, 20)
-    stale = [t for t in study.trials if t.user_attrs.get("outcome") == "interrupted"]
+    stale = [t for t in study.trials if t.outcome == "interrupted"]
     assert len(stale) == 1, "the killed worker's trial was not found"
     for t in stale:
-        assert any(u.user_attrs.get("requeued_from") == t.number and is_measured(u) for u in study.trials), _trials_text(study)
+        assert any(u.requeued_from == t.number and u.measured for u in study.trials), _trials_text(study)
 
 
 def test_run_with_two_workers_splits_the_cores_and_measures_each_configuration_once(tmp_path):
@@ -176,16 +178,16 @@ def test_run_with_two_workers_splits_the_cores_and_measures_each_configuration_o
     out = res.stdout + res.stderr
     assert res.returncode == 0 and "Traceback" not in out, out
     assert "2 workers" in out
-    study = optuna.load_study(study_name="two", storage=url)
+    study = read(url, "two")
     assert_exact(study, 8)
     cores = sorted(os.sched_getaffinity(0))
     shares = {tuple(share) for share in daemon.shares(2)}
     assert len(shares) == 2 and set().union(*shares) == set(cores)
     # each of the two workers measured some of the configurations, each on its own share of the cores
-    measured = [t for t in study.trials if is_measured(t)]
+    measured = [t for t in study.trials if t.measured]
     share_of = {}
     for t in measured:
-        share_of.setdefault(owner_pid(t), set()).add(tuple(t.user_attrs["placement"]["cpus"]))
+        share_of.setdefault(owner_pid(t), set()).add(tuple(t.placement["cpus"]))
     assert len(share_of) == 2 and None not in share_of, share_of
     assert all(len(used) == 1 for used in share_of.values()), share_of  # a worker stays on its share
     assert {next(iter(used)) for used in share_of.values()} == shares, share_of
@@ -212,10 +214,10 @@ def test_sigterm_of_a_daemon_mid_trial_requeues_it_and_exits_cleanly(postgres_ur
     assert proc.returncode == 0, out
     assert "stopped by a signal" in out and "Traceback" not in out
     study = kind_study(postgres_url)
-    stopped = [t for t in study.trials if t.user_attrs.get("outcome") == "interrupted"]
+    stopped = [t for t in study.trials if t.outcome == "interrupted"]
     assert len(stopped) == 1
-    waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
-    assert [t.user_attrs.get("requeued_from") for t in waiting] == [stopped[0].number]
+    waiting = [t for t in study.trials if t.state == "waiting"]
+    assert [t.requeued_from for t in waiting] == [stopped[0].number]
     finish(run_workers(postgres_url, tmp_path, 1))
     assert_exact(kind_study(postgres_url), 6)
 
@@ -240,15 +242,15 @@ def test_two_runs_on_one_sqlite_study_share_it_without_double_counting(tmp_path)
     args = ["run", "--model", "failing_workloads:slow", "--space", str(tmp_path / "space.toml"), "--study", "shared",
             "--storage", url, "--trials", "10", "--quick", "--no-early-stop", "--confirm", "0", "--seed", "2", "--sampler", "tpe"]
     first = start(*args, cwd=tmp_path)
-    wait_for_trial(url, min_done=0, procs=[first], load=lambda: optuna.load_study(study_name="shared", storage=url))
+    wait_for_trial(url, min_done=0, procs=[first], load=lambda: read(url, "shared"))
     second = start(*args, cwd=tmp_path)
     finish([first, second])
-    study = optuna.load_study(study_name="shared", storage=url)
+    study = read(url, "shared")
     assert_exact(study, 10)
     # they did share it: both measured configurations, and at the same time (a trial of each overlapped)
-    measured = {pid: [t for t in study.trials if is_measured(t) and owner_pid(t) == pid] for pid in (first.pid, second.pid)}
+    measured = {pid: [t for t in study.trials if t.measured and owner_pid(t) == pid] for pid in (first.pid, second.pid)}
     assert all(measured.values()) and sum(map(len, measured.values())) == 10, _trials_text(study)
-    assert any(a.datetime_start < b.datetime_complete and b.datetime_start < a.datetime_complete
+    assert any(a.started < b.completed and b.started < a.completed
                for a in measured[first.pid] for b in measured[second.pid]), "the two runs never measured at the same time"
 
 
@@ -258,9 +260,8 @@ def test_a_worker_of_another_machine_kind_refuses_to_join(tmp_path):
     res = cli("run", "--model", "failing_workloads:tiny", "--space", str(tmp_path / "space.toml"), "--study", "s", "--storage", url,
               "--trials", "2", "--quick", "--confirm", "0", cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
-    study = optuna.load_study(study_name="s", storage=url)
-    fp = dict(study.user_attrs["fingerprint"], device_name="Other CPU", cpu_model="Other CPU")
-    study.set_user_attr("fingerprint", fp)
+    fp = dict(read(url, "s").fingerprint, device_name="Other CPU", cpu_model="Other CPU")
+    LiveStudy(Store(url).load("s")).save(fingerprint=fp)
     res = cli("worker", "--study", "s", "--storage", url, cwd=tmp_path)
     assert res.returncode == 2 and "hardware/software differ" in res.stderr and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1

@@ -13,12 +13,13 @@ import random
 import pytest
 
 from autotune import export as C
-from autotune import knobs, race, space
+from autotune import knobs, space
 from autotune import result as R
 from autotune import study as S
-from autotune.request import DEFAULT_CONFIRM
-from autotune.store import Store
 from autotune.evidence import Evidence
+from autotune.phases import Bench, Seeds, floor, race
+from autotune.request import DEFAULT_CONFIRM
+from autotune.store import LiveStudy, Store
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
 RACE_SPACE = {"precision": ["fp32", "bf16"], "optimizer_impl": ["default", "foreach", "fused"], "num_workers": [0, 1]}
@@ -45,15 +46,28 @@ def noisy(truth, seed: int, calls: list | None = None):
 
 def tune(truth, seed: int, name: str = "race", options: S.Options | None = None, calls: list | None = None,
          together=None, sp=SPACE, ablate=None):
-    """A 12-trial study of the fake; ``together``: how shared processes measure (None: every measurement alone)."""
+    """A 12-trial study of the fake; ``together``: how shared processes measure (None: every measurement alone).
+    Returns the study as the run left it, and the summary."""
+    live, summary = tune_live(truth, seed, name, options, calls, together, sp, ablate)
+    return live.view(), summary
+
+
+def tune_live(truth, seed: int, name: str = "race", options: S.Options | None = None, calls: list | None = None,
+              together=None, sp=SPACE, ablate=None):
+    """:func:`tune`, returning the study to go on writing (a :class:`autotune.store.LiveStudy`)."""
     attrs = {"workload": {"model": "x:y"}, "space": sp.to_dict(), "space_hash": sp.hash(),
              "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
     study, _ = Store("sqlite:///:memory:").create_or_check(name, attrs, S.make_sampler("random", seed))
-    base = S.base_config(CTX, sp.fixed, None)
-    eff = space.effective(sp, CTX, base)
+    live = LiveStudy(study)
     options = options or S.Options(trials=12, max_repeats=500)
-    summary = S.Tuner(study, eff, CTX, base, noisy(truth, seed, calls), options, together=together, ablate=ablate).run()
-    return study, summary
+    return live, loop(live, noisy(truth, seed, calls), options, sp, together=together, ablate=ablate).run()
+
+
+def loop(live, measure, options, sp=SPACE, together=None, ablate=None, **kw):
+    """The tuning loop over ``live`` in space ``sp``, measuring with ``measure`` (and ``together``/``ablate``)."""
+    base = S.base_config(CTX, sp.fixed, None)
+    return S.Tuner(live, Seeds(space.effective(sp, CTX, base), CTX, base),
+                   Bench(measure, together=together, ablate=ablate), options, **kw)
 
 
 def is_fast(config) -> bool:
@@ -100,7 +114,7 @@ def test_a_truly_faster_configuration_wins_the_race_and_its_interval_covers_the_
         study, summary = tune(truth, seed)
         verdict = summary.verdict
         assert verdict is not None
-        if verdict.state == "gain" and is_fast(Evidence.of(study).configs[verdict.winner].config):
+        if verdict.state == "gain" and is_fast(study.evidence.configs[verdict.winner].config):
             picked += 1
             covered += verdict.speedup.low <= 1.5 <= verdict.speedup.high
             doc = C.export(study, "fastest")
@@ -122,7 +136,7 @@ def test_tied_candidates_prefer_fewer_changed_knobs():
     for seed in range(5):
         study, summary = tune(truth, seed)
         v = summary.verdict
-        ev = Evidence.of(study)
+        ev = study.evidence
         if v.state == "gain" and len(ev.configs[v.winner].changes) == 1:
             simpler += 1
             if v.simpler_preferred:
@@ -135,7 +149,7 @@ def test_race_costs_stay_with_the_leaders():
     study, summary = tune(lambda c: 1.5 if is_fast(c) else 1.0, 3, calls=calls)
     report = summary.race
     assert report is not None and report.candidates and len(report.candidates) <= race.MAX_CANDIDATES + 1
-    assert summary.repeats == report.measurements + race.FLOOR_REPEATS
+    assert summary.repeats == report.measurements + floor.FLOOR_REPEATS
     # each round measures the baseline and the candidates still in the race, nothing else
     assert report.measurements <= report.rounds * (1 + len(report.candidates))
     assert report.rounds <= DEFAULT_CONFIRM
@@ -147,9 +161,7 @@ def test_a_stopped_race_resumes_where_it_stopped():
     def truth(config):  # every configuration but the defaults equally 1.5x
         return 1.0 if all(config[k] == v for k, v in {"precision": "fp32", "optimizer_impl": "default", "num_workers": 0}.items()) else 1.5
 
-    study, summary = tune(truth, seed, options=S.Options(trials=12, max_repeats=500, race_rounds=0))
-    base = S.base_config(CTX, SPACE.fixed, None)
-    eff = space.effective(SPACE, CTX, base)
+    live, summary = tune_live(truth, seed, options=S.Options(trials=12, max_repeats=500, race_rounds=0))
     inner = noisy(truth, seed + 100)
     calls: list = []
 
@@ -159,18 +171,22 @@ def test_a_stopped_race_resumes_where_it_stopped():
             raise KeyboardInterrupt
         return inner(config)
 
+    def race_rounds(view):
+        return {(m.round_id, m.trial) for m in view.remeasurements() if m.round_id.startswith("race-")}
+
     with pytest.raises(KeyboardInterrupt):
-        S.Tuner(study, eff, CTX, base, stopped_in_round_two, S.Options(trials=12, max_repeats=500, race_rounds=3)).run()
-    keys = [k for k in study.user_attrs if k.startswith("race:")]
-    assert len(keys) == 1 and not study.user_attrs[keys[0]]["done"]
-    first_round = {k for k in study.user_attrs if k.startswith("measurement:race-")}
-    assert len({k.rpartition(":")[0] for k in first_round}) == 1  # round 1 stored, round 2 not begun
-    again = S.Tuner(study, eff, CTX, base, inner, S.Options(trials=12, max_repeats=500, race_rounds=3)).run()
+        loop(live, stopped_in_round_two, S.Options(trials=12, max_repeats=500, race_rounds=3)).run()
+    races = live.view().races()
+    assert len(races) == 1 and not races[0][1]["done"]
+    first_round = race_rounds(live.view())
+    assert len({r for r, _ in first_round}) == 1  # round 1 stored, round 2 not begun
+    again = loop(live, inner, S.Options(trials=12, max_repeats=500, race_rounds=3)).run()
     assert again.new == 0 and again.race is not None
-    assert again.race.rounds == 3 and again.race.race_id == keys[0][len("race:"):]  # the same race, round 1 kept
+    assert again.race.rounds == 3 and again.race.race_id == races[0][0]  # the same race, round 1 kept
     assert again.race.measurements < 7 * 3  # rounds 2 and 3 only, and only the candidates still undecided
-    assert first_round <= set(study.user_attrs)
-    assert [k for k in study.user_attrs if k.startswith("race:")] == keys and study.user_attrs[keys[0]]["done"]
+    assert first_round <= race_rounds(live.view())
+    after = live.view().races()
+    assert [i for i, _ in after] == [races[0][0]] and after[0][1]["done"]
 
 
 def test_a_race_that_spent_its_budget_is_extended_by_a_bigger_confirm():
@@ -179,31 +195,30 @@ def test_a_race_that_spent_its_budget_is_extended_by_a_bigger_confirm():
     def truth(config):
         return 1.0 if all(config[k] == v for k, v in {"precision": "fp32", "optimizer_impl": "default", "num_workers": 0}.items()) else 1.5
 
-    study, summary = tune(truth, seed, options=S.Options(trials=12, max_repeats=500, race_rounds=1))
+    live, summary = tune_live(truth, seed, options=S.Options(trials=12, max_repeats=500, race_rounds=1))
     assert summary.race is not None and summary.race.stopped.startswith("budget") and summary.race.rounds == 1
-    base = S.base_config(CTX, SPACE.fixed, None)
-    eff = space.effective(SPACE, CTX, base)
-    more = S.Tuner(study, eff, CTX, base, noisy(truth, seed + 100), S.Options(trials=12, max_repeats=500, race_rounds=4)).run()
+    more = loop(live, noisy(truth, seed + 100), S.Options(trials=12, max_repeats=500, race_rounds=4)).run()
     assert more.new == 0 and more.race is not None, "the finished race was not extended"
     assert more.race.race_id == summary.race.race_id and more.race.candidates == summary.race.candidates
     assert more.race.rounds > 1 and more.race.measurements >= 2
-    keys = [k for k in study.user_attrs if k.startswith("race:")]
-    assert len(keys) == 1
-    record = study.user_attrs[keys[0]]
+    view = live.view()
+    races = view.races()
+    assert len(races) == 1
+    record = races[0][1]
     assert record["done"] and record["rounds_run"] == more.race.rounds and record["rounds"] == 4
-    rounds = {k.rpartition(":")[0] for k in study.user_attrs if k.startswith(f"measurement:race-{more.race.race_id}-")}
+    rounds = {m.round_id for m in view.remeasurements() if m.round_id.startswith(f"race-{more.race.race_id}-")}
     assert len(rounds) == more.race.rounds
 
 
 def test_the_race_honours_the_time_budget_and_numbers_its_rounds():
-    study, summary = tune(lambda c: 1.5 if is_fast(c) else 1.0, 3, options=S.Options(trials=12, max_repeats=500, race_rounds=0))
+    study, summary = tune_live(lambda c: 1.5 if is_fast(c) else 1.0, 3, options=S.Options(trials=12, max_repeats=500, race_rounds=0))
     seen: list[str] = []
-    late = race.run_race(study, noisy(lambda c: 1.0, 3), 5, deadline=time.time() - 1, on_measure=lambda w, n, r: seen.append(w))
+    late = race.run(study, Bench(noisy(lambda c: 1.0, 3), on_repeat=lambda w, n, r: seen.append(w)), 5, deadline=time.time() - 1)
     assert late is not None and late.rounds == 0 and late.stopped == "time budget spent (--time-budget)" and not seen
-    later = race.run_race(study, noisy(lambda c: 1.0, 3), 5, on_measure=lambda w, n, r: seen.append(w))
+    later = race.run(study, Bench(noisy(lambda c: 1.0, 3), on_repeat=lambda w, n, r: seen.append(w)), 5)
     assert later is None and not seen  # that race is over: the deadline ended it, and a later run does not take it up
-    fresh, _ = tune(lambda c: 1.5 if is_fast(c) else 1.0, 4, name="race2", options=S.Options(trials=12, max_repeats=500, race_rounds=0))
-    report = race.run_race(fresh, noisy(lambda c: 1.0, 4), 5, on_measure=lambda w, n, r: seen.append(w))
+    fresh, _ = tune_live(lambda c: 1.5 if is_fast(c) else 1.0, 4, name="race2", options=S.Options(trials=12, max_repeats=500, race_rounds=0))
+    report = race.run(fresh, Bench(noisy(lambda c: 1.0, 4), on_repeat=lambda w, n, r: seen.append(w)), 5)
     assert report is not None and report.rounds >= 1
     assert seen[0] == "race round 1 of at most 5" and f"race round {report.rounds} of at most 5" in seen
 
@@ -240,7 +255,7 @@ def ablated_study():
 
     for seed in range(20):
         study, _ = tune_together(truth, seed, options=S.Options(trials=12, max_repeats=500))
-        ab = Evidence.of(study).ablation()
+        ab = study.evidence.ablation()
         if ab is not None and len(ab.steps) > 1:
             return study, ab
     raise AssertionError("no seed gave a winner of several knobs to ablate")
@@ -255,7 +270,7 @@ def test_candidates_that_share_a_process_with_the_defaults_are_raced_there_and_t
     for seed in SEEDS:
         study, summary = tune_together(inside_truth, seed)
         v = summary.verdict
-        ev = Evidence.of(study)
+        ev = study.evidence
         if v.state == "gain" and inside_truth(ev.configs[v.winner].config) == 1.5:
             picked += 1
             covered += v.speedup.low <= 1.5 <= v.speedup.high
@@ -277,8 +292,8 @@ def test_nothing_shares_a_process_with_defaults_whose_heap_keeps_history():
         assert shared == []
         assert summary.race is not None and not summary.race.within
         v = summary.verdict
-        if v.state == "gain" and len(knobs.per_arm(Evidence.of(study).configs[v.winner].changes)[0]) >= 1 \
-                and len(Evidence.of(study).configs[v.winner].changes) >= 2:
+        if v.state == "gain" and len(knobs.per_arm(study.evidence.configs[v.winner].changes)[0]) >= 1 \
+                and len(study.evidence.configs[v.winner].changes) >= 2:
             several += 1  # a winner a path would have ablated in shared processes
             assert summary.ablation is None
     assert several >= 3
@@ -306,8 +321,8 @@ def test_what_each_knob_bought_starts_with_the_heap_when_the_defaults_cannot_sha
 
         study, summary = tune(truth, seed, sp=HEAP_SPACE, ablate=together, options=S.Options(trials=8, max_repeats=500))
         assert not summary.race.within  # the race shared nothing with the defaults
-        ab = Evidence.of(study).ablation()
-        winner = Evidence.of(study).configs[Evidence.of(study).verdict(ablated=False).winner].changes \
+        ab = study.evidence.ablation()
+        winner = study.evidence.configs[study.evidence.verdict(ablated=False).winner].changes \
             if summary.verdict.state == "gain" else {}
         if not (winner.get("host_allocator") == "retain" and len(winner) >= 2):
             continue
@@ -334,7 +349,7 @@ def heap_first_study():
     for seed in range(12):
         study, _ = tune(truth, seed, sp=HEAP_SPACE, ablate=noisy_together(truth, seed),
                         options=S.Options(trials=8, max_repeats=500))
-        ab = Evidence.of(study).ablation()
+        ab = study.evidence.ablation()
         if ab is not None and len(ab.steps) > 1 and not ab.steps[0].within_process:
             return study, ab
     raise AssertionError("no seed gave a winner that retains the heap and changes another knob")
@@ -394,7 +409,7 @@ def test_a_knob_that_buys_nothing_is_dropped_from_the_recommendation_and_the_res
     ablated = right = 0
     for seed in SEEDS:
         study, summary = tune_together(truth, seed, options=S.Options(trials=12, max_repeats=500))
-        ev = Evidence.of(study)
+        ev = study.evidence
         v = summary.verdict
         assert v.state == "gain"
         ab = ev.ablation()
@@ -440,13 +455,12 @@ def test_the_smallest_configuration_that_keeps_the_gain_is_measured_on_its_own_a
 
     named = 0
     for seed in range(5):
-        study, _ = Store("sqlite:///:memory:").create_or_check(f"two{seed}", attrs, S.make_sampler("random", seed))
-        base = S.base_config(CTX, sp.fixed, None)
-        eff = space.effective(sp, CTX, base)
+        live = LiveStudy(Store("sqlite:///:memory:").create_or_check(f"two{seed}", attrs, S.make_sampler("random", seed))[0])
         seen: list = []
-        summary = S.Tuner(study, eff, CTX, base, noisy(truth, seed), S.Options(trials=2, max_repeats=50),
-                          on_trial=seen.append, together=noisy_together(truth, seed)).run()
-        ev = Evidence.of(study)
+        summary = loop(live, noisy(truth, seed), S.Options(trials=2, max_repeats=50), sp, on_trial=seen.append,
+                       together=noisy_together(truth, seed)).run()
+        study = live.view()
+        ev = study.evidence
         raced = ev.verdict(ablated=False)
         assert raced.state == "gain" and ev.configs[raced.winner].role == "recipe"
         ab = ev.ablation()
@@ -455,9 +469,9 @@ def test_the_smallest_configuration_that_keeps_the_gain_is_measured_on_its_own_a
             continue  # fused's step happened to separate from 1 (a 5% chance each): nothing to leave out
         named += 1
         assert ab.dropped == {"optimizer_impl": "fused"}
-        minimal = [t for t in study.get_trials() if t.user_attrs.get("role") == "minimal"]
-        assert len(minimal) == 1 and minimal[0].user_attrs["config"]["precision"] == "bf16"
-        assert minimal[0].user_attrs["config"]["optimizer_impl"] == "default"
+        minimal = [t for t in study.trials if t.role == "minimal"]
+        assert len(minimal) == 1 and minimal[0].config["precision"] == "bf16"
+        assert minimal[0].config["optimizer_impl"] == "default"
         assert seen[-1].role == "minimal" and summary.new == 3  # measured beyond the budget of 2, and shown
         v = summary.verdict
         assert v.winner == minimal[0].number == ev.recommended() and v.speedup.above_one()
@@ -487,13 +501,10 @@ def test_a_candidate_out_of_memory_beside_the_defaults_is_raced_alone_instead():
 
     attrs = {"workload": {"model": "x:y"}, "space": RETAINED.to_dict(), "space_hash": RETAINED.hash(),
              "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
-    study, _ = Store("sqlite:///:memory:").create_or_check("oom", attrs, S.make_sampler("random", 3))
-    base = S.base_config(CTX, RETAINED.fixed, None)
-    eff = space.effective(RETAINED, CTX, base)
+    live = LiveStudy(Store("sqlite:///:memory:").create_or_check("oom", attrs, S.make_sampler("random", 3))[0])
     calls: list = []
-    summary = S.Tuner(study, eff, CTX, base, noisy(truth, 3, calls), S.Options(trials=12, max_repeats=500),
-                      together=together).run()
-    ev = Evidence.of(study)
+    summary = loop(live, noisy(truth, 3, calls), S.Options(trials=12, max_repeats=500), RETAINED, together=together).run()
+    ev = live.view().evidence
     fast = [n for n, c in ev.configs.items() if truth(c.config) == 1.5]
     assert fast and summary.race is not None
     raced = [n for n in fast if n in summary.race.candidates]
@@ -505,7 +516,7 @@ def test_a_candidate_out_of_memory_beside_the_defaults_is_raced_alone_instead():
 
 
 def test_no_race_measurement_starts_after_the_deadline_inside_a_round_too(monkeypatch):
-    study, summary = tune(lambda c: 1.5 if is_fast(c) else 1.0, 3, options=S.Options(trials=12, max_repeats=500, race_rounds=0))
+    study, summary = tune_live(lambda c: 1.5 if is_fast(c) else 1.0, 3, options=S.Options(trials=12, max_repeats=500, race_rounds=0))
     clock = [1_000_000.0]
     monkeypatch.setattr(time, "time", lambda: clock[0])
     inner = noisy(lambda c: 1.0, 3)
@@ -514,7 +525,7 @@ def test_no_race_measurement_starts_after_the_deadline_inside_a_round_too(monkey
         clock[0] += 60.0
         return inner(config)
 
-    report = race.run_race(study, measure, 5, deadline=clock[0] + 100.0)
+    report = race.run(study, Bench(remeasure=measure), 5, deadline=clock[0] + 100.0)
     assert report is not None and len(report.candidates) >= 2
     assert report.measurements == 2 and report.stopped == "time budget spent (--time-budget)"
 
@@ -531,14 +542,13 @@ def test_a_knob_that_bought_nothing_before_one_that_paid_is_left_out_too(monkeyp
 
     left_out = 0
     for seed in range(5):
-        study, _ = Store("sqlite:///:memory:").create_or_check(f"order{seed}", attrs, S.make_sampler("random", seed))
-        base = S.base_config(CTX, sp.fixed, None)
-        summary = S.Tuner(study, space.effective(sp, CTX, base), CTX, base, noisy(truth, seed),
-                          S.Options(trials=2, max_repeats=50), together=noisy_together(truth, seed)).run()
-        ids, plans = zip(*sorted(((k[len(A.ABLATION):], v) for k, v in study.user_attrs.items() if k.startswith(A.ABLATION)),
-                                 key=lambda kv: kv[1]["started"]))
+        live = LiveStudy(Store("sqlite:///:memory:").create_or_check(f"order{seed}", attrs, S.make_sampler("random", seed))[0])
+        summary = loop(live, noisy(truth, seed), S.Options(trials=2, max_repeats=50), sp,
+                       together=noisy_together(truth, seed)).run()
+        study = live.view()
+        ids, plans = zip(*study.ablation_plans())  # oldest first
         assert plans[0]["order"] == ["optimizer_impl", "precision"]
-        ab = Evidence.of(study).ablation()
+        ab = study.evidence.ablation()
         if len(plans) == 1:
             continue  # fused's step happened to separate from 1 on the first path (a 5% chance each)
         assert len(plans) == 2 and plans[1]["order"] == ["precision", "optimizer_impl"] and plans[1]["reordered_from"] == ids[0]
@@ -549,11 +559,11 @@ def test_a_knob_that_bought_nothing_before_one_that_paid_is_left_out_too(monkeyp
             v = summary.verdict
             assert ev_changes(study, v.winner) == {"precision": "bf16"} and "bought nothing beyond the noise" in v.text
         # a newer path stored but not measured yet (a run stopped by its time budget) hides nothing
-        study.set_user_attr(A.ABLATION + "later", {**plans[1], "started": plans[1]["started"] + 1, "done": False,
-                                                   "path": [{**q, "key": q["key"] + "-never"} for q in plans[1]["path"]]})
-        assert Evidence.of(study).ablation().ablation_id == ids[1]
+        live.save_ablation_plan("later", {**plans[1], "started": plans[1]["started"] + 1, "done": False,
+                                          "path": [{**q, "key": q["key"] + "-never"} for q in plans[1]["path"]]})
+        assert live.view().evidence.ablation().ablation_id == ids[1]
     assert left_out >= 4
 
 
 def ev_changes(study, number):
-    return Evidence.of(study).configs[number].changes
+    return study.evidence.configs[number].changes

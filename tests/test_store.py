@@ -340,10 +340,12 @@ def _tuner(store: Store, evaluate, trials: int = 6) -> S.Tuner:
 
     CTX = knobs.Context(device_type="cpu", task="train", input_rank=2, cpu_count=2)
     SPACE = space.parse({"search": {"batch_size": {"low": 16, "high": 256, "step": 16}}}, "test.toml", "test")
+    from autotune.phases import Bench, Seeds
+
     study, _ = store.create_or_check("s", {**ATTRS, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
                                            "context": CTX.to_dict()}, S.make_sampler("random", 0))
     base = S.base_config(CTX, SPACE.fixed, None)
-    return S.Tuner(study, space.effective(SPACE, CTX, base), CTX, base, evaluate,
+    return S.Tuner(storage.LiveStudy(study), Seeds(space.effective(SPACE, CTX, base), CTX, base), Bench(evaluate),
                    S.Options(trials=trials, race_rounds=0, floor_repeats=0), check=store.check_alive)
 
 

@@ -1,4 +1,5 @@
-"""The study loop with a cheap fake objective (the real worker is tested in test_runner/test_cli_run)."""
+"""The tuning loop (autotune.study.Tuner: the phases composed) with a cheap fake objective (the real worker is tested
+in test_runner/test_cli_run); each phase alone: tests/test_phases.py."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import optuna
 import pytest
 
 from autotune import knobs, space
-from autotune.store import recovery
 from autotune import result as R
 from autotune import study as S
-from autotune.store import Store
+from autotune.phases import Bench, Seeds, bench, claims, floor, sampler, seeds
+from autotune.store import LiveStudy, Store, records
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
 SPACE = space.parse(
@@ -53,26 +54,37 @@ def make(tmp_path, name="s", sampler="tpe", seed=0, url=None):
     study, _ = Store(url).create_or_check(name, attrs, S.make_sampler(sampler, seed))
     base = S.base_config(CTX, SPACE.fixed, None)
     eff = space.effective(SPACE, CTX, base)
-    return study, eff, base, url
+    return LiveStudy(study, grace_s=60), eff, base, url
+
+
+def tuner(live, eff, base, evaluate, options=None, remeasure=None, warm=(), **kw):
+    """The Tuner over ``live`` searching ``eff`` from ``base``, measuring with the fake ``evaluate``."""
+    return S.Tuner(live, Seeds(eff, CTX, base, list(warm)), Bench(evaluate, remeasure), options, **kw)
+
+
+def front(live):
+    """The Pareto front by the evidence's figures, as trials."""
+    view = live.view()
+    return [view.trial(n) for n in view.evidence.front()]
 
 
 def test_study_runs_resumes_and_never_measures_twice(tmp_path):
     calls: list = []
-    study, eff, base, url = make(tmp_path)
-    summary = S.Tuner(study, eff, CTX, base, fake(calls), S.Options(trials=12, race_rounds=0)).run()
+    live, eff, base, url = make(tmp_path)
+    summary = tuner(live, eff, base, fake(calls), S.Options(trials=12, race_rounds=0)).run()
     # 12 configurations, plus the baseline measured again in 2 more processes for the noise floor
     assert summary.measured == 12 and summary.repeats == 2 and len(calls) == 14
-    trials = study.get_trials()
-    assert trials[0].user_attrs["role"] == "baseline" and trials[0].user_attrs["config"] == base
-    assert trials[1].user_attrs["role"] == "recipe"
-    assert trials[1].user_attrs["config"]["precision"] == "bf16" and trials[1].user_attrs["config"]["optimizer_impl"] == "fused"
-    front = S.front(study)
-    assert front and all(t.user_attrs["outcome"] == "ok" for t in front)
-    assert all("measuring_since" in t.user_attrs for t in trials)  # every one of them was measured
+    trials = live.trials()
+    assert trials[0].role == "baseline" and trials[0].config == base
+    assert trials[1].role == "recipe"
+    assert trials[1].config["precision"] == "bf16" and trials[1].config["optimizer_impl"] == "fused"
+    best = front(live)
+    assert best and all(t.outcome == "ok" for t in best)
+    assert all(t.measuring_since is not None for t in trials)  # every one of them was measured
     # a second run (a fresh process would load the study the same way) adds trials to the same study
-    again = optuna.load_study(study_name="s", storage=url)
-    summary = S.Tuner(again, eff, CTX, base, fake(calls), S.Options(trials=16, race_rounds=0)).run()
-    assert summary.new == 4 and len(S.Tuner(again, eff, CTX, base, fake(calls)).measured()) == 16
+    again = LiveStudy(optuna.load_study(study_name="s", storage=url))
+    summary = tuner(again, eff, base, fake(calls), S.Options(trials=16, race_rounds=0)).run()
+    assert summary.new == 4 and sum(1 for t in again.trials() if t.measured) == 16
     keys = [knobs.resolve(c, CTX).key() for c in calls]
     base_key = knobs.resolve(base, CTX).key()
     assert keys.count(base_key) == 3, "the noise floor: the baseline in 3 processes, no more"
@@ -85,9 +97,9 @@ def test_the_floor_and_the_race_measure_again_through_remeasure(tmp_path):
     search trials through ``evaluate``."""
     searched: list = []
     again: list = []
-    study, eff, base, _ = make(tmp_path)
-    summary = S.Tuner(study, eff, CTX, base, fake(searched), S.Options(trials=6, race_rounds=2),
-                      remeasure=lambda config: fake(again)(config)).run()
+    live, eff, base, _ = make(tmp_path)
+    summary = tuner(live, eff, base, fake(searched), S.Options(trials=6, race_rounds=2),
+                    remeasure=lambda config: fake(again)(config)).run()
     assert len(searched) == summary.measured == 6
     assert len(again) == summary.repeats >= 2 and again[0] == base  # the noise floor first: the defaults
 
@@ -95,42 +107,43 @@ def test_the_floor_and_the_race_measure_again_through_remeasure(tmp_path):
 def test_duplicates_are_answered_from_the_cache(tmp_path):
     tiny = space.parse({"search": {"precision": ["fp32", "bf16"]}}, "t.toml", "t")
     calls: list = []
-    study, _, base, _ = make(tmp_path)
+    live, _, base, _ = make(tmp_path)
     eff = space.effective(tiny, CTX, base)
-    summary = S.Tuner(study, eff, CTX, base, fake(calls), S.Options(trials=10, max_repeats=5, race_rounds=0)).run()
+    summary = tuner(live, eff, base, fake(calls), S.Options(trials=10, max_repeats=5, race_rounds=0)).run()
     assert len(calls) == 2 + summary.repeats and summary.measured == 2
     assert "space exhausted" in summary.reason
-    dups = [t for t in study.get_trials() if t.user_attrs.get("duplicate_of") is not None]
-    assert len(dups) == 5 and all(t.values == study.trials[t.user_attrs["duplicate_of"]].values for t in dups)
-    assert not any("measuring_since" in t.user_attrs for t in dups)
+    trials = live.trials()
+    dups = [t for t in trials if t.duplicate_of is not None]
+    assert len(dups) == 5 and all(t.values == trials[t.duplicate_of].values for t in dups)
+    assert not any(t.measuring_since is not None for t in dups)
 
 
 def test_failures_never_reach_the_front(tmp_path):
-    study, eff, base, _ = make(tmp_path)
+    live, eff, base, _ = make(tmp_path)
     calls: list = []
-    S.Tuner(study, eff, CTX, base, fake(calls, fail=lambda c: c["batch_size"] >= 128), S.Options(trials=20)).run()
-    failed = [t for t in study.get_trials() if t.user_attrs.get("outcome") == R.OOM]
+    tuner(live, eff, base, fake(calls, fail=lambda c: c["batch_size"] >= 128), S.Options(trials=20)).run()
+    failed = [t for t in live.trials() if t.outcome == R.OOM]
     assert failed, "the fake failure region was never sampled"
     assert all(t.constraints["failed"] == 1.0 for t in failed)
-    assert all(t.user_attrs["error"]["message"] == "fake out of memory" for t in failed)
-    assert not {t.number for t in failed} & {t.number for t in study.best_trials}
+    assert all(t.error["message"] == "fake out of memory" for t in failed)
+    assert not {t.number for t in failed} & {t.number for t in live.study.best_trials}
 
 
 def test_max_memory_is_a_real_constraint(tmp_path):
-    study, eff, base, _ = make(tmp_path)
+    live, eff, base, _ = make(tmp_path)
     budget = 100_000_000  # 100 MB: batch sizes above ~100 (fp32) or ~166 (bf16) violate it
-    S.Tuner(study, eff, CTX, base, fake([]), S.Options(trials=20, max_memory_bytes=budget)).run()
-    assert S.front(study)
-    assert all(t.values[1] <= budget for t in S.front(study))
-    over = [t for t in study.get_trials() if t.user_attrs.get("outcome") == "ok" and t.values[1] > budget]
+    tuner(live, eff, base, fake([]), S.Options(trials=20, max_memory_bytes=budget)).run()
+    assert front(live)
+    assert all(t.values[1] <= budget for t in front(live))
+    over = [t for t in live.trials() if t.outcome == "ok" and t.values[1] > budget]
     assert all(t.constraints["memory"] > 0 for t in over)
 
 
 def _failing_measured(failures_as: str, seed: int, tmp_path) -> int:
-    study, eff, base, _ = make(tmp_path, name=f"{failures_as}{seed}", seed=seed, url="sqlite:///:memory:")
+    live, eff, base, _ = make(tmp_path, name=f"{failures_as}{seed}", seed=seed, url="sqlite:///:memory:")
     fail = lambda c: c["precision"] == "bf16" or c["batch_size"] >= 160  # noqa: E731 - most of the space
     calls: list = []
-    S.Tuner(study, eff, CTX, base, fake(calls, fail), S.Options(trials=30, failures_as=failures_as, max_repeats=1000, race_rounds=0)).run()
+    tuner(live, eff, base, fake(calls, fail), S.Options(trials=30, failures_as=failures_as, max_repeats=1000, race_rounds=0)).run()
     return sum(1 for c in calls if fail(c))
 
 
@@ -143,7 +156,7 @@ def test_failure_feedback_beats_fail_state(tmp_path):
 
 
 def test_interrupted_trial_is_requeued_and_measured_again(tmp_path):
-    study, eff, base, url = make(tmp_path)
+    live, eff, base, url = make(tmp_path)
     calls: list = []
     inner = fake(calls)
 
@@ -153,37 +166,45 @@ def test_interrupted_trial_is_requeued_and_measured_again(tmp_path):
         return inner(config, dominators)
 
     with pytest.raises(KeyboardInterrupt):
-        S.Tuner(study, eff, CTX, base, evaluate, S.Options(trials=8, race_rounds=0)).run()
-    stopped = next(t for t in study.get_trials() if t.user_attrs.get("outcome") == "interrupted")
-    assert stopped.state == optuna.trial.TrialState.FAIL and stopped.user_attrs["outcome"] == "interrupted"
+        tuner(live, eff, base, evaluate, S.Options(trials=8, race_rounds=0)).run()
+    stopped = next(t for t in live.trials() if t.outcome == "interrupted")
+    assert stopped.state == "fail" and stopped.outcome == "interrupted"
     calls_before = len(calls)
-    S.Tuner(study, eff, CTX, base, fake(calls), S.Options(trials=8, race_rounds=0)).run()
-    resumed = study.get_trials()[stopped.number + 1]
-    assert resumed.params == stopped.params and resumed.user_attrs["outcome"] == "ok"
-    assert stopped.user_attrs["role"] == resumed.user_attrs["role"] == "recipe"
+    tuner(live, eff, base, fake(calls), S.Options(trials=8, race_rounds=0)).run()
+    resumed = live.trials()[stopped.number + 1]
+    assert resumed.params == stopped.params and resumed.outcome == "ok"
+    assert stopped.role == resumed.role == "recipe"
     assert len(calls) - calls_before == 7  # 8 trials; only the baseline had been measured
 
 
-def test_stale_running_trial_is_recovered(tmp_path):
-    study, eff, base, url = make(tmp_path)
-    S.Tuner(study, eff, CTX, base, fake([]), S.Options(trials=3)).run()
-    trial = study.ask({"precision": optuna.distributions.CategoricalDistribution(["fp32", "bf16"])})
+def signed_by(live, trial, pid, monkeypatch):
+    """Sign ``trial`` as another process of this host would (``pid``)."""
+    with monkeypatch.context() as m:
+        m.setattr(records, "owner", lambda: {"host": socket.gethostname(), "pid": pid, "started": 0})
+        live.sign(trial)
+
+
+def test_stale_running_trial_is_recovered(tmp_path, monkeypatch):
+    live, eff, base, url = make(tmp_path)
+    tuner(live, eff, base, fake([]), S.Options(trials=3)).run()
+    precision = {"precision": optuna.distributions.CategoricalDistribution(["fp32", "bf16"])}
+    trial = live.study.ask(precision)
     dead = os.fork()
     if dead == 0:
         os._exit(0)
     os.waitpid(dead, 0)
-    study._storage.set_trial_system_attr(trial._trial_id, recovery.OWNER, {"host": socket.gethostname(), "pid": dead, "started": 0})
-    assert recovery.recover_stale(study, grace_s=60) == [trial.number]
-    assert study.get_trials()[trial.number].user_attrs["outcome"] == "interrupted"
-    waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
-    assert len(waiting) == 1 and waiting[0].system_attrs["fixed_params"] == trial.params
+    signed_by(live, trial, dead, monkeypatch)
+    assert live.recover_stale() == [trial.number]
+    assert live.trials()[trial.number].outcome == "interrupted"
+    waiting = [t for t in live.trials() if t.state == "waiting"]
+    assert len(waiting) == 1 and live.study.ask(precision).params == trial.params  # queued with its parameters
 
 
-def test_live_running_trial_of_another_process_is_left_alone(tmp_path):
-    study, *_ = make(tmp_path)
-    trial = study.ask()
-    study._storage.set_trial_system_attr(trial._trial_id, recovery.OWNER, {"host": socket.gethostname(), "pid": os.getppid(), "started": 0})
-    assert recovery.recover_stale(study, grace_s=60) == []
+def test_live_running_trial_of_another_process_is_left_alone(tmp_path, monkeypatch):
+    live, *_ = make(tmp_path)
+    trial = live.study.ask()
+    signed_by(live, trial, os.getppid(), monkeypatch)
+    assert live.recover_stale() == []
 
 
 def _sampler_draws(name: str, seed: int | None) -> list[tuple[float, ...]]:
@@ -220,40 +241,38 @@ def test_samplers_by_name():
         S.make_sampler("magic")
 
 
-def test_a_claim_waits_for_an_earlier_trial_still_choosing_so_a_configuration_is_never_measured_twice(tmp_path):
+def test_a_claim_waits_for_an_earlier_trial_still_choosing_so_a_configuration_is_never_measured_twice(tmp_path, monkeypatch):
     # Two processes, one configuration: the earlier trial (#a) is still choosing when the later one
     # (#b) claims; #a then picks the same configuration. #b must wait for #a's choice and give way.
     import threading
 
-    study, eff, base, _ = make(tmp_path)
-    tuner = S.Tuner(study, eff, CTX, base, fake([]), S.Options(trials=10, race_rounds=0))
-    a, b = study.ask(), study.ask()
-    other = {**recovery.owner(), "pid": os.getppid()}  # #a belongs to another live process of this host
-    study._storage.set_trial_system_attr(a._trial_id, recovery.OWNER, other)
-    study._storage.set_trial_system_attr(b._trial_id, recovery.OWNER, recovery.owner())
+    live, eff, base, _ = make(tmp_path)
+    a, b = live.study.ask(), live.study.ask()
+    signed_by(live, a, os.getppid(), monkeypatch)  # #a belongs to another live process of this host
+    live.sign(b)
     resolved = knobs.resolve(base, CTX)
 
     # #a chooses only once #b's claim has read the study and found #a still choosing
     claim_saw_a_undecided = threading.Event()
     claimer = threading.current_thread()
-    read_trials = study.get_trials
+    read_trials = live.trials
 
-    def get_trials(*args, **kwargs):
-        trials = read_trials(*args, **kwargs)
-        if threading.current_thread() is claimer and any(t.number == a.number and "config_key" not in t.user_attrs for t in trials):
+    def trials(*args, **kwargs):
+        read = read_trials(*args, **kwargs)
+        if threading.current_thread() is claimer and any(t.number == a.number and t.config_key is None for t in read):
             claim_saw_a_undecided.set()
-        return trials
+        return read
 
-    study.get_trials = get_trials  # type: ignore[method-assign]
+    live.trials = trials  # type: ignore[method-assign]
 
     def choose_late() -> None:
-        if claim_saw_a_undecided.wait(timeout=S.UNDECIDED_WAIT_S):
-            a.set_user_attr("config_key", resolved.key())
+        if claim_saw_a_undecided.wait(timeout=claims.UNDECIDED_WAIT_S):
+            live.mark(a, config_key=resolved.key())
 
     chooser = threading.Thread(target=choose_late)
     chooser.start()
     try:
-        answer = tuner._claim(b, "search", resolved)
+        answer = claims.claim(live, b, "search", resolved.key(), budget=10).answer
     finally:
         chooser.join()
     assert claim_saw_a_undecided.is_set(), "the claim never read the study while #a was still choosing"
@@ -263,11 +282,11 @@ def test_a_claim_waits_for_an_earlier_trial_still_choosing_so_a_configuration_is
 def test_a_trial_over_the_memory_budget_says_so_in_its_line(tmp_path):
     from autotune.progress import trial_line
 
-    study, eff, base, _ = make(tmp_path)
-    records: list = []
-    S.Tuner(study, eff, CTX, base, fake([]), S.Options(trials=3, max_memory_bytes=1, race_rounds=0, floor_repeats=0),
-            on_trial=records.append).run()
-    ok = [r for r in records if r.outcome == R.OK]
+    live, eff, base, _ = make(tmp_path)
+    shown: list = []
+    tuner(live, eff, base, fake([]), S.Options(trials=3, max_memory_bytes=1, race_rounds=0, floor_repeats=0),
+          on_trial=shown.append).run()
+    ok = [r for r in shown if r.outcome == R.OK]
     assert ok and all(r.over_budget for r in ok)
     assert all("(over the --max-memory budget: not a candidate)" in trial_line(r) for r in ok)
 
@@ -277,34 +296,32 @@ def test_the_noise_floor_is_measured_by_the_process_that_measured_the_baseline(t
     another takes over only when that one is gone."""
     import socket as sockets
 
-    from autotune import race
-
     dead = os.fork()
     if dead == 0:
         os._exit(0)
     os.waitpid(dead, 0)
     for pid, expected in ((os.getppid(), 0), (dead, 2)):  # a live process of this host measured the baseline; a gone one
-        study, eff, base, _ = make(tmp_path, name=f"s{pid}")
+        live, eff, base, _ = make(tmp_path, name=f"s{pid}")
         with monkeypatch.context() as m:
-            m.setattr(recovery, "owner", lambda pid=pid: {"host": sockets.gethostname(), "pid": pid, "started": 0.0})
-            S.Tuner(study, eff, CTX, base, fake([]), S.Options(trials=1, race_rounds=0, floor_repeats=0)).run()
-            assert race.floor_missing(study, 2, grace_s=60) == 2  # the process that measured the baseline takes it
-        assert race.floor_missing(study, 2, grace_s=60) == expected
-        floor = []
-        S.Tuner(study, eff, CTX, base, fake(floor), S.Options(trials=1, race_rounds=0)).run()
-        assert len(floor) == expected  # this process measured the floor only when the baseline's own was gone
+            m.setattr(records, "owner", lambda pid=pid: {"host": sockets.gethostname(), "pid": pid, "started": 0.0})
+            tuner(live, eff, base, fake([]), S.Options(trials=1, race_rounds=0, floor_repeats=0)).run()
+            assert floor.missing(live, 2) == 2  # the process that measured the baseline takes it
+        assert floor.missing(live, 2) == expected
+        measured_again: list = []
+        tuner(live, eff, base, fake(measured_again), S.Options(trials=1, race_rounds=0)).run()
+        assert len(measured_again) == expected  # this process measured the floor only when the baseline's own was gone
 
 
 def test_a_configuration_may_run_three_times_the_defaults_whole_trial(tmp_path):
-    study, eff, base, _ = make(tmp_path)
-    assert S.slow_limit(study, base) is None  # before the baseline: only --trial-timeout
-    records: list = []
-    S.Tuner(study, eff, CTX, base, fake([]), S.Options(trials=1, race_rounds=0, floor_repeats=0), on_trial=records.append).run()
-    baseline = S.baseline_trial(study)
-    assert S.slow_limit(study, baseline.user_attrs["config"]) is None  # the baseline itself is never cut
-    other = {**baseline.user_attrs["config"], "precision": "bf16"}
-    assert S.slow_limit(study, other) == pytest.approx(S.SLOW_FACTOR * baseline.user_attrs["duration_s"])
-    (rec,) = records
+    live, eff, base, _ = make(tmp_path)
+    assert bench.slow_limit(live, base) is None  # before the baseline: only --trial-timeout
+    shown: list = []
+    tuner(live, eff, base, fake([]), S.Options(trials=1, race_rounds=0, floor_repeats=0), on_trial=shown.append).run()
+    baseline = seeds.baseline(live.trials())
+    assert bench.slow_limit(live, baseline.config) is None  # the baseline itself is never cut
+    other = {**baseline.config, "precision": "bf16"}
+    assert bench.slow_limit(live, other) == pytest.approx(bench.SLOW_FACTOR * baseline.duration_s)
+    (rec,) = shown
     assert rec.estimate_s == 0  # trials=1: nothing left, no floor, no race
 
 
@@ -314,9 +331,9 @@ def test_the_baseline_line_is_followed_by_the_estimate_of_the_rest():
     assert estimate_line(10.0, 600.0) == ("the defaults took 10.0s per trial here: the rest of the study (trials, noise "
                                           "floor, race) will take up to about 10m00s")
     assert estimate_line(240.0, 7200.0).endswith("use --quick, a smaller model or batch, or --time-budget")
-    tuner = S.Tuner(None, None, CTX, {}, fake([]), S.Options(trials=30, floor_repeats=2, race_rounds=8, race_candidates=6))
-    assert tuner.estimate_s(10.0, 29) == 10.0 * (29 + 2 + 8 * 7)
-    budgeted = S.Tuner(None, None, CTX, {}, fake([]), S.Options(trials=30, race_rounds=8, time_budget_s=40.0))
+    options = S.Options(trials=30, floor_repeats=2, race_rounds=8, race_candidates=6)
+    assert options.estimate_s(10.0, 29) == 10.0 * (29 + 2 + 8 * 7)
+    budgeted = S.Options(trials=30, race_rounds=8, time_budget_s=40.0)
     assert budgeted.estimate_s(10.0, 29, elapsed_s=15.0) == 25.0  # the time budget ends the study first
 
 
@@ -325,27 +342,27 @@ def test_defaults_that_fail_end_the_study_in_one_line_now_and_on_every_later_run
     configurations nothing can be compared with. The run stops with what to do; a later run says it again."""
     from autotune.errors import WorkloadError
 
-    study, eff, base, _ = make(tmp_path)
+    live, eff, base, _ = make(tmp_path)
     calls: list = []
     seen: list = []
     with pytest.raises(WorkloadError, match=r"PyTorch's defaults failed when measured \(trial #0, oom: fake out of memory\)"):
-        S.Tuner(study, eff, CTX, base, fake(calls, fail=lambda c: c == base), S.Options(trials=20), on_trial=seen.append).run()
+        tuner(live, eff, base, fake(calls, fail=lambda c: c == base), S.Options(trials=20), on_trial=seen.append).run()
     assert len(calls) == 1 and [r.role for r in seen] == ["baseline"]  # shown, then nothing else measured
     with pytest.raises(WorkloadError, match="start a new study"):
-        S.Tuner(study, eff, CTX, base, fake(calls), S.Options(trials=20)).run()
+        tuner(live, eff, base, fake(calls), S.Options(trials=20)).run()
     assert len(calls) == 1
 
 
 def test_defaults_that_time_out_say_to_raise_the_timeout(tmp_path):
     from autotune.errors import WorkloadError
 
-    study, eff, base, _ = make(tmp_path)
+    live, eff, base, _ = make(tmp_path)
 
     def timing_out(config, dominators=(), margin=None):
         return R.TrialResult.failure(R.TIMEOUT, "the trial ran past its 8 s timeout and was killed")
 
     with pytest.raises(WorkloadError, match="raise --trial-timeout"):
-        S.Tuner(study, eff, CTX, base, timing_out, S.Options(trials=5)).run()
+        tuner(live, eff, base, timing_out, S.Options(trials=5)).run()
 
 
 def _spied(sampler):
@@ -367,44 +384,44 @@ def test_gp_hands_over_to_tpe_past_its_limit_records_it_and_says_so_once(tmp_pat
     """The default sampler's Gaussian process refits on the whole history for each suggestion (its cost grows
     with it): past ``gp_max_trials`` complete trials TPE suggests; the run says so in one line and the study
     records it (here with a limit of 4, where the default is GP_MAX_TRIALS)."""
-    study, eff, base, url = make(tmp_path, sampler="tpe")
-    study.sampler = sampler = S.make_sampler("gp", seed=0, n_startup_trials=2, gp_max_trials=4)
-    chosen = _spied(sampler)
-    records: list = []
-    S.Tuner(study, eff, CTX, base, fake([]), S.Options(trials=8, race_rounds=0, floor_repeats=0), on_trial=records.append).run()
-    switch = sampler.switched_at
+    live, eff, base, url = make(tmp_path, sampler="tpe")
+    live.study.sampler = gp_then_tpe = S.make_sampler("gp", seed=0, n_startup_trials=2, gp_max_trials=4)
+    chosen = _spied(gp_then_tpe)
+    shown: list = []
+    tuner(live, eff, base, fake([]), S.Options(trials=8, race_rounds=0, floor_repeats=0), on_trial=shown.append).run()
+    switch = gp_then_tpe.switched_at
     assert switch is not None and chosen, "the study never reached the limit"
     assert all(name == ("tpe" if n >= switch else "gp") for n, name in chosen.items()), chosen
     # one process, one trial at a time: the trials before a trial are finished when it is asked
-    complete = [t.number for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))]
+    complete = [t.number for t in live.trials() if t.state == "complete"]
     last_gp = max(n for n, name in chosen.items() if name == "gp")
     assert sum(1 for n in complete if n < switch) >= 4 > sum(1 for n in complete if n < last_gp)
     # one line, once, on the first trial line after the hand-over
-    notes = [r for r in records if r.note]
-    assert len(notes) == 1 and notes[0].number >= switch and "TPE" in notes[0].note and S.SAMPLER_SWITCH in notes[0].note
-    recorded = optuna.load_study(study_name="s", storage=url).user_attrs[S.SAMPLER_SWITCH]
+    notes = [r for r in shown if r.note]
+    assert len(notes) == 1 and notes[0].number >= switch and "TPE" in notes[0].note and sampler.SAMPLER_SWITCH in notes[0].note
+    recorded = LiveStudy(optuna.load_study(study_name="s", storage=url)).view().sampler_switch
     assert (recorded["from"], recorded["to"], recorded["limit"], recorded["trial"]) == ("gp", "tpe", 4, switch)
 
     # A resumed study already past the limit: said before the first trial (the opening), not again, and the
     # study keeps the first hand-over's record.
-    again = optuna.load_study(study_name="s", storage=url, sampler=S.make_sampler("gp", seed=1, gp_max_trials=4))
+    again = LiveStudy(optuna.load_study(study_name="s", storage=url, sampler=S.make_sampler("gp", seed=1, gp_max_trials=4)))
     later: list = []
-    tuner = S.Tuner(again, eff, CTX, base, fake([]), S.Options(trials=10, race_rounds=0, floor_repeats=0), on_trial=later.append)
+    resumed = tuner(again, eff, base, fake([]), S.Options(trials=10, race_rounds=0, floor_repeats=0), on_trial=later.append)
     chosen = _spied(again.sampler)
-    line = tuner.sampler_opening()
-    assert line and "TPE" in line and tuner.sampler_opening() is None
-    tuner.run()
+    line = resumed.sampler_opening()
+    assert line and "TPE" in line and resumed.sampler_opening() is None
+    resumed.run()
     assert later and not any(r.note for r in later) and set(chosen.values()) == {"tpe"}
-    assert again.user_attrs[S.SAMPLER_SWITCH]["trial"] == switch
+    assert again.view().sampler_switch["trial"] == switch
 
 
 def test_gp_below_its_limit_says_nothing(tmp_path):
-    study, eff, base, url = make(tmp_path, sampler="tpe")
-    study.sampler = sampler = S.make_sampler("gp", seed=0, n_startup_trials=2, gp_max_trials=50)
-    chosen = _spied(sampler)
-    records: list = []
-    tuner = S.Tuner(study, eff, CTX, base, fake([]), S.Options(trials=5, race_rounds=0, floor_repeats=0), on_trial=records.append)
-    assert tuner.sampler_opening() is None
-    tuner.run()
-    assert set(chosen.values()) == {"gp"} and sampler.switched_at is None
-    assert not any(r.note for r in records) and S.SAMPLER_SWITCH not in study.user_attrs
+    live, eff, base, url = make(tmp_path, sampler="tpe")
+    live.study.sampler = gp_then_tpe = S.make_sampler("gp", seed=0, n_startup_trials=2, gp_max_trials=50)
+    chosen = _spied(gp_then_tpe)
+    shown: list = []
+    run = tuner(live, eff, base, fake([]), S.Options(trials=5, race_rounds=0, floor_repeats=0), on_trial=shown.append)
+    assert run.sampler_opening() is None
+    run.run()
+    assert set(chosen.values()) == {"gp"} and gp_then_tpe.switched_at is None
+    assert not any(r.note for r in shown) and live.view().sampler_switch is None

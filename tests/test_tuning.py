@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from autotune import tuning
 from autotune.request import TuneConfig
-from autotune.store import Store
+from autotune.store import LiveStudy, Store
 from autotune.workload import WorkloadSpec
 
 
@@ -68,25 +68,25 @@ def test_warm_cache_fills_optunas_trial_cache_as_its_own_read_would(tmp_path):
 
     url = f"sqlite:///{tmp_path}/w.db"
     make_study(url, n_trials=30, seed=3, name="w")
-    writer = optuna.load_study(study_name="w", storage=url)
-    running = writer.ask()
-    running.set_user_attr("role", "search")
+    writer = LiveStudy(optuna.load_study(study_name="w", storage=url))
+    running = writer.study.ask()
+    writer.mark(running, role="search")
 
     warmed = optuna.load_study(study_name="w", storage=Store.open(url).storage)
-    assert tuning.warm_cache(warmed) is True
-    assert tuning.warm_cache(warmed) is False  # read already: left to Optuna
+    assert LiveStudy(warmed).warm_cache() is True
+    assert LiveStudy(warmed).warm_cache() is False  # read already: left to Optuna
     cold = optuna.load_study(study_name="w", storage=url)
     assert warmed.get_trials(deepcopy=False) == cold.get_trials(deepcopy=False)
     assert [t.state for t in warmed.get_trials(deepcopy=False)].count(TrialState.RUNNING) == 1
 
     # another process finishes the running trial and starts a new one: both reads see it the same way
-    running.set_user_attr("outcome", "ok")
-    writer.tell(running, [1.0, 2.0])
-    writer.ask().set_user_attr("role", "search")
+    writer.mark(running, outcome="ok")
+    writer.study.tell(running, [1.0, 2.0])
+    writer.mark(writer.study.ask(), role="search")
     fresh = optuna.load_study(study_name="w", storage=url)
     assert warmed.get_trials(deepcopy=False) == fresh.get_trials(deepcopy=False)
     assert len(warmed.get_trials(deepcopy=False)) == 32
 
     # storages that keep their own state are left alone
     journal = optuna.create_study(storage=Store.open(f"journal:{tmp_path}/j.log").storage, directions=["maximize", "minimize"])
-    assert tuning.warm_cache(journal) is False
+    assert LiveStudy(journal).warm_cache() is False

@@ -18,9 +18,10 @@ import pytest
 from autotune import knobs, space, tuning, warmstart
 from autotune import result as R
 from autotune import study as S
+from autotune.phases import Bench, Seeds
 from autotune.protocol import Settings
 from autotune.request import TuneConfig, WorkloadSpec
-from autotune.store import Store, kind
+from autotune.store import LiveStudy, Store, kind
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
 SAME = {"device_type": "cpu", "device_name": "Test CPU", "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.5.0"}
@@ -72,7 +73,8 @@ def tuned(store: Store, name: str, fingerprint: Mapping[str, Any], search: Mappi
     study.set_user_attr("created_at", created_at)
     base = S.base_config(CTX, {}, None)
     eff = space.effective(sp, CTX, base)
-    S.Tuner(study, eff, CTX, base, peaked(best), S.Options(trials=trials, race_rounds=0, max_repeats=60)).run()
+    S.Tuner(LiveStudy(study), Seeds(eff, CTX, base), Bench(peaked(best)),
+            S.Options(trials=trials, race_rounds=0, max_repeats=60)).run()
     return study
 
 
@@ -82,8 +84,8 @@ def earlier(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("earlier") / "earlier.db"
     store = Store(f"sqlite:///{path}")
     for name, fingerprint, search, best, created_at in EARLIER:
-        study = tuned(store, name, fingerprint, search, best, created_at, trials=4)
-        verdict = S.Evidence.of(study).verdict()
+        tuned(store, name, fingerprint, search, best, created_at, trials=4)
+        verdict = store.read(name).evidence.verdict()
         assert verdict.state == "gain", verdict.text
     return path
 
@@ -96,9 +98,9 @@ def url(earlier, tmp_path) -> str:
 
 
 def winner_config(store: Store, name: str) -> dict[str, Any]:
-    study = store.load(name)
-    verdict = S.Evidence.of(study).verdict()
-    return study.trials[verdict.winner].user_attrs["config"]
+    study = store.read(name)
+    verdict = study.evidence.verdict()
+    return dict(study.trials[verdict.winner].config)
 
 
 def new_target(store: Store, name: str, fingerprint: Mapping[str, Any] = SAME, search: Mapping[str, Any] = TARGET,
@@ -109,9 +111,9 @@ def new_target(store: Store, name: str, fingerprint: Mapping[str, Any] = SAME, s
     base = S.base_config(CTX, {}, None)
     eff = space.effective(sp, CTX, base)
     options = S.Options(trials=5, race_rounds=0, max_repeats=60)
-    tuner = S.Tuner(study, eff, CTX, base, peaked({"batch_size": 112}), options)
-    seeds = warmstart.seeds(store, study, created, enabled, fingerprint, tuner)
-    tuner.warm = [(s.params, s.attrs()) for s in seeds]
+    tuner = S.Tuner(LiveStudy(study), Seeds(eff, CTX, base), Bench(peaked({"batch_size": 112})), options)
+    seeds = warmstart.seeds(store, study, created, enabled, fingerprint, tuner.seeds)
+    tuner.seeds.warm = [(s.params, s.attrs()) for s in seeds]
     return study, tuner, seeds
 
 
@@ -119,8 +121,8 @@ def test_a_new_study_of_the_same_kind_measures_the_earlier_winners_after_the_bas
     store = Store(url)
     study, tuner, seeds = new_target(store, "target")
     # the newest first; 'c' ran on another kind of machine
-    assert [(s.study, s.trial) for s in seeds] == [("b", S.Evidence.of(store.load("b")).verdict().winner),
-                                                    ("a", S.Evidence.of(store.load("a")).verdict().winner)]
+    assert [(s.study, s.trial) for s in seeds] == [("b", store.read("b").evidence.verdict().winner),
+                                                    ("a", store.read("a").evidence.verdict().winner)]
     assert seeds[0].params == {"precision": "bf16", "batch_size": 128, "optimizer_impl": "default",
                                "memory_format": "contiguous"}
     assert seeds[1].params == {"precision": "fp32", "batch_size": 64, "optimizer_impl": "foreach",
@@ -135,7 +137,7 @@ def test_a_new_study_of_the_same_kind_measures_the_earlier_winners_after_the_bas
         assert {k: t.user_attrs["config"][k] for k in TARGET} == seed.params
         assert t.user_attrs.get("duplicate_of") is None  # measured, not a cache answer
     assert all(t.user_attrs["role"] == "search" for t in trials[4:])
-    assert warmstart.line(seeds, tuner.base) == (
+    assert warmstart.line(seeds, tuner.seeds.base) == (
         f"warm start: 2 winners of earlier studies on this kind of machine: #{seeds[0].trial} of 'b' "
         f"(precision=bf16 batch_size=128), #{seeds[1].trial} of 'a' (batch_size=64 optimizer_impl=foreach)")
 
@@ -176,11 +178,11 @@ def test_values_the_space_does_not_hold_are_mapped_or_left_out(url):
     assert seeds[0].params == {"precision": "fp32", "batch_size": 128, "optimizer_impl": "default",
                                "memory_format": "contiguous"}
     for seed in seeds:
-        assert set(seed.params) == set(tuner.space.search)
-        assert all(tuner.space.search[k].contains(v) for k, v in seed.params.items())
+        assert set(seed.params) == set(tuner.seeds.space.search)
+        assert all(tuner.seeds.space.search[k].contains(v) for k, v in seed.params.items())
     # a seed that fits to a configuration already queued (the baseline, the recipe, an earlier seed) is dropped
     base = S.base_config(CTX, {}, None)
-    sp = tuner.space
+    sp = tuner.seeds.space
     assert warmstart.fit({"batch_size": 4096, "optimizer_impl": "fused", "threads": 1}, sp, base) == {
         "precision": "fp32", "batch_size": 128, "optimizer_impl": "default", "memory_format": "contiguous"}
     assert warmstart.choose(store, "narrow2", SAME, sp, base, CTX, taken=[seeds[0].params]) == seeds[1:]
@@ -193,7 +195,7 @@ def test_a_resumed_study_queues_its_seeds_once_and_looks_for_no_new_ones(url):
     interrupt: list = []
     study, tuner, seeds = new_target(store, "resumed")
     assert len(seeds) == 2
-    tuner.evaluate = peaked({"batch_size": 112}, calls, interrupt)
+    tuner.bench.evaluate = peaked({"batch_size": 112}, calls, interrupt)
     tuner.options.trials = 3  # baseline, recipe, the first seed
     tuner.run()
     # the second seed's trial is stopped by Ctrl-C: it is recorded as interrupted and queued again
@@ -205,19 +207,20 @@ def test_a_resumed_study_queues_its_seeds_once_and_looks_for_no_new_ones(url):
     tuned(store, "newer", SAME, {"optimizer_impl": ["default", "foreach"], "precision": ["fp32", "bf16"]},
           {"optimizer_impl": "foreach", "precision": "bf16"}, "2025-03-01T00:00:00+00:00", trials=4)
     again = optuna.load_study(study_name="resumed", storage=url)
-    assert warmstart.seeds(store, again, False, True, SAME, tuner) == seeds
-    resumed = S.Tuner(again, tuner.space, CTX, tuner.base, peaked({"batch_size": 112}, calls),
-                      S.Options(trials=7, race_rounds=0, max_repeats=60), warm=[(s.params, s.attrs()) for s in seeds])
+    assert warmstart.seeds(store, again, False, True, SAME, tuner.seeds) == seeds
+    resumed = S.Tuner(LiveStudy(again), Seeds(tuner.seeds.space, CTX, tuner.seeds.base, [(s.params, s.attrs()) for s in seeds]),
+                      Bench(peaked({"batch_size": 112}, calls)), S.Options(trials=7, race_rounds=0, max_repeats=60))
     resumed.run()
-    warm = [t for t in again.get_trials() if t.user_attrs.get("role") == "warm"]
-    measured = [t for t in warm if S.is_measured(t)]
-    assert [t.user_attrs["outcome"] for t in warm].count(R.INTERRUPTED) == 1
-    assert len(measured) == 2 and not any(t.user_attrs.get("duplicate_of") is not None for t in warm)
+    trials = LiveStudy(again).trials()
+    warm = [t for t in trials if t.role == "warm"]
+    measured = [t for t in warm if t.measured]
+    assert [t.outcome for t in warm].count(R.INTERRUPTED) == 1
+    assert len(measured) == 2 and not any(t.duplicate_of is not None for t in warm)
     def params(items):
         return sorted(tuple(sorted(p.items())) for p in items)
 
     assert params(t.params for t in measured) == params(s.params for s in seeds)
-    roles = [t.user_attrs["role"] for t in again.get_trials() if S.is_measured(t)]
+    roles = [t.role for t in trials if t.measured]
     assert roles.count("baseline") == 1 and roles.count("recipe") == 1 and roles.count("warm") == 2
 
 
@@ -248,7 +251,7 @@ def test_prepare_queues_the_seeds_of_a_new_study_and_says_so_unless_warm_start_i
     store = Store(url)
     prepared = tuning.prepare(job, "via-prepare", store, "cpu")
     assert [(s.study, s.params["batch_size"]) for s in prepared.warm] == [("b", 128), ("a", 64)]
-    assert prepared.tuner.warm == [(s.params, s.attrs()) for s in prepared.warm]
+    assert prepared.tuner.seeds.warm == [(s.params, s.attrs()) for s in prepared.warm]
     said = "warm start: 2 winners of earlier studies on this kind of machine: #"
     assert sum(line.startswith(said) for line in prepared.opening()) == 1
     prepared.run()
@@ -261,7 +264,7 @@ def test_prepare_queues_the_seeds_of_a_new_study_and_says_so_unless_warm_start_i
     assert [t.user_attrs["role"] for t in again.study.get_trials()].count("warm") == 2
 
     cold = tuning.prepare(dataclasses.replace(job, warm_start=False), "cold", store, "cpu")
-    assert cold.warm == [] and cold.tuner.warm == []
+    assert cold.warm == [] and cold.tuner.seeds.warm == []
     assert not any(line.startswith("warm start") for line in cold.opening())
     assert warmstart.ATTR not in cold.study.user_attrs and cold.study.user_attrs["job"]["warm_start"] is False
 
@@ -292,6 +295,6 @@ def test_run_and_submit_take_no_warm_start(tmp_path):
         args += [flag] if flag else []
         out = CliRunner().invoke(cli.main, args)
         assert out.exit_code == 0, out.output
-        assert tuning.stored_config(Store(url).load(name)).warm_start is expected
+        assert tuning.stored_config(Store(url).read(name)).warm_start is expected
     help_text = CliRunner().invoke(cli.main, ["run", "--help"]).output
     assert "--warm-start / --no-warm-start" in help_text
