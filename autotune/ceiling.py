@@ -26,18 +26,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import optuna
-
 from autotune import knobs
 from autotune import result as R
 from autotune.space import Dimension
+from autotune.store.records import BATCH_CEILING, StoredStudy
 
 if TYPE_CHECKING:  # pragma: no cover
     from autotune.protocol import Settings
     from autotune.runner import Runner
 
-#: the study attribute that holds the ceiling (a dict, see :meth:`Ceiling.to_dict`)
-ATTR = "batch_ceiling"
+#: transitional: the stored key of the ceiling (a dict, see :meth:`Ceiling.to_dict`), the store's own
+#: (autotune.tuning writes it through this name until it saves through ``LiveStudy.save(batch_ceiling=...)``)
+ATTR = BATCH_CEILING
 MAX_PROBES = 16  # enough for an exact ceiling on a grid of 128 batch sizes (2 log2 n + 1 probes at most)
 
 #: ``fits(batch_size)`` -> (fits, outcome, peak memory bytes or None)
@@ -193,16 +193,23 @@ def probe(runner: Runner, base: Mapping[str, Any], dim: Dimension, max_memory_by
     return find(reporting, [int(v) for v in dim.values()], start=int(base.get(knobs.BATCH_KNOB) or dim.values()[0]))
 
 
-def stored(study: optuna.Study) -> Ceiling | None:
-    """The ceiling a study found when it was created (None when it did not probe)."""
-    raw = study.user_attrs.get(ATTR)
+def stored(study: Any) -> Ceiling | None:
+    """The ceiling a study found when it was created (None when it did not probe): ``study`` is a
+    :class:`autotune.store.StoredStudy` or the loop's live study (an ``optuna.Study`` or a ``LiveStudy``,
+    whose description is read now)."""
+    if not isinstance(study, StoredStudy):
+        from autotune.store import LiveStudy
+
+        study = (study if isinstance(study, LiveStudy) else LiveStudy(study)).view([])
+    raw = study.batch_ceiling
     return Ceiling.from_dict(raw) if raw else None
 
 
-def describe(attrs: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The ceiling in a study's attributes as every view shows it (``status``, ``status --json``, the
-    dashboard): its fields and ``text``; None when the study did not probe."""
-    raw = attrs.get(ATTR)
+def describe(raw: StoredStudy | Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A study's ceiling (:attr:`autotune.store.StoredStudy.batch_ceiling`, or the study itself) as every view
+    shows it (``status``, ``status --json``, the dashboard): its fields and ``text``; None when it did not probe."""
+    if isinstance(raw, StoredStudy):
+        raw = raw.batch_ceiling
     if not isinstance(raw, Mapping):
         return None
     found = Ceiling.from_dict(raw)

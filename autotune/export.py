@@ -6,7 +6,8 @@ its interval (the evidence's: :mod:`autotune.evidence`), the workload spec, the
 fingerprint, the study and the trial. :mod:`autotune.frameworks` renders the same document
 for Hugging Face Trainer, Lightning and Accelerate; :func:`autotune.config.load_config`
 reads it back into a training script. A read command: it imports neither torch nor the
-trial modules (applying a configuration, in :mod:`autotune.config`, does).
+trial modules (applying a configuration, in :mod:`autotune.config`, does). Everything it writes comes from
+the stored study (:class:`autotune.store.StoredStudy`, read once by the command) and its evidence.
 """
 
 from __future__ import annotations
@@ -17,18 +18,17 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-import optuna
-
 from autotune import __version__
-from autotune.evidence import Evidence
 from autotune.errors import ConfigError, StudyError
+from autotune.evidence import Evidence
 from autotune.request import DEFAULT_PICK, PICKS
+from autotune.store import StoredStudy, StoredTrial
 
 SCHEMA = "autotune.config/2"  # /2: speedup became a claim with its interval
 SCHEMAS = ("autotune.config/1", SCHEMA)  # what load_config reads
 
 
-def pick_trial(study: optuna.Study, pick: str, max_memory_bytes: int | None = None) -> tuple[optuna.trial.FrozenTrial, str]:
+def pick_trial(study: StoredStudy, pick: str, max_memory_bytes: int | None = None) -> tuple[StoredTrial, str]:
     """A configuration to export, and what it is (the line an export records as ``pick_note``).
 
     ``recommended`` is the verdict's winner (:meth:`Evidence.verdict`: raced through the noise,
@@ -39,8 +39,8 @@ def pick_trial(study: optuna.Study, pick: str, max_memory_bytes: int | None = No
     """
     if pick not in PICKS:
         raise StudyError(f"--pick {pick!r}: expected one of {', '.join(PICKS)}")
-    ev = Evidence.of(study) if max_memory_bytes is None else Evidence(study.get_trials(deepcopy=False), study.user_attrs, max_memory_bytes)
-    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    ev = study.evidence if max_memory_bytes is None else Evidence(study, max_memory_bytes)
+    trials = {t.number: t for t in study.trials}
     candidates = [ev.configs[n] for n in ev.front()]
     if not candidates:
         raise StudyError(_nothing_to_export(study, ev, max_memory_bytes))
@@ -79,54 +79,54 @@ def _balanced(candidates: list[Any]) -> int:
     return min(candidates, key=distance).number
 
 
-def _nothing_to_export(study: optuna.Study, ev: Evidence, max_memory_bytes: int | None) -> str:
+def _nothing_to_export(study: StoredStudy, ev: Evidence, max_memory_bytes: int | None) -> str:
     """Why the front is empty: no trial succeeded, or those that did are over a memory budget (whose)."""
     from autotune.units import format_bytes
 
     ok = [c for c in ev.configs.values() if c.peak_memory_bytes is not None]
-    name = study.study_name
+    name = study.name
     if not ok:
         return f"study {name!r} has no successful trial to export; run more trials first"
     smallest = format_bytes(min(c.peak_memory_bytes for c in ok))
     if max_memory_bytes is not None:
         return (f"study {name!r}: none of its {len(ok)} successful trials fits in --max-memory {format_bytes(max_memory_bytes)} "
                 f"(the smallest peaked at {smallest}); export with a larger --max-memory")
-    budget = study.user_attrs.get("max_memory_bytes")
+    budget = study.max_memory_bytes
     return (f"study {name!r}: all {len(ok)} successful trials are over the study's memory budget "
             f"{format_bytes(budget) if budget else ''} (the smallest peaked at {smallest}); "
             "start a new study with a larger --max-memory").replace("budget  (", "budget (")
 
 
 def export(
-    study: optuna.Study,
+    study: StoredStudy,
     pick: str = DEFAULT_PICK,
     max_memory_bytes: int | None = None,
     storage_url: str | None = None,
 ) -> dict[str, Any]:
     """The exported document of a picked configuration, with the study's figures for it (see module docstring)."""
     trial, note = pick_trial(study, pick, max_memory_bytes)
-    ev = Evidence.of(study)
-    res = trial.user_attrs.get("result", {})
+    ev = study.evidence
+    res = trial.result
     c = ev.configs[trial.number]
     base = ev.baseline
     speedup = ev.speedup(trial.number)
-    attrs = study.user_attrs
+    described = study.description()  # as stored: a key a study lacks is null in the document
     return {
         "schema": SCHEMA,
         "autotune_version": __version__,
         "exported_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "pick": pick,
         "pick_note": note,
-        "knobs": trial.user_attrs["config"],
-        "not_applicable": trial.user_attrs.get("not_applicable", {}),
+        "knobs": trial.config,
+        "not_applicable": trial.not_applicable,
         "measured": {
             "samples_per_s": c.samples_per_s,
             "processes": c.processes,
             "measurements_samples_per_s": [v for _, v in c.claim],
             "within_process_measurements": len(c.together),  # processes that measured it alongside the defaults
-            "first_measurement_samples_per_s": trial.values[0],
+            "first_measurement_samples_per_s": trial.values[0],  # type: ignore[index]
             "samples_per_s_cv_within_process": res.get("samples_per_s_cv"),
-            "peak_memory_bytes": int(trial.values[1]),
+            "peak_memory_bytes": int(trial.values[1]),  # type: ignore[index]
             "time_to_first_step_s": res.get("time_to_first_step_s"),
             "step_time_s": res.get("step_time_s"),
             "samples_per_step": res.get("samples_per_step"),
@@ -145,13 +145,13 @@ def export(
         "verdict": ev.verdict().to_dict(),
         # what each knob bought, from the defaults, when this is the configuration the path led to (or its winner)
         "ablation": ab.to_dict() if (ab := ev.ablation()) is not None and trial.number in (ab.winner, ab.minimal) else None,
-        "workload": attrs.get("workload"),
-        "device": attrs.get("device"),
-        "global_batch": attrs.get("global_batch"),
-        "task": (attrs.get("context") or {}).get("task", "train"),
-        "context": attrs.get("context"),
-        "fingerprint": attrs.get("fingerprint"),
-        "study": {"name": study.study_name, "storage": storage_url, "trial": trial.number},
+        "workload": described.get("workload"),
+        "device": described.get("device"),
+        "global_batch": described.get("global_batch"),
+        "task": study.context.get("task", "train"),
+        "context": described.get("context"),
+        "fingerprint": described.get("fingerprint"),
+        "study": {"name": study.name, "storage": storage_url, "trial": trial.number},
     }
 
 

@@ -59,8 +59,7 @@ def test_tune_a_factory_defined_inside_the_test(tmp_path):
     assert isinstance(result.verdict, Verdict) and result.verdict.text in repr(result)
     assert result.front and all({"trial", "changes", "samples_per_s", "peak_memory_bytes", "speedup"} <= set(r) for r in result.front)
     assert isinstance(result.noise, Noise) and result.noise.known
-    batch = {t.number: t.user_attrs["config"]["batch_size"] for t in result.study.trials if "config" in t.user_attrs
-             and t.user_attrs.get("duplicate_of") is None}
+    batch = {t.number: t.config["batch_size"] for t in result.view.trials if t.config and t.duplicate_of is None}
     assert sorted(batch.values()) == [8, 32, 256]
     # the batch of 256 wins beyond the noise, and the result says so
     assert result.verdict.state == "gain", result.verdict.text
@@ -70,10 +69,10 @@ def test_tune_a_factory_defined_inside_the_test(tmp_path):
     assert result.speedup == result.verdict.speedup
 
     # The study names the workload by its code digest; the bytes travel with the job only.
-    attrs = result.study.user_attrs
-    assert attrs["workload"]["model"].startswith("pickled:test_tune_a_factory_defined_inside_the_test.factory@")
-    assert "pickled" not in attrs["workload"]
-    assert attrs["job"]["spec"]["pickled"].keys() == {attrs["workload"]["model"]}
+    view = result.view  # the study as every view reads it (autotune.store.StoredStudy)
+    assert view.workload["model"].startswith("pickled:test_tune_a_factory_defined_inside_the_test.factory@")
+    assert "pickled" not in view.workload
+    assert view.job["spec"]["pickled"].keys() == {view.workload["model"]}
 
     best = tmp_path / "best.json"
     doc = result.export(best)  # the recommendation: the verdict's winner

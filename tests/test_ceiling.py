@@ -107,9 +107,10 @@ def test_a_study_fits_its_batch_sizes_to_the_ceiling_once_and_shows_it(tmp_path)
     assert probes == [(b, o) for b, o, _ in prepared.ceiling.probes] and (64, R.OOM) in probes
     assert prepared.tuner.seeds.space.search["batch_size"] == spaces.Dimension("batch_size", None, 16, 48, 16).with_value(32)
     summary = prepared.run()
-    sizes = [t.user_attrs["config"]["batch_size"] for t in prepared.study.get_trials() if "config" in t.user_attrs]
+    trials = Store.open(url).read("capped").trials
+    sizes = [t.config["batch_size"] for t in trials if t.config]
     assert sizes and max(sizes) <= 48 and summary.measured >= 4
-    assert not any(t.user_attrs.get("outcome") == R.OOM for t in prepared.study.get_trials())
+    assert not any(t.outcome == R.OOM for t in trials)
 
     # A resume (and any worker) reads the stored ceiling: no probes again, the same range.
     again = tuning.prepare(dataclasses.replace(job, trials=5), "capped", Store.open(url), "cpu",
@@ -126,7 +127,8 @@ def test_a_study_fits_its_batch_sizes_to_the_ceiling_once_and_shows_it(tmp_path)
     assert json.loads(doc.output)["batch_ceiling"]["batch_size"] == 48
     from autotune import report
 
-    assert report.header_info(Store.open(url).load("capped"))["batch_ceiling"]["text"].startswith("48 (64 ran out of memory")
+    assert report.header_info(Store.open(url).read("capped"))["batch_ceiling"]["text"].startswith("48 (64 ran out of memory")
+    assert C.describe(Store.open(url).read("capped")) == json.loads(doc.output)["batch_ceiling"]
 
 
 def test_by_default_a_cpu_study_without_a_memory_budget_does_not_probe():

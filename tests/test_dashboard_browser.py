@@ -23,7 +23,8 @@ from conftest import need
 from study_factory import MiB, add_failed_trial, add_race, make_study, storage_url
 
 from autotune import report
-from autotune.evidence import Evidence
+from autotune.store import Store, StoredStudy
+from autotune.store import records
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +84,8 @@ def page(tmp_path_factory) -> Path:
     name = "<script>window.pwned=1</script>"
     study = make_study(folder / "study.db", n_trials=40, name=name, max_memory_bytes=1200 * MiB)
     add_failed_trial(study, message="<img src=x onerror=window.pwned=1>")
-    study = optuna.load_study(study_name=name, storage=storage_url(folder / "study.db"))
+    # (a name no store accepts: read through Optuna, as a foreign storage would hold it)
+    study = StoredStudy.of(optuna.load_study(study_name=name, storage=storage_url(folder / "study.db")))
     return report.write_dashboard(study, folder / "dashboard.html")
 
 
@@ -143,11 +145,11 @@ def small_page(tmp_path_factory) -> tuple[Path, int]:
     study = make_study(
         folder / "small.db", n_trials=4, name="hf-gpt2", with_failures=False, speed=lm_speed, data_wait_share=0.0003
     )
-    study.set_user_attr("workload", {"model": "hf:gpt2", "data": None, "model_args": {}, "task": None})
-    ev = Evidence.of(study)
+    records.save(study, workload={"model": "hf:gpt2", "data": None, "model_args": {}, "task": None})
+    ev = StoredStudy.of(study).evidence
     add_race(study, {n: ev.configs[n].samples_per_s for n in ev.configs if n != 0}, rounds=3)
-    study = optuna.load_study(study_name="hf-gpt2", storage=storage_url(folder / "small.db"))
-    verdict = Evidence.of(study).verdict()
+    study = Store(storage_url(folder / "small.db"), read_only=True).read("hf-gpt2")
+    verdict = study.evidence.verdict()
     recommended = verdict.winner if verdict.state == "gain" else 0
     return report.write_dashboard(study, folder / "small.html"), recommended
 
@@ -220,6 +222,7 @@ def test_what_each_knob_bought_draws_one_bar_a_step(tmp_path):
     from test_race import ablated_study
 
     study, ab = ablated_study()
+    study = study if isinstance(study, StoredStudy) else StoredStudy.of(study)
     page = report.write_dashboard(study, tmp_path / "ablated.html")
     summary = self_test(page, tmp_path / "profile")
     assert summary["ready"] and summary["errors"] == []
@@ -233,17 +236,13 @@ def test_a_study_of_ten_thousand_trials_draws_every_figure_in_a_small_page(tmp_p
     without an error, the cloud of trials in WebGL, and the front and every failure count exactly."""
     from study_factory import jittered_copies
 
-    from autotune.view import StudyView
-
     study = make_study(optuna.storages.InMemoryStorage(), n_trials=60, seed=5, name="big")
-    ev = Evidence.of(study)
+    ev = StoredStudy.of(study).evidence
     leaders = sorted((c for c in ev.configs.values() if not c.is_baseline), key=lambda c: -c.samples_per_s)[:4]
     add_race(study, {c.number: c.samples_per_s for c in leaders}, rounds=2, wall_s=True)
-    trials = study.get_trials(deepcopy=False)
-    for k, t in enumerate(jittered_copies(study, 10_000 - len(trials), seed=2)):
-        t.number = len(trials) + k
-        trials.append(t)
-    view = StudyView("big", study.user_attrs, trials)
+    stored = StoredStudy.of(study)
+    view = stored.with_trials([*stored.trials, *jittered_copies(study, 10_000 - len(stored.trials), seed=2)])
+    assert [t.number for t in view.trials] == list(range(10_000))
     path = report.write_dashboard(view, tmp_path / "big.html")
     assert path.stat().st_size < 5e6
     summary = self_test(path, tmp_path / "profile")

@@ -1,4 +1,4 @@
-"""Reading a study in one pass (autotune/reading.py, autotune/view.py's StudyView): the same trials as Optuna's own
+"""Reading a study in one pass (autotune/store/reading.py, Store.read's StoredStudy): the same trials as Optuna's own
 read, over SQLite, the journal file and PostgreSQL alike, and the same figures in every view."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from optuna.trial import TrialState, create_trial
 from study_factory import make_study
 
 from autotune import view
-from autotune.store import reading
-from autotune.store import Store
+from autotune.store import Store, StoredStudy, reading
+from autotune.store import records
 
 
 def odd_trials(study: optuna.Study) -> None:
@@ -26,14 +26,14 @@ def odd_trials(study: optuna.Study) -> None:
     study.add_trial(create_trial(
         state=TrialState.COMPLETE, values=[math.inf, -math.inf], params={"lr": 0.01, "layers": 3, "opt": None},
         distributions=dists, intermediate_values={0: 1.5, 3: math.inf, 4: -math.inf},
-        user_attrs={"outcome": "ok", "note": "débit ≥ 2×", "nested": {"a": [1, 2.5, None, True]}},
+        user_attrs={**records.marks_of(outcome="ok"), "note": "débit ≥ 2×", "nested": {"a": [1, 2.5, None, True]}},
         system_attrs={"constraints": [0.0, -1.0]}))
-    study.enqueue_trial({"lr": 0.1}, user_attrs={"role": "search"})
+    study.enqueue_trial({"lr": 0.1}, user_attrs=records.marks_of(role="search"))
     with warnings.catch_warnings():  # PostgreSQL's heartbeat "is supposed to be used with Study.optimize"
         warnings.simplefilter("ignore")
         running = study.ask()  # takes the waiting trial
-    study.enqueue_trial({"lr": 0.2}, user_attrs={"role": "search"})
-    running.set_user_attr("outcome", None)
+    study.enqueue_trial({"lr": 0.2}, user_attrs=records.marks_of(role="search"))
+    records.mark(running, outcome=None)
 
 
 def test_the_quick_read_is_optunas_read(store_url):
@@ -64,8 +64,9 @@ def test_a_study_view_shows_the_figures_of_the_live_study_and_writes_nothing(tmp
     make_study(f"sqlite:///{path}", n_trials=40, seed=2, name="s")
     before = hashlib.sha256(path.read_bytes()).hexdigest()
     store = Store(f"sqlite:///{path}", read_only=True)
-    seen = view.read(store, "s")
-    live = optuna.load_study(study_name="s", storage=f"sqlite:///{path}")
+    seen = store.read("s")
+    live = StoredStudy.of(optuna.load_study(study_name="s", storage=f"sqlite:///{path}"))  # Optuna's own read
+    assert [t.__dict__ for t in seen.trials] == [t.__dict__ for t in live.trials]
     assert view.status(seen) == view.status(live)
     assert seen.evidence is seen.evidence  # built once, then kept
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before

@@ -1,4 +1,7 @@
-"""The dashboard (autotune.report): every info function on a stored study, escaping, the page, watch."""
+"""The dashboard (autotune.report): every info function on a stored study, escaping, the page, watch.
+
+The studies are written through the store's writers (tests/study_factory.py, autotune.store.records) and
+read back as the StoredStudy every view computes from."""
 
 from __future__ import annotations
 
@@ -15,22 +18,31 @@ import pytest
 from study_factory import CAPACITY, MiB, add_failed_trial, add_race, make_study, storage_url
 
 from autotune import knobs, report
-from autotune import result as R
-from autotune import study as S
 from autotune.errors import AutotuneError
-from autotune.evidence import Evidence, record_measurement
+from autotune.store import Store, StoredStudy
+from autotune.store import records
 
 HOSTILE_NAME = "<script>alert(1)</script>"
 HOSTILE_MESSAGE = "bad input <img src=x onerror=alert(1)> & more"
 
 
+def read(study) -> StoredStudy:
+    """A study as every view reads it (a study already read is itself)."""
+    return study if isinstance(study, StoredStudy) else StoredStudy.of(study)
+
+
+def made(**kwargs) -> StoredStudy:
+    """A made-up study in memory (study_factory.make_study), read."""
+    return read(make_study(optuna.storages.InMemoryStorage(), **kwargs))
+
+
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory):
-    """A 40-trial study in a real SQLite file, loaded back as the CLI would."""
+    """A 40-trial study in a real SQLite file, read back as the CLI would (and Optuna's own study of it)."""
     path = tmp_path_factory.mktemp("report") / "demo.db"
     make_study(path, n_trials=40, seed=0)
     url = storage_url(path)
-    return url, optuna.load_study(study_name="demo", storage=url)
+    return url, Store(url, read_only=True).read("demo"), optuna.load_study(study_name="demo", storage=url)
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +50,8 @@ def snap(stored):
     return report.snapshot(stored[1])
 
 
-def ok_measured(study):
-    return [t for t in study.trials if t.user_attrs.get("outcome") == "ok" and "duplicate_of" not in t.user_attrs]
+def ok_measured(study: StoredStudy):
+    return [t for t in study.trials if t.outcome == "ok" and t.duplicate_of is None]
 
 
 def assert_json(info):
@@ -75,35 +87,35 @@ def trials_card(page: str) -> tuple[int, list[str]]:
 
 
 def test_snapshot_reads_every_trial(stored, snap):
-    _, study = stored
+    _, study, live = stored
     assert [r["number"] for r in snap.rows] == [t.number for t in study.trials]
     assert {r["outcome"] for r in snap.rows} >= {"ok", "oom", "nan", "error", "interrupted"}
     assert any(r["duplicate_of"] is not None for r in snap.rows)
-    expected = {t.number for t in study.best_trials if "duplicate_of" not in t.user_attrs}
+    expected = {t.number for t in live.best_trials if study.trial(t.number).duplicate_of is None}
     assert set(snap.front) == expected and snap.front
     speeds = [snap.by_number()[n]["samples_per_s"] for n in snap.front]
     assert speeds == sorted(speeds, reverse=True)
 
 
 def test_header_info(stored, snap):
-    _, study = stored
+    _, study, _ = stored
     info = report.header_info(snap)
     assert_json(info)
     assert info["name"] == "demo"
     assert info["workload"]["model"] == "autotune.examples:cnn"
     assert info["fingerprint"]["cpu_count"] == 2 and info["fingerprint"]["torch"] and info["fingerprint"]["device_name"]
     assert sum(info["outcomes"].values()) + info["duplicates"] == len(study.trials)
-    assert info["total_time_s"] == pytest.approx(sum(t.user_attrs.get("duration_s", 0.0) for t in study.trials))
+    assert info["total_time_s"] == pytest.approx(sum(t.duration_s or 0.0 for t in study.trials))
     assert info["baseline"]["number"] == 0 and info["baseline"]["config_text"] == "defaults"
     # the card shows the recommendation: with no race nothing beats the defaults beyond the noise, so the defaults
-    assert Evidence.of(study).verdict().state == "no_gain"
+    assert study.evidence.verdict().state == "no_gain"
     assert info["best"]["number"] == snap.recommended()["number"] == 0
     assert info["best_speedup"] == pytest.approx(1.0)
 
 
 def test_pareto_info(stored, snap):
-    _, study = stored
-    info = report.pareto_info(study)  # takes a study as well as a snapshot
+    _, study, _ = stored
+    info = report.pareto_info(study)  # takes the stored study as well as a snapshot
     assert_json(info)
     assert {p["number"] for p in info["points"]} == {t.number for t in ok_measured(study)}
     assert set(info["front"]) == set(snap.front)
@@ -123,7 +135,7 @@ def test_pareto_info(stored, snap):
 
 def test_pareto_with_memory_budget():
     budget = 700 * MiB
-    study = make_study(optuna.storages.InMemoryStorage(), n_trials=30, seed=1, max_memory_bytes=budget)
+    study = made(n_trials=30, seed=1, max_memory_bytes=budget)
     info = report.pareto_info(study)
     assert info["max_memory_bytes"] == budget
     over = [p for p in info["points"] if not p["feasible"]]
@@ -140,7 +152,7 @@ def test_front_table_info(snap):
     # the recommendation first (here the defaults, which the front leaves out), then the front, fastest first
     assert [r["number"] for r in info["rows"]] == [rec, *(n for n in snap.front if n != rec)]
     assert [r["number"] for r in info["rows"] if r["recommended"]] == [rec]
-    defaults = knobs.defaults(knobs.Context.from_dict(snap.attrs["context"]))
+    defaults = knobs.defaults(knobs.Context.from_dict(snap.study.context))
     baseline = snap.baseline()["samples_per_s"]
     for row in info["rows"]:
         assert row["speedup"] == pytest.approx(row["samples_per_s"] / baseline)
@@ -150,11 +162,11 @@ def test_front_table_info(snap):
 
 
 def test_knob_effects_info(stored, snap):
-    _, study = stored
+    _, study, _ = stored
     info = report.knob_effects_info(snap)
     assert_json(info)
     names = [k["name"] for k in info["knobs"]]
-    assert set(names) == set(study.user_attrs["space"]["search"])
+    assert set(names) == set(study.space["search"])
     assert names == sorted(names, key=knobs.NAMES.index)
     n_ok = len(ok_measured(study))
     for knob in info["knobs"]:
@@ -177,7 +189,7 @@ def test_importance_info(snap):
 
 
 def test_importance_with_too_few_trials_is_a_note():
-    study = make_study(optuna.storages.InMemoryStorage(), n_trials=3, with_failures=False)
+    study = made(n_trials=3, with_failures=False)
     info = report.importance_info(study)
     assert info["samples_per_s"] == {} and "at least" in info["note"]
     assert "Knob importance needs" in report.render_html(study)
@@ -206,10 +218,10 @@ def test_hypervolume_2d():
 
 
 def test_history_info(stored, snap):
-    _, study = stored
+    _, study, _ = stored
     info = report.history_info(snap)
     assert_json(info)
-    finished = [t.number for t in study.trials if t.state.is_finished()]
+    finished = [t.number for t in study.trials if t.finished]
     assert info["numbers"] == finished and len(info["durations"]) == len(finished)
     assert info["metric"] == "speedup" and info["best_so_far"][0] == pytest.approx(1.0)
     assert all(a <= b for a, b in zip(info["best_so_far"], info["best_so_far"][1:]))
@@ -251,30 +263,27 @@ def test_profile_info(snap):
 def test_profile_names_compiled_graphs_as_readers_know_them():
     """A compiled trial's profile names its graph ``## Call CompiledFxGraph <hash> ##``, a new hash per trial: the
     dashboard shows one readable ``compiled graph`` entry, not one raw name per hash."""
-    src = make_study(optuna.storages.InMemoryStorage(), n_trials=12, seed=0, with_failures=False)
-    study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), directions=["maximize", "minimize"])
-    for key, value in src.user_attrs.items():
-        study.set_user_attr(key, value)
+    import dataclasses
+
+    src = made(n_trials=12, seed=0, with_failures=False)
+    trials = []
     for t in src.trials:
-        attrs = dict(t.user_attrs)
-        profile = (attrs.get("result") or {}).get("profile")
+        profile = t.result.get("profile")
         if isinstance(profile, dict) and profile.get("top_ops"):
             ops = [dict(op) for op in profile["top_ops"]]
             ops[0]["name"] = f"## Call CompiledFxGraph f{t.number:03d}qrddoohho5abcdefghijklmn ##"
-            attrs["result"] = {**attrs["result"], "profile": {**profile, "top_ops": ops}}
-        study.add_trial(optuna.trial.create_trial(state=t.state, values=t.values, params=t.params,
-                                                  distributions=t.distributions, user_attrs=attrs,
-                                                  system_attrs=t.system_attrs))
-    info = report.profile_info(study)
+            t = dataclasses.replace(t, result={**t.result, "profile": {**profile, "top_ops": ops}})
+        trials.append(t)
+    info = report.profile_info(src.with_trials(trials))
     assert "compiled graph" in info["ops"] and not [name for name in info["ops"] if "CompiledFxGraph" in name]
     assert len(info["trials"]) >= 2 and all("compiled graph" in t["ops"] for t in info["trials"])
 
 
 def test_failures_info(stored):
-    _, study = stored
+    _, study, _ = stored
     info = report.failures_info(study)
     assert_json(info)
-    failed = [t.number for t in study.trials if t.user_attrs.get("outcome") != "ok"]
+    failed = [t.number for t in study.trials if t.outcome != "ok"]
     assert [r["number"] for r in info["rows"]] == failed
     oom = next(r for r in info["rows"] if r["outcome"] == "oom")
     assert oom["error_type"] == "OutOfMemoryError" and "out of memory" in oom["error_message"]
@@ -290,8 +299,9 @@ def hostile(tmp_path_factory):
     path = tmp_path_factory.mktemp("hostile") / "hostile.db"
     study = make_study(path, n_trials=10, name=HOSTILE_NAME)
     add_failed_trial(study, message=HOSTILE_MESSAGE, error_type="<b>Err</b>")
-    study.set_user_attr("workload", {**study.user_attrs["workload"], "model": "evil:<iframe src=x>"})
-    return optuna.load_study(study_name=HOSTILE_NAME, storage=storage_url(path))
+    records.save(study, workload={**read(study).workload, "model": "evil:<iframe src=x>"})
+    # (a name no store accepts: read through Optuna, as a foreign storage would hold it)
+    return read(optuna.load_study(study_name=HOSTILE_NAME, storage=storage_url(path)))
 
 
 def test_page_escapes_user_strings(hostile):
@@ -320,18 +330,18 @@ def test_script_json_cannot_close_the_tag():
 
 
 def test_optuna_reads_the_stored_study(stored):
-    url, _ = stored
+    url, view, _ = stored
     study = optuna.load_study(study_name="demo", storage=url)
     assert study.metric_names == ["samples_per_s", "peak_memory_bytes"]
-    assert study.trials[0].user_attrs["role"] == "baseline" and study.trials[1].user_attrs["role"] == "recipe"
-    assert study.trials[3].constraints == {"failed": 1.0, "memory": 0.0}
-    assert all(t.user_attrs["outcome"] == "ok" for t in study.best_trials)
+    assert view.trials[0].role == "baseline" and view.trials[1].role == "recipe"
+    assert study.trials[3].constraints == {"failed": 1.0, "memory": 0.0} == view.trials[3].constraints
+    assert all(view.trial(t.number).outcome == "ok" for t in study.best_trials)
     fig = optuna.visualization.plot_pareto_front(study)
     assert len(fig.data) >= 1
 
 
 def test_write_dashboard(stored, tmp_path):
-    _, study = stored
+    _, study, _ = stored
     target = tmp_path / "deep" / "er" / "demo.html"
     assert report.write_dashboard(study, str(target)) == target
     page = target.read_text(encoding="utf-8")
@@ -356,16 +366,17 @@ def test_write_dashboard_into_a_folder_and_unwritable_paths(hostile, tmp_path):
 
 
 def test_running_trials_are_counted_not_drawn(tmp_path):
-    study = make_study(optuna.storages.InMemoryStorage(), n_trials=12)
-    running = study.ask()
-    running.set_user_attr("role", "search")
+    live = make_study(optuna.storages.InMemoryStorage(), n_trials=12)
+    running = live.ask()
+    records.mark(running, role="search")
+    study = read(live)
     snap = report.snapshot(study)
     assert report.header_info(snap)["outcomes"]["running"] == 1
     assert running.number not in report.history_info(snap)["numbers"]
     assert running.number not in [f["number"] for f in report.pareto_info(snap)["failed"]]
     assert running.number not in [r["number"] for r in report.failures_info(snap)["rows"]]
     page = report.render_html(snap)
-    finished = {t.number for t in study.trials if t.state.is_finished()}
+    finished = {t.number for t in study.trials if t.finished}
     assert running.number not in finished and len(finished) == 12
     # counted: the header's card counts it, as running
     count, outcomes = trials_card(page)
@@ -375,7 +386,7 @@ def test_running_trials_are_counted_not_drawn(tmp_path):
     pareto = pareto_figure(figures)
     hovers = " ".join(h for trace in pareto["data"] for h in trace.get("hovertext") or [])
     drawn = {int(n) for n in re.findall(r"<b>#(\d+)</b>", hovers)}
-    cached = {t.number for t in study.trials if t.user_attrs.get("duplicate_of") is not None}
+    cached = {t.number for t in study.trials if t.duplicate_of is not None}
     assert drawn == finished - cached, (drawn, finished, cached)
     assert sum(len(trace["x"]) for trace in pareto["data"]) == len(finished - cached)
     by_trial = [f for f in figures if axis_title(f, "xaxis") == "trial"]
@@ -386,7 +397,7 @@ def test_running_trials_are_counted_not_drawn(tmp_path):
 
 
 def test_a_200_trial_page_is_quick(tmp_path):
-    study = make_study(optuna.storages.InMemoryStorage(), n_trials=200, seed=3)
+    study = made(n_trials=200, seed=3)
     start = time.perf_counter()
     path = report.write_dashboard(study, tmp_path / "big.html")
     elapsed = time.perf_counter() - start
@@ -397,7 +408,7 @@ def test_a_200_trial_page_is_quick(tmp_path):
 
 def test_empty_and_foreign_studies_render(tmp_path):
     empty = optuna.create_study(directions=["maximize", "minimize"])
-    page = report.render_html(empty)
+    page = report.render_html(read(empty))
     assert "No finished trial yet." in page and page_figures(page) == []
     assert trials_card(page) == (0, ["none yet"])
     foreign = optuna.create_study(direction="maximize")  # not an autotune study at all
@@ -407,7 +418,7 @@ def test_empty_and_foreign_studies_render(tmp_path):
     foreign.enqueue_trial({"c": "<b>"})
     failing = foreign.ask({"c": optuna.distributions.CategoricalDistribution(["a", "<b>"])})
     foreign.tell(failing, state=optuna.trial.TrialState.FAIL)
-    page = report.render_html(foreign)
+    page = report.render_html(read(foreign))
     assert "Knobs against samples/s" in page and "c=<b>" not in page and "c=&lt;b&gt;" in page
     assert trials_card(page) == (7, ["6 ok", "1 error"])
     figures = page_figures(page)
@@ -418,10 +429,9 @@ def test_empty_and_foreign_studies_render(tmp_path):
     assert sorted(pareto["data"][[t["name"] for t in pareto["data"]].index("trials (6)")]["y"]) == sorted(t.value for t in foreign.trials[:6])
     nan_study = optuna.create_study(directions=["maximize", "minimize"])
     t = nan_study.ask()
-    t.set_user_attr("outcome", "ok")
-    t.set_user_attr("result", {"samples_per_s": math.inf, "peak_memory_bytes": "lots", "profile": "oops"})
+    records.mark(t, outcome="ok", result={"samples_per_s": math.inf, "peak_memory_bytes": "lots", "profile": "oops"})
     nan_study.tell(t, [1.0, 2.0])
-    page = report.render_html(nan_study)
+    page = report.render_html(read(nan_study))
     # the broken result attributes are ignored: the trial is drawn from its values, and no inf reaches the JSON
     figures = page_figures(page)
     assert trials_card(page) == (1, ["1 ok"])
@@ -431,7 +441,7 @@ def test_empty_and_foreign_studies_render(tmp_path):
 
 
 def test_watch_rewrites_until_told(stored, tmp_path):
-    _, study = stored
+    _, study, _ = stored
     target = tmp_path / "live.html"
     loads = []
 
@@ -472,10 +482,11 @@ def assert_tidy(text: str) -> None:
 
 def test_header_texts_agree_in_number_and_leave_no_separator_dangling():
     # the recipe's bigger batch is slower here and takes more memory: the baseline alone is the front
-    study = make_study(
+    live = make_study(
         optuna.storages.InMemoryStorage(), n_trials=2, with_failures=False, speed=lambda c: 2e3 / c["batch_size"]
     )
-    study.set_user_attr("workload", {"model": "hf:gpt2", "data": None, "model_args": {}, "task": None})
+    records.save(live, workload={"model": "hf:gpt2", "data": None, "model_args": {}, "task": None})
+    study = read(live)
     info = report.header_info(study)
     assert info["front_size"] == 1
     assert info["meta"].endswith("front: 1 trial")
@@ -495,7 +506,7 @@ def test_header_texts_of_a_full_study_are_tidy(snap):
 
 
 def test_trial_axes_tick_whole_numbers():
-    study = make_study(optuna.storages.InMemoryStorage(), n_trials=3, with_failures=False)
+    study = made(n_trials=3, with_failures=False)
     info = report.history_info(study)
     ticks = info["trial_ticks"]
     assert ticks["tickvals"] == [0, 1, 2] and ticks["ticktext"] == ["0", "1", "2"]
@@ -524,7 +535,7 @@ def lm_speed(config):
 
 
 def test_parallel_axes_never_repeat_a_tick_label():
-    study = make_study(optuna.storages.InMemoryStorage(), n_trials=12, with_failures=False, speed=lm_speed)
+    study = made(n_trials=12, with_failures=False, speed=lm_speed)
     info = report.parallel_info(study)
     assert max(info["samples_per_s"]) < 8  # where ",.0f" read 6,5,5,5,5,5,4,4
     memory, speed = info["objectives"]
@@ -539,8 +550,8 @@ def test_parallel_axes_never_repeat_a_tick_label():
 
 def test_threads_axis_stays_within_the_machines_cpus(snap):
     # The study stores search_spaces/cpu.toml's threads = [1, 2, 4, 8, 16]; on its 2 CPUs only 1 and 2 could run.
-    assert snap.attrs["space"]["search"]["threads"]["choices"] == [1, 2, 4, 8, 16]
-    assert snap.attrs["fingerprint"]["cpu_count"] == 2
+    assert snap.study.space["search"]["threads"]["choices"] == [1, 2, 4, 8, 16]
+    assert snap.study.fingerprint["cpu_count"] == 2
     dims = {d["name"]: d for d in report.parallel_info(snap)["dimensions"]}
     assert dims["threads"]["ticktext"] == ["1", "2"] and dims["threads"]["tickvals"] == [0, 1]
     effects = {k["name"]: k for k in report.knob_effects_info(snap)["knobs"]}
@@ -548,17 +559,17 @@ def test_threads_axis_stays_within_the_machines_cpus(snap):
 
 
 def test_threads_range_stays_within_the_cpus_of_an_older_study():
-    study = make_study(optuna.storages.InMemoryStorage(), n_trials=10, with_failures=False)
-    space = study.user_attrs["space"]
-    study.set_user_attr("space", {**space, "search": {**space["search"], "threads": {"low": 1, "high": 16}}})
-    study.set_user_attr("context", None)  # older studies stored only the fingerprint's CPU count
-    dims = {d["name"]: d for d in report.parallel_info(study)["dimensions"]}
+    live = make_study(optuna.storages.InMemoryStorage(), n_trials=10, with_failures=False)
+    space = read(live).space
+    records.save(live, space={**space, "search": {**space["search"], "threads": {"low": 1, "high": 16}}})
+    records.save(live, context=None)  # older studies stored only the fingerprint's CPU count
+    dims = {d["name"]: d for d in report.parallel_info(read(live))["dimensions"]}
     threads = dims["threads"]
     assert threads["numeric"] and threads["range"][1] <= 2 and threads["tickvals"] == [1, 2]
 
 
 def test_data_wait_axis_is_readable_when_nothing_waits():
-    study = make_study(optuna.storages.InMemoryStorage(), n_trials=8, with_failures=False, data_wait_share=0.0003)
+    study = made(n_trials=8, with_failures=False, data_wait_share=0.0003)
     info = report.profile_info(study)
     axis = info["data_wait_axis"]
     assert axis["range"][1] >= 0.05  # a 0.03% wait is a sliver, not a full-width bar
@@ -569,10 +580,11 @@ def test_data_wait_axis_is_readable_when_nothing_waits():
 
 
 def test_race_time_counts_in_time_per_trial():
-    study = make_study(optuna.storages.InMemoryStorage(), n_trials=12, with_failures=False)
-    ev = Evidence.of(study)
+    live = make_study(optuna.storages.InMemoryStorage(), n_trials=12, with_failures=False)
+    ev = read(live).evidence
     racers = sorted(ev.configs, key=lambda n: -ev.configs[n].samples_per_s)[:2]
-    add_race(study, {n: ev.configs[n].samples_per_s for n in racers if n != 0}, rounds=3, floor=2)
+    add_race(live, {n: ev.configs[n].samples_per_s for n in racers if n != 0}, rounds=3, floor=2)
+    study = read(live)
     info = report.history_info(study)
     durations = {d["number"]: d for d in info["durations"]}
     base = durations[0]
@@ -595,15 +607,16 @@ def test_race_time_counts_in_time_per_trial():
 
 
 def test_race_time_is_shown_as_measured_where_stored():
-    study = make_study(optuna.storages.InMemoryStorage(), n_trials=8, with_failures=False)
-    add_race(study, {}, rounds=2, floor=1, wall_s=True)
-    # and from now on the race stores it: record_measurement keeps the measurement's wall time
-    record_measurement(study, 0, "race-new-01", R.TrialResult(outcome=R.OK, samples_per_s=400.0, wall_s=12.5))
-    assert study.user_attrs["measurement:race-new-01:0"]["wall_s"] == 12.5
+    live = make_study(optuna.storages.InMemoryStorage(), n_trials=8, with_failures=False)
+    add_race(live, {}, rounds=2, floor=1, wall_s=True)
+    # and a re-measurement stored with its wall time, as the race stores them now
+    records.save_measurement(live, 0, "race-new-01", samples_per_s=400.0, outcome="ok", peak_memory_bytes=None,
+                             other_cores=None, wall_s=12.5)
+    study = read(live)
     again = {d["number"]: d for d in report.history_info(study)["durations"]}[0]["remeasured"]
     assert again["count"] == again["timed"] == 4 and again["estimated"] == 0
-    stored = [v["wall_s"] for k, v in study.user_attrs.items() if k.startswith("measurement:")]
-    assert again["time_s"] == pytest.approx(sum(stored))
+    stored = [m.wall_s for m in study.remeasurements()]
+    assert 12.5 in stored and again["time_s"] == pytest.approx(sum(stored))
     fig = report.duration_figure(report.history_info(study))
     assert [t.name for t in fig.data if t.name.startswith("re-measured")] == ["re-measured (noise floor, race, what each knob bought)"]
 
@@ -617,7 +630,7 @@ def busy_threads_speed(config):
 
 
 def test_importance_sees_an_effect_within_the_dominant_split():
-    study = make_study(optuna.storages.InMemoryStorage(), n_trials=40, seed=2, speed=busy_threads_speed)
+    study = made(n_trials=40, seed=2, speed=busy_threads_speed)
     info = report.importance_info(study)
     assert info["note"] is None
     assert max(info["samples_per_s"], key=info["samples_per_s"].get) == "precision"
@@ -636,9 +649,9 @@ def test_importance_sees_an_effect_within_the_dominant_split():
 
 
 def test_importance_without_a_varied_knob_is_a_note():
-    study = make_study(optuna.storages.InMemoryStorage(), n_trials=8, with_failures=False)
-    snap = report.snapshot(study)
-    snap.attrs["space"] = {**snap.attrs["space"], "search": {"threads": {"choices": [2]}}}
+    live = make_study(optuna.storages.InMemoryStorage(), n_trials=8, with_failures=False)
+    records.save(live, space={**read(live).space, "search": {"threads": {"choices": [2]}}})
+    snap = report.snapshot(read(live))
     for r in snap.rows:
         r["config"]["threads"] = 2
     info = report.importance_info(snap)
@@ -647,7 +660,7 @@ def test_importance_without_a_varied_knob_is_a_note():
 
 def dominated_winner(study):
     """A gain whose winner changes fewer knobs than a tied, faster configuration that also uses less memory."""
-    ev = Evidence.of(study)
+    ev = read(study).evidence
     configs = [c for c in ev.configs.values() if not c.is_baseline and c.feasible]
     pairs = [
         (w, s)
@@ -662,9 +675,10 @@ def dominated_winner(study):
 
 
 def test_recommended_is_labelled_on_the_front_even_when_dominated():
-    study = make_study(optuna.storages.InMemoryStorage(), n_trials=40, seed=0)
-    winner, shadow = dominated_winner(study)
-    verdict = Evidence.of(study).verdict()
+    live = make_study(optuna.storages.InMemoryStorage(), n_trials=40, seed=0)
+    winner, shadow = dominated_winner(live)
+    study = read(live)
+    verdict = study.evidence.verdict()
     assert verdict.state == "gain" and verdict.winner == winner and verdict.leader == shadow
     info = report.pareto_info(study)
     assert info["recommended"] == winner and winner not in info["front"]  # dominated on memory by the leader
@@ -684,11 +698,12 @@ def test_recommended_is_labelled_on_the_front_even_when_dominated():
 
 
 def test_keeping_the_defaults_labels_the_baseline_recommended():
-    study = make_study(optuna.storages.InMemoryStorage(), n_trials=12, seed=0, with_failures=False)
-    ev = Evidence.of(study)
+    live = make_study(optuna.storages.InMemoryStorage(), n_trials=12, seed=0, with_failures=False)
+    ev = read(live).evidence
     fastest = max((n for n in ev.configs if n != 0), key=lambda n: ev.configs[n].samples_per_s)
-    add_race(study, {fastest: study.trials[0].values[0]}, rounds=4, spread=0.02)  # no faster than the defaults
-    verdict = Evidence.of(study).verdict()
+    add_race(live, {fastest: live.trials[0].values[0]}, rounds=4, spread=0.02)  # no faster than the defaults
+    study = read(live)
+    verdict = study.evidence.verdict()
     assert verdict.state == "no_gain"
     info = report.pareto_info(study)
     assert info["recommended"] == 0
@@ -706,6 +721,7 @@ def test_what_each_knob_bought_is_a_waterfall_from_the_defaults(make):
     import test_race
 
     study, ab = getattr(test_race, make)()
+    study = read(study)
     info = report.ablation_info(study)
     assert_json(info)
     assert [s["label"] for s in info["steps"]] == [s.label() for s in ab.steps]
@@ -725,7 +741,7 @@ def test_what_each_knob_bought_is_a_waterfall_from_the_defaults(make):
     page = report.render_html(study)
     assert 'id="bought"' in page and 'data-name="ablation"' in page and ab.text() in html.unescape(page)
     # the shared processes (the race's and these) count in "Time per trial", each shared by the trials it measured
-    shared = [b for b in Evidence.of(study).blocks if any(isinstance(n, int) for n in b.trials.values())]
+    shared = [b for b in study.evidence.blocks if any(isinstance(n, int) for n in b.trials.values())]
     again = report.history_info(study)["remeasurements"]
     kinds = {k for e in report.remeasurements(study).values() for k in e["by_kind"]}
     assert shared and "what each knob bought" in kinds and ("race" in kinds or make == "heap_first_study")
@@ -734,7 +750,7 @@ def test_what_each_knob_bought_is_a_waterfall_from_the_defaults(make):
 
 
 def test_before_any_ablation_the_page_says_what_will_be_shown():
-    study = make_study(optuna.storages.InMemoryStorage(), n_trials=12, seed=0, with_failures=False)
+    study = made(n_trials=12, seed=0, with_failures=False)
     assert report.ablation_info(study)["steps"] == []
     page = report.render_html(study)
     assert 'id="bought"' in page and 'data-name="ablation"' not in page and "Measured once the race settles a gain" in page

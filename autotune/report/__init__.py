@@ -4,11 +4,16 @@ The page reads a study stored as docs/storage.md describes and opens from disk
 with no network. As in optuna's ``visualization``, the package keeps its parts
 apart:
 
-- :mod:`~autotune.report.source`: the study read once into a :class:`Snapshot`
-  (plain rows whose figures are the evidence's), and the escaping helpers;
-- :mod:`~autotune.report.data`: the *info* functions (``pareto_info``,
-  ``history_info``, ...) that reduce a study to plain, JSON-able data, which is
-  what the tests check;
+- :mod:`~autotune.report.source`: the stored study (:class:`autotune.store.StoredStudy`,
+  read once by the command) as a :class:`Snapshot` of plain rows whose figures are the
+  evidence's, and the escaping helpers;
+- the *info* functions, one module per part of the page, that reduce the study to
+  plain, JSON-able data, which is what the tests check: :mod:`~autotune.report.header`,
+  :mod:`~autotune.report.front` (the Pareto front, its table and profile),
+  :mod:`~autotune.report.bought` (what each knob bought), :mod:`~autotune.report.knob_effects`
+  (what each knob does), :mod:`~autotune.report.history` (the search as it went, and the
+  time each trial took) and :mod:`~autotune.report.failures`, with their axis ticks in
+  :mod:`~autotune.report.ticks`;
 - :mod:`~autotune.report.figures`: plotly figures drawn from that data;
 - :mod:`~autotune.report.page`: the page (:func:`render_html`), written atomically
   (:func:`write_dashboard`) or on a timer (:func:`watch`).
@@ -19,25 +24,13 @@ text (which plotly renders as a small subset of HTML), and the JSON embedded in
 the page escapes ``<``, ``>`` and ``&`` so nothing in it can close its script tag.
 """
 
-from autotune.report.data import (
-    MAX_OPS,
-    MIN_TRIALS_FOR_IMPORTANCE,
-    ablation_info,
-    failures_info,
-    front_table_info,
-    header_info,
-    header_texts,
-    history_info,
-    hypervolume_2d,
-    importance_info,
-    knob_effects_info,
-    nice_ticks,
-    parallel_info,
-    pareto_info,
-    profile_info,
-    remeasurements,
-    trial_ticks,
-)
+from autotune.report.bought import ablation_info
+from autotune.report.failures import failures_info
+from autotune.report.front import MAX_OPS, front_table_info, pareto_info, profile_info
+from autotune.report.header import header_info, header_texts
+from autotune.report.history import history_info, hypervolume_2d, remeasurements
+from autotune.report.knob_effects import MIN_TRIALS_FOR_IMPORTANCE, importance_info, knob_effects_info, parallel_info
+from autotune.report.ticks import nice_ticks, trial_ticks
 from autotune.report.figures import (
     OUTCOME_COLORS,
     ablation_figure,

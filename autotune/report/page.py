@@ -20,24 +20,17 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-import optuna
 import plotly.graph_objects as go
 import plotly.io
 import plotly.offline
 
 from autotune.errors import AutotuneError
-from autotune.report.data import (
-    ablation_info,
-    failures_info,
-    front_table_info,
-    header_info,
-    history_info,
-    importance_info,
-    knob_effects_info,
-    parallel_info,
-    pareto_info,
-    profile_info,
-)
+from autotune.report.bought import ablation_info
+from autotune.report.failures import failures_info
+from autotune.report.front import front_table_info, pareto_info, profile_info
+from autotune.report.header import header_info
+from autotune.report.history import history_info
+from autotune.report.knob_effects import importance_info, knob_effects_info, parallel_info
 from autotune.report.figures import (
     OUTCOME_COLORS,
     ablation_figure,
@@ -50,6 +43,7 @@ from autotune.report.figures import (
     profile_figure,
 )
 from autotune.report.source import Snapshot, _clip, _e, _pct, config_text, join, plural, script_json
+from autotune.store import StoredStudy
 from autotune.units import format_bytes, format_duration, format_rate
 
 log = logging.getLogger(__name__)
@@ -160,7 +154,7 @@ def _failures_html(info: Mapping[str, Any]) -> str:
     return f'<table class="sortable" id="failures-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
-def render_html(study: optuna.Study | Snapshot, refresh_s: float | None = None) -> str:
+def render_html(study: StoredStudy | Snapshot, refresh_s: float | None = None) -> str:
     """The whole dashboard page as a string (see the module docstring)."""
     snap = Snapshot.of(study)
     page = _Page()
@@ -300,7 +294,7 @@ def _file_safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "study"
 
 
-def write_dashboard(study: optuna.Study, path: str | Path, refresh_s: float | None = None) -> Path:
+def write_dashboard(study: StoredStudy, path: str | Path, refresh_s: float | None = None) -> Path:
     """Write the dashboard of ``study`` to ``path`` (parents created, replaced atomically); returns the path.
 
     A ``path`` that is an existing folder gets ``<study>.html`` inside it. With
@@ -309,7 +303,7 @@ def write_dashboard(study: optuna.Study, path: str | Path, refresh_s: float | No
     """
     target = Path(path)
     if target.is_dir():
-        target = target / f"{_file_safe(study.study_name)}.html"
+        target = target / f"{_file_safe(study.name)}.html"
     text = render_html(study, refresh_s=refresh_s)
     tmp: str | None = None
     try:
@@ -331,7 +325,7 @@ def write_dashboard(study: optuna.Study, path: str | Path, refresh_s: float | No
 
 
 def watch(
-    load_study: Callable[[], optuna.Study],
+    load_study: Callable[[], StoredStudy],
     path: str | Path,
     interval_s: float,
     stop: Callable[[], bool] | None = None,

@@ -1,10 +1,12 @@
-"""The study, read once: a :class:`Snapshot` of plain rows, and the text helpers every view of it shares.
+"""The page's rows: a :class:`Snapshot` of the stored study as plain rows, and the text helpers every part shares.
 
-Each trial becomes one tolerant, JSON-able row (odd or missing attributes never
-break a page); a measured configuration's samples/s and speed-up in that row are
-the evidence's (:mod:`autotune.evidence`), the same figures status, export and the
-run's summary show. The escaping helpers live here because the data, the figures
-and the page all put user strings into HTML or plotly text.
+The study is read once by the command (:class:`autotune.store.StoredStudy`: its description
+and typed trials); the snapshot turns each of its trials into one tolerant, JSON-able row (odd
+or missing values never break a page) for the info functions. A measured configuration's
+samples/s and speed-up in that row are the evidence's (``study.evidence``:
+:mod:`autotune.evidence`), the same figures status, export and the run's summary show. The
+escaping helpers live here because the data, the figures and the page all put user strings
+into HTML or plotly text.
 """
 
 from __future__ import annotations
@@ -15,13 +17,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-import optuna
-from optuna.trial import FrozenTrial, TrialState
-
 from autotune import knobs
 from autotune import space as spaces
 from autotune.evidence import Evidence
-from autotune.view import StudyView
+from autotune.store import StoredStudy, StoredTrial
 
 OK = "ok"
 BASELINE = "baseline"
@@ -33,26 +32,31 @@ RECIPE = "recipe"
 
 @dataclass
 class Snapshot:
-    """A study read once: its attributes, one plain row per trial, and the front.
+    """The stored study (``study``), one plain row per trial, and the front.
 
-    Every ``*_info`` function takes a study or a snapshot; the page builds one
-    snapshot and hands it to all of them.
+    Every ``*_info`` function takes a :class:`autotune.store.StoredStudy` or a snapshot of one; the
+    page builds one snapshot and hands it to all of them.
     """
 
-    name: str
-    attrs: dict[str, Any]
+    study: StoredStudy = field(repr=False)
     rows: list[dict[str, Any]]
     front: list[int]  # numbers of the front trials, by samples/s, fastest first
-    trials: list[FrozenTrial] = field(repr=False, default_factory=list)
     defaults: dict[str, Any] = field(default_factory=dict)
-    evidence: Evidence | None = field(repr=False, default=None)
     context: knobs.Context | None = field(repr=False, default=None)  # the machine the study ran on
     # The stored space's values as they applied on that machine (threads within its CPUs, ...); None when unknown.
     values_here: dict[str, list[Any]] | None = field(repr=False, default=None)
 
     @classmethod
-    def of(cls, study: optuna.Study | Snapshot) -> Snapshot:
+    def of(cls, study: StoredStudy | Snapshot) -> Snapshot:
         return study if isinstance(study, Snapshot) else snapshot(study)
+
+    @property
+    def name(self) -> str:
+        return self.study.name
+
+    @property
+    def evidence(self) -> Evidence:
+        return self.study.evidence  # type: ignore[no-any-return]
 
     def by_number(self) -> dict[int, dict[str, Any]]:
         return {r["number"]: r for r in self.rows}
@@ -72,7 +76,7 @@ class Snapshot:
     def recommended(self) -> dict[str, Any] | None:
         """The recommendation (:meth:`Evidence.recommended`: the verdict's winner, or the defaults when nothing beats
         them beyond the noise); None before the baseline is measured. The dashboard labels it on the front."""
-        number = self.evidence.recommended() if self.evidence else None
+        number = self.evidence.recommended()
         return self.by_number().get(number) if number is not None else None
 
     def best(self) -> dict[str, Any] | None:
@@ -80,15 +84,12 @@ class Snapshot:
         return self.recommended()
 
 
-def snapshot(study: optuna.Study | StudyView) -> Snapshot:
-    """Read a study once into a :class:`Snapshot`."""
-    study = StudyView.of(study)
-    trials = study.get_trials(deepcopy=False)
-    attrs = study.user_attrs
-    context = _context(attrs)
+def snapshot(study: StoredStudy) -> Snapshot:
+    """The stored study as a :class:`Snapshot`."""
+    context = _context(study)
     defaults = knobs.defaults(context)
-    rows = [_row(t, defaults) for t in trials]
-    ev = Evidence.of(study)
+    rows = [_row(t, defaults) for t in study.trials]
+    ev = study.evidence
     for r in rows:
         # Every figure of a measured configuration is the evidence's (autotune/evidence.py):
         # the same samples/s and speed-up as status, export and the run's summary.
@@ -100,32 +101,32 @@ def snapshot(study: optuna.Study | StudyView) -> Snapshot:
             r["speedup"] = s.estimate if s else None
             r["speedup_text"] = s.text() if s else "-"
     front = ev.front()
-    here = _values_here(attrs, context, defaults)
-    return Snapshot(study.study_name, attrs, rows, front, list(trials), defaults, ev, context, here)
+    here = _values_here(study, context, defaults)
+    return Snapshot(study, rows, front, defaults, context, here)
 
 
-def _context(attrs: Mapping[str, Any]) -> knobs.Context | None:
+def _context(study: StoredStudy) -> knobs.Context | None:
     """The machine the study ran on, as knobs see it: its stored context, else its fingerprint's CPU count."""
     ctx = None
-    context = attrs.get("context")
-    if isinstance(context, Mapping):
+    context = study.context
+    if isinstance(context, Mapping) and context:
         try:
             ctx = knobs.Context.from_dict(context)
         except Exception:  # noqa: BLE001 - an older or foreign context: fall back below
             ctx = None
     if ctx is None:
-        fingerprint = attrs.get("fingerprint") if isinstance(attrs.get("fingerprint"), Mapping) else {}
+        fingerprint = study.fingerprint if isinstance(study.fingerprint, Mapping) else {}
         cpus = _num(fingerprint.get("cpu_count"))
         ctx = knobs.Context(cpu_count=int(cpus)) if cpus else None
     return ctx
 
 
 def _values_here(
-    attrs: Mapping[str, Any], ctx: knobs.Context | None, defaults: Mapping[str, Any]
+    study: StoredStudy, ctx: knobs.Context | None, defaults: Mapping[str, Any]
 ) -> dict[str, list[Any]] | None:
     """Each knob's values in the stored space as it applied on the study's machine (:func:`autotune.space.effective`:
     ``threads = [1, 2, 4, 8, 16]`` is 1 and 2 on 2 CPUs); a knob it left out is absent. None when not known."""
-    stored = attrs.get("space")
+    stored = study.space
     if ctx is None or not isinstance(stored, Mapping) or not isinstance(stored.get("search"), Mapping):
         return None
     try:
@@ -135,13 +136,12 @@ def _values_here(
     return {name: dim.values() for name, dim in fitted.search.items()}
 
 
-def _row(t: FrozenTrial, defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """One trial as plain data; tolerant of missing or malformed attributes."""
-    ua = t.user_attrs
-    result = ua.get("result") if isinstance(ua.get("result"), Mapping) else {}
-    config = ua.get("config") if isinstance(ua.get("config"), Mapping) else dict(t.params)
-    error = ua.get("error") if isinstance(ua.get("error"), Mapping) else {}
-    outcome = str(ua.get("outcome") or _outcome_from_state(t))
+def _row(t: StoredTrial, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """One trial as plain data; tolerant of missing or malformed values."""
+    result = t.result if isinstance(t.result, Mapping) else {}
+    config = t.config if isinstance(t.config, Mapping) and t.config else dict(t.params)  # none yet: its parameters
+    error = t.error or {}
+    outcome = str(t.outcome or _outcome_from_state(t))
     values = list(t.values) if t.values is not None else []
     ok = outcome == OK
     speed = _num(result.get("samples_per_s"))
@@ -151,12 +151,12 @@ def _row(t: FrozenTrial, defaults: Mapping[str, Any]) -> dict[str, Any]:
     if ok and peak is None and len(values) > 1:
         peak = _num(values[1])
     profile = result.get("profile") if isinstance(result.get("profile"), Mapping) else {}
-    duplicate_of = ua.get("duplicate_of")
+    duplicate_of = t.duplicate_of
     return {
         "number": t.number,
-        "state": t.state.name,
+        "state": t.state.upper(),
         "outcome": outcome,
-        "role": str(ua.get("role") or "search"),
+        "role": str(t.role or "search"),
         "config": {str(k): _plain(v) for k, v in config.items()},
         "changes": _changes(config, defaults),
         "duplicate_of": int(duplicate_of) if isinstance(duplicate_of, (int, float)) else None,
@@ -166,19 +166,17 @@ def _row(t: FrozenTrial, defaults: Mapping[str, Any]) -> dict[str, Any]:
         "peak_memory_bytes": peak,
         "mfu": _num(result.get("mfu")),
         "time_to_first_step_s": _num(result.get("time_to_first_step_s")),
-        "duration_s": _num(ua.get("duration_s")),
+        "duration_s": _num(t.duration_s),
         "error_type": str(error.get("type") or ""),
         "error_message": str(error.get("message") or ""),
         "profile": profile,  # as stored (not copied: read only for the front's trials, through _num)
     }
 
 
-def _outcome_from_state(t: FrozenTrial) -> str:
-    if t.state == TrialState.COMPLETE:
+def _outcome_from_state(t: StoredTrial) -> str:
+    if t.state == "complete":
         return OK if t.values else "unknown"
-    return {TrialState.FAIL: "error", TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}.get(
-        t.state, t.state.name.lower()
-    )
+    return {"fail": "error"}.get(t.state, t.state)
 
 
 def _num(x: Any) -> float | None:
@@ -272,10 +270,10 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def searched_knobs(study: optuna.Study | Snapshot) -> list[str]:
+def searched_knobs(study: StoredStudy | Snapshot) -> list[str]:
     """The knobs the study searched: ``space.search``, else the sampled params, else the config values that vary."""
     snap = Snapshot.of(study)
-    space = snap.attrs.get("space")
+    space = snap.study.space
     search = space.get("search") if isinstance(space, Mapping) else None
     if isinstance(search, Mapping) and search:
         names = [str(n) for n in search]
@@ -283,7 +281,7 @@ def searched_knobs(study: optuna.Study | Snapshot) -> list[str]:
             # Knobs not searched on the study's machine (bf16 left out where the CPU has none) only if they vary.
             names = [n for n in names if n in snap.values_here or len(_observed(snap, n)) > 1]
     else:
-        names = sorted({p for t in snap.trials for p in t.params})
+        names = sorted({p for t in snap.study.trials for p in t.params})
         if not names:
             seen: dict[str, set[str]] = {}
             for r in snap.measured_ok():
@@ -303,7 +301,7 @@ def _value_order(snap: Snapshot, name: str, observed: Iterable[Any]) -> list[Any
     registry's, else sorted; then any other value a trial ran with."""
     if snap.values_here is not None and not _is_range(snap, name):
         return _with_extra(list(snap.values_here.get(name, [])), observed)
-    space = snap.attrs.get("space")
+    space = snap.study.space
     spec = (
         space.get("search", {}).get(name)
         if isinstance(space, Mapping) and isinstance(space.get("search"), Mapping)
@@ -331,7 +329,7 @@ def _with_extra(choices: list[Any], observed: Iterable[Any]) -> list[Any]:
 
 def _is_range(snap: Snapshot, name: str) -> bool:
     """True when the knob was searched over an integer range (else over a list of choices)."""
-    space = snap.attrs.get("space")
+    space = snap.study.space
     search = space.get("search") if isinstance(space, Mapping) else None
     spec = search.get(name) if isinstance(search, Mapping) else None
     if isinstance(spec, Mapping):
