@@ -9,8 +9,9 @@ guides' recipe, before the sampler takes over: a few trials that can save many. 
 on a model whose grid did not pick the source.
 
 What it reads, once, when a study is created: the store's study summaries (one query, names and
-attributes), then, newest first and only for studies of this kind of machine, each one's trials
-for its verdict (:class:`autotune.evidence.Evidence`), until :data:`LIMIT` seeds are found or
+descriptions: :meth:`autotune.store.Store.summaries`), then, newest first and only for studies of
+this kind of machine, each one read whole (:meth:`autotune.store.Store.read`) for its verdict
+(its evidence: :class:`autotune.evidence.Evidence`), until :data:`LIMIT` seeds are found or
 :data:`EXAMINED` studies were read. Only a ``gain`` verdict counts (a study whose defaults won has
 nothing to pass on), and its winner's knob values come from the winner trial's ``config``.
 
@@ -32,15 +33,13 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from autotune import knobs
-from autotune.evidence import Evidence
 from autotune.space import Space
-from autotune.store import Store, kind
+from autotune.store import LiveStudy, Store, StoredStudy, kind
+from autotune.store import records
 
 LIMIT = 3  # seeds at most: each one is a measured trial of the budget
 EXAMINED = 12  # earlier studies of this kind whose trials are read at most
-ATTR = "warm_start"  # the study's chosen seeds
 ROLE = "warm"
-FROM = "warm_from"  # on a seed's trial: {"study", "trial"} it came from
 
 
 @dataclass(frozen=True)
@@ -53,8 +52,8 @@ class Seed:
     speedup: float | None = None  # the winner's speed-up over its own study's defaults
 
     def attrs(self) -> dict[str, Any]:
-        """The user attributes of the trial that measures it."""
-        return {"role": ROLE, FROM: {"study": self.study, "trial": self.trial}}
+        """The marks of the trial that measures it (role ``warm``, ``warm_from`` naming the source study and trial)."""
+        return records.marks_of(role=ROLE, warm_from={"study": self.study, "trial": self.trial})
 
     def text(self, base: Mapping[str, Any]) -> str:
         changes = " ".join(f"{k}={knobs.KNOBS[k].format(v)}" for k, v in self.params.items()
@@ -110,12 +109,11 @@ def choose(store: Store, name: str, fingerprint: Mapping[str, Any], space: Space
     return out
 
 
-def _winner(store: Store, summary: Any, space: Space, base: Mapping[str, Any]) -> Seed | None:
+def _winner(store: Store, summary: StoredStudy, space: Space, base: Mapping[str, Any]) -> Seed | None:
     """A study's recommended configuration (a ``gain`` verdict only), fitted to ``space``."""
-    storage = store.storage
-    trials = storage.get_all_trials(storage.get_study_id_from_name(summary.name), deepcopy=False)
+    study = store.read(summary.name, summary)
     try:
-        evidence = Evidence(trials, summary._attrs)
+        evidence = study.evidence
         verdict = evidence.verdict()
     except (KeyError, TypeError, ValueError, AttributeError):  # a study too odd to read gives no seed, never an error
         return None
@@ -132,10 +130,10 @@ def _key(params: Mapping[str, Any], base: Mapping[str, Any], ctx: knobs.Context)
     return knobs.resolve({**base, **params}, ctx).key()
 
 
-def stored(attrs: Mapping[str, Any], space: Space, base: Mapping[str, Any]) -> list[Seed]:
+def stored(study: StoredStudy, space: Space, base: Mapping[str, Any]) -> list[Seed]:
     """The seeds a study chose when it was created, fitted again to the space as it is now."""
     out = []
-    for raw in attrs.get(ATTR) or ():
+    for raw in study.warm_start:
         try:
             seed = Seed.from_dict(raw)
         except (KeyError, TypeError, ValueError):
@@ -156,13 +154,15 @@ def line(seeds: Sequence[Seed], base: Mapping[str, Any]) -> str | None:
 def seeds(store: Store, study: Any, created: bool, enabled: bool, fingerprint: Mapping[str, Any],
           tuner: Any) -> list[Seed]:
     """This study's seeds (for :class:`autotune.study.Tuner`'s ``warm``): chosen now and stored on the study when it
-    was just created, else the ones it stored then; none with warm start off."""
+    was just created, else the ones it stored then; none with warm start off. ``study``: the study this process
+    writes (a :class:`autotune.store.LiveStudy`, or the ``optuna.Study`` it wraps)."""
     if not enabled:
         return []
+    live = study if isinstance(study, LiveStudy) else LiveStudy(study)
     if not created:
-        return stored(study.user_attrs, tuner.space, tuner.base)
-    chosen = choose(store, study.study_name, fingerprint, tuner.space, tuner.base, tuner.ctx,
+        return stored(live.view([]), tuner.space, tuner.base)
+    chosen = choose(store, live.name, fingerprint, tuner.space, tuner.base, tuner.ctx,
                     taken=[params for _, params in tuner.seed_params()])
     if chosen:
-        study.set_user_attr(ATTR, [s.to_dict() for s in chosen])
+        live.save(warm_start=[s.to_dict() for s in chosen])
     return chosen
