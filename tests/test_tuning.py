@@ -11,7 +11,7 @@ from autotune.workload import WorkloadSpec
 def test_the_race_shares_processes_only_when_asked_and_what_each_knob_bought_by_default(tmp_path, monkeypatch):
     """The race's claims rest on separate processes unless AUTOTUNE_PAIRED=1 asks for shared ones (measured biased
     at glibc's default heap: benchmarks/paths_agree.py); what each knob bought is measured in shared processes by
-    default, where knobs.apart lets them be shared (race.run_ablation). Seen through a fake runner: the processes
+    default, where knobs.apart lets them be shared (autotune.phases.bought). Seen through a fake runner: the processes
     each way of measuring starts, as the configurations each one measures."""
     from autotune import result as R
 
@@ -38,24 +38,24 @@ def test_the_race_shares_processes_only_when_asked_and_what_each_knob_bought_by_
 
     monkeypatch.delenv(tuning.PAIRED_ENV, raising=False)
     prepared = tuning.prepare(config, "off", store, "cpu")
-    tuner, started = prepared.tuner, processes(prepared)
+    bench, started = prepared.tuner.bench, processes(prepared)
     lean = prepared.runner.settings.lean()
-    # the race: nothing to share processes with, so each of its measurements (tuner.remeasure) is a process of its own
-    assert tuner.together is None
-    tuner.remeasure(a)
-    tuner.remeasure(b)
+    # the race: nothing to share processes with, so each of its measurements (bench.remeasure) is a process of its own
+    assert bench.together is None
+    bench.remeasure(a)
+    bench.remeasure(b)
     assert started == [[(a, lean)], [(b, lean)]]
     # what each knob bought: the path's configurations measured alternately in one process, lean
     started.clear()
-    assert [arm["config"] for arm in tuner.ablate([a, b]).arms] == [a, b]
+    assert [arm["config"] for arm in bench.ablate([a, b]).arms] == [a, b]
     assert started == [[(a, lean), (b, lean)]]
 
     monkeypatch.setenv(tuning.PAIRED_ENV, "1")
     prepared = tuning.prepare(config, "on", store, "cpu")
-    tuner, started = prepared.tuner, processes(prepared)
-    assert tuner.together is not None
-    tuner.together([a, b])  # asked for: the race shares a process too
-    tuner.ablate([a, b])
+    bench, started = prepared.tuner.bench, processes(prepared)
+    assert bench.together is not None
+    bench.together([a, b])  # asked for: the race shares a process too
+    bench.ablate([a, b])
     assert started == [[(a, lean), (b, lean)], [(a, lean), (b, lean)]]
 
 
