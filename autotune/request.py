@@ -337,11 +337,6 @@ def stale_grace(trial_timeout_s: float) -> float:
     return 2 * trial_timeout_s + 60
 
 
-def check_global_batch(value: Any) -> None:
-    """A global batch is a positive whole number (whether a batch size divides it: knobs.accumulation_steps)."""
-    FIELDS["global_batch"].check(value)
-
-
 @dataclass(frozen=True)
 class TuneConfig:
     """A tuning job: what to tune and how (everything but where: the study name and the store).
