@@ -54,7 +54,9 @@ def run(study: str | None, storage: str | None, workers: int, devices: str | Non
         click.echo(line)
     summary = _until_stopped(lambda: _run_parallel(prepared, workers, gpus, dev) if parallel else prepared.run(), progress)
     click.echo(summary.text())
-    _print_status(prepared.study, store)
+    from autotune import view
+
+    _print_status(view.read(store, prepared.name), store)  # the study as every read command reads it, once
 
 
 def _print_probe(batch: int, outcome: str, peak: int | None) -> None:
