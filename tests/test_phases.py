@@ -3,6 +3,7 @@ which of the bench's ways, and what it leaves on the study. The loop composed: t
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -58,10 +59,10 @@ def never(*args, **kwargs):
     raise AssertionError("this phase must not measure this way")
 
 
-def study(name: str = "phases", seed: int = 0) -> tuple[LiveStudy, Seeds]:
+def study(name: str = "phases", seed: int = 0, url: str = "sqlite:///:memory:") -> tuple[LiveStudy, Seeds]:
     attrs = {"workload": {"model": "x:y"}, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
              "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
-    optuna_study, _ = Store("sqlite:///:memory:").create_or_check(name, attrs, S.make_sampler("random", seed))
+    optuna_study, _ = Store(url).create_or_check(name, attrs, S.make_sampler("random", seed))
     base = S.base_config(CTX, SPACE.fixed, None)
     return LiveStudy(optuna_study, grace_s=60), Seeds(space.effective(SPACE, CTX, base), CTX, base)
 
@@ -174,3 +175,124 @@ def test_the_minimal_configuration_alone_is_measured_once_as_a_trial_of_its_own(
     assert len(mine) == 1 and mine[0].ablation == ab.ablation_id and mine[0].measured
     assert live.view().evidence.ablation().minimal == mine[0].number  # the recommendation now has its trial
     assert minimal.run(live, Search(live, seeds, Bench(never))) is None  # measured: not again
+
+
+# ---------------------------------------------------------------- seams for measuring a phase from outside
+
+
+def test_each_step_of_a_search_trial_is_told_with_its_time():
+    """``on_step`` gets every part of each trial: a measured one asks, suggests, claims, measures and tells; a cache
+    answer measures nothing; the parts fit inside the trial's own time."""
+    live, seeds = study()
+    told: list = []
+    answered = [None, None, 0]  # the third trial asks for the defaults again: a cache answer
+
+    def on_step(step, seconds):
+        told.append((step, seconds))
+
+    search = Search(live, seeds, Bench(fake(0, []), remeasure=never), SearchOptions(trials=2), on_step=on_step)
+    for k in range(3):
+        if k == 2:
+            live.enqueue(dict(seeds.seed_params())["baseline"], role="search")
+        else:
+            seeds.enqueue(live, live.trials())
+        rec = search.trial()
+        assert rec is not None and rec.duplicate_of == answered[k]
+    trials, part = [], []
+    for step, seconds in told:
+        assert seconds >= 0.0
+        if step == "trial":
+            trials.append(([s for s, _ in part], sum(t for _, t in part), seconds))
+            part = []
+        else:
+            part.append((step, seconds))
+    assert [steps for steps, _, _ in trials] == [["ask", "suggest", "claim", "measure", "tell"]] * 2 + [["ask", "suggest", "tell"]]
+    assert all(parts <= whole for _, parts, whole in trials)
+
+
+ELSEWHERE = """
+import sys
+from autotune.store import LiveStudy, Store
+live = LiveStudy(Store(sys.argv[1]).load("phases"))
+trial = live.study.ask()
+live.sign(trial)
+live.mark(trial, config_key="elsewhere", role="search")
+print("claimed", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_search_tells_its_idle_waits_while_another_process_measures_the_rest_of_the_budget(tmp_path):
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    live, seeds = study(url=url)
+    searched(live, seeds, trials=1)
+    # another process claims a configuration and measures it (alive until its stdin closes): the rest of the budget
+    other = subprocess.Popen([sys.executable, "-c", ELSEWHERE, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert other.stdout.readline().strip() == "claimed"
+        told: list = []
+        search = Search(live, seeds, Bench(never), SearchOptions(trials=2, poll_s=0.01),
+                        on_step=lambda step, s: told.append(step))
+        report = search.run(Session(live, time_budget_s=0.3))
+    finally:
+        other.stdin.close()
+        other.wait(timeout=60)
+    assert report.reason == "time budget spent" and told and set(told) == {"wait"}
+
+
+def test_a_trace_in_the_environment_prints_each_step_on_stderr(monkeypatch, capsys):
+    monkeypatch.setenv("AUTOTUNE_TRACE", "1")
+    live, seeds = study()
+    seeds.enqueue(live, live.trials())
+    Search(live, seeds, Bench(fake(0, []), remeasure=never)).trial()
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("autotune-trace ")]
+    steps = [json.loads(line.split(" ", 1)[1]) for line in lines]
+    assert [s["step"] for s in steps] == ["ask", "suggest", "claim", "measure", "tell", "trial"]
+    assert all(s["s"] >= 0 and s["began"] > 0 and s["sampler"] == "RandomSampler" for s in steps)
+    assert steps[0]["began"] <= steps[3]["began"] <= steps[-1]["began"] + steps[-1]["s"]
+
+
+def test_the_search_stops_once_the_callers_condition_holds():
+    live, seeds = study()
+    calls: list = []
+    search = Search(live, seeds, Bench(fake(0, calls), remeasure=never), SearchOptions(trials=4))
+    report = search.run(Session(live), until=lambda rec: rec.role == "recipe")
+    assert [r.role for r in report.records] == ["baseline", "recipe"] and len(calls) == 2 and report.new == 2
+    assert report.reason.startswith("stopped after trial #1")
+    assert sum(1 for t in live.trials() if t.measured) == 2
+
+
+def test_made_up_trials_added_in_one_write_are_read_and_counted_as_the_loop_wrote_them():
+    """records.add_trials: copies of measured trials, numbered after the study's, hold every mark, value, constraint
+    and owner of the trial they copy; the search counts them in its budget and the evidence reads them."""
+    import dataclasses
+
+    from optuna.distributions import CategoricalDistribution
+
+    from autotune.store import records
+
+    live, seeds = study()
+    searched(live, seeds, trials=2)
+    before = live.trials()
+    recipe = next(t for t in before if t.role == "recipe")
+    copies = [dataclasses.replace(recipe, number=len(before) + k, role="search", duration_s=1.5 + k,
+                                  values=(150.0 + k, 1e8), started=None, completed=None) for k in range(3)]
+    dists = {name: CategoricalDistribution(list(dim.choices)) for name, dim in seeds.space.search.items()}
+    records.add_trials(live.study, copies, dists)
+    after = live.trials()
+    assert len(after) == 5
+    for want, got in zip(copies, after[2:]):
+        assert got.number == want.number and got.state == "complete" and got.measured and got.ok
+        assert (got.role, got.config_key, dict(got.config), dict(got.result), got.duration_s, got.values) == (
+            "search", recipe.config_key, dict(recipe.config), dict(recipe.result), want.duration_s, want.values)
+        assert dict(got.constraints) == dict(recipe.constraints) and dict(got.owner) == dict(recipe.owner)
+        assert got.started is not None and got.completed is not None
+    assert live.view().evidence.samples_per_s(4) == 152.0
+    report = Search(live, seeds, Bench(never), SearchOptions(trials=5)).run(Session(live))
+    assert report.measured == 5 and report.reason.startswith("the study holds 5")
+    with pytest.raises(ValueError, match="only finished trials"):
+        records.add_trials(live.study, [dataclasses.replace(recipe, number=9, state="running")], dists)

@@ -17,15 +17,29 @@ The loop (:meth:`Search.run`) looks for other processes' stale trials, queues th
 in time (:mod:`.seeds`), and stops when the study holds ``trials`` measured configurations,
 when the run's time is spent, or when the sampler keeps repeating measured configurations
 ("space exhausted"); while other processes measure the rest of the budget, it waits.
+
+Each part of a trial can be timed without touching the loop: ``on_step(step, seconds)`` is told
+after ``ask`` (Optuna creates the trial), ``suggest`` (the sampler and the parameters' writes),
+``claim`` (the claim through the storage), ``measure`` (the bench), ``tell`` (the result's marks
+and Optuna's tell, or a cache answer's), then ``trial`` (the whole of :meth:`Search.trial`), and
+``wait`` for each idle poll of :meth:`Search.run` while other processes measure the rest of the
+budget (benchmarks/fleet_scale.py times coordination with it). ``AUTOTUNE_TRACE=1`` in the
+environment prints each step as it ends, on stderr, one JSON line after ``autotune-trace ``
+(``step``, ``began``: epoch seconds, ``s``, ``sampler``: the study's sampler's class), so a run's own time to its
+first trial is measured from outside (benchmarks/resume_scale.py).
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import sys
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import optuna
 from optuna.trial import TrialState
@@ -50,6 +64,10 @@ warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to b
 #: trials): a stale trial is one whose heartbeats lapsed a grace period ago (60 s), or whose process on this host is
 #: gone; looking before every trial only polled the database harder (64 workers: a dozen queries a second).
 RECOVER_EVERY_S = 5.0
+TRACE_ENV = "AUTOTUNE_TRACE"  # "1": print each step of each trial on stderr (see the module's docstring)
+STEPS = ("ask", "suggest", "claim", "measure", "tell", "trial", "wait")
+#: ``on_step(step, seconds)``: told as each step of :data:`STEPS` ends.
+OnStep = Callable[[str, float], None]
 
 
 @dataclass
@@ -102,17 +120,20 @@ class Search:
     """The search over ``seeds.space`` on a study, measuring through ``bench``.
 
     ``on_trial(record)``: told after each trial of :meth:`run`; ``check()``: before each trial, raises when the
-    store can no longer keep results (:meth:`autotune.store.Store.check_alive`).
+    store can no longer keep results (:meth:`autotune.store.Store.check_alive`); ``on_step(step, seconds)``: told
+    as each step of a trial ends (see the module's docstring; default: the ``AUTOTUNE_TRACE`` lines, when set).
     """
 
     def __init__(self, live: LiveStudy, seeds: Seeds, bench: Bench, options: SearchOptions | None = None,
-                 on_trial: Callable[[TrialRecord], None] | None = None, check: Callable[[], None] | None = None) -> None:
+                 on_trial: Callable[[TrialRecord], None] | None = None, check: Callable[[], None] | None = None,
+                 on_step: OnStep | None = None) -> None:
         self.live = live
         self.seeds = seeds
         self.bench = bench
         self.options = options or SearchOptions()
         self.on_trial = on_trial
         self.check = check or (lambda: None)
+        self.on_step = on_step if on_step is not None else _trace(live) if os.environ.get(TRACE_ENV) == "1" else None
         self.handover = sampler.Handover(live)
         self._cache: dict[str, StoredTrial] | None = None  # measured trials by configuration key
 
@@ -125,10 +146,12 @@ class Search:
 
     # ------------------------------------------------------------ the loop
 
-    def run(self, session: Session, between: Callable[[], Any] = lambda: None, poll_s: float | None = None) -> SearchReport:
+    def run(self, session: Session, between: Callable[[], Any] = lambda: None, poll_s: float | None = None,
+            until: Callable[[TrialRecord], bool] | None = None) -> SearchReport:
         """Search until the budget is spent (see the module's docstring). ``between()`` runs before each trial (the
         noise floor, measured as soon as the baseline is); ``poll_s``: how often to look while other processes
-        measure the rest of the budget (default: the options')."""
+        measure the rest of the budget (default: the options'); ``until(record)``: asked after each trial's record
+        is told, the search stops once it holds (a benchmark's goal reached: benchmarks/warm_start.py)."""
         live, opts = self.live, self.options
         failed = failed_baseline(live.trials())
         if failed is not None:  # every speed-up is a ratio to the defaults: without them the study can answer nothing
@@ -153,7 +176,8 @@ class Search:
                 report.reason = "time budget spent"
                 return report
             if measured + running >= opts.trials:  # the rest of the budget is being measured elsewhere
-                time.sleep(opts.poll_s if poll_s is None else poll_s)
+                with self._step("wait"):
+                    time.sleep(opts.poll_s if poll_s is None else poll_s)
                 continue
             self.seeds.enqueue(live, trials)
             rec = self.trial()
@@ -172,9 +196,12 @@ class Search:
                 if repeats >= opts.max_repeats:
                     report.reason = f"space exhausted: the sampler repeated measured configurations {repeats} times in a row"
                     return report
-                continue
-            repeats = 0
-            report.new += 1
+            else:
+                repeats = 0
+                report.new += 1
+            if until is not None and until(rec):
+                report.reason = f"stopped after trial #{rec.number}: the caller's condition holds"
+                return report
 
     # ------------------------------------------------------------ one trial
 
@@ -193,30 +220,52 @@ class Search:
                 params[name] = trial.suggest_int(name, dim.low, dim.high, step=dim.step)
         return params
 
+    @contextmanager
+    def _step(self, step: str) -> Iterator[None]:
+        """Tell ``on_step`` how long the ``with`` block took (nothing is timed without one)."""
+        if self.on_step is None:
+            yield
+            return
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.on_step(step, time.perf_counter() - start)
+
     def trial(self) -> TrialRecord | None:
         """Ask for one configuration (a queued one first) and answer it: measured, from the cache, or given up
         (None: another process measures it, or the budget is taken). Not shown: :meth:`run` tells ``on_trial``."""
+        with self._step("trial"):
+            return self._trial()
+
+    def _trial(self) -> TrialRecord | None:
         live, opts = self.live, self.options
-        trial = live.study.ask()
+        with self._step("ask"):
+            trial = live.study.ask()
         role = live.role(trial)
         params: dict[str, Any] = {}
         try:
             live.sign(trial)
             if opts.placement:
                 live.mark(trial, placement=opts.placement)
-            params = self.suggest(trial)
+            with self._step("suggest"):
+                params = self.suggest(trial)
             resolved = knobs.resolve({**self.seeds.base, **params}, self.seeds.ctx)
             hit = self.cache.get(resolved.key())
             if hit is not None:
-                return self._duplicate(trial, role, resolved, hit)
-            claimed = claims.claim(live, trial, role, resolved.key(), opts.trials)
+                with self._step("tell"):
+                    return self._duplicate(trial, role, resolved, hit)
+            with self._step("claim"):
+                claimed = claims.claim(live, trial, role, resolved.key(), opts.trials)
             if claimed.answer == "taken":
                 return None
             if isinstance(claimed.answer, str):
-                self._skip(trial, role, claimed.answer)
+                with self._step("tell"):
+                    self._skip(trial, role, claimed.answer)
                 return None
             if claimed.answer is not None:
-                return self._duplicate(trial, role, resolved, claimed.answer)
+                with self._step("tell"):
+                    return self._duplicate(trial, role, resolved, claimed.answer)
             dominators: list[tuple[float, float]] = []
             margin = None
             if opts.early_stop and role == "search":
@@ -226,11 +275,12 @@ class Search:
             # The claim holds: from here this trial measures (a RUNNING trial without the mark is
             # still choosing its configuration, or about to give way to an earlier claim).
             live.mark(trial, measuring_since=time.time())
-            with live.heartbeat(trial):
+            with live.heartbeat(trial), self._step("measure"):
                 assert self.bench.evaluate is not None, "the search measures with bench.evaluate"
                 result = self.bench.evaluate(resolved.config, dominators, margin)
-            rec = self._record(trial, role, resolved, result)
-            self.cache[resolved.key()] = live.trial(trial)
+            with self._step("tell"):
+                rec = self._record(trial, role, resolved, result)
+                self.cache[resolved.key()] = live.trial(trial)
             return rec
         except optuna.exceptions.UpdateFinishedTrialError:
             # Another worker took this trial as stale (its heartbeats lapsed while the database was
@@ -342,3 +392,13 @@ class Search:
                        error={"type": "Interrupted", "message": "stopped by Ctrl-C or SIGTERM"})
         self.live.study.tell(trial, state=TrialState.FAIL)
         self.live.enqueue(params, role=role, requeued_from=trial.number)
+
+
+def _trace(live: LiveStudy) -> OnStep:
+    """``AUTOTUNE_TRACE=1``: each step printed on stderr as it ends (one JSON line after ``autotune-trace ``)."""
+    def told(step: str, seconds: float) -> None:
+        line = {"step": step, "began": round(time.time() - seconds, 4), "s": round(seconds, 4),
+                "sampler": type(live.sampler).__name__}
+        print("autotune-trace " + json.dumps(line), file=sys.stderr, flush=True)
+
+    return told

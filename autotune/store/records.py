@@ -463,6 +463,35 @@ def mark(trial: optuna.Trial, **marks: Any) -> None:
         trial.set_user_attr(name, value)
 
 
+def add_trials(study: optuna.Study, trials: Sequence[StoredTrial],
+               distributions: Mapping[str, optuna.distributions.BaseDistribution]) -> None:
+    """Add finished trials to a study in one write, each as the store holds it: Optuna's state, values, constraints
+    and parameters (``distributions``: of each parameter name), its marks and its owner; numbered after the study's
+    own. For a made-up study grown fast to thousands of trials (benchmarks/made_up.py, benchmarks/resume_scale.py):
+    asking and telling each one through the loop reads the whole study for every trial. ``started``/``completed``
+    are kept where given (else now)."""
+    states = {name: state for state, name in STATES.items() if state.is_finished()}
+    frozen = []
+    for t in trials:
+        if t.state not in states:
+            raise ValueError(f"trial #{t.number} is {t.state}: only finished trials are added")
+        marks = {name: getattr(t, name) for name in TRIAL_MARKS}
+        marks = {k: dict(v) if isinstance(v, Mapping) else v for k, v in marks.items()
+                 if v is not None and not (isinstance(v, Mapping) and not v)}
+        marks.setdefault(ROLE, t.role)
+        added = optuna.trial.create_trial(
+            state=states[t.state], values=list(t.values) if t.values and t.state == "complete" else None,
+            params=dict(t.params), distributions={k: distributions[k] for k in t.params},
+            user_attrs=marks, system_attrs={OWNER: dict(t.owner)} if t.owner else None,
+            constraints=dict(t.constraints) or None)
+        if t.started is not None:
+            added.datetime_start = t.started
+        if t.completed is not None:
+            added.datetime_complete = t.completed
+        frozen.append(added)
+    study.add_trials(frozen)
+
+
 def marks_of(**marks: Any) -> dict[str, Any]:
     """Marks for a queued trial (``study.enqueue_trial(params, user_attrs=marks_of(role=...))``), checked."""
     for name in marks:
