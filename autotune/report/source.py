@@ -91,7 +91,7 @@ def snapshot(study: StoredStudy) -> Snapshot:
     rows = [_row(t, defaults) for t in study.trials]
     ev = study.evidence
     for r in rows:
-        # Every figure of a measured configuration is the evidence's (autotune/evidence.py):
+        # Every figure of a measured configuration is the evidence's (autotune/evidence/):
         # the same samples/s and speed-up as status, export and the run's summary.
         if r["number"] in ev.configs and r["duplicate_of"] is None and r["outcome"] == OK:
             s = ev.speedup(r["number"])
