@@ -1,4 +1,4 @@
-"""The dashboard's plotly figures, each drawn from an info function's data (:mod:`autotune.report.front`, ``.header``, ...
+"""The dashboard's plotly figures, each drawn from an info function's data (the ``*_info`` of :mod:`autotune.report`).
 
 Colours are shared by every figure: one colour per outcome, one palette for knob
 values and ops. Every user string reaches plotly escaped (plotly renders a subset
