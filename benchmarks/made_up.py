@@ -1,11 +1,14 @@
 """Made-up autotune studies for the benchmarks that time reading them (dashboard_speed, views_scale, fleet_scale).
 
-``make_study`` records trials exactly as docs/storage.md says autotune does (study and trial
-user attributes, the two objectives, the ``failed`` and ``memory`` constraints), with figures
+``make_study`` records trials exactly as docs/storage.md says autotune does: the two objectives and
+the ``failed`` and ``memory`` constraints through Optuna, the study's description, the trials' marks
+and the re-measurements through the store's writers (:mod:`autotune.store.records`: no benchmark
+names a stored key), with figures
 from a small made-up performance model of a CNN on a 2-core CPU instead of real measurements:
 trial 0 is the baseline (PyTorch defaults), trial 1 the recipe (every trick on), then search
 trials, a few failures (oom, nan, error, interrupted) and one duplicate answered from the cache.
-``add_race`` adds a noise floor and a race; ``jittered_copies`` grows a study past what the
+``add_race`` adds a noise floor and a race; ``jittered_copies`` makes more trials from a study's
+own and ``grow`` adds them in one write (:func:`autotune.store.records.add_trials`), past what the
 made-up model makes alone.
 
 Why here and not imported from tests/study_factory.py: a benchmark imports nothing from the test
@@ -29,6 +32,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.trial import TrialState
 
 from autotune import knobs
+from autotune.store import StoredStudy, StoredTrial, records
 
 MiB = 1024**2
 GiB = 1024**3
@@ -111,8 +115,7 @@ def make_study(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(["samples_per_s", "peak_memory_bytes"])
-    for key, value in _study_attrs().items():
-        study.set_user_attr(key, value)
+    records.save(study, **_description())
     _record_trials(study, n_trials, rng)
     target = path_or_url if isinstance(path_or_url, optuna.storages.BaseStorage) else storage_url(path_or_url)
     optuna.copy_study(from_study_name=name, from_storage=memory, to_storage=target)
@@ -138,17 +141,11 @@ def _record_trials(study: optuna.Study, n_trials: int, rng: random.Random) -> No
         trial = study.ask(dists)
         resolved = knobs.resolve(trial.params, CONTEXT)
         key = resolved.key()
-        trial.set_user_attr("role", role)
-        trial.set_user_attr("config", resolved.config)
-        trial.set_user_attr("config_key", key)
-        trial.set_user_attr("not_applicable", resolved.not_applicable)
+        records.mark(trial, role=role, config=resolved.config, config_key=key, not_applicable=resolved.not_applicable)
 
         if key in measured and role == "search":
-            number, attrs, values = measured[key]
-            trial.set_user_attr("outcome", attrs["outcome"])
-            trial.set_user_attr("result", attrs["result"])
-            trial.set_user_attr("duplicate_of", number)
-            trial.set_user_attr("duration_s", 0.0)
+            number, marks, values = measured[key]
+            records.mark(trial, outcome=marks["outcome"], result=marks["result"], duplicate_of=number, duration_s=0.0)
             _constrain(trial, ok=True)
             study.tell(trial, values)
             continue
@@ -160,27 +157,24 @@ def _record_trials(study: optuna.Study, n_trials: int, rng: random.Random) -> No
         if outcome == "ok" and peak > CAPACITY:
             outcome = "oom"
         duration = round(6.0 + 14.0 * rng.random() + (25.0 if resolved.config["compile"] != "off" else 0.0), 2)
-        trial.set_user_attr("duration_s", duration)
-        trial.set_user_attr("outcome", outcome)
+        records.mark(trial, duration_s=duration, outcome=outcome)
 
         if outcome == "interrupted":
             etype, message = FAILURE_MESSAGES[outcome]
-            trial.set_user_attr("error", {"type": etype, "message": message})
-            trial.set_user_attr("result", {})
+            records.mark(trial, error={"type": etype, "message": message}, result={})
             study.tell(trial, state=TrialState.FAIL)
             continue
         if outcome != "ok":
             etype, message = FAILURE_MESSAGES[outcome]
             known_peak = {"oom": CAPACITY, "nan": peak}.get(outcome)
             result = {"peak_memory_bytes": known_peak, "memory": {}, "notes": {}}
-            trial.set_user_attr("error", {"type": etype, "message": message})
-            trial.set_user_attr("result", result)
+            records.mark(trial, error={"type": etype, "message": message}, result=result)
             _constrain(trial, ok=False)
             study.tell(trial, [0.0, float(CAPACITY)])
             continue
 
         result = _result(resolved.config, speed, peak, duration, rng)
-        trial.set_user_attr("result", result)
+        records.mark(trial, result=result)
         _constrain(trial, ok=True)
         values = [result["samples_per_s"], float(peak)]
         study.tell(trial, values)
@@ -202,29 +196,24 @@ def add_race(
 
     The baseline (#0) is measured again ``floor`` times (rounds ``floor-<k>-<id>``), then in
     each of ``rounds`` rounds the baseline and every trial of ``rates`` (trial -> samples/s)
-    once more (``race-<id>-<kk>``), as study attributes ``measurement:<round>:<trial>``; each
-    rate gets ``spread`` noise. The baseline's rate is its own first value unless given.
-    With ``wall_s`` each measurement stores its wall time (about its trial's own
-    ``duration_s``), as autotune does since it stores it.
+    once more (``race-<id>-<kk>``), each a re-measurement stored as the race stores it
+    (:func:`autotune.store.records.save_measurement`); each rate gets ``spread`` noise. The
+    baseline's rate is its own first value unless given. With ``wall_s`` each measurement
+    stores its wall time (about its trial's own ``duration_s``), as autotune does since it
+    stores it.
     """
     rng = random.Random(seed)
-    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    trials = {t.number: t for t in StoredStudy.of(study).trials}
     base = trials[0]
-    speeds = {0: float(base.values[0]), **{int(k): float(v) for k, v in rates.items()}}
+    speeds = {0: float(base.values[0]), **{int(k): float(v) for k, v in rates.items()}}  # type: ignore[index]
     now = time.time()
 
     def record(round_id: str, number: int) -> None:
         t = trials[number]
-        value: dict[str, Any] = {
-            "samples_per_s": round(speeds[number] * rng.gauss(1.0, spread), 3),
-            "outcome": "ok",
-            "peak_memory_bytes": int(t.values[1]),
-            "other_cores": None,
-            "at": now,
-        }
-        if wall_s:
-            value["wall_s"] = round(float(t.user_attrs.get("duration_s") or 0.0) * rng.uniform(0.9, 1.1), 2)
-        study.set_user_attr(f"measurement:{round_id}:{number}", value)
+        rate = round(speeds[number] * rng.gauss(1.0, spread), 3)
+        wall = round(float(t.duration_s or 0.0) * rng.uniform(0.9, 1.1), 2) if wall_s else None
+        records.save_measurement(study, number, round_id, samples_per_s=rate, outcome="ok",
+                                 peak_memory_bytes=int(t.values[1]), other_cores=None, wall_s=wall)  # type: ignore[index]
 
     for k in range(floor):
         record(f"floor-{k + 1}-f{seed:05d}", 0)
@@ -233,24 +222,30 @@ def add_race(
     for k in range(rounds):
         for number in [0, *candidates]:
             record(f"race-{race_id}-{k + 1:02d}", number)
-    measured = sum(1 for t in trials.values() if t.state.is_finished() and "duplicate_of" not in t.user_attrs)
-    study.set_user_attr(
-        f"race:{race_id}",
-        {"candidates": candidates, "measured": measured, "rounds": rounds, "started": now, "done": True,
-         "stopped": f"budget of {rounds} rounds spent (--confirm)", "rounds_run": rounds, "eliminated": {}},
-    )
+    measured = sum(1 for t in trials.values() if t.finished and t.duplicate_of is None)
+    records.save_race(study, race_id, {
+        "candidates": candidates, "measured": measured, "rounds": rounds, "started": now, "done": True,
+        "stopped": f"budget of {rounds} rounds spent (--confirm)", "rounds_run": rounds, "eliminated": {}})
+
+
+def add_sessions(study: optuna.Study, n: int = 4) -> None:
+    """Record ``n`` sessions that ran the study (an hour apart, about 50 minutes each): the time it took."""
+    now = time.time()
+    for k in range(n):
+        records.save_session(study, f"s{k}", {"started_at": now - 3600 * (k + 1), "elapsed_s": 3000.0 + 10 * k})
 
 
 # ---------------------------------------------------------------- internals
 
 
-def _study_attrs() -> dict[str, Any]:
+def _description() -> dict[str, Any]:
+    """The study's description, by the stored format's field names (:func:`autotune.store.records.save`)."""
     import torch
 
     import autotune
 
     return {
-        "autotune_version": autotune.__version__,
+        "version": autotune.__version__,
         "workload": {
             "model": "autotune.examples:cnn",
             "data": None,
@@ -351,38 +346,41 @@ def _result(config: dict[str, Any], speed: float, peak: int, duration: float, rn
     }
 
 
-def jittered_copies(study: optuna.Study, n: int, seed: int = 1, failure_share: float = 0.08) -> list[Any]:
-    """``n`` new trials (FrozenTrial, not yet added) copied from the study's ok search trials: samples/s x N(1, 3%),
-    peak memory x N(1, 1%), duration x U(0.8, 1.2), and about ``failure_share`` of them turned into oom, nan and
-    error failures. A study of 10,000 trials built so holds ~9,000 distinct measurements, not a few configurations
-    answered from the cache again and again (views_scale.py, fleet_scale.py)."""
-    import json
-
-    from optuna.trial import create_trial
+def jittered_copies(study: optuna.Study, n: int, seed: int = 1, failure_share: float = 0.08) -> list[StoredTrial]:
+    """``n`` new trials, numbered after the study's, copied from its ok search trials: samples/s x N(1, 3%), peak
+    memory x N(1, 1%), duration x U(0.8, 1.2), and about ``failure_share`` of them turned into oom, nan and error
+    failures (:func:`grow` adds them). A study of 10,000 trials built so holds ~9,000 distinct measurements, not a
+    few configurations answered from the cache again and again (views_scale.py, fleet_scale.py)."""
+    import copy
+    import dataclasses
 
     rng = random.Random(seed)
-    ok = [t for t in study.get_trials(deepcopy=False)
-          if t.state == TrialState.COMPLETE and t.user_attrs.get("duplicate_of") is None
-          and t.user_attrs.get("role") == "search" and t.user_attrs.get("outcome") == "ok"]
+    stored = StoredStudy.of(study)
+    ok = [t for t in stored.trials
+          if t.state == "complete" and t.duplicate_of is None and t.role == "search" and t.outcome == "ok"]
     copies = []
-    for _ in range(n):
+    for k in range(n):
         src = rng.choice(ok)
-        attrs = json.loads(json.dumps(src.user_attrs))
-        attrs["duration_s"] = round(float(attrs.get("duration_s") or 10.0) * rng.uniform(0.8, 1.2), 2)
+        duration = round(float(src.duration_s or 10.0) * rng.uniform(0.8, 1.2), 2)
         if rng.random() < failure_share:
             outcome = rng.choice(["oom", "nan", "error"])
             etype, message = FAILURE_MESSAGES[outcome]
-            attrs.update(outcome=outcome, error={"type": etype, "message": message},
-                         result={"peak_memory_bytes": CAPACITY if outcome == "oom" else None, "memory": {}, "notes": {}})
-            values = [0.0, float(CAPACITY)]
-            constraints = {"failed": 1.0, "memory": 0.0}
+            changed: dict[str, Any] = dict(
+                outcome=outcome, error={"type": etype, "message": message}, values=(0.0, float(CAPACITY)),
+                result={"peak_memory_bytes": CAPACITY if outcome == "oom" else None, "memory": {}, "notes": {}},
+                constraints={"failed": 1.0, "memory": 0.0})
         else:
-            result = attrs["result"]
-            speed = round(float(src.values[0]) * rng.gauss(1.0, 0.03), 3)
-            peak = int(src.values[1] * rng.gauss(1.0, 0.01))
-            result.update(samples_per_s=speed, peak_memory_bytes=peak)
-            values = [speed, float(peak)]
-            constraints = {"failed": 0.0, "memory": 0.0}
-        copies.append(create_trial(state=TrialState.COMPLETE, values=values, params=src.params,
-                                   distributions=src.distributions, user_attrs=attrs, constraints=constraints))
+            speed = round(float(src.values[0]) * rng.gauss(1.0, 0.03), 3)  # type: ignore[index]
+            peak = int(src.values[1] * rng.gauss(1.0, 0.01))  # type: ignore[index]
+            result = {**copy.deepcopy(dict(src.result)), "samples_per_s": speed, "peak_memory_bytes": peak}
+            changed = dict(result=result, values=(speed, float(peak)), constraints={"failed": 0.0, "memory": 0.0})
+        # started/completed None: a copy is timestamped when it is added, as the copies always were
+        copies.append(dataclasses.replace(src, number=len(stored.trials) + k, duration_s=duration, started=None,
+                                          completed=None, **changed))
     return copies
+
+
+def grow(study: optuna.Study, n: int, seed: int = 1) -> None:
+    """Add ``n`` jittered copies of the study's own trials (:func:`jittered_copies`) in one write."""
+    if n > 0:
+        records.add_trials(study, jittered_copies(study, n, seed), distributions())

@@ -102,21 +102,17 @@ def build(n: int, workdir: Path, journal: bool) -> dict[str, str]:
 
 def _in_memory(n: int) -> Any:
     import optuna
-    from made_up import add_race, jittered_copies, make_study
+    from made_up import add_race, add_sessions, grow, make_study
 
-    from autotune.evidence import Evidence
+    from autotune.store import StoredStudy
 
     memory = optuna.storages.InMemoryStorage()
     study = make_study(memory, n_trials=min(n, FACTORY_MAX), seed=0, name=NAME)
-    copies = jittered_copies(study, n - min(n, FACTORY_MAX), seed=1)
-    if copies:
-        study.add_trials(copies)
-    ev = Evidence.of(study)
+    grow(study, n - min(n, FACTORY_MAX), seed=1)
+    ev = StoredStudy.of(study).evidence
     leaders = sorted((c for c in ev.configs.values() if not c.is_baseline), key=lambda c: -c.samples_per_s)[:6]
     add_race(study, {c.number: c.samples_per_s for c in leaders}, rounds=3, wall_s=True)
-    now = time.time()
-    for k in range(4):  # the sessions that ran it (time spent)
-        study.set_user_attr(f"session:s{k}", {"started_at": now - 3600 * (k + 1), "elapsed_s": 3000.0 + 10 * k})
+    add_sessions(study, 4)  # the sessions that ran it (time spent)
     return memory
 
 
