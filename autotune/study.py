@@ -60,6 +60,9 @@ class Options(SearchOptions):
 
 @dataclass
 class Summary:
+    """What a run did: why its search stopped, the configurations it measured, what it measured again, the race and
+    what each knob bought (their reports), and the verdict of the study it leaves."""
+
     reason: str
     measured: int
     new: int
@@ -134,8 +137,9 @@ class Tuner:
                 session.save()
         finally:
             session.save()
+        measurements, processes = bench.counts()
         summary.elapsed_s = session.elapsed_s
-        summary.repeats, summary.repeat_processes = (now - before for now, before in zip(bench.counts(), counted))
+        summary.repeats, summary.repeat_processes = measurements - counted[0], processes - counted[1]
         summary.verdict = live.view().evidence.verdict()
         return summary
 
