@@ -19,8 +19,14 @@ from click.testing import CliRunner
 from conftest import wait_until
 
 from autotune.cli import main
+from autotune.store import Store, StoredStudy, records
 
 TESTS = Path(__file__).parent
+
+
+def stored(url: str, name: str) -> StoredStudy:
+    """The study as the store reads it (typed trials), afresh."""
+    return Store.open(url, read_only=True).read(name)
 
 
 def invoke(*args: str):
@@ -40,12 +46,13 @@ def mlp_study(tmp_path_factory):
 def test_study_of_twelve_trials(mlp_study):
     url, output = mlp_study
     study = optuna.load_study(study_name="mlp", storage=url)
-    measured = [t for t in study.trials if "outcome" in t.user_attrs and t.user_attrs.get("duplicate_of") is None]
+    view = stored(url, "mlp")
+    measured = [t for t in view.trials if t.outcome is not None and t.duplicate_of is None]
     assert len(measured) == 12
-    assert study.trials[0].user_attrs["role"] == "baseline" and study.trials[0].user_attrs["outcome"] == "ok"
-    front = [t for t in study.best_trials if t.user_attrs.get("duplicate_of") is None]
-    assert front and all(t.user_attrs["outcome"] == "ok" for t in front)
-    keys = [t.user_attrs["config_key"] for t in measured]
+    assert view.trials[0].role == "baseline" and view.trials[0].outcome == "ok"
+    front = [view.trials[t.number] for t in study.best_trials if view.trials[t.number].duplicate_of is None]
+    assert front and all(t.outcome == "ok" for t in front)
+    keys = [t.config_key for t in measured]
     assert len(keys) == len(set(keys)), "a configuration was measured twice"
     assert study.metric_names == ["samples_per_s", "peak_memory_bytes"]
     assert "#0    baseline ok" in output and "Pareto front" in output
@@ -57,8 +64,7 @@ def test_second_run_adds_trials(mlp_study):
                  "--trials", "14", "--quick", "--seed", "0", "--confirm", "3")
     assert res.exit_code == 0, res.output
     assert "resuming study 'mlp'" in res.output and "12 measured, target 14" in res.output
-    study = optuna.load_study(study_name="mlp", storage=url)
-    measured = [t for t in study.trials if "outcome" in t.user_attrs and t.user_attrs.get("duplicate_of") is None]
+    measured = [t for t in stored(url, "mlp").trials if t.outcome is not None and t.duplicate_of is None]
     assert len(measured) == 14
 
 
@@ -88,8 +94,8 @@ def test_refuses_another_space(mlp_study, tmp_path):
 def test_refuses_another_fingerprint(mlp_study):
     url, _ = mlp_study
     study = optuna.load_study(study_name="mlp", storage=url)
-    real = study.user_attrs["fingerprint"]
-    study.set_user_attr("fingerprint", {**real, "device_name": "NVIDIA H100 80GB HBM3", "torch": "2.0.0"})
+    real = dict(stored(url, "mlp").fingerprint)
+    records.save(study, fingerprint={**real, "device_name": "NVIDIA H100 80GB HBM3", "torch": "2.0.0"})
     try:
         before = len(study.trials)
         res = CliRunner().invoke(main, ["run", "--model", "autotune.examples:mlp", "--space", "cpu", "--study", "mlp",
@@ -97,7 +103,7 @@ def test_refuses_another_fingerprint(mlp_study):
         assert res.exit_code == 2 and "hardware/software differ" in res.output and "torch: 2.0.0 (stored)" in res.output
         assert len(optuna.load_study(study_name="mlp", storage=url).trials) == before
     finally:
-        study.set_user_attr("fingerprint", real)
+        records.save(study, fingerprint=real)
 
 
 def test_refuses_another_memory_budget(mlp_study):
@@ -153,18 +159,17 @@ def _start(tmp_path: Path, study: str) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _wait_for_running(tmp_path: Path, study: str, min_done: int, pid: int, timeout: float = 120) -> optuna.Study:
+def _wait_for_running(tmp_path: Path, study: str, min_done: int, pid: int, timeout: float = 120) -> StoredStudy:
     """Until ``min_done`` trials finished and a trial process is measuring the next one."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            s = optuna.load_study(study_name=study, storage=f"sqlite:///{tmp_path}/{study}.db")
-            states = [t.state for t in s.get_trials(deepcopy=False)]
-            done = sum(1 for t in s.get_trials(deepcopy=False) if "outcome" in t.user_attrs)
+            view = stored(f"sqlite:///{tmp_path}/{study}.db", study)
+            done = sum(1 for t in view.trials if t.outcome is not None)
             server = [p for p in _trial_processes(pid) if "autotune.forkserver" in " ".join(p.cmdline())]
             trial_running = bool(server and server[0].children())
-            if done >= min_done and optuna.trial.TrialState.RUNNING in states and trial_running:
-                return s
+            if done >= min_done and any(t.running for t in view.trials) and trial_running:
+                return view
         except Exception:  # noqa: BLE001 - not created yet
             pass
         time.sleep(0.2)
@@ -208,15 +213,16 @@ def test_interrupt_records_and_resume_remeasures(tmp_path, sig):
     assert proc.returncode == 128 + int(sig), out  # 130 after Ctrl-C, 143 after SIGTERM, as shells expect
     assert "recorded as interrupted" in out and "Traceback" not in out
     wait_until(lambda: not _alive(descendants), 1, lambda: f"the trial processes to end after the signal; alive: {_alive(descendants)}")
-    study = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path}/{name}.db")
-    stopped = [t for t in study.trials if t.user_attrs.get("outcome") == "interrupted"]
-    assert len(stopped) == 1 and stopped[0].state == optuna.trial.TrialState.FAIL
-    study = _finish(tmp_path, name)
-    again = [t for t in study.trials if t.user_attrs.get("requeued_from") == stopped[0].number]
-    assert again and again[0].user_attrs["outcome"] == "ok"
-    measured = [t for t in study.trials if "outcome" in t.user_attrs and t.user_attrs["outcome"] != "interrupted" and t.user_attrs.get("duplicate_of") is None]
+    url = f"sqlite:///{tmp_path}/{name}.db"
+    stopped = [t for t in stored(url, name).trials if t.outcome == "interrupted"]
+    assert len(stopped) == 1 and stopped[0].state == "fail"
+    _finish(tmp_path, name)
+    trials = stored(url, name).trials
+    again = [t for t in trials if t.requeued_from == stopped[0].number]
+    assert again and again[0].outcome == "ok"
+    measured = [t for t in trials if t.outcome not in (None, "interrupted") and t.duplicate_of is None]
     # the budget's 8, and the ablation's recommendation when it left out a knob (measured beyond the budget)
-    assert len([t for t in measured if t.user_attrs["role"] != "minimal"]) == 8 and len(measured) <= 9
+    assert len([t for t in measured if t.role != "minimal"]) == 8 and len(measured) <= 9
 
 
 def test_sigkill_loses_nothing_finished(tmp_path):
@@ -224,7 +230,7 @@ def test_sigkill_loses_nothing_finished(tmp_path):
     proc = _start(tmp_path, name)
     study = _wait_for_running(tmp_path, name, min_done=2, pid=proc.pid)
     descendants = _trial_processes(proc.pid)
-    finished = {t.number: t.values for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE}
+    finished = {t.number: t.values for t in study.trials if t.state == "complete"}
     proc.kill()
     proc.communicate(timeout=60)
     wait_until(lambda: not _alive(descendants), 10, lambda: f"the fork server and trial to end after kill -9; alive: {_alive(descendants)}")
@@ -232,12 +238,12 @@ def test_sigkill_loses_nothing_finished(tmp_path):
     out, _ = res.communicate(timeout=300)
     assert res.returncode == 0, out
     assert "re-queued 1 trial left running by a stopped process: #" in out
-    study = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path}/{name}.db")
+    trials = stored(f"sqlite:///{tmp_path}/{name}.db", name).trials
     for number, values in finished.items():
-        assert study.trials[number].values == values  # nothing finished was lost
-    stale = [t for t in study.trials if t.user_attrs.get("outcome") == "interrupted"]
+        assert trials[number].values == values  # nothing finished was lost
+    stale = [t for t in trials if t.outcome == "interrupted"]
     assert len(stale) == 1
-    assert any(t.user_attrs.get("requeued_from") == stale[0].number and t.user_attrs.get("outcome") == "ok" for t in study.trials)
+    assert any(t.requeued_from == stale[0].number and t.outcome == "ok" for t in trials)
 
 
 def test_sigkill_during_the_baseline_resumes_with_the_baseline_first(tmp_path):
@@ -252,10 +258,10 @@ def test_sigkill_during_the_baseline_resumes_with_the_baseline_first(tmp_path):
     out, _ = res.communicate(timeout=300)
     assert res.returncode == 0, out
     assert "re-queued 1 trial left running by a stopped process: #0" in out
-    study = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path}/{name}.db")
-    measured = [t for t in study.trials if t.user_attrs.get("outcome") not in (None, "interrupted")]
-    assert measured[0].user_attrs["role"] == "baseline"
-    assert measured[1].user_attrs["role"] == "recipe"
+    measured = [t for t in stored(f"sqlite:///{tmp_path}/{name}.db", name).trials
+                if t.outcome not in (None, "interrupted")]
+    assert measured[0].role == "baseline"
+    assert measured[1].role == "recipe"
     lines = [line for line in out.splitlines() if line.startswith("#") and " ok " in line]
     assert lines and all("x" in line.split("samples/s")[1] for line in lines), out  # a speed-up on every ok line
 
