@@ -5,7 +5,7 @@
   (:mod:`autotune.request`), and their translation into it.
 - :mod:`autotune.cli.measuring`: ``knobs`` and ``measure``.
 - :mod:`autotune.cli.jobs`: ``run``, ``submit`` and ``worker``.
-- :mod:`autotune.cli.reads`: ``list``, ``status``, ``export`` and ``dashboard``.
+- :mod:`autotune.cli.reads`: ``list``, ``status``, ``trials``, ``export`` and ``dashboard``.
 
 ``autotune.cli:main`` is the console script; ``python -m autotune.cli`` runs it too.
 """
@@ -16,11 +16,11 @@ from autotune.cli.edge import AutotuneGroup, main, open_store, study_store
 from autotune.cli.jobs import run, submit, worker
 from autotune.cli.measuring import _result_lines, knobs_cmd, measure
 from autotune.cli.options import DURATION, SIZE, job_from, make_spec, resolve_device, storage_option, workload_from
-from autotune.cli.reads import RECOMMENDED_MARK, dashboard, export, front_rows, list_cmd, status
+from autotune.cli.reads import RECOMMENDED_MARK, dashboard, export, front_rows, list_cmd, status, trials_cmd
 
-for _command in (knobs_cmd, measure, run, worker, submit, list_cmd, status, export, dashboard):
+for _command in (knobs_cmd, measure, run, worker, submit, list_cmd, status, trials_cmd, export, dashboard):
     main.add_command(_command)
 
 __all__ = ["AutotuneGroup", "DURATION", "RECOMMENDED_MARK", "SIZE", "_result_lines", "dashboard", "export", "front_rows",
            "job_from", "knobs_cmd", "list_cmd", "main", "make_spec", "measure", "open_store", "resolve_device", "run",
-           "status", "storage_option", "study_store", "submit", "worker", "workload_from"]
+           "status", "storage_option", "study_store", "submit", "trials_cmd", "worker", "workload_from"]

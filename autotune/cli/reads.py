@@ -1,4 +1,4 @@
-"""``autotune list``, ``status``, ``export`` and ``dashboard``: the commands that read studies (never torch).
+"""``autotune list``, ``status``, ``trials``, ``export`` and ``dashboard``: the commands that read studies (never torch).
 
 Each opens its store read-only and shows what :mod:`autotune.view` and :mod:`autotune.evidence` computed.
 """
@@ -191,6 +191,57 @@ def status(study_name: str | None, storage: str | None, as_json: bool) -> None:
         click.echo(json.dumps(view.status(study), indent=2, default=str))
     else:
         _print_status(study, store)
+
+
+@click.command("trials")
+@click.argument("study_name", required=False)
+@storage_option("Storage URL (default: sqlite:///studies/<study>.db).")
+@click.option("--json", "as_json", is_flag=True, help="Print every trial as JSON (the same figures as the table).")
+@click.option("--csv", "as_csv", is_flag=True, help="Print every trial as CSV (knobs as knob=value pairs).")
+def trials_cmd(study_name: str | None, storage: str | None, as_json: bool, as_csv: bool) -> None:
+    """Every trial of a study: role, the knobs it changed, outcome, samples/s, peak memory, duration, repeats.
+
+    The samples/s is the configuration's figure, the one status and export show (with the processes behind it);
+    a trial's own first measurement is ``measured_samples_per_s`` in --json and --csv.
+
+    \b
+    Examples:
+      autotune trials mynet
+      autotune trials mynet --csv > mynet-trials.csv
+      autotune trials mynet --storage postgresql://tuner@db/autotune --json
+    """
+    from autotune import trial_table, view
+
+    if as_json and as_csv:
+        raise click.UsageError("choose one of --json and --csv")
+    study_name = study_name or _the_only_study(storage)
+    store = study_store(study_name, storage, read_only=True)
+    table = trial_table.rows(view.read(store, study_name))
+    if as_json:
+        click.echo(json.dumps([row.to_dict() for row in table], indent=2, default=str))
+        return
+    if as_csv:
+        click.echo(trial_table.to_csv(table), nl=False)
+        return
+    from rich import box
+    from rich.table import Table
+
+    out = console()
+    out.print(f"study {study_name} ({store.shown}): {len(table)} trials", markup=False)
+    grid = Table(box=box.SIMPLE_HEAD)
+    for col in ("trial", "role", "outcome", "knobs that differ from the defaults", "samples/s", "processes",
+                "peak memory", "duration", "note"):
+        grid.add_column(col, overflow="fold")
+    for row in table:
+        changes = " ".join(f"{k}={knobs.KNOBS[k].format(v)}" for k, v in row.changes.items() if k in knobs.KNOBS)
+        note = (f"repeats #{row.repeat_of}" if row.repeat_of is not None else
+                f"queued again for #{row.requeued_from}" if row.requeued_from is not None else row.error[:80])
+        grid.add_row(f"#{row.number}", row.role, row.outcome or row.state, changes or ("defaults" if row.config else "-"),
+                     format_rate(row.samples_per_s) if row.samples_per_s is not None else "-",
+                     str(row.processes) if row.processes is not None else "-",
+                     format_bytes(row.peak_memory_bytes) if row.peak_memory_bytes is not None else "-",
+                     format_duration(row.duration_s) if row.duration_s is not None else "-", note)
+    out.print(grid)
 
 
 @click.command()
