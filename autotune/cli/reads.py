@@ -207,7 +207,7 @@ def trials_cmd(study_name: str | None, storage: str | None, as_json: bool, as_cs
     \b
     Examples:
       autotune trials mynet
-      autotune trials mynet --csv > mynet-trials.csv
+      autotune trials mynet --csv
       autotune trials mynet --storage postgresql://tuner@db/autotune --json
     """
     from autotune import trial_table, view
