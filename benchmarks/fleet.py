@@ -2,9 +2,10 @@
 
     python benchmarks/fleet.py [--trials 30] [--postgres URL] [--throughput-trials 16]
 
-1. Coordination overhead: the real Tuner loop (ask, suggest, claim through the storage,
-   heartbeats, tell, the evidence read for each trial line) with an instant fake
-   measurement, so all that is timed is the coordination; per storage (SQLite file,
+1. Coordination overhead: the search phase alone (autotune.phases.Search, as `autotune run`
+   runs it: ask, suggest, claim through the storage, heartbeats, tell, the evidence read for
+   each trial line) with an instant fake measurement and neither noise floor nor race, so all
+   that is timed is the coordination; per storage (SQLite file,
    journal file, PostgreSQL when a URL is given or AUTOTUNE_TEST_POSTGRES_URL is set) and
    per sampler (random: coordination alone; gp: plus the default sampler's cost per
    suggestion, which grows with the study).
@@ -29,8 +30,10 @@ from harness import say
 
 from autotune import knobs, space
 from autotune import result as R
-from autotune import study as S
-from autotune.evidence import Evidence
+from autotune.phases import Bench, Search, SearchOptions, Seeds, Session
+from autotune.phases.sampler import make_sampler
+from autotune.phases.seeds import base_config
+from autotune.store import LiveStudy
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
 SPACE = space.parse(
@@ -48,16 +51,17 @@ def instant(config, dominators=(), margin=None):
 def coordination(url: str, sampler: str, trials: int) -> dict:
     attrs = {"workload": {"model": "x:y"}, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
              "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
-    study, _ = harness.open_store(url).create_or_check("bench", attrs, S.make_sampler(sampler, 0))
-    base = S.base_config(CTX, SPACE.fixed, None)
-    eff = space.effective(SPACE, CTX, base)
+    study, _ = harness.open_store(url).create_or_check("bench", attrs, make_sampler(sampler, 0))
+    live = LiveStudy(study)
+    base = base_config(CTX, SPACE.fixed, None)
+    seeds = Seeds(space.effective(SPACE, CTX, base), CTX, base)
     stamps: list[float] = []
     # Every suggestion is timed, those answered from the cache too (a sampler that settles on the
     # best point re-proposes it; the default max_repeats then ends the study, as it would a real one).
-    tuner = S.Tuner(study, eff, CTX, base, instant, S.Options(trials=trials, race_rounds=0, floor_repeats=0),
+    search = Search(live, seeds, Bench(instant), SearchOptions(trials=trials),
                     on_trial=lambda rec: stamps.append(time.perf_counter()))
     start = time.perf_counter()
-    tuner.run()
+    search.run(Session(live))
     gaps = [b - a for a, b in zip([start, *stamps], stamps)]
     return {"per_trial_s_median": statistics.median(gaps), "first_10_s": statistics.median(gaps[:10]),
             "last_10_s": statistics.median(gaps[-10:]), "trials": len(gaps)}
@@ -70,10 +74,10 @@ def throughput(workers: int, trials: int, folder: Path) -> dict:
     start = time.monotonic()
     subprocess.run(cmd, cwd=folder, check=True, capture_output=True, text=True)
     wall = time.monotonic() - start
-    study = harness.open_store(url, read_only=True).load(f"w{workers}")
-    ev = Evidence.of(study)
-    given_up = sum(1 for t in study.trials if t.user_attrs.get("outcome") == "skipped")
-    cached = sum(1 for t in study.trials if t.user_attrs.get("duplicate_of") is not None)
+    study = harness.open_store(url, read_only=True).read(f"w{workers}")
+    ev = study.evidence
+    given_up = sum(1 for t in study.trials if t.outcome == "skipped")
+    cached = sum(1 for t in study.trials if t.duplicate_of is not None)
     return {"wall_s": wall, "trials_per_hour": 3600 * trials / wall, "noise_percent": ev.noise.percent,
             "skipped": given_up, "cache_answers": cached}
 

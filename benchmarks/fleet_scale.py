@@ -3,20 +3,22 @@
     python benchmarks/fleet_scale.py [--workers 1,8,32,64] [--storages postgresql,journal] [--step 2]
                                      [--rounds 4] [--sampler random] [--sizes 100,200,300,1000] [--no-sampler]
 
-1. The fleet: K worker processes (K = 1, 8, 32, 64), each the real Tuner loop as ``autotune worker``
-   runs it (the study's job stored on it, ``create_or_check``, stale-trial recovery, ask, suggest,
-   claim through the storage, heartbeats on PostgreSQL, tell, the evidence read for each trial line
-   and for cutting dominated trials, the session record) with one change: the measurement is a
+1. The fleet: K worker processes (K = 1, 8, 32, 64), each the search phase as ``autotune worker
+   --no-race`` runs it (autotune.phases.Search over a LiveStudy: ``create_or_check``, stale-trial
+   recovery, ask, suggest, claim through the storage, heartbeats on PostgreSQL, tell, the evidence
+   read for each trial line and for cutting dominated trials, the session record) with one change:
+   the measurement is a
    sleep of ``--step`` seconds x U(1 - ``--jitter``, 1 + ``--jitter``) (a trial process would be forked
    there; trials differ in length, so the workers fall out of lockstep as a real fleet's do), so the
    ideal throughput is known, K x 3600 / the mean measurement, and the CPUs are not spent on measuring. The study's budget
    is K x ``--rounds`` configurations (the noise floor's two extra measurements of the baseline, once per
    study, are left out: they are start-up, not coordination). All workers start together once every one has opened its
-   store (start-up, 1-3 s each on 2 cores, is not counted). Per trial each worker times: ask (the
-   trial's creation), suggest (the sampler and the parameter writes), claim (the configuration's
-   claim through the storage), tell (the result's attributes and Optuna's tell), the loop's own reads
-   (budget, seeds, recovery, noise floor, session); coordination = the trial's wall time less the
-   measurement. SQL statements per trial are counted (SQLAlchemy's cursor events). On PostgreSQL, pg_stat_activity is polled every 0.5 s for the connections each
+   store (start-up, 1-3 s each on 2 cores, is not counted). Per trial each worker times, as the
+   search tells its steps (``Search(on_step=)``): ask (the trial's creation), suggest (the sampler
+   and the parameter writes), claim (the configuration's claim through the storage), tell (the
+   result's attributes and Optuna's tell), and the loop's own reads between trials (budget, seeds,
+   recovery, session; its idle waits while others measure the rest of the budget left out);
+   coordination = the trial's wall time less the measurement, plus the loop's reads before it. SQL statements per trial are counted (SQLAlchemy's cursor events). On PostgreSQL, pg_stat_activity is polled every 0.5 s for the connections each
    worker holds (each worker's application_name is its own), and the CPU time of the server's
    processes is read from /proc. Trials/hour: the share of the K workers' time spent measuring, from
    the start until the first worker finds the budget spent (the tail, where a finite budget runs out
@@ -29,7 +31,7 @@
    (benchmarks/made_up.py: the cpu space's 9 knobs, two objectives, two constraints; past 1,000
    trials jittered copies), a suggestion = ``ask`` + the suggestions of every knob, median of
    ``--repeat`` (the first, which imports and compiles, left out), for GP, TPE and the default
-   (``gp``: GP then TPE past autotune.study.GP_MAX_TRIALS).
+   (``gp``: GP then TPE past autotune.phases.sampler.GP_MAX_TRIALS).
 3. Memory: each worker's proportional set size (PSS) once started and at the end; how many workers
    this machine's memory holds at that size.
 
@@ -71,11 +73,11 @@ SPACE_DICT = {"search": {
 
 def _space() -> tuple[Any, Any, dict[str, Any], Any]:
     from autotune import knobs, space
-    from autotune import study as S
+    from autotune.phases.seeds import base_config
 
     ctx = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
     sp = space.parse(SPACE_DICT, "fleet.toml", "fleet")
-    base = S.base_config(ctx, sp.fixed, None)
+    base = base_config(ctx, sp.fixed, None)
     return ctx, sp, base, space.effective(sp, ctx, base)
 
 
@@ -88,22 +90,24 @@ def _attrs(sp: Any, ctx: Any) -> dict[str, Any]:
 
 
 def child(url: str, budget: int, step: float, sampler: str, folder: Path, index: int, jitter: float = 0.0) -> None:
-    """One worker: the Tuner loop on the shared study, every coordination step timed; writes worker-<index>.json."""
+    """One worker: the search phase on the shared study, every step of each trial timed; writes worker-<index>.json."""
     import random
-    import types
 
     from autotune import result as R
-    from autotune import study as S
     from autotune import tuning
-    from autotune.store import recovery
+    from autotune.phases import Bench, Search, SearchOptions, Seeds, Session
+    from autotune.phases.sampler import make_sampler
+    from autotune.request import DEFAULT_TRIAL_TIMEOUT_S, stale_grace
+    from autotune.store import LiveStudy
 
     ctx, sp, base, eff = _space()
     store = harness.open_store(url)
-    study, _ = store.create_or_check(NAME, _attrs(sp, ctx), S.make_sampler(sampler, None))
-    tuning.warm_cache(study)
-    recovery.recover_stale(study, S.Options().stale_grace_s)
+    study, _ = store.create_or_check(NAME, _attrs(sp, ctx), make_sampler(sampler, None))
+    live = LiveStudy(study, grace_s=stale_grace(DEFAULT_TRIAL_TIMEOUT_S))
+    live.warm_cache()
+    live.recover_stale()
     trials: list[dict[str, Any]] = []
-    now: dict[str, Any] = {}
+    parts: dict[str, float] = {}  # the steps of the trial under way, and its measurement's start and end
     statements = [0]
     if hasattr(store.storage, "engine"):  # a database: count the SQL statements this process sends
         import sqlalchemy
@@ -112,71 +116,48 @@ def child(url: str, budget: int, step: float, sampler: str, folder: Path, index:
             statements[0] += 1
 
         sqlalchemy.event.listen(store.storage.engine, "before_cursor_execute", count)
-    idle = [0.0]
+    idle = [0.0]  # the loop's waits while other workers measure the rest of the budget: not coordination
+    last_end = [0.0]
 
     rng = random.Random(index)
 
     def evaluate(config: dict[str, Any], dominators: Any = (), margin: Any = None) -> Any:
-        start = time.perf_counter()
-        now["measure_from"] = time.time()
+        parts["measure_from"] = time.time()
         time.sleep(step * rng.uniform(1 - jitter, 1 + jitter))
-        now["measure_to"] = time.time()
-        now["measure"] = now.get("measure", 0.0) + time.perf_counter() - start
+        parts["measure_to"] = time.time()
         rate = 100.0 + config["batch_size"] * (2 if config["precision"] == "bf16" else 1) * (1 + 0.05 * config["num_workers"])
         return R.TrialResult(outcome=R.OK, samples_per_s=rate, samples_per_s_cv=0.01, peak_memory_bytes=10**8 + config["batch_size"] * 10**5,
                              wall_s=step)
 
-    # As `autotune worker --no-race` runs, less the noise floor (two extra measurements of the baseline, once per
-    # study: start-up of a study, not coordination, and a 4-trial budget would count them as a third of the work).
-    options = S.Options(trials=budget, race_rounds=0, floor_repeats=0, poll_s=0.25, placement=tuning.placement("cpu"))
-    tuner = S.Tuner(study, eff, ctx, base, evaluate, options, check=store.check_alive)
-
-    def timed(name: str, fn: Any) -> Any:
-        def inner(*a: Any, **k: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                now[name] = now.get(name, 0.0) + time.perf_counter() - start
-        return inner
-
-    study.ask = timed("ask", study.ask)  # type: ignore[method-assign]
-    tuner.suggest = timed("suggest", tuner.suggest)  # type: ignore[method-assign]
-    tuner._claim = timed("claim", tuner._claim)  # type: ignore[method-assign]
-    tuner.record = timed("tell", tuner.record)  # type: ignore[method-assign]
-    tuner.record_duplicate = timed("tell", tuner.record_duplicate)  # type: ignore[method-assign]
-    last_end = [0.0]
-    one_trial = tuner._one_trial
-
-    def timed_trial(cache: Any) -> Any:
-        start = time.perf_counter()
+    def on_step(name: str, seconds: float) -> None:
+        if name == "wait":
+            idle[0] += seconds
+            return
+        if name != "trial":
+            parts[name] = parts.get(name, 0.0) + seconds
+            return
+        end = time.perf_counter()
+        start = end - seconds
         loop = start - last_end[0] - idle[0]  # the loop's own reads since the last trial, less the idle polls
         idle[0] = 0.0
-        now.clear()
-        now["in_trial"] = True
-        try:
-            rec, resolved, trial_id = one_trial(cache)
-        finally:
-            end = time.perf_counter()
-            last_end[0] = end
-            measure = now.get("measure", 0.0)
-            row = {k: (v if k.startswith("measure_") else round(v, 5)) for k, v in now.items() if isinstance(v, float)}
-            row.update(start=start, end=end, loop=round(loop, 5), wall=round(end - start, 5),
-                       coordination=round(end - start - measure + loop, 5))
-            now.pop("in_trial", None)
-        row["kind"] = "none" if rec is None else ("duplicate" if rec.duplicate_of is not None else "measured")
+        last_end[0] = end
+        measure = parts.get("measure", 0.0)
+        row = {k: (v if k.startswith("measure_") else round(v, 5)) for k, v in parts.items()}
+        row.update(start=start, end=end, loop=round(loop, 5), wall=round(seconds, 5),
+                   coordination=round(seconds - measure + loop, 5),
+                   kind="measured" if "measure" in parts else "none")  # a cache answer: told below
         trials.append(row)
-        return rec, resolved, trial_id
+        parts.clear()
 
-    tuner._one_trial = timed_trial  # type: ignore[method-assign]
+    def on_trial(rec: Any) -> None:
+        if rec.duplicate_of is not None:
+            trials[-1]["kind"] = "duplicate"
 
-    def sleep(seconds: float) -> None:  # the Tuner's waits: an idle poll (budget being measured elsewhere) is not coordination
-        start = time.perf_counter()
-        time.sleep(seconds)
-        if not now.get("in_trial"):
-            idle[0] += time.perf_counter() - start
-
-    S.time = types.SimpleNamespace(**{k: getattr(time, k) for k in ("time", "monotonic", "perf_counter")}, sleep=sleep)  # type: ignore[attr-defined]
+    # As `autotune worker --no-race` runs, less the noise floor (two extra measurements of the baseline, once per
+    # study: start-up of a study, not coordination, and a 4-trial budget would count them as a third of the work).
+    options = SearchOptions(trials=budget, poll_s=0.25, placement=tuning.placement("cpu"))
+    search = Search(live, Seeds(eff, ctx, base), Bench(evaluate), options, on_trial=on_trial, check=store.check_alive,
+                    on_step=on_step)
     pss_start = _pss(os.getpid())
     (folder / f"ready-{index}").write_text("")
     go = folder / "go"
@@ -187,12 +168,12 @@ def child(url: str, budget: int, step: float, sampler: str, folder: Path, index:
     wall_go = time.time()
     cpu_go = sum(os.times()[:2])
     statements[0] = 0
-    summary = tuner.run()
+    report = search.run(Session(live))
     cpu_s = sum(os.times()[:2]) - cpu_go
     out = {"index": index, "go": wall_go, "trials": [{**r, "start": r["start"] - t_go + wall_go, "end": r["end"] - t_go + wall_go}
                                                    for r in trials],
-           "cpu_s": cpu_s, "statements": statements[0], "pss_start": pss_start, "pss_end": _pss(os.getpid()), "reason": summary.reason,
-           "sampler": type(study.sampler).__name__}
+           "cpu_s": cpu_s, "statements": statements[0], "pss_start": pss_start, "pss_end": _pss(os.getpid()), "reason": report.reason,
+           "sampler": type(live.sampler).__name__}
     (folder / f"worker-{index}.json").write_text(json.dumps(out))
 
 
@@ -249,15 +230,14 @@ def fresh_url(kind: str, folder: Path, pg: str | None, tag: str) -> str:
 
 
 def fleet_run(kind: str, workers: int, step: float, args: argparse.Namespace, pg: str | None, folder: Path) -> dict[str, Any]:
-    from autotune import study as S
-    from autotune.evidence import is_measured
+    from autotune.phases.sampler import make_sampler
 
     tag = f"fleet_{kind}_{workers}_{int(step * 1000)}"
     run_dir = folder / tag
     run_dir.mkdir()
     url = fresh_url(kind, folder, pg, tag)
     ctx, sp, _, _ = _space()
-    harness.open_store(url).create_or_check(NAME, _attrs(sp, ctx), S.make_sampler(args.sampler, 0))  # as `autotune submit` would
+    harness.open_store(url).create_or_check(NAME, _attrs(sp, ctx), make_sampler(args.sampler, 0))  # as `autotune submit` would
     budget = workers * args.rounds
     procs: list[subprocess.Popen[bytes]] = []
     started = time.monotonic()
@@ -323,9 +303,8 @@ def fleet_run(kind: str, workers: int, step: float, args: argparse.Namespace, pg
     reports = [json.loads((run_dir / f"worker-{i}.json").read_text()) for i in range(workers)]
     rows = [r for rep in reports for r in rep["trials"]]
     measured_rows = [r for r in rows if r["kind"] == "measured"]
-    study = harness.open_store(url).load(NAME)
-    every = study.get_trials(deepcopy=False)
-    measured = [t for t in every if is_measured(t) and t.user_attrs.get("duplicate_of") is None and "config_key" in t.user_attrs]
+    study = harness.open_store(url).read(NAME)
+    measured = [t for t in study.trials if t.measured and t.duplicate_of is None and t.config_key is not None]
     last = max(r["end"] for r in measured_rows)
     wall = last - t0
     # Steady state: from the start until the first worker found no budget left (its last measurement's end), the share of
@@ -376,23 +355,22 @@ def fleet_run(kind: str, workers: int, step: float, args: argparse.Namespace, pg
 
 def sampler_growth(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
     import optuna
-    from made_up import SEARCH, jittered_copies, make_study
+    from made_up import SEARCH, grow, make_study
 
-    from autotune import study as S
+    from autotune.phases.sampler import GPThenTPE, make_sampler
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rows = []
     for n in sizes:
         study = make_study(optuna.storages.InMemoryStorage(), n_trials=min(n, 1000), seed=0, name=f"g{n}")
-        if n > 1000:
-            study.add_trials(jittered_copies(study, n - 1000))
+        grow(study, n - min(n, 1000))
         complete = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
         row: dict[str, Any] = {"trials": n, "complete": complete, "seconds": {}}
         for name in ("gp-only", "tpe", "gp"):
             if name == "gp-only" and n > 1000:
                 row["seconds"][name] = None  # minutes a suggestion, and gigabytes: not run
                 continue
-            sampler = S.make_sampler("gp", 0, gp_max_trials=10**9) if name == "gp-only" else S.make_sampler(name, 0)
+            sampler = make_sampler("gp", 0, gp_max_trials=10**9) if name == "gp-only" else make_sampler(name, 0)
             study.sampler = sampler
             times = []
             for _ in range(repeat + 1):
@@ -407,7 +385,7 @@ def sampler_growth(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)  # not part of the history the next one sees
             row["seconds"][name] = round(statistics.median(times[1:]), 3)
             if name == "gp":
-                row["default_uses"] = "tpe" if isinstance(sampler, S.GPThenTPE) and sampler.switched_at is not None else "gp"
+                row["default_uses"] = "tpe" if isinstance(sampler, GPThenTPE) and sampler.switched_at is not None else "gp"
         rows.append(row)
         say(f"sampler at {n:>6} trials: " + ", ".join(f"{k} {('-' if v is None else f'{v:.3f} s')}" for k, v in row["seconds"].items())
             + f" (default uses {row.get('default_uses')})", keep=False)
@@ -514,10 +492,10 @@ def _memory(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _text(runs: list[dict[str, Any]], growth: list[dict[str, Any]], memory: dict[str, Any], args: argparse.Namespace,
           notes: list[str], pg_version: str | None, max_conn: int | None) -> list[str]:
-    from autotune.study import GP_MAX_TRIALS
+    from autotune.phases.sampler import GP_MAX_TRIALS
 
     m = _machine()
-    lines = [f"fleet_scale: K worker processes (the Tuner loop, a measurement that sleeps `step` s), sampler "
+    lines = [f"fleet_scale: K worker processes (the search loop, a measurement that sleeps `step` s), sampler "
              f"{args.sampler}, budget K x {args.rounds}" + (f" [{args.label}]" if args.label else ""),
              f"machine: {m['node']}, {m['cpus']} CPUs ({m['cpu']}), {m['memory_gib']} GiB; Python {m['python']}"
              + (f"; {pg_version} on the same machine, max_connections {max_conn}" if pg_version else ""),

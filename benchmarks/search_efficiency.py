@@ -4,9 +4,9 @@
     python benchmarks/search_efficiency.py [--seeds 20] [--trials 40] [--examples cnn mlp] [--samplers tpe random ...]
 
 For each example grid (benchmarks/data/grid_<example>.json) and each sampler, runs
-the real study loop (autotune.study.Tuner: baseline and recipe seeds, failure
-feedback, de-duplication) with a lookup in the table instead of a measurement,
-over many seeds, and prints:
+the search phase alone (autotune.phases.Search, as `autotune run` runs it: baseline and
+recipe seeds, failure feedback, de-duplication, early stopping; no noise floor, no race)
+with a lookup in the table instead of a measurement, over many seeds, and prints:
 
 - the median (and min) share of the grid's best throughput reached after 10, 20
   and 40 measured configurations;
@@ -31,21 +31,23 @@ from harness import say
 
 from autotune import knobs, space
 from autotune import result as R
-from autotune import study as S
+from autotune.phases import Bench, Search, SearchOptions, Seeds, Session
+from autotune.phases.sampler import make_sampler
+from autotune.phases.seeds import base_config
 from autotune.protocol import Settings
 from autotune.report import hypervolume_2d
-from autotune.store import DIRECTIONS
+from autotune.store import DIRECTIONS, LiveStudy
 
 HERE = harness.HERE
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 
 SAMPLERS = {
-    "gp (default)": lambda seed: S.make_sampler("gp", seed),
-    "tpe": lambda seed: S.make_sampler("tpe", seed),
+    "gp (default)": lambda seed: make_sampler("gp", seed),
+    "tpe": lambda seed: make_sampler("tpe", seed),
     "tpe-independent": lambda seed: optuna.samplers.TPESampler(seed=seed),
-    "nsga2": lambda seed: S.make_sampler("nsga2", seed),
-    "random": lambda seed: S.make_sampler("random", seed),
+    "nsga2": lambda seed: make_sampler("nsga2", seed),
+    "random": lambda seed: make_sampler("random", seed),
 }
 CHECKPOINTS = (10, 20, 40)
 
@@ -55,13 +57,13 @@ def load_table(name: str) -> tuple[dict, dict[str, dict]]:
     return doc, {row["config_key"]: row for row in doc["rows"]}
 
 
-def replay(name: str, table: dict[str, dict], make_sampler, seed: int, trials: int, early_stop: bool) -> dict:
+def replay(name: str, table: dict[str, dict], sampler_of, seed: int, trials: int, early_stop: bool) -> dict:
     grid = GRIDS[name]
     ctx = grid["context"]
     sp = space.parse({"search": grid["search"]}, f"grid-{name}", name)
-    base = S.base_config(ctx, {}, None)
+    base = base_config(ctx, {}, None)
     eff = space.effective(sp, ctx, base)
-    study = optuna.create_study(directions=DIRECTIONS, sampler=make_sampler(seed))
+    live = LiveStudy(optuna.create_study(directions=DIRECTIONS, sampler=sampler_of(seed)))  # in memory: no store
     settings = Settings()
     spent = {"s": 0.0}
     curve: list[float] = []
@@ -95,10 +97,11 @@ def replay(name: str, table: dict[str, dict], make_sampler, seed: int, trials: i
             value = true["samples_per_s"] if true["outcome"] == R.OK else 0.0
             curve.append(max(curve[-1] if curve else 0.0, value))
 
-    tuner = S.Tuner(study, eff, ctx, base, evaluate, S.Options(trials=trials, early_stop=early_stop, max_repeats=200, race_rounds=0, floor_repeats=0), on_trial)
-    summary = tuner.run()
-    found = [table[t.user_attrs["config_key"]] for t in tuner.measured() if t.user_attrs.get("outcome") == R.OK]
-    return {"curve": curve, "found": found, "spent_s": spent["s"], "reason": summary.reason}
+    search = Search(live, Seeds(eff, ctx, base), Bench(evaluate),
+                    SearchOptions(trials=trials, early_stop=early_stop, max_repeats=200), on_trial=on_trial)
+    report = search.run(Session(live))
+    found = [table[t.config_key] for t in live.trials() if t.measured and t.config_key and t.outcome == R.OK]
+    return {"curve": curve, "found": found, "spent_s": spent["s"], "reason": report.reason}
 
 
 def main() -> None:
@@ -114,7 +117,7 @@ def main() -> None:
         best = max(r["samples_per_s"] for r in ok)
         ref = 1.1 * max(r["peak_memory_bytes"] for r in ok)
         grid_hv = hypervolume_2d([(r["samples_per_s"], r["peak_memory_bytes"]) for r in ok], ref)
-        base_key = knobs.resolve(S.base_config(GRIDS[name]["context"], {}, None), GRIDS[name]["context"]).key()
+        base_key = knobs.resolve(base_config(GRIDS[name]["context"], {}, None), GRIDS[name]["context"]).key()
         say()
         say(f"== {name}: {len(doc['rows'])} configurations, grid best {best:.1f} samples/s "
             f"({best / table[base_key]['samples_per_s']:.2f}x the defaults), {doc['fingerprint']['cpu_model']}")

@@ -5,18 +5,20 @@
 For each pair of grids (benchmarks/data/grid_<example>.json), the warm-start source is a study
 tuned on the OTHER grid, so the target's grid played no part in picking it:
 
-1. source: the real study loop (autotune.study.Tuner: baseline, noise floor, recipe, the sampler,
-   the final race) replayed against the source grid, ``--source-trials`` configurations, every
+1. source: the tuning loop as `autotune run` composes its phases (autotune.study.Tuner over a
+   LiveStudy and a Bench that looks the grid up: baseline, noise floor, recipe, the sampler, the
+   final race) replayed against the source grid, ``--source-trials`` configurations, every
    re-measurement drawn with a between-process noise of ``--noise`` (log-normal), so the verdict
    (autotune.evidence) has real intervals to decide with;
-2. target, twice with the same sampler seed: without warm start, and with it: the seeds are
-   chosen by the product's own code (autotune.warmstart.seeds, as tuning.prepare calls it on a
-   new study) from the storage holding the source study, and queued after the baseline and
-   the recipe.
+2. target, twice with the same sampler seed, the search phase alone with its noise floor
+   (autotune.phases.Search, no race): without warm start, and with it: the seeds are chosen by
+   the product's own code (autotune.warmstart.seeds, as tuning.prepare calls it on a new study)
+   from the storage holding the source study, and queued after the baseline and the recipe.
 
 Both grids were measured on one kind of machine (same fingerprint), so the "same kind" condition
 holds by construction. A target run stops as soon as a configuration within 95% of the grid's best
-is measured (or after ``--cap`` measured configurations: "not reached", counted as cap + 1). Trials
+is measured (the search's ``until``), or after ``--cap`` measured configurations: "not reached",
+counted as cap + 1. Trials
 count measured configurations, baseline, recipe and warm-start seeds included (the noise floor's and
 the race's re-measurements are not trials). Prints a table per target grid and the ratio of the
 median trials with warm start to without, and writes benchmarks/results/OUT-<date>.{txt,json}.
@@ -46,7 +48,10 @@ from harness import say
 from autotune import knobs, space, warmstart
 from autotune import result as R
 from autotune import study as S
-from autotune.store import DIRECTIONS, Store, kind
+from autotune.phases import Bench, Search, SearchOptions, Seeds, Session, floor
+from autotune.phases.sampler import make_sampler
+from autotune.phases.seeds import base_config
+from autotune.store import LiveStudy, Store, kind
 
 HERE = harness.HERE
 
@@ -60,19 +65,20 @@ def memory_store() -> Store:
     return harness.open_store("sqlite:///:memory:", fresh=True)
 
 
-class Reached(Exception):
-    """The target run measured a configuration within SHARE of the grid's best."""
-
-
 def load_grid(name: str) -> dict[str, Any]:
     doc = json.loads((HERE / "data" / f"grid_{name}.json").read_text())
     table = {row["config_key"]: row for row in doc["rows"]}
     best = max(r["samples_per_s"] for r in doc["rows"] if r["outcome"] == R.OK)
     ctx = GRIDS[name]["context"]
     sp = space.parse({"search": GRIDS[name]["search"]}, f"grid-{name}", name)
-    base = S.base_config(ctx, {}, None)
+    base = base_config(ctx, {}, None)
     return {"name": name, "doc": doc, "table": table, "best": best, "ctx": ctx, "space": space.effective(sp, ctx, base),
             "raw_space": sp, "base": base, "fingerprint": doc["fingerprint"]}
+
+
+def seeds_of(grid: dict[str, Any]) -> Seeds:
+    """What a study of the grid searches, and its baseline (the defaults)."""
+    return Seeds(grid["space"], grid["ctx"], grid["base"])
 
 
 def evaluator(grid: dict[str, Any], rng: random.Random, noise: float):
@@ -89,27 +95,26 @@ def evaluator(grid: dict[str, Any], rng: random.Random, noise: float):
     return evaluate
 
 
-def create(storage: optuna.storages.BaseStorage, name: str, grid: dict[str, Any], sampler: Any,
-           fingerprint: dict[str, Any]) -> optuna.Study:
-    study = optuna.create_study(storage=storage, study_name=name, directions=DIRECTIONS, sampler=sampler)
+def create(store: Store, name: str, grid: dict[str, Any], sampler: Any, fingerprint: dict[str, Any]) -> LiveStudy:
+    """A new study of the grid in ``store``, described as `autotune run` describes one (Store.create_or_check)."""
     attrs = {"workload": GRIDS[grid["name"]]["spec"].to_dict(payload=False), "space": grid["raw_space"].to_dict(),
-             "fingerprint": fingerprint, "device": "cpu", "context": grid["ctx"].to_dict(),
-             "created_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())}
-    for key, value in attrs.items():
-        study.set_user_attr(key, value)
-    return study
+             "space_hash": grid["raw_space"].hash(), "fingerprint": fingerprint, "device": "cpu",
+             "context": grid["ctx"].to_dict(), "global_batch": None}
+    study, created = store.create_or_check(name, attrs, sampler)
+    assert created, name
+    return LiveStudy(study)
 
 
 def source_study(store: Store, grid: dict[str, Any], sampler: str, seed: int, trials: int, noise: float,
                  fingerprint: dict[str, Any]) -> dict[str, Any]:
     """A study tuned to the end (race included) on the source grid; returns its verdict."""
-    study = create(store.storage, f"source-{grid['name']}", grid, S.make_sampler(sampler, seed), fingerprint)
+    live = create(store, f"source-{grid['name']}", grid, make_sampler(sampler, seed), fingerprint)
     options = S.Options(trials=trials, early_stop=False, max_repeats=200)
-    evaluate = evaluator(grid, random.Random(seed), noise)
-    verdict = S.Tuner(study, grid["space"], grid["ctx"], grid["base"], evaluate, options).run().verdict
+    bench = Bench(evaluator(grid, random.Random(seed), noise))
+    verdict = S.Tuner(live, seeds_of(grid), bench, options).run().verdict
     assert verdict is not None
     gain = verdict.state == "gain" and verdict.winner is not None
-    winner = study.trials[verdict.winner].user_attrs["config"] if gain else None  # type: ignore[index]
+    winner = dict(live.view().trial(verdict.winner).config) if gain else None  # type: ignore[arg-type, union-attr]
     true = grid["table"][knobs.resolve(winner, grid["ctx"]).key()]["samples_per_s"] / grid["best"] if winner else None
     return {"state": verdict.state, "winner": verdict.winner, "config": winner, "share_of_its_grid_best": true}
 
@@ -117,34 +122,33 @@ def source_study(store: Store, grid: dict[str, Any], sampler: str, seed: int, tr
 def target_run(grid: dict[str, Any], store: Store | None, sampler: str, seed: int, cap: int, noise: float,
                fingerprint: dict[str, Any]) -> dict[str, Any]:
     """Trials until a configuration within SHARE of the grid's best is measured (None: not within ``cap``)."""
-    storage = store.storage if store is not None else optuna.storages.InMemoryStorage()
     name = f"target-{grid['name']}-{'warm' if store is not None else 'cold'}"
-    study = create(storage, name, grid, S.make_sampler(sampler, 1000 + seed), fingerprint)
-    options = S.Options(trials=cap, early_stop=False, max_repeats=200, race_rounds=0)
+    live = create(store if store is not None else memory_store(), name, grid, make_sampler(sampler, 1000 + seed),
+                  fingerprint)
     measured: list[float] = []
+    hit: list[int] = []  # the measured configurations when one came within SHARE of the grid's best
 
-    def on_trial(rec: S.TrialRecord) -> None:
+    def reached(rec: S.TrialRecord) -> bool:
         if rec.duplicate_of is not None:
-            return
+            return False
         row = grid["table"][knobs.resolve(rec.config, grid["ctx"]).key()]
         measured.append(row["samples_per_s"] if row["outcome"] == R.OK else 0.0)
         if measured[-1] >= SHARE * grid["best"]:
-            raise Reached
+            hit.append(len(measured))
+        return bool(hit)
 
-    evaluate = evaluator(grid, random.Random(1000 + seed), noise)
-    tuner = S.Tuner(study, grid["space"], grid["ctx"], grid["base"], evaluate, options, on_trial=on_trial)
-    seeds: list[warmstart.Seed] = []
+    bench = Bench(evaluator(grid, random.Random(1000 + seed), noise))
+    seeds = seeds_of(grid)
+    chosen: list[warmstart.Seed] = []
     if store is not None:  # what tuning.prepare does for a new study with warm start on
-        seeds = warmstart.seeds(store, study, True, True, fingerprint, tuner)  # type: ignore[arg-type]
-        tuner.warm = [(s.params, s.attrs()) for s in seeds]
-    try:
-        tuner.run()
-        reached = None
-    except Reached:
-        reached = len(measured)
-    return {"trials": reached, "seeds": [s.to_dict() for s in seeds],
-            "seed_text": [s.text(grid["base"]) for s in seeds],
-            "roles": [t.user_attrs.get("role") for t in study.get_trials() if S.is_measured(t)]}
+        chosen = warmstart.seeds(store, live, True, True, fingerprint, seeds)
+        seeds.warm = [(s.params, s.attrs()) for s in chosen]
+    # The search with its noise floor, as `autotune run` measures it (no race: the target only counts trials).
+    search = Search(live, seeds, bench, SearchOptions(trials=cap, early_stop=False, max_repeats=200))
+    search.run(Session(live), between=floor.Floor(live, bench), until=reached)
+    return {"trials": hit[0] if hit else None,
+            "seeds": [s.to_dict() for s in chosen], "seed_text": [s.text(grid["base"]) for s in chosen],
+            "roles": [t.role for t in live.trials() if t.measured]}
 
 
 def machine() -> str:
