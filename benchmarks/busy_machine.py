@@ -73,8 +73,8 @@ def run(folder: Path, study: str, model: list[str], trials: int, during: Any = N
         say(f"   stopped after {elapsed:.0f} s (limit {limit_s:.0f} s), unfinished")
     elif proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out[-3000:]}")
-    study_obj = harness.open_store(harness.sqlite_url(folder / "studies" / f"{study}.db"), read_only=True).load(study)
-    return elapsed, Evidence.of(study_obj)
+    stored = harness.open_store(harness.sqlite_url(folder / "studies" / f"{study}.db"), read_only=True).read(study)
+    return elapsed, stored.evidence
 
 
 def remeasure(model: list[str], config: dict[str, Any], repeats: int) -> float:
@@ -143,10 +143,10 @@ def main() -> None:
                 if started or not db.exists():
                     return
                 try:
-                    study = harness.open_store(harness.sqlite_url(db), read_only=True).load("midway")
+                    study = harness.open_store(harness.sqlite_url(db), read_only=True).read("midway")
                 except Exception:  # noqa: BLE001 - the study is being created
                     return
-                if sum(1 for k in study.user_attrs if k.startswith("measurement:floor-")) >= 2:
+                if sum(1 for m in study.remeasurements() if m.round_id.startswith("floor-")) >= 2:
                     started.extend(hogs(1))
 
             try:

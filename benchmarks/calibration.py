@@ -28,8 +28,8 @@ from harness import say
 
 from autotune import export as C
 from autotune import knobs, tuning
-from autotune.evidence import Evidence
 from autotune.request import TuneConfig
+from autotune.store import StoredStudy
 from autotune.runner import warm_up
 from autotune.stats import geomean
 from autotune.workload import WorkloadSpec
@@ -52,20 +52,20 @@ MODELS = {
 }
 
 
-def extras(study) -> dict:
+def extras(study: StoredStudy) -> dict:
     """What the study spent beyond its search trials: floor, race and ablation processes (and the configurations
     they measured), the ablation's recommendation measured on its own, and the seconds of all of them."""
-    attrs = study.user_attrs
-    floor = [v for k, v in attrs.items() if k.startswith("measurement:floor-")]
-    race_alone = [v for k, v in attrs.items() if k.startswith("measurement:race-")]
-    shared = [v for k, v in attrs.items() if k.startswith("paired:")]
-    race_shared = [v for v in shared if v.get("race")]
-    ablation = [v for v in shared if v.get("ablation")]
-    minimal = [t for t in study.trials if t.user_attrs.get("role") == "minimal" and t.user_attrs.get("duplicate_of") is None]
+    again = list(study.remeasurements())
+    floor = [m for m in again if m.round_id.startswith("floor-")]
+    race_alone = [m for m in again if m.round_id.startswith("race-")]
+    shared = study.blocks()
+    race_shared = [b for b in shared if b.purpose.get("race")]
+    ablation = [b for b in shared if b.purpose.get("ablation")]
+    minimal = [t for t in study.trials if t.role == "minimal" and t.duplicate_of is None]
     processes = len(floor) + len(race_alone) + len(shared) + len(minimal)
-    configurations = len(floor) + len(race_alone) + sum(len(v.get("arms") or []) for v in shared) + len(minimal)
-    seconds = sum(float(v.get("wall_s") or 0.0) for v in floor + race_alone + shared) + sum(
-        float(t.user_attrs.get("duration_s") or 0.0) for t in minimal)
+    configurations = len(floor) + len(race_alone) + sum(len(b.rates) for b in shared) + len(minimal)
+    seconds = sum(float(m.wall_s or 0.0) for m in floor + race_alone) + sum(float(b.wall_s or 0.0) for b in shared) + sum(
+        float(t.duration_s or 0.0) for t in minimal)
     return {"floor": len(floor), "race_processes": len(race_alone) + len(race_shared), "race_shared": len(race_shared),
             "ablation_processes": len(ablation), "minimal_trials": len(minimal), "processes": processes,
             "configurations": configurations, "seconds": seconds}
@@ -99,27 +99,27 @@ def main() -> None:
             summary = prepared.run()
             elapsed = time.monotonic() - start
             race = summary.race
-            study = prepared.study
+            study = prepared.store.read(name)  # the study as the read commands read it, once
+            ev = study.evidence
             # the claim checked: the recommendation's when there is a gain, else the verdict's leader's (the fastest
             # it compared with the defaults; an export of --pick fastest can be the defaults themselves)
-            verdict = Evidence.of(study).verdict()
+            verdict = ev.verdict()
             doc = C.export(study, "recommended")
             if verdict.state != "gain" and verdict.leader is not None and verdict.speedup is not None:
-                leader = study.trials[verdict.leader]
-                doc = {**doc, "knobs": dict(leader.user_attrs["config"]), "speedup": verdict.speedup.to_dict()}
+                leader = study.trial(verdict.leader)
+                doc = {**doc, "knobs": dict(leader.config), "speedup": verdict.speedup.to_dict()}  # type: ignore[union-attr]
             claim = doc["speedup"]
             runner = prepared.runner
             defaults, best = [], []
             for _ in range(args.repeat):
-                defaults.append(runner.measure(prepared.tuner.base).samples_per_s)
+                defaults.append(runner.measure(prepared.tuner.seeds.base).samples_per_s)
                 best.append(runner.measure(doc["knobs"]).samples_per_s)
             again = geomean(best) / geomean(defaults)
             inside = claim["low"] <= again <= claim["high"] if claim["low"] is not None else None
-            trial_s = sum(t.user_attrs.get("duration_s") or 0.0 for t in study.trials if t.user_attrs.get("role") != "minimal")
+            trial_s = sum(t.duration_s or 0.0 for t in study.trials if t.role != "minimal")
             cost = extras(study)
-            searched = sum(1 for t in study.trials if t.user_attrs.get("duplicate_of") is None and "outcome" in t.user_attrs
-                           and t.user_attrs.get("role") != "minimal")
-            ev = Evidence.of(study)
+            searched = sum(1 for t in study.trials if t.duplicate_of is None and t.outcome is not None
+                           and t.role != "minimal")
             ablation = ev.ablation()
             before = BEFORE.get(name, {}).get("claimed") or {}
             ex = {

@@ -40,8 +40,6 @@ JOBS = {
 def run(name: str) -> dict:
     from calibration import extras
 
-    from autotune.evidence import Evidence
-
     with tempfile.TemporaryDirectory() as folder:
         cmd = [sys.executable, "-m", "autotune.cli", "run", *JOBS[name]]
         start = time.monotonic()
@@ -50,12 +48,11 @@ def run(name: str) -> dict:
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         db = next(Path(folder, "studies").glob("*.db"))
-        study = harness.open_store(harness.sqlite_url(db), read_only=True).load(db.stem)
-        ev = Evidence.of(study)
+        study = harness.open_store(harness.sqlite_url(db), read_only=True).read(db.stem)
+        ev = study.evidence
         cost = extras(study)
-        trials = [t for t in study.trials if t.user_attrs.get("duplicate_of") is None and "outcome" in t.user_attrs
-                  and t.user_attrs.get("role") != "minimal"]
-        trial_s = sum(float(t.user_attrs.get("duration_s") or 0.0) for t in trials)
+        trials = [t for t in study.trials if t.duplicate_of is None and t.outcome is not None and t.role != "minimal"]
+        trial_s = sum(float(t.duration_s or 0.0) for t in trials)
         ablation = ev.ablation()
         return {
             "command": "autotune run " + " ".join(JOBS[name]),
