@@ -39,8 +39,8 @@ def need(reason: str) -> NoReturn:
     Chromium and the test extra and runs as root, so a missing part there is a broken CI, not a
     machine without it, and a run that skipped those tests must not pass."""
     if in_ci():
-        pytest.fail(f"{reason} [{CI_VAR}={os.environ.get(CI_VAR)}: a test that cannot run fails in CI instead of skipping]",
-                    pytrace=False)
+        pytest.fail(f"{reason} [{CI_VAR}={os.environ.get(CI_VAR)}: a test that cannot run fails in CI instead of "
+                    "skipping]", pytrace=False)
     pytest.skip(reason)
 
 

@@ -58,6 +58,7 @@ EXCLUDED: dict[str, str] = {
         ILLUSTRATION + "; " + POSTGRES,
     "autotune list --storage postgresql://tuner@db/autotune": POSTGRES,
     "autotune status mynet --storage postgresql://tuner@db/autotune --json": POSTGRES,
+    "autotune trials mynet --storage postgresql://tuner@db/autotune --json": POSTGRES,
     "autotune dashboard mynet --watch 30": "runs until Ctrl-C (rewrites the page every 30 s)",
 }
 # What marks a line that cannot run here as written: such a line must be in EXCLUDED (a fast check, before anything runs).
@@ -69,7 +70,7 @@ UNRUNNABLE = (
 )
 # --help examples run command by command in this order: the commands that make studies or jobs before those that
 # serve or read them (submit before worker). A command not named here runs last.
-HELP_ORDER = ("knobs", "measure", "run", "submit", "worker", "list", "status", "export", "dashboard")
+HELP_ORDER = ("knobs", "measure", "run", "submit", "worker", "list", "status", "trials", "export", "dashboard")
 SHELL_FENCES = ("", "bash", "sh", "shell", "console")
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 SHARED = "/shared/"
@@ -225,7 +226,8 @@ def run_in_order(lines: list[str], folder: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def no_line_left_out(left_out: list[str]) -> None:
-    """The ``hf:`` lines that did not run: a skip saying which and why (a failure in CI, where transformers is installed)."""
+    """The ``hf:`` lines that did not run: a skip saying which and why (a failure in CI, where transformers is
+    installed)."""
     if left_out:
         need(f"transformers is not installed (pip install -e '.[test]' installs it): {len(left_out)} line(s) with an "
              f"hf: model did not run: {'; '.join(left_out)}")
