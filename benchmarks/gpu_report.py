@@ -17,10 +17,9 @@ from pathlib import Path
 import harness
 from harness import say
 
-from autotune import hardware, knobs, space
-from autotune import study as S
-from autotune.evidence import Evidence
+from autotune import hardware, knobs, tuning
 from autotune.protocol import cv
+from autotune.request import TuneConfig
 from autotune.runner import Runner, warm_up
 from autotune.workload import WorkloadSpec
 
@@ -47,25 +46,28 @@ def row(res) -> dict:
             "config": res.config, "not_applicable": res.not_applicable}
 
 
-def study_best(spec: WorkloadSpec, runner: Runner, space_name: str, trials: int, probe: dict, folder: Path) -> dict:
-    ctx = knobs.Context.from_dict(probe["context"])
-    sp = space.load(space_name)
-    base = S.base_config(ctx, sp.fixed, probe["workload"].get("batch_size"))
-    eff = space.effective(sp, ctx, base)
+def study_best(spec: WorkloadSpec, device: str, space_name: str, trials: int, folder: Path) -> dict:
+    """A study of ``trials`` trials as `autotune run` makes it (tuning.prepare: probe, space, seeds, the phases with
+    the noise floor and the final race; no batch-ceiling probe and no warm start, as this report always ran), and
+    what it found."""
     url = f"sqlite:///{folder}/{re.sub(r'[^a-z0-9]+', '-', spec.model)}.db"
-    attrs = {"workload": spec.to_dict(), "space": sp.to_dict(), "space_hash": sp.hash(), "fingerprint": probe["fingerprint"],
-             "device": runner.device, "context": probe["context"], "global_batch": None}
-    study, _ = harness.open_store(url).create_or_check("gpu", attrs, S.make_sampler(S.DEFAULT_SAMPLER, 0))
-    summary = S.Tuner(study, eff, ctx, base, runner.measure, S.Options(trials=trials),
-                      on_trial=lambda r: say(f"   #{r.number} {r.outcome} {r.samples_per_s or 0:.1f}/s {knobs.short(r.config)}")).run()
-    front = S.front(study)
-    ev = Evidence.of(study)
+    job = TuneConfig(spec=spec, space=space_name, trials=trials, seed=0, trial_timeout_s=900, batch_ceiling=False,
+                     warm_start=False)
+    store = harness.open_store(url)
+    prepared = tuning.prepare(job, "gpu", store, device, on_trial=lambda r: say(
+        f"   #{r.number} {r.outcome} {r.samples_per_s or 0:.1f}/s {knobs.short(r.config)}"))
+    summary = prepared.run()
+    study = store.read("gpu")
+    ev = study.evidence
+    front = [t for t in (study.trial(n) for n in ev.front()) if t is not None]
     verdict = summary.verdict
+    assert verdict is not None
     shown = verdict.winner if verdict.state == "gain" else verdict.leader
-    best = next((t for t in study.trials if t.number == shown), front[0])
-    return {"trials": summary.measured, "best_config": best.user_attrs["config"], "verdict": verdict.to_dict(), "noise": ev.noise.to_dict(),
-            "best": best.user_attrs["result"] | {"samples_per_s": ev.samples_per_s(best.number)},
-            "front": [{"config": t.user_attrs["config"], "samples_per_s": t.values[0], "peak_memory_bytes": t.values[1]} for t in front]}
+    best = (study.trial(shown) if shown is not None else None) or front[0]
+    return {"trials": summary.measured, "best_config": dict(best.config), "verdict": verdict.to_dict(), "noise": ev.noise.to_dict(),
+            "best": dict(best.result) | {"samples_per_s": ev.samples_per_s(best.number)},
+            "front": [{"config": dict(t.config), "samples_per_s": t.values[0], "peak_memory_bytes": t.values[1]}  # type: ignore[index]
+                      for t in front]}
 
 
 def main() -> None:
@@ -93,7 +95,7 @@ def main() -> None:
             defaults = [runner.measure({}) for _ in range(args.repeat)]
             rates = [r.samples_per_s for r in defaults if r.ok]
             recipe = runner.measure(knobs.recipe(ctx, knobs.defaults(ctx)))
-            tuned = study_best(spec, runner, space_name, args.trials, probe, Path(tmp))
+            tuned = study_best(spec, device, space_name, args.trials, Path(tmp))
             base = statistics.median(rates)
             ex = {"defaults": row(defaults[0]) | {"samples_per_s": base}, "repeat_cv": cv(rates), "recipe": row(recipe),
                   "study": tuned, "claims": {}}

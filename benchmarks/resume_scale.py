@@ -5,19 +5,22 @@
 1. Builds the study once (kept in ``--workdir``, reused when present): a real `autotune run` of the
    mlp example (``--quick``, 3 trials, no race) in a wide CPU space (batch sizes 8..2048 in steps of
    8: about 15,000 configurations, so that 10,000 trials do not exhaust it), then grown to
-   ``--trials`` trials by the Tuner's own code in memory: Optuna's RandomSampler asks, the Tuner's
-   ``suggest`` writes the parameters and its ``record`` / ``record_duplicate`` write the attributes
-   (a configuration asked again is answered from the cache, as in a real study), with figures from a
-   made-up model of the mlp and about 8% failures (oom, error). Only the figures are made up; every
-   attribute a trial holds is the one the Tuner writes. The grown study is copied to SQLite.
+   ``--trials`` trials in memory: Optuna's RandomSampler draws each configuration through the
+   search's own ``suggest`` (autotune.phases.Search as `autotune run` builds it: tuning.prepare),
+   and each trial is written as the search records one, as a typed trial
+   (autotune.store.StoredTrial: role, configuration and its key, the compact result, duration,
+   placement, owner; a configuration drawn again is a cache answer, ``duplicate_of`` the trial that
+   measured it), with figures from a made-up model of the mlp and about 8% failures (oom, error),
+   all added in one write (autotune.store.records.add_trials). Only the figures are made up. The
+   grown study is copied to SQLite.
 2. Runs ``autotune run --model autotune.examples:mlp --space WIDE --quick --trials M+1 --confirm 0``
    (M: the measured configurations the study holds, so the run measures one more) on a fresh copy of
-   it, ``--repeat`` times, in a fresh process whose only addition is a log of timestamps (when
-   ``prepare`` returns, the first ``study.ask``, each ask + the Tuner's ``suggest`` and how long it
-   took, the first measurement's start). Reported: time from the process's start to its first trial
-   (asked) and to its first measurement (a sampler that proposes configurations measured already
-   gets cache answers first, each a trial line), and the suggestion time (ask + suggest) of every
-   trial the run asks.
+   it, ``--repeat`` times, as a user runs it, with ``AUTOTUNE_TRACE=1`` (the search prints each step
+   of each trial on stderr as it ends: autotune.phases.search), its output read line by line as it
+   arrives. Reported: time from the process's start to the study prepared (its opening line
+   arrives), to its first trial (the first ``ask`` began) and to its first measurement (a sampler
+   that proposes configurations measured already gets cache answers first, each a trial line), and
+   the suggestion time (ask + suggest) of every trial the run asks.
 Writes benchmarks/results/resume_scale-<date>.json and .txt (the summary it prints last; ``--no-write``: print only).
 """
 
@@ -30,6 +33,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -65,21 +69,6 @@ def _cli(workdir: Path, url: str, trials: int, sampler: str | None) -> list[str]
 # ---------------------------------------------------------------- building the study
 
 
-class _NoEvidence:
-    """Stands in for Evidence while the study is grown: a trial line's speed-up is not stored, and computing it
-    for each of 10,000 trials (the whole study each time) would take an hour."""
-
-    @classmethod
-    def of(cls, study: Any) -> _NoEvidence:
-        return cls()
-
-    def speedup(self, number: int) -> None:
-        return None
-
-    def samples_per_s(self, number: int) -> None:
-        return None
-
-
 def _made_up(config: dict[str, Any], template: dict[str, Any], rng: random.Random) -> Any:
     """A made-up result of the mlp for ``config`` (figures only; the shape is a real trial's ``result``)."""
     from autotune import result as R
@@ -104,9 +93,7 @@ def build(n: int, workdir: Path) -> Path:
     """The study of ``n`` trials as a SQLite file in ``workdir`` (built when missing)."""
     import optuna
 
-    from autotune import knobs, tuning
-    from autotune import study as S
-    from autotune.store import recovery
+    from autotune import tuning
 
     done = workdir / f"resume-{n}.db"
     if done.exists():
@@ -121,122 +108,142 @@ def build(n: int, workdir: Path) -> Path:
                        cwd=ROOT, check=True, capture_output=True, text=True)
         os.replace(tmp, base)
         say(f"real study of {BASE_TRIALS} trials measured in {time.perf_counter() - start:.0f} s", keep=False)
-    # The Tuner exactly as `autotune run` builds it (probe, effective space, defaults), on a copy in memory.
+    # The search exactly as `autotune run` builds it (probe, effective space, defaults), over a copy in memory.
     store = harness.open_store(f"sqlite:///{base}")
-    job = tuning.stored_config(store.load(NAME))
+    job = tuning.stored_config(store.read(NAME))
     prepared = tuning.prepare(job, NAME, store, "cpu")
     memory = optuna.storages.InMemoryStorage()
     optuna.copy_study(from_study_name=NAME, from_storage=store.storage, to_storage=memory)
-    study = optuna.load_study(study_name=NAME, storage=memory, sampler=optuna.samplers.RandomSampler(seed=0))
-    t = prepared.tuner
-    tuner = S.Tuner(study, t.space, t.ctx, t.base, lambda *a: None, t.options)
-    template = next(x.user_attrs["result"] for x in study.get_trials(deepcopy=False) if x.user_attrs.get("role") == "search")
-    rng = random.Random(1)
-    cache = tuner._cache()
-    saved, S.Evidence = S.Evidence, _NoEvidence  # type: ignore[misc]
-    try:
-        for _ in range(n - len(study.get_trials(deepcopy=False))):
-            trial = study.ask()
-            study._storage.set_trial_system_attr(trial._trial_id, recovery.OWNER, recovery.owner())
-            trial.set_user_attr("placement", t.options.placement)
-            resolved = knobs.resolve({**tuner.base, **tuner.suggest(trial)}, tuner.ctx)
-            hit = cache.get(resolved.key())
-            if hit is not None:
-                tuner.record_duplicate(trial, "search", resolved, hit)
-                continue
-            trial.set_user_attr("measuring_since", time.time())
-            tuner.record(trial, "search", resolved, _made_up(resolved.config, template, rng))
-            cache[resolved.key()] = study._storage.get_trial(trial._trial_id)
-    finally:
-        S.Evidence = saved  # type: ignore[misc]
+    study = optuna.load_study(study_name=NAME, storage=memory)
+    _grow(study, n, prepared.tuner.search, prepared.tuner.options.placement)
     grown = time.perf_counter()
     tmp = workdir / f".resume-{n}.db"
     tmp.unlink(missing_ok=True)
     optuna.copy_study(from_study_name=NAME, from_storage=memory, to_storage=f"sqlite:///{tmp}")
     os.replace(tmp, done)
-    trials = study.get_trials(deepcopy=False)
-    distinct = sum(1 for x in trials if x.user_attrs.get("duplicate_of") is None)
+    trials = harness.open_store(harness.sqlite_url(done), read_only=True, fresh=True).read(NAME).trials
+    distinct = sum(1 for x in trials if x.duplicate_of is None)
     say(f"grew the study to {len(trials)} trials ({distinct} measured configurations, the rest cache answers) in "
         f"{grown - start:.0f} s; copied to SQLite in {time.perf_counter() - grown:.0f} s", keep=False)
     return done
 
 
+def _grow(study: Any, n: int, search: Any, placement: dict[str, Any]) -> None:
+    """Grow ``study`` to ``n`` trials: each configuration drawn by RandomSampler through ``search.suggest`` (the
+    search's own define-by-run space) on a scratch study, and written as the search records a trial, measured or
+    answered from the cache (autotune.phases.search), all in one write (records.add_trials)."""
+    import math
+
+    import optuna
+
+    from autotune import knobs
+    from autotune import result as R
+    from autotune.store import LiveStudy, StoredTrial, records
+
+    have = LiveStudy(study).trials()
+    seeds = search.seeds
+    template = (next((dict(t.result) for t in have if t.role == "search" and t.outcome == R.OK), None)
+                or next(dict(t.result) for t in have if t.outcome == R.OK))
+    cache = {t.config_key: t for t in have if t.measured and t.config_key}
+    peaks = [t.values[1] for t in have if t.measured and t.outcome == R.OK and t.values]
+    scratch = optuna.create_study(directions=["maximize", "minimize"], sampler=optuna.samplers.RandomSampler(seed=0))
+    rng = random.Random(1)
+    me = records.owner()
+    distributions: dict[str, Any] = {}
+    added: list[StoredTrial] = []
+    for number in range(len(have), n):
+        asked = scratch.ask()
+        params = search.suggest(asked)
+        distributions.update(asked.distributions)
+        scratch.tell(asked, state=optuna.trial.TrialState.FAIL)
+        resolved = knobs.resolve({**seeds.base, **params}, seeds.ctx)
+        key = resolved.key()
+        common: dict[str, Any] = dict(number=number, state="complete", params=params, started=None, completed=None,
+                                      role="search", placement=placement, owner=me)
+        hit = cache.get(key)
+        if hit is not None:  # a cache answer, as the search writes one: the measured trial's marks, nothing measured
+            ok = hit.outcome == R.OK
+            added.append(StoredTrial(
+                **common, values=hit.values,
+                constraints={"failed": 0.0 if ok else 1.0, "memory": hit.constraints.get("memory", 0.0) if ok else 0.0},
+                outcome=hit.outcome, config=hit.config, config_key=hit.config_key, not_applicable=hit.not_applicable,
+                result=hit.result, error=hit.error, duration_s=0.0, duplicate_of=hit.number))
+            continue
+        result = _made_up(resolved.config, template, rng)  # a measured trial, as the search records one (no --max-memory)
+        ok = result.ok and result.samples_per_s is not None and math.isfinite(result.samples_per_s)
+        compact = {k: v for k, v in result.to_dict().items() if k not in ("config", "not_applicable", "error", "outcome")}
+        error = ({"type": result.error.get("type", ""), "message": result.error.get("message", ""), "stderr_tail": []}
+                 if result.error else None)
+        values = ((float(result.samples_per_s), float(result.peak_memory_bytes or 0)) if ok  # type: ignore[arg-type]
+                  else (0.0, 2.0 * max(peaks) if peaks else float(1 << 40)))
+        trial = StoredTrial(
+            **common, values=values, constraints={"failed": 0.0 if ok else 1.0, "memory": 0.0},
+            outcome=result.outcome if ok or result.outcome != R.OK else R.ERROR, config=resolved.config,
+            config_key=key, not_applicable={**resolved.not_applicable, **result.not_applicable}, result=compact,
+            error=error, duration_s=result.wall_s, measuring_since=time.time())
+        if ok:
+            peaks.append(values[1])
+        cache[key] = trial
+        added.append(trial)
+    records.add_trials(study, added, distributions)
+
+
 # ---------------------------------------------------------------- one resumed run, timed from outside
 
-# Runs the real CLI; the only addition is a line of timestamps (seconds since the parent started the process).
-_WRAPPER = r"""
-import json, os, sys, time
-T0 = float(os.environ["RESUME_T0"])
-def mark(what, **kw):
-    print("RESUME_MARK " + json.dumps({"what": what, "t": round(time.time() - T0, 4), **kw}), flush=True)
-mark("interpreter")
-from autotune import runner, study as S, tuning
-ask_s = {}
-def wrap_ask(orig):
-    def ask(self, *a, **k):
-        if not ask_s:
-            mark("first_ask")
-        s = time.perf_counter(); trial = orig(self, *a, **k); ask_s[trial.number] = time.perf_counter() - s
-        return trial
-    return ask
-import optuna
-optuna.Study.ask = wrap_ask(optuna.Study.ask)
-orig_suggest = S.Tuner.suggest
-def suggest(self, trial):
-    s = time.perf_counter(); out = orig_suggest(self, trial); took = time.perf_counter() - s
-    mark("suggest", number=trial.number, ask_s=round(ask_s.get(trial.number, 0.0), 4), params_s=round(took, 4),
-         sampler=type(self.study.sampler).__name__)
-    return out
-S.Tuner.suggest = suggest
-orig_measure = runner.Runner.measure
-def measure(self, *a, **k):
-    mark("measure")
-    return orig_measure(self, *a, **k)
-runner.Runner.measure = measure
-orig_prepare = tuning.prepare
-def prepare(*a, **k):
-    p = orig_prepare(*a, **k); mark("prepared"); return p
-tuning.prepare = prepare
-from autotune.cli import main
-sys.argv = ["autotune", *sys.argv[1:]]
-main()
-"""
+TRACE = "autotune-trace "  # the lines AUTOTUNE_TRACE=1 adds on stderr (autotune.phases.search)
 
 
 def measured_configurations(db: Path) -> int:
     """The study's measured configurations, as the Tuner counts its budget (a cache answer is not one)."""
-    from autotune.evidence import is_measured
-
-    trials = harness.open_store(harness.sqlite_url(db), read_only=True, fresh=True).load(NAME).get_trials(deepcopy=False)
-    return sum(1 for t in trials if is_measured(t) and "config_key" in t.user_attrs and t.user_attrs.get("duplicate_of") is None)
+    trials = harness.open_store(harness.sqlite_url(db), read_only=True, fresh=True).read(NAME).trials
+    return sum(1 for t in trials if t.measured and t.config_key is not None and t.duplicate_of is None)
 
 
 def resume_once(db: Path, workdir: Path, n: int, sampler: str | None, timeout_s: float) -> dict[str, Any]:
+    """`autotune run` resuming a fresh copy of the study, as a user runs it (with AUTOTUNE_TRACE=1), timed from
+    outside: each line of its output stamped as it arrives; its trace lines say when each step began."""
     run_db = workdir / "run.db"
     shutil.copyfile(db, run_db)
-    env = {**os.environ, "RESUME_T0": repr(time.time())}
+    env = {**os.environ, "AUTOTUNE_TRACE": "1", "PYTHONUNBUFFERED": "1"}
+    t0 = time.time()
     start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", *_cli(workdir, f"sqlite:///{run_db}", n + 1, sampler)],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    arrived: list[tuple[float, str]] = []  # (seconds after the start, line)
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            arrived.append((time.time() - t0, line.rstrip("\n")))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    rc: int | None
     try:
-        proc = subprocess.run([sys.executable, "-c", _WRAPPER, *_cli(workdir, f"sqlite:///{run_db}", n + 1, sampler)],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
-        out, rc = proc.stdout, proc.returncode
-    except subprocess.TimeoutExpired as exc:
-        out, rc = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or ""), None
+        rc = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        rc = None
+    reader.join(timeout=30)
     wall = time.perf_counter() - start
-    marks = [json.loads(line.split(" ", 1)[1]) for line in out.splitlines() if line.startswith("RESUME_MARK ")]
-    text = [line for line in out.splitlines() if not line.startswith("RESUME_MARK ")]
-    first = next((m["t"] for m in marks if m["what"] == "measure"), None)
-    suggests = [m for m in marks if m["what"] == "suggest"]
+    steps = [json.loads(line[len(TRACE):]) for _, line in arrived if line.startswith(TRACE)]
+    text = [(t, line) for t, line in arrived if not line.startswith(TRACE)]
+    suggests, asked = [], 0.0
+    for step in steps:
+        if step["step"] == "ask":
+            asked = step["s"]
+        elif step["step"] == "suggest":
+            suggests.append({"s": round(asked + step["s"], 4), "sampler": step["sampler"]})
+    first = {name: next((round(x["began"] - t0, 4) for x in steps if x["step"] == name), None) for name in ("ask", "measure")}
     row = {"rc": rc, "wall_s": round(wall, 2), "timed_out": rc is None,
-           "interpreter_s": next((m["t"] for m in marks if m["what"] == "interpreter"), None),
-           "prepared_s": next((m["t"] for m in marks if m["what"] == "prepared"), None),
-           "first_trial_s": next((m["t"] for m in marks if m["what"] == "first_ask"), None),
-           "first_measure_s": first, "cache_answers_before": sum(1 for line in text if "(already measured as #" in line),
-           "suggest_s": [round(m["ask_s"] + m["params_s"], 4) for m in suggests],
-           "samplers": sorted({m["sampler"] for m in suggests}),
-           "output": [line for line in text if line.strip()][:12]}
+           "prepared_s": next((round(t, 4) for t, line in text if line.startswith(("resuming study", "new study"))), None),
+           "first_trial_s": first["ask"], "first_measure_s": first["measure"],
+           "cache_answers_before": sum(1 for _, line in text if "(already measured as #" in line),
+           "suggest_s": [x["s"] for x in suggests], "samplers": sorted({x["sampler"] for x in suggests}),
+           "output": [line for _, line in text if line.strip()][:12]}
     if rc not in (0, None):
-        row["stderr"] = proc.stderr[-2000:]
+        row["output_tail"] = [line for _, line in text][-30:]
     return row
 
 
