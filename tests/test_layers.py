@@ -1,5 +1,5 @@
 """The package's layering as written in pyproject.toml ([tool.importlinter]): no import circles among autotune's
-modules (lazy imports count), and the layers from the faces down. These tests run `lint-imports` on the repository,
+modules (lazy imports count), the layers from the faces down, and only the store importing Optuna's storages. These tests run `lint-imports` on the repository,
 and on a copy of it with one import added, to show that each contract fails when that import breaks it."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CIRCLES = "No import circles among autotune's modules"
 LAYERS = "Layers: the faces"
+STORAGES = "Only autotune.store imports optuna.storages"
 LINT = "from importlinter.cli import lint_imports_command; lint_imports_command(prog_name='lint-imports')"
 
 
@@ -39,6 +40,7 @@ def test_the_import_contracts_hold():
     report = lint(ROOT)
     assert verdict(report, CIRCLES) == "KEPT", report
     assert verdict(report, LAYERS) == "KEPT", report
+    assert verdict(report, STORAGES) == "KEPT", report
 
 
 @pytest.mark.parametrize(("module", "target", "contract", "said"), [
@@ -48,6 +50,8 @@ def test_the_import_contracts_hold():
                                                           "- .core -> .registry"),
     # hf (below plan) importing plan closes no circle, but climbs a layer.
     ("hf.py", "autotune.plan", LAYERS, "autotune.hf is not allowed to import autotune.plan"),
+    # a read reaching Optuna's storages itself, around the store that owns them
+    ("view.py", "optuna.storages", STORAGES, "autotune is not allowed to import optuna.storages"),
 ])
 def test_an_added_import_breaks_its_contract(tmp_path, module, target, contract, said):
     shutil.copytree(ROOT / "autotune", tmp_path / "autotune", ignore=shutil.ignore_patterns("__pycache__"))
