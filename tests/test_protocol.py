@@ -72,9 +72,9 @@ def test_memory_monitor_reports_self_peak():
     got = json.loads(done.stdout.strip().splitlines()[-1])
     before, stats = got["before"], got["stats"]
     grown = before + GROWTH
-    assert got["old_peak"] < grown - (64 << 20), got  # the allocation raises the peak well above the old one
+    assert got["old_peak"] < grown - (128 << 20), got  # the allocation raises the peak well above the old one
     for key in ("peak_self_rss_bytes", "peak_tree_rss_bytes"):
-        assert grown - (8 << 20) <= stats[key] <= grown + (64 << 20), (key, stats[key] - before, got)
+        assert grown - (32 << 20) <= stats[key] <= grown + (64 << 20), (key, stats[key] - before, got)
 
 
 def test_lean_settings_keep_the_windows_and_drop_the_profile_and_the_flop_count():
