@@ -33,7 +33,7 @@ from autotune import ceiling as ceilings
 from autotune import knobs, shipping, tuning
 from autotune import study as S
 from autotune.errors import AutotuneError, FieldError, KnobError, SpecError, WorkloadError
-from autotune.evidence import Verdict
+from autotune.evidence import Verdict, evidence_of
 from autotune.request import DEFAULT_CONFIRM, DEFAULT_PICK, DEFAULT_SAMPLER, DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS
 from autotune.request import FIELDS, MeasureConfig, TuneConfig, WorkloadSpec
 from autotune.request import parse_model_args, parse_shape
@@ -155,7 +155,7 @@ class TuneResult:
         self.store = store
         self.summary = summary
         self.view = StoredStudy.of(study)  # read once: the figures below and export() read this view, as the CLI's do
-        evidence = self.view.evidence
+        evidence = evidence_of(self.view)
         self.front: list[dict[str, Any]] = [evidence.row(n) for n in evidence.front()]
         self.verdict: Verdict = evidence.verdict()
         self.noise: Noise = evidence.noise

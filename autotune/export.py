@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 from autotune import __version__
 from autotune.errors import ConfigError, StudyError
-from autotune.evidence import Evidence
+from autotune.evidence import Evidence, evidence_of
 from autotune.request import DEFAULT_PICK, PICKS
 from autotune.store import StoredStudy, StoredTrial
 
@@ -39,7 +39,7 @@ def pick_trial(study: StoredStudy, pick: str, max_memory_bytes: int | None = Non
     """
     if pick not in PICKS:
         raise StudyError(f"--pick {pick!r}: expected one of {', '.join(PICKS)}")
-    ev = study.evidence if max_memory_bytes is None else Evidence(study, max_memory_bytes)
+    ev = evidence_of(study) if max_memory_bytes is None else Evidence(study, max_memory_bytes)
     trials = {t.number: t for t in study.trials}
     candidates = [ev.configs[n] for n in ev.front()]
     if not candidates:
@@ -105,7 +105,7 @@ def export(
 ) -> dict[str, Any]:
     """The exported document of a picked configuration, with the study's figures for it (see module docstring)."""
     trial, note = pick_trial(study, pick, max_memory_bytes)
-    ev = study.evidence
+    ev = evidence_of(study)
     res = trial.result
     c = ev.configs[trial.number]
     base = ev.baseline

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from autotune.evidence import Verdict
+from autotune.evidence import Verdict, evidence_of
 from autotune.phases import Bench, Search, SearchOptions, Seeds, Session, TrialRecord, bought, claims, floor
 from autotune.phases import minimal, race
 from autotune.phases.sampler import GP_MAX_TRIALS, GPThenTPE, make_sampler
@@ -140,7 +140,7 @@ class Tuner:
         measurements, processes = bench.counts()
         summary.elapsed_s = session.elapsed_s
         summary.repeats, summary.repeat_processes = measurements - counted[0], processes - counted[1]
-        summary.verdict = live.view().evidence.verdict()
+        summary.verdict = evidence_of(live.view()).verdict()
         return summary
 
     def _shown(self, rec: TrialRecord) -> None:

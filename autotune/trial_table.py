@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 from autotune.store.records import StoredStudy, StoredTrial
+from autotune.evidence import evidence_of
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class TrialRow:
 
 def rows(study: StoredStudy) -> list[TrialRow]:
     """Every trial of ``study``, by number."""
-    ev = study.evidence
+    ev = evidence_of(study)
     reference: Mapping[str, Any] = ev.baseline.config if ev.baseline is not None else {}
     return [_row(t, ev, reference) for t in study.trials]
 

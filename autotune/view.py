@@ -3,7 +3,7 @@ dashboard and the end of ``run``.
 
 A read command reads the study once from its store (:meth:`autotune.store.Store.read`: a
 :class:`autotune.store.StoredStudy`, its description and typed trials in one pass) and hands it
-to whatever shows it. The figures come from its evidence (``study.evidence``, built once:
+to whatever shows it. The figures come from its evidence (``evidence_of(study)``, built once:
 :mod:`autotune.evidence`); this module gathers them with the study's counts, failures and
 description into one JSON-able document, so the command line, ``--json`` and the Python API
 print the same thing. It reads, never writes, and imports neither torch nor the trial modules.
@@ -16,6 +16,7 @@ from typing import Any
 
 from autotune.store import Store, StoredStudy
 from autotune.store.records import JOB_RECORD as JOB  # noqa: F401 - transitional: autotune.tuning still reads it here
+from autotune.evidence import evidence_of
 
 NOT_MEASURED = ("interrupted", "skipped", "running", "waiting")
 RECENT_S = 15 * 60  # a worker that signed a trial this recently counts as working on the study
@@ -28,7 +29,7 @@ def read(store: Store, name: str) -> StoredStudy:
 
 def summary(study: StoredStudy) -> dict[str, Any]:
     """Counts by outcome and the verdict's figures, for ``autotune list`` (figures from :mod:`autotune.evidence`)."""
-    ev = study.evidence
+    ev = evidence_of(study)
     outcomes: dict[str, int] = {}
     for t in study.trials:
         if t.duplicate_of is not None:
@@ -69,7 +70,7 @@ def status(study: StoredStudy) -> dict[str, Any]:
     """Everything ``autotune status`` shows: the summary, the evidence's figures, failures by outcome."""
     from autotune import ceiling
 
-    ev = study.evidence
+    ev = evidence_of(study)
     doc = summary(study)
     doc.update(ev.to_dict())
     doc["batch_ceiling"] = ceiling.describe(study.batch_ceiling)

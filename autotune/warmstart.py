@@ -36,6 +36,7 @@ from autotune import knobs
 from autotune.space import Space
 from autotune.store import LiveStudy, Store, StoredStudy, kind
 from autotune.store import records
+from autotune.evidence import evidence_of
 
 LIMIT = 3  # seeds at most: each one is a measured trial of the budget
 EXAMINED = 12  # earlier studies of this kind whose trials are read at most
@@ -113,7 +114,7 @@ def _winner(store: Store, summary: StoredStudy, space: Space, base: Mapping[str,
     """A study's recommended configuration (a ``gain`` verdict only), fitted to ``space``."""
     study = store.read(summary.name, summary)
     try:
-        evidence = study.evidence
+        evidence = evidence_of(study)
         verdict = evidence.verdict()
     except (KeyError, TypeError, ValueError, AttributeError):  # a study too odd to read gives no seed, never an error
         return None

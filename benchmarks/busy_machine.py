@@ -35,7 +35,7 @@ import harness
 from harness import say
 
 from autotune.api import measure
-from autotune.evidence import Evidence
+from autotune.evidence import Evidence, evidence_of
 from autotune.stats import geomean
 
 CNN = ["--model", "autotune.examples:cnn"]
@@ -74,7 +74,7 @@ def run(folder: Path, study: str, model: list[str], trials: int, during: Any = N
     elif proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out[-3000:]}")
     stored = harness.open_store(harness.sqlite_url(folder / "studies" / f"{study}.db"), read_only=True).read(study)
-    return elapsed, stored.evidence
+    return elapsed, evidence_of(stored)
 
 
 def remeasure(model: list[str], config: dict[str, Any], repeats: int) -> float:

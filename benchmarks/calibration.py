@@ -33,6 +33,7 @@ from autotune.store import StoredStudy
 from autotune.runner import warm_up
 from autotune.stats import geomean
 from autotune.workload import WorkloadSpec
+from autotune.evidence import evidence_of
 
 
 def outside() -> WorkloadSpec:
@@ -100,7 +101,7 @@ def main() -> None:
             elapsed = time.monotonic() - start
             race = summary.race
             study = prepared.store.read(name)  # the study as the read commands read it, once
-            ev = study.evidence
+            ev = evidence_of(study)
             # the claim checked: the recommendation's when there is a gain, else the verdict's leader's (the fastest
             # it compared with the defaults; an export of --pick fastest can be the defaults themselves)
             verdict = ev.verdict()

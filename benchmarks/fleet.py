@@ -34,6 +34,7 @@ from autotune.phases import Bench, Search, SearchOptions, Seeds, Session
 from autotune.phases.sampler import make_sampler
 from autotune.phases.seeds import base_config
 from autotune.store import LiveStudy
+from autotune.evidence import evidence_of
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
 SPACE = space.parse(
@@ -75,7 +76,7 @@ def throughput(workers: int, trials: int, folder: Path) -> dict:
     subprocess.run(cmd, cwd=folder, check=True, capture_output=True, text=True)
     wall = time.monotonic() - start
     study = harness.open_store(url, read_only=True).read(f"w{workers}")
-    ev = study.evidence
+    ev = evidence_of(study)
     given_up = sum(1 for t in study.trials if t.outcome == "skipped")
     cached = sum(1 for t in study.trials if t.duplicate_of is not None)
     return {"wall_s": wall, "trials_per_hour": 3600 * trials / wall, "noise_percent": ev.noise.percent,

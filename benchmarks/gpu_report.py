@@ -22,6 +22,7 @@ from autotune.protocol import cv
 from autotune.request import TuneConfig
 from autotune.runner import Runner, warm_up
 from autotune.workload import WorkloadSpec
+from autotune.evidence import evidence_of
 
 EXAMPLES = {
     "cnn": ("autotune.examples:cnn", "cnn"),
@@ -58,7 +59,7 @@ def study_best(spec: WorkloadSpec, device: str, space_name: str, trials: int, fo
         f"   #{r.number} {r.outcome} {r.samples_per_s or 0:.1f}/s {knobs.short(r.config)}"))
     summary = prepared.run()
     study = store.read("gpu")
-    ev = study.evidence
+    ev = evidence_of(study)
     front = [t for t in (study.trial(n) for n in ev.front()) if t is not None]
     verdict = summary.verdict
     assert verdict is not None

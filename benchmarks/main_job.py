@@ -29,6 +29,7 @@ from pathlib import Path
 
 import harness
 from harness import say
+from autotune.evidence import evidence_of
 
 JOBS = {
     "cnn": ["--model", "autotune.examples:cnn", "--trials", "30"],
@@ -49,7 +50,7 @@ def run(name: str) -> dict:
             raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         db = next(Path(folder, "studies").glob("*.db"))
         study = harness.open_store(harness.sqlite_url(db), read_only=True).read(db.stem)
-        ev = study.evidence
+        ev = evidence_of(study)
         cost = extras(study)
         trials = [t for t in study.trials if t.duplicate_of is None and t.outcome is not None and t.role != "minimal"]
         trial_s = sum(float(t.duration_s or 0.0) for t in trials)

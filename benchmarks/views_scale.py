@@ -39,6 +39,7 @@ from typing import Any
 
 import harness
 from harness import say
+from autotune.evidence import evidence_of
 
 ROOT = harness.ROOT
 
@@ -109,7 +110,7 @@ def _in_memory(n: int) -> Any:
     memory = optuna.storages.InMemoryStorage()
     study = make_study(memory, n_trials=min(n, FACTORY_MAX), seed=0, name=NAME)
     grow(study, n - min(n, FACTORY_MAX), seed=1)
-    ev = StoredStudy.of(study).evidence
+    ev = evidence_of(StoredStudy.of(study))
     leaders = sorted((c for c in ev.configs.values() if not c.is_baseline), key=lambda c: -c.samples_per_s)[:6]
     add_race(study, {c.number: c.samples_per_s for c in leaders}, rounds=3, wall_s=True)
     add_sessions(study, 4)  # the sessions that ran it (time spent)

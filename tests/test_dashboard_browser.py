@@ -25,6 +25,7 @@ from study_factory import MiB, add_failed_trial, add_race, make_study, storage_u
 from autotune import report
 from autotune.store import Store, StoredStudy
 from autotune.store import records
+from autotune.evidence import evidence_of
 
 pytestmark = pytest.mark.slow
 
@@ -146,10 +147,10 @@ def small_page(tmp_path_factory) -> tuple[Path, int]:
         folder / "small.db", n_trials=4, name="hf-gpt2", with_failures=False, speed=lm_speed, data_wait_share=0.0003
     )
     records.save(study, workload={"model": "hf:gpt2", "data": None, "model_args": {}, "task": None})
-    ev = StoredStudy.of(study).evidence
+    ev = evidence_of(StoredStudy.of(study))
     add_race(study, {n: ev.configs[n].samples_per_s for n in ev.configs if n != 0}, rounds=3)
     study = Store(storage_url(folder / "small.db"), read_only=True).read("hf-gpt2")
-    verdict = study.evidence.verdict()
+    verdict = evidence_of(study).verdict()
     recommended = verdict.winner if verdict.state == "gain" else 0
     return report.write_dashboard(study, folder / "small.html"), recommended
 
@@ -237,7 +238,7 @@ def test_a_study_of_ten_thousand_trials_draws_every_figure_in_a_small_page(tmp_p
     from study_factory import jittered_copies
 
     study = make_study(optuna.storages.InMemoryStorage(), n_trials=60, seed=5, name="big")
-    ev = StoredStudy.of(study).evidence
+    ev = evidence_of(StoredStudy.of(study))
     leaders = sorted((c for c in ev.configs.values() if not c.is_baseline), key=lambda c: -c.samples_per_s)[:4]
     add_race(study, {c.number: c.samples_per_s for c in leaders}, rounds=2, wall_s=True)
     stored = StoredStudy.of(study)
@@ -250,10 +251,10 @@ def test_a_study_of_ten_thousand_trials_draws_every_figure_in_a_small_page(tmp_p
     assert len(summary["plots"]) == summary["expected"] >= 10 and all(p["marks"] > 0 for p in summary["plots"])
     pareto = summary["plots"][0]
     assert pareto["canvases"] > 0  # the cloud in WebGL
-    front = len(view.evidence.front())
+    front = len(evidence_of(view).front())
     assert f"Pareto front ({front})" in pareto["legend"]
     parallel = report.parallel_info(view)  # a sample of the lines, every front point among them
-    assert len(parallel["numbers"]) == 1000 < parallel["of"] and set(view.evidence.front()) <= set(parallel["numbers"])
+    assert len(parallel["numbers"]) == 1000 < parallel["of"] and set(evidence_of(view).front()) <= set(parallel["numbers"])
     assert any("of the" in h and "ok trials are drawn" in h for h in summary["hints"])
     failed = report.failures_info(view)["rows"]
     counts: dict[str, int] = {}

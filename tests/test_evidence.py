@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 
 from autotune import result as R
 from autotune import stats
-from autotune.evidence import Evidence
+from autotune.evidence import Evidence, evidence_of
 from autotune.store import StoredStudy
 from autotune.store import records
 
@@ -53,7 +53,7 @@ def measured(study: optuna.Study, round_id: str, rates: dict[int, float | None],
 
 def evidence(study: optuna.Study, max_memory_bytes: int | None = None) -> Evidence:
     stored = StoredStudy.of(study)
-    return stored.evidence if max_memory_bytes is None else Evidence(stored, max_memory_bytes)
+    return evidence_of(stored) if max_memory_bytes is None else Evidence(stored, max_memory_bytes)
 
 
 def test_speedup_pairs_rounds_so_a_slow_round_cancels_and_the_first_lucky_measurement_is_dropped():
@@ -151,27 +151,22 @@ def test_a_study_builds_its_evidence_once_from_its_stored_view():
     study = new_study()
     baseline(study, 100.0, 50), trial(study, 150.0)
     stored = StoredStudy.of(study)
-    assert stored.evidence is stored.evidence and stored.evidence.study is stored
-    assert Evidence(stored, 1).front() == [] and stored.evidence.front() == [1, 0]  # another budget, another evidence
+    assert evidence_of(stored) is evidence_of(stored) and evidence_of(stored).study is stored
+    assert Evidence(stored, 1).front() == [] and evidence_of(stored).front() == [1, 0]  # another budget, another evidence
 
 
-def test_the_evidence_reads_what_the_store_reads():
-    """The evidence reads a study through protocols of its own (it may not import the store, which builds a study's
-    evidence): every name they declare is one the store's view has, and the one stored outcome the evidence
-    interprets (an arm that compares with nothing) is the store's own."""
-    from autotune.evidence import reads
-
+def test_a_studys_evidence_is_built_once_per_read_and_a_new_read_gets_its_own():
+    """evidence_of: every view of one read shows the same figures from one computation; a study read again (with a
+    trial more) is computed afresh, never answered from the earlier read."""
     study = new_study()
     baseline(study, 100.0, config_key="B"), trial(study, 150.0, config_key="c1")
-    measured(study, "floor-1", {0: 100.0})
-    paired_process(study, "pair-r-01-0", {"B": 100.0, "c1": 150.0}, race="r")
-    stored = StoredStudy.of(study)
-    views = ((reads.Study, stored), (reads.Trial, stored.trials[0]), (reads.Remeasurement, next(iter(stored.remeasurements()))),
-             (reads.Block, stored.blocks()[0]))
-    for protocol, view in views:
-        names = [n for n in vars(protocol) if not n.startswith("_")]
-        assert names and [n for n in names if not hasattr(view, n)] == [], protocol
-    assert reads.UNCOMPARED == records.UNCOMPARED
+    first = StoredStudy.of(study)
+    assert evidence_of(first) is evidence_of(first)
+    trial(study, 300.0, config_key="c2")
+    again = StoredStudy.of(study)
+    assert evidence_of(again) is not evidence_of(first)
+    assert 2 in evidence_of(again).configs and 2 not in evidence_of(first).configs
+
 
 
 # ---------------------------------------------------------------- a busy machine, named

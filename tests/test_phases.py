@@ -15,6 +15,7 @@ from autotune import result as R
 from autotune import study as S
 from autotune.phases import Bench, Search, SearchOptions, Seeds, Session, bought, floor, minimal, race
 from autotune.store import LiveStudy, Store
+from autotune.evidence import evidence_of
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
 # Two knobs an arm of a shared process may change, the host heap retained (so the defaults may share one too).
@@ -106,7 +107,7 @@ def test_the_noise_floor_alone_measures_the_baseline_again_in_processes_of_its_o
     assert floor.missing(live, 3) == 3
     assert floor.run(live, bench, 3) == 3
     assert again == [seeds.base] * 3 and bench.counts() == (3, 3)
-    base = live.view().evidence.baseline
+    base = evidence_of(live.view()).baseline
     assert sum(1 for r, _ in base.repeats if r.startswith("floor-")) == 3 and len(base.claim) == 4
     assert floor.missing(live, 3) == 0 and floor.run(live, bench, 3) == 0  # complete: nothing more
 
@@ -118,8 +119,8 @@ def test_the_race_alone_on_a_searched_study_settles_on_the_truly_faster_configur
     report = race.run(live, Bench(never, remeasure=fake(4, again)), rounds=6)
     assert report is not None and report.stopped.startswith("settled"), report
     assert report.measurements == len(again) == report.processes and report.rounds >= race.MIN_ROUNDS
-    verdict = live.view().evidence.verdict(ablated=False)
-    assert verdict.state == "gain" and truth(live.view().evidence.configs[verdict.winner].config) == 2.0
+    verdict = evidence_of(live.view()).verdict(ablated=False)
+    assert verdict.state == "gain" and truth(evidence_of(live.view()).configs[verdict.winner].config) == 2.0
     assert verdict.speedup.low <= 2.0 <= verdict.speedup.high
     (race_id, record), = live.view().races()
     assert race_id == report.race_id and record["done"] and record["rounds_run"] == report.rounds
@@ -139,7 +140,7 @@ def raced(seed: int) -> LiveStudy:
 
 def test_what_each_knob_bought_alone_measures_the_path_from_the_defaults_in_shared_processes():
     live = raced(seed=0)
-    winner = live.view().evidence.verdict(ablated=False).winner
+    winner = evidence_of(live.view()).verdict(ablated=False).winner
     assert live.view().trial(winner).role == "recipe"
     shared: list = []
     bench = Bench(never, remeasure=never, ablate=fake_together(0, shared))
@@ -150,7 +151,7 @@ def test_what_each_knob_bought_alone_measures_the_path_from_the_defaults_in_shar
     assert all(process == path for process in shared[:A.ROUNDS])  # each process measured the whole path
     assert [list(p["added"]) for p in plan["path"]][1:] in (
         [["precision"], ["optimizer_impl"]], [["optimizer_impl"], ["precision"]])
-    ab = live.view().evidence.ablation()
+    ab = evidence_of(live.view()).ablation()
     assert ab is not None and ab.settled and {s.label() for s in ab.steps} == {"precision=bf16", "optimizer_impl=fused"}
     bf16 = next(s for s in ab.steps if s.added == {"precision": "bf16"})
     assert bf16.pays and bf16.bought.low <= 2.0 <= bf16.bought.high
@@ -161,7 +162,7 @@ def test_what_each_knob_bought_alone_measures_the_path_from_the_defaults_in_shar
 def test_the_minimal_configuration_alone_is_measured_once_as_a_trial_of_its_own(seed):
     live = raced(seed)
     bought.run(live, Bench(never, remeasure=never, ablate=fake_together(seed, [])), CTX)
-    ab = live.view().evidence.ablation()
+    ab = evidence_of(live.view()).ablation()
     assert ab is not None and ab.settled
     if ab.minimal is not None:  # what bought nothing could not be left out: nothing to measure alone
         assert minimal.run(live, Search(live, study()[1], Bench(never))) is None
@@ -173,7 +174,7 @@ def test_the_minimal_configuration_alone_is_measured_once_as_a_trial_of_its_own(
     assert calls[0]["precision"] == "bf16" and calls[0]["optimizer_impl"] == "default"
     mine = [t for t in live.trials() if t.role == A.ROLE]
     assert len(mine) == 1 and mine[0].ablation == ab.ablation_id and mine[0].measured
-    assert live.view().evidence.ablation().minimal == mine[0].number  # the recommendation now has its trial
+    assert evidence_of(live.view()).ablation().minimal == mine[0].number  # the recommendation now has its trial
     assert minimal.run(live, Search(live, seeds, Bench(never))) is None  # measured: not again
 
 
@@ -291,7 +292,7 @@ def test_made_up_trials_added_in_one_write_are_read_and_counted_as_the_loop_wrot
             "search", recipe.config_key, dict(recipe.config), dict(recipe.result), want.duration_s, want.values)
         assert dict(got.constraints) == dict(recipe.constraints) and dict(got.owner) == dict(recipe.owner)
         assert got.started is not None and got.completed is not None
-    assert live.view().evidence.samples_per_s(4) == 152.0
+    assert evidence_of(live.view()).samples_per_s(4) == 152.0
     report = Search(live, seeds, Bench(never), SearchOptions(trials=5)).run(Session(live))
     assert report.measured == 5 and report.reason.startswith("the study holds 5")
     with pytest.raises(ValueError, match="only finished trials"):

@@ -21,7 +21,7 @@ from autotune import export as C
 from autotune import knobs, space
 from autotune import result as R
 from autotune import study as S
-from autotune.evidence import Evidence
+from autotune.evidence import Evidence, evidence_of
 from autotune.phases import Bench, Seeds, floor, race
 from autotune.request import DEFAULT_CONFIRM
 from autotune.store import LiveStudy, Store
@@ -120,7 +120,7 @@ def test_a_truly_faster_configuration_wins_the_race_and_its_interval_covers_the_
         study, summary = tune(truth, seed)
         verdict = summary.verdict
         assert verdict is not None
-        if verdict.state == "gain" and is_fast(study.evidence.configs[verdict.winner].config):
+        if verdict.state == "gain" and is_fast(evidence_of(study).configs[verdict.winner].config):
             picked += 1
             covered += verdict.speedup.low <= 1.5 <= verdict.speedup.high
             doc = C.export(study, "fastest")
@@ -142,7 +142,7 @@ def test_tied_candidates_prefer_fewer_changed_knobs():
     for seed in range(5):
         study, summary = tune(truth, seed)
         v = summary.verdict
-        ev = study.evidence
+        ev = evidence_of(study)
         if v.state == "gain" and len(ev.configs[v.winner].changes) == 1:
             simpler += 1
             if v.simpler_preferred:
@@ -261,7 +261,7 @@ def ablated_study():
 
     for seed in range(20):
         study, _ = tune_together(truth, seed, options=S.Options(trials=12, max_repeats=500))
-        ab = study.evidence.ablation()
+        ab = evidence_of(study).ablation()
         if ab is not None and len(ab.steps) > 1:
             return study, ab
     raise AssertionError("no seed gave a winner of several knobs to ablate")
@@ -276,7 +276,7 @@ def test_candidates_that_share_a_process_with_the_defaults_are_raced_there_and_t
     for seed in SEEDS:
         study, summary = tune_together(inside_truth, seed)
         v = summary.verdict
-        ev = study.evidence
+        ev = evidence_of(study)
         if v.state == "gain" and inside_truth(ev.configs[v.winner].config) == 1.5:
             picked += 1
             covered += v.speedup.low <= 1.5 <= v.speedup.high
@@ -298,8 +298,8 @@ def test_nothing_shares_a_process_with_defaults_whose_heap_keeps_history():
         assert shared == []
         assert summary.race is not None and not summary.race.within
         v = summary.verdict
-        if v.state == "gain" and len(knobs.per_arm(study.evidence.configs[v.winner].changes)[0]) >= 1 \
-                and len(study.evidence.configs[v.winner].changes) >= 2:
+        if v.state == "gain" and len(knobs.per_arm(evidence_of(study).configs[v.winner].changes)[0]) >= 1 \
+                and len(evidence_of(study).configs[v.winner].changes) >= 2:
             several += 1  # a winner a path would have ablated in shared processes
             assert summary.ablation is None
     assert several >= 3
@@ -327,8 +327,8 @@ def test_what_each_knob_bought_starts_with_the_heap_when_the_defaults_cannot_sha
 
         study, summary = tune(truth, seed, sp=HEAP_SPACE, ablate=together, options=S.Options(trials=8, max_repeats=500))
         assert not summary.race.within  # the race shared nothing with the defaults
-        ab = study.evidence.ablation()
-        winner = study.evidence.configs[study.evidence.verdict(ablated=False).winner].changes \
+        ab = evidence_of(study).ablation()
+        winner = evidence_of(study).configs[evidence_of(study).verdict(ablated=False).winner].changes \
             if summary.verdict.state == "gain" else {}
         if not (winner.get("host_allocator") == "retain" and len(winner) >= 2):
             continue
@@ -355,7 +355,7 @@ def heap_first_study():
     for seed in range(12):
         study, _ = tune(truth, seed, sp=HEAP_SPACE, ablate=noisy_together(truth, seed),
                         options=S.Options(trials=8, max_repeats=500))
-        ab = study.evidence.ablation()
+        ab = evidence_of(study).ablation()
         if ab is not None and len(ab.steps) > 1 and not ab.steps[0].within_process:
             return study, ab
     raise AssertionError("no seed gave a winner that retains the heap and changes another knob")
@@ -415,7 +415,7 @@ def test_a_knob_that_buys_nothing_is_dropped_from_the_recommendation_and_the_res
     ablated = right = 0
     for seed in SEEDS:
         study, summary = tune_together(truth, seed, options=S.Options(trials=12, max_repeats=500))
-        ev = study.evidence
+        ev = evidence_of(study)
         v = summary.verdict
         assert v.state == "gain"
         ab = ev.ablation()
@@ -466,7 +466,7 @@ def test_the_smallest_configuration_that_keeps_the_gain_is_measured_on_its_own_a
         summary = loop(live, noisy(truth, seed), S.Options(trials=2, max_repeats=50), sp, on_trial=seen.append,
                        together=noisy_together(truth, seed)).run()
         study = live.view()
-        ev = study.evidence
+        ev = evidence_of(study)
         raced = ev.verdict(ablated=False)
         assert raced.state == "gain" and ev.configs[raced.winner].role == "recipe"
         ab = ev.ablation()
@@ -510,7 +510,7 @@ def test_a_candidate_out_of_memory_beside_the_defaults_is_raced_alone_instead():
     live = LiveStudy(Store("sqlite:///:memory:").create_or_check("oom", attrs, S.make_sampler("random", 3))[0])
     calls: list = []
     summary = loop(live, noisy(truth, 3, calls), S.Options(trials=12, max_repeats=500), RETAINED, together=together).run()
-    ev = live.view().evidence
+    ev = evidence_of(live.view())
     fast = [n for n, c in ev.configs.items() if truth(c.config) == 1.5]
     assert fast and summary.race is not None
     raced = [n for n in fast if n in summary.race.candidates]
@@ -554,7 +554,7 @@ def test_a_knob_that_bought_nothing_before_one_that_paid_is_left_out_too(monkeyp
         study = live.view()
         ids, plans = zip(*study.ablation_plans())  # oldest first
         assert plans[0]["order"] == ["optimizer_impl", "precision"]
-        ab = study.evidence.ablation()
+        ab = evidence_of(study).ablation()
         if len(plans) == 1:
             continue  # fused's step happened to separate from 1 on the first path (a 5% chance each)
         assert len(plans) == 2 and plans[1]["order"] == ["precision", "optimizer_impl"] and plans[1]["reordered_from"] == ids[0]
@@ -567,12 +567,12 @@ def test_a_knob_that_bought_nothing_before_one_that_paid_is_left_out_too(monkeyp
         # a newer path stored but not measured yet (a run stopped by its time budget) hides nothing
         live.save_ablation_plan("later", {**plans[1], "started": plans[1]["started"] + 1, "done": False,
                                           "path": [{**q, "key": q["key"] + "-never"} for q in plans[1]["path"]]})
-        assert live.view().evidence.ablation().ablation_id == ids[1]
+        assert evidence_of(live.view()).ablation().ablation_id == ids[1]
     assert left_out >= 4
 
 
 def ev_changes(study, number):
-    return study.evidence.configs[number].changes
+    return evidence_of(study).configs[number].changes
 
 
 # ---------------------------------------------------------------- fakes that do not share the statistics' assumptions
@@ -717,7 +717,7 @@ def test_a_claims_interval_covers_the_truth_under_noise_the_statistics_do_not_as
     for seed in SEEDS:
         truth = fast_truth(fast, seed, RETAINED if fake == "arms_apart" else SPACE)
         study, summary = scenario(fake, truth, seed)
-        ev = study.evidence
+        ev = evidence_of(study)
         measured += any(truth(c.config) == 1.5 for c in ev.configs.values())
         v = summary.verdict
         if v.state != "gain":

@@ -21,6 +21,7 @@ from autotune import knobs, report
 from autotune.errors import AutotuneError
 from autotune.store import Store, StoredStudy
 from autotune.store import records
+from autotune.evidence import evidence_of
 
 HOSTILE_NAME = "<script>alert(1)</script>"
 HOSTILE_MESSAGE = "bad input <img src=x onerror=alert(1)> & more"
@@ -108,7 +109,7 @@ def test_header_info(stored, snap):
     assert info["total_time_s"] == pytest.approx(sum(t.duration_s or 0.0 for t in study.trials))
     assert info["baseline"]["number"] == 0 and info["baseline"]["config_text"] == "defaults"
     # the card shows the recommendation: with no race nothing beats the defaults beyond the noise, so the defaults
-    assert study.evidence.verdict().state == "no_gain"
+    assert evidence_of(study).verdict().state == "no_gain"
     assert info["best"]["number"] == snap.recommended()["number"] == 0
     assert info["best_speedup"] == pytest.approx(1.0)
 
@@ -581,7 +582,7 @@ def test_data_wait_axis_is_readable_when_nothing_waits():
 
 def test_race_time_counts_in_time_per_trial():
     live = make_study(optuna.storages.InMemoryStorage(), n_trials=12, with_failures=False)
-    ev = read(live).evidence
+    ev = evidence_of(read(live))
     racers = sorted(ev.configs, key=lambda n: -ev.configs[n].samples_per_s)[:2]
     add_race(live, {n: ev.configs[n].samples_per_s for n in racers if n != 0}, rounds=3, floor=2)
     study = read(live)
@@ -660,7 +661,7 @@ def test_importance_without_a_varied_knob_is_a_note():
 
 def dominated_winner(study):
     """A gain whose winner changes fewer knobs than a tied, faster configuration that also uses less memory."""
-    ev = read(study).evidence
+    ev = evidence_of(read(study))
     configs = [c for c in ev.configs.values() if not c.is_baseline and c.feasible]
     pairs = [
         (w, s)
@@ -678,7 +679,7 @@ def test_recommended_is_labelled_on_the_front_even_when_dominated():
     live = make_study(optuna.storages.InMemoryStorage(), n_trials=40, seed=0)
     winner, shadow = dominated_winner(live)
     study = read(live)
-    verdict = study.evidence.verdict()
+    verdict = evidence_of(study).verdict()
     assert verdict.state == "gain" and verdict.winner == winner and verdict.leader == shadow
     info = report.pareto_info(study)
     assert info["recommended"] == winner and winner not in info["front"]  # dominated on memory by the leader
@@ -699,11 +700,11 @@ def test_recommended_is_labelled_on_the_front_even_when_dominated():
 
 def test_keeping_the_defaults_labels_the_baseline_recommended():
     live = make_study(optuna.storages.InMemoryStorage(), n_trials=12, seed=0, with_failures=False)
-    ev = read(live).evidence
+    ev = evidence_of(read(live))
     fastest = max((n for n in ev.configs if n != 0), key=lambda n: ev.configs[n].samples_per_s)
     add_race(live, {fastest: live.trials[0].values[0]}, rounds=4, spread=0.02)  # no faster than the defaults
     study = read(live)
-    verdict = study.evidence.verdict()
+    verdict = evidence_of(study).verdict()
     assert verdict.state == "no_gain"
     info = report.pareto_info(study)
     assert info["recommended"] == 0
@@ -741,7 +742,7 @@ def test_what_each_knob_bought_is_a_waterfall_from_the_defaults(make):
     page = report.render_html(study)
     assert 'id="bought"' in page and 'data-name="ablation"' in page and ab.text() in html.unescape(page)
     # the shared processes (the race's and these) count in "Time per trial", each shared by the trials it measured
-    shared = [b for b in study.evidence.blocks if any(isinstance(n, int) for n in b.trials.values())]
+    shared = [b for b in evidence_of(study).blocks if any(isinstance(n, int) for n in b.trials.values())]
     again = report.history_info(study)["remeasurements"]
     kinds = {k for e in report.remeasurements(study).values() for k in e["by_kind"]}
     assert shared and "what each knob bought" in kinds and ("race" in kinds or make == "heap_first_study")

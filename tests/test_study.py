@@ -15,6 +15,7 @@ from autotune import result as R
 from autotune import study as S
 from autotune.phases import Bench, Seeds, bench, claims, floor, sampler, seeds
 from autotune.store import LiveStudy, Store, records
+from autotune.evidence import evidence_of
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
 SPACE = space.parse(
@@ -65,7 +66,7 @@ def tuner(live, eff, base, evaluate, options=None, remeasure=None, warm=(), **kw
 def front(live):
     """The Pareto front by the evidence's figures, as trials."""
     view = live.view()
-    return [view.trial(n) for n in view.evidence.front()]
+    return [view.trial(n) for n in evidence_of(view).front()]
 
 
 def test_study_runs_resumes_and_never_measures_twice(tmp_path):

@@ -22,6 +22,8 @@ from autotune.phases import Bench, Seeds
 from autotune.protocol import Settings
 from autotune.request import TuneConfig, WorkloadSpec
 from autotune.store import LiveStudy, Store, kind
+from autotune.store import records
+from autotune.evidence import evidence_of
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
 SAME = {"device_type": "cpu", "device_name": "Test CPU", "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.5.0"}
@@ -70,7 +72,7 @@ def tuned(store: Store, name: str, fingerprint: Mapping[str, Any], search: Mappi
     sp = space.parse({"search": dict(search)}, f"{name}.toml", name)
     study, created = store.create_or_check(name, attrs(sp, fingerprint), S.make_sampler("random", 0))
     assert created
-    study.set_user_attr("created_at", created_at)
+    records.save(study, created_at=created_at)
     base = S.base_config(CTX, {}, None)
     eff = space.effective(sp, CTX, base)
     S.Tuner(LiveStudy(study), Seeds(eff, CTX, base), Bench(peaked(best)),
@@ -85,7 +87,7 @@ def earlier(tmp_path_factory) -> Path:
     store = Store(f"sqlite:///{path}")
     for name, fingerprint, search, best, created_at in EARLIER:
         tuned(store, name, fingerprint, search, best, created_at, trials=4)
-        verdict = store.read(name).evidence.verdict()
+        verdict = evidence_of(store.read(name)).verdict()
         assert verdict.state == "gain", verdict.text
     return path
 
@@ -99,7 +101,7 @@ def url(earlier, tmp_path) -> str:
 
 def winner_config(store: Store, name: str) -> dict[str, Any]:
     study = store.read(name)
-    verdict = study.evidence.verdict()
+    verdict = evidence_of(study).verdict()
     return dict(study.trials[verdict.winner].config)
 
 
@@ -121,22 +123,22 @@ def test_a_new_study_of_the_same_kind_measures_the_earlier_winners_after_the_bas
     store = Store(url)
     study, tuner, seeds = new_target(store, "target")
     # the newest first; 'c' ran on another kind of machine
-    assert [(s.study, s.trial) for s in seeds] == [("b", store.read("b").evidence.verdict().winner),
-                                                    ("a", store.read("a").evidence.verdict().winner)]
+    assert [(s.study, s.trial) for s in seeds] == [("b", evidence_of(store.read("b")).verdict().winner),
+                                                    ("a", evidence_of(store.read("a")).verdict().winner)]
     assert seeds[0].params == {"precision": "bf16", "batch_size": 128, "optimizer_impl": "default",
                                "memory_format": "contiguous"}
     assert seeds[1].params == {"precision": "fp32", "batch_size": 64, "optimizer_impl": "foreach",
                                "memory_format": "contiguous"}
     # stored: workers and resumes queue the same
-    assert study.user_attrs[warmstart.ATTR] == [s.to_dict() for s in seeds]
+    assert store.read("target").warm_start == [s.to_dict() for s in seeds]
     tuner.run()
-    trials = study.get_trials()
-    assert [t.user_attrs["role"] for t in trials[:4]] == ["baseline", "recipe", "warm", "warm"]
-    assert [t.user_attrs["warm_from"] for t in trials[2:4]] == [{"study": s.study, "trial": s.trial} for s in seeds]
+    trials = store.read("target").trials
+    assert [t.role for t in trials[:4]] == ["baseline", "recipe", "warm", "warm"]
+    assert [t.warm_from for t in trials[2:4]] == [{"study": s.study, "trial": s.trial} for s in seeds]
     for t, seed in zip(trials[2:4], seeds):
-        assert {k: t.user_attrs["config"][k] for k in TARGET} == seed.params
-        assert t.user_attrs.get("duplicate_of") is None  # measured, not a cache answer
-    assert all(t.user_attrs["role"] == "search" for t in trials[4:])
+        assert {k: t.config[k] for k in TARGET} == seed.params
+        assert t.duplicate_of is None  # measured, not a cache answer
+    assert all(t.role == "search" for t in trials[4:])
     assert warmstart.line(seeds, tuner.seeds.base) == (
         f"warm start: 2 winners of earlier studies on this kind of machine: #{seeds[0].trial} of 'b' "
         f"(precision=bf16 batch_size=128), #{seeds[1].trial} of 'a' (batch_size=64 optimizer_impl=foreach)")
@@ -147,9 +149,9 @@ def test_a_study_on_another_kind_of_machine_gets_no_seeds(url):
     alone = {**SAME, "device_name": "Another CPU", "cpu_model": "Another CPU"}
     assert kind(alone) != kind(SAME)
     study, tuner, seeds = new_target(store, "elsewhere", fingerprint=alone)
-    assert seeds == [] and warmstart.ATTR not in study.user_attrs
+    assert seeds == [] and store.read("elsewhere").warm_start == []
     tuner.run()
-    assert not any(t.user_attrs.get("role") == "warm" for t in study.get_trials())
+    assert not any(t.role == "warm" for t in store.read("elsewhere").trials)
     # and 'c''s kind gets 'c''s winner only
     _, _, theirs = new_target(store, "eight-cores", fingerprint=OTHER)
     assert [s.study for s in theirs] == ["c"]
@@ -158,10 +160,10 @@ def test_a_study_on_another_kind_of_machine_gets_no_seeds(url):
 def test_without_warm_start_no_seeds_are_chosen_or_queued(url):
     store = Store(url)
     study, tuner, seeds = new_target(store, "cold", enabled=False)
-    assert seeds == [] and warmstart.ATTR not in study.user_attrs
+    assert seeds == [] and store.read("cold").warm_start == []
     tuner.run()
-    assert [t.user_attrs["role"] for t in study.get_trials()][:2] == ["baseline", "recipe"]
-    assert not any(t.user_attrs.get("role") == "warm" for t in study.get_trials())
+    roles = [t.role for t in store.read("cold").trials]
+    assert roles[:2] == ["baseline", "recipe"] and "warm" not in roles
 
 
 def test_values_the_space_does_not_hold_are_mapped_or_left_out(url):
@@ -255,18 +257,18 @@ def test_prepare_queues_the_seeds_of_a_new_study_and_says_so_unless_warm_start_i
     said = "warm start: 2 winners of earlier studies on this kind of machine: #"
     assert sum(line.startswith(said) for line in prepared.opening()) == 1
     prepared.run()
-    assert [t.user_attrs["role"] for t in prepared.study.get_trials()][:4] == ["baseline", "recipe", "warm", "warm"]
-    assert prepared.study.user_attrs["job"]["warm_start"] is True
+    assert [t.role for t in store.read("via-prepare").trials][:4] == ["baseline", "recipe", "warm", "warm"]
+    assert store.read("via-prepare").job["warm_start"] is True
     # resumed: the stored seeds, none queued again
     again = tuning.prepare(dataclasses.replace(job, trials=6), "via-prepare", store, "cpu")
     assert again.warm == prepared.warm
     again.run()
-    assert [t.user_attrs["role"] for t in again.study.get_trials()].count("warm") == 2
+    assert [t.role for t in store.read("via-prepare").trials].count("warm") == 2
 
     cold = tuning.prepare(dataclasses.replace(job, warm_start=False), "cold", store, "cpu")
     assert cold.warm == [] and cold.tuner.seeds.warm == []
     assert not any(line.startswith("warm start") for line in cold.opening())
-    assert warmstart.ATTR not in cold.study.user_attrs and cold.study.user_attrs["job"]["warm_start"] is False
+    assert store.read("cold").warm_start == [] and store.read("cold").job["warm_start"] is False
 
 
 def test_warm_start_is_part_of_the_job_and_old_jobs_load():

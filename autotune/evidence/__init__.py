@@ -3,12 +3,11 @@
 A configuration's *figure* (samples/s), the processes behind it, its *speed-up* over the
 baseline with a 90% interval, the study's *noise floor*, the Pareto *front* and the final
 *verdict* all come from :class:`Evidence`, pure computation over the stored study
-(:class:`autotune.store.StoredStudy`: its typed trials and its records; ``study.evidence``
-builds it once). The run's summary and table, ``status`` (and ``--json``), ``list``,
+(:class:`autotune.store.StoredStudy`: its typed trials and its records; :func:`evidence_of`
+builds it once per study read). The run's summary and table, ``status`` (and ``--json``), ``list``,
 ``export``, warm start and the dashboard read them from here and nowhere else, so one
 configuration never shows two speed-ups.
 
-- :mod:`.reads`: what the figures read of a study (the store's view, declared as protocols);
 - :mod:`.configs`: each measured configuration with every measurement of it, and its claim;
 - :mod:`.load`: how busy the machine was, and what that leaves out of a claim;
 - :mod:`.figures`: :class:`Evidence`: the comparisons, the front, the race's candidates and the verdict;
@@ -17,9 +16,24 @@ configuration never shows two speed-ups.
 
 from __future__ import annotations
 
+import weakref
+
 from autotune.evidence.configs import Config
 from autotune.evidence.figures import Evidence
 from autotune.evidence.load import WITHIN_PREFIXES, Load
 from autotune.evidence.verdict import Verdict
+from autotune.store.records import StoredStudy
 
-__all__ = ["Config", "Evidence", "Load", "Verdict", "WITHIN_PREFIXES"]
+_BUILT: weakref.WeakKeyDictionary[StoredStudy, Evidence] = weakref.WeakKeyDictionary()
+
+
+def evidence_of(study: StoredStudy) -> Evidence:
+    """The evidence of a study as read (at the study's own memory budget), built once per read and then kept as
+    long as the read is: every view of one read shows the same figures, and none computes them twice."""
+    built = _BUILT.get(study)
+    if built is None:
+        built = _BUILT[study] = Evidence(study)
+    return built
+
+
+__all__ = ["Config", "Evidence", "Load", "Verdict", "WITHIN_PREFIXES", "evidence_of"]

@@ -1,7 +1,6 @@
 """A study's measured configurations: each successful trial with every measurement of its configuration.
 
-A configuration's measurements come from the stored study (:class:`autotune.store.StoredStudy`, read as
-:class:`autotune.evidence.reads.Study`):
+A configuration's measurements come from the stored study (:class:`autotune.store.StoredStudy`):
 
 - its trial's own measurement (the trial's first objective value), round ``search-<n>``;
 - its re-measurements in processes of their own (:meth:`~autotune.store.StoredStudy.remeasurements`):
@@ -28,7 +27,7 @@ from typing import Any, Iterable
 from autotune import knobs
 from autotune import result as R
 from autotune import stats
-from autotune.evidence.reads import UNCOMPARED, Block, Study, Trial
+from autotune.store.records import UNCOMPARED, Block, StoredStudy, StoredTrial
 from autotune.stats import Measurement
 
 
@@ -95,7 +94,7 @@ class Config:
         return bool(self.repeats) or bool(self.together)
 
 
-def measured(study: Study, max_memory_bytes: int | None) -> dict[int, Config]:
+def measured(study: StoredStudy, max_memory_bytes: int | None) -> dict[int, Config]:
     """Every successful measured trial of ``study`` as a :class:`Config`, with its re-measurements in processes of
     their own and the load during each (not yet joined with the shared processes: :func:`join`)."""
     repeats, failed, loads = _repeats(study)
@@ -149,12 +148,12 @@ def join(configs: dict[int, Config], blocks: Iterable[Block], trial_of: dict[str
     return within
 
 
-def _first_load(t: Trial) -> dict[str, float]:
+def _first_load(t: StoredTrial) -> dict[str, float]:
     other = (t.result.get("load") or {}).get("other_cores")
     return {f"search-{t.number}": float(other)} if other is not None else {}
 
 
-def _repeats(study: Study) -> tuple[dict[int, list[Measurement]], dict[int, int], dict[int, dict[str, float]]]:
+def _repeats(study: StoredStudy) -> tuple[dict[int, list[Measurement]], dict[int, int], dict[int, dict[str, float]]]:
     """Re-measurements by trial (and legacy ``confirmations``), the failed ones counted, and the load during each."""
     out: dict[int, list[Measurement]] = {}
     failed: dict[int, int] = {}

@@ -29,7 +29,7 @@ from autotune import knobs, stats
 from autotune.evidence import configs as C
 from autotune.evidence.configs import Config
 from autotune.evidence.load import Load, leave_out
-from autotune.evidence.reads import Study
+from autotune.store.records import StoredStudy
 from autotune.evidence.verdict import Verdict
 from autotune.evidence.verdict import changes_text as _changes_text
 from autotune.stats import Measurement, Noise, Ratio
@@ -37,14 +37,13 @@ from autotune.units import plural
 
 
 class Evidence:
-    """A study's measurements, read once from a :class:`autotune.store.StoredStudy` (what
-    :class:`autotune.evidence.reads.Study` names of it), and every figure derived from them.
+    """A study's measurements, read once from a :class:`autotune.store.StoredStudy`, and every figure derived from them.
 
     ``max_memory_bytes``: the budget a configuration must fit (default: the study's own, ``--max-memory``).
-    A study's own evidence is built once, as ``study.evidence``.
+    A study's own evidence is built once per read, by :func:`autotune.evidence.evidence_of`.
     """
 
-    def __init__(self, study: Study, max_memory_bytes: int | None = None) -> None:
+    def __init__(self, study: StoredStudy, max_memory_bytes: int | None = None) -> None:
         self.study = study
         self._memo: dict[Any, Any] = {}
         self.max_memory_bytes = max_memory_bytes if max_memory_bytes is not None else study.max_memory_bytes
@@ -387,7 +386,7 @@ def _common(a: Sequence[Measurement], b: Sequence[Measurement]) -> bool:
     return any(r in rounds for r, _ in b)
 
 
-def _looks(study: Study) -> int:
+def _looks(study: StoredStudy) -> int:
     """The planned looks of the study's latest race (1 before any race, and for races that did not record them)."""
     races = [record for _, record in study.races()]
     if not races:

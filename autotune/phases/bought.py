@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from autotune import ablation as A
 from autotune import knobs
-from autotune.evidence import Evidence
+from autotune.evidence import Evidence, evidence_of
 from autotune.phases.bench import Bench
 from autotune.phases.claims import owned_elsewhere
 from autotune.store import LiveStudy
@@ -48,7 +48,7 @@ def run(live: LiveStudy, bench: Bench, ctx: knobs.Context, rounds: int = A.ROUND
     if bench.ablate is None:
         return None
     view = live.view()
-    ev = view.evidence
+    ev = evidence_of(view)
     verdict = ev.verdict(ablated=False)
     if verdict.state != "gain" or verdict.winner is None or ev.baseline is None:
         return None
@@ -79,12 +79,12 @@ def run(live: LiveStudy, bench: Bench, ctx: knobs.Context, rounds: int = A.ROUND
     spent = deadline is not None and time.time() >= deadline
     if (report is None or report.stopped == "done") and not plan.get("reordered_from") and not spent:
         # once, for a path that could not leave out a knob that bought nothing: measured again, what paid first
-        ab = live.view().evidence.ablation()
+        ab = evidence_of(live.view()).ablation()
         again = A.reordered(ab) if ab is not None and ab.ablation_id == ablation_id else None
         if again is not None:
             new_id, new_plan = _plan(live, ev, winner, inside, apart, again, ctx, rounds, reordered_from=ablation_id,
                                      apart_first=bool(plan.get("apart_first")))
-            more = _measure_path(live, bench, new_id, new_plan, live.view().evidence, winner.number, rounds, deadline)
+            more = _measure_path(live, bench, new_id, new_plan, evidence_of(live.view()), winner.number, rounds, deadline)
             if report is not None:
                 more.processes += report.processes
             report = more

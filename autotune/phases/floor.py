@@ -13,6 +13,7 @@ import uuid
 
 from autotune.phases.bench import Bench
 from autotune.store import LiveStudy, StoredStudy, StoredTrial
+from autotune.evidence import evidence_of
 
 FLOOR_REPEATS = 2  # the baseline is measured in 1 + this many processes early
 
@@ -21,7 +22,7 @@ def missing(live: LiveStudy, repeats: int = FLOOR_REPEATS, *, anyone: bool = Fal
     """How many noise-floor measurements of the baseline are still for this process to take (``anyone``: for any
     process: the floor is complete at 0). ``view``: the study, just read."""
     view = view or live.view()
-    base = view.evidence.baseline
+    base = evidence_of(view).baseline
     if base is None:
         return 0
     taken = sum(1 for r, _ in base.repeats if r.startswith("floor-")) + base.failed_repeats
@@ -46,12 +47,12 @@ def run(live: LiveStudy, bench: Bench, repeats: int = FLOOR_REPEATS) -> int:
     """Measure the baseline again until it has ``repeats`` floor measurements (those that are this process's to
     take); returns how many processes it took."""
     view = live.view()
-    base = view.evidence.baseline
+    base = evidence_of(view).baseline
     if base is None:
         return 0
     taken = 0
     for _ in range(missing(live, repeats, view=view)):
-        done = sum(1 for r, _ in live.view().evidence.baseline.repeats if r.startswith("floor-"))
+        done = sum(1 for r, _ in evidence_of(live.view()).baseline.repeats if r.startswith("floor-"))
         rate = bench.again(live, base.number, f"floor-{done + 1}-{uuid.uuid4().hex[:6]}", base.config)
         bench.told("floor", base.number, rate)
         taken += 1
@@ -76,6 +77,6 @@ class Floor:
         view = self.live.view()
         if missing(self.live, self.repeats, view=view):
             return run(self.live, self.bench, self.repeats)
-        if view.evidence.baseline is not None and not missing(self.live, self.repeats, anyone=True, view=view):
+        if evidence_of(view).baseline is not None and not missing(self.live, self.repeats, anyone=True, view=view):
             self.done = True  # complete (whoever measured it): it never goes missing again
         return 0

@@ -15,13 +15,14 @@ import time
 from autotune import ablation as A
 from autotune.phases.search import Search, TrialRecord
 from autotune.store import LiveStudy
+from autotune.evidence import evidence_of
 
 
 def run(live: LiveStudy, search: Search, deadline: float | None = None) -> TrialRecord | None:
     """Measure the ablation's recommendation when it is settled and no measured trial is it; returns its trial's
     record (None: nothing to measure, the deadline passed, or another process measures it)."""
     view = live.view()
-    ab = view.evidence.ablation()
+    ab = evidence_of(view).ablation()
     if ab is None or not ab.settled or ab.minimal is not None or (deadline is not None and time.time() >= deadline):
         return None
     point = next((p for p in view.ablation_plan(ab.ablation_id).get("path") or [] if p.get("key") == ab.minimal_key), None)

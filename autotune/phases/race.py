@@ -31,7 +31,7 @@ from typing import Any
 
 from autotune import knobs
 from autotune import result as R
-from autotune.evidence import Evidence
+from autotune.evidence import Evidence, evidence_of
 from autotune.phases.bench import Bench
 from autotune.phases.claims import owned_elsewhere
 from autotune.stats import t_quantile
@@ -98,7 +98,7 @@ def run(live: LiveStudy, bench: Bench, rounds: int, max_candidates: int = MAX_CA
     if rounds <= 0:
         return None
     view = live.view()
-    ev = view.evidence
+    ev = evidence_of(view)
     if ev.baseline is None:
         return None
     together = bench.together
@@ -137,7 +137,7 @@ def run(live: LiveStudy, bench: Bench, rounds: int, max_candidates: int = MAX_CA
     alive = list(candidates)
     while True:
         view = live.view()
-        ev = view.evidence
+        ev = evidence_of(view)
         report.rounds = _rounds_begun(view, race_id)
         alive = _failed_out(ev, alive, report)
         if not alive:

@@ -55,6 +55,7 @@ from autotune.request import CUT_MARGIN, DEFAULT_TRIALS
 from autotune.stats import Ratio
 from autotune.store import LiveStudy, StoredTrial
 from autotune.store.records import SKIPPED
+from autotune.evidence import evidence_of
 
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 # Heartbeats are recorded by hand around each trial (LiveStudy.heartbeat), which Optuna's ask() does not know.
@@ -269,7 +270,7 @@ class Search:
             dominators: list[tuple[float, float]] = []
             margin = None
             if opts.early_stop and role == "search":
-                ev = live.view(claimed.trials).evidence  # the trials the claim just read
+                ev = evidence_of(live.view(claimed.trials))  # the trials the claim just read
                 dominators = [(ev.configs[n].samples_per_s, float(ev.configs[n].peak_memory_bytes)) for n in ev.front()]
                 margin = ev.cut_margin(opts.cut_margin)
             # The claim holds: from here this trial measures (a RUNNING trial without the mark is
@@ -349,7 +350,7 @@ class Search:
             outcome=outcome,
             samples_per_s=result.samples_per_s if ok else None,
             peak_memory_bytes=result.peak_memory_bytes if ok else None,
-            speedup=self.live.view().evidence.speedup(trial.number) if ok else None,
+            speedup=evidence_of(self.live.view()).speedup(trial.number) if ok else None,
             error=(error or {}).get("message"),
             duration_s=result.wall_s,
             cut_short=bool(result.notes.get("cut_short")),
@@ -369,7 +370,7 @@ class Search:
             self.live.study.tell(trial, state=TrialState.FAIL)
         else:
             self._tell(trial, ok, list(hit.values or ()), hit.constraints.get("memory", 0.0) if ok else 0.0)
-        ev = self.live.view().evidence
+        ev = evidence_of(self.live.view())
         return TrialRecord(
             number=trial.number,
             role=role,

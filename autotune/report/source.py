@@ -3,7 +3,7 @@
 The study is read once by the command (:class:`autotune.store.StoredStudy`: its description
 and typed trials); the snapshot turns each of its trials into one tolerant, JSON-able row (odd
 or missing values never break a page) for the info functions. A measured configuration's
-samples/s and speed-up in that row are the evidence's (``study.evidence``:
+samples/s and speed-up in that row are the evidence's (``evidence_of(study)``:
 :mod:`autotune.evidence`), the same figures status, export and the run's summary show. The
 escaping helpers live here because the data, the figures and the page all put user strings
 into HTML or plotly text.
@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping
 
 from autotune import knobs
 from autotune import space as spaces
-from autotune.evidence import Evidence
+from autotune.evidence import Evidence, evidence_of
 from autotune.store import StoredStudy, StoredTrial
 
 OK = "ok"
@@ -56,7 +56,7 @@ class Snapshot:
 
     @property
     def evidence(self) -> Evidence:
-        return self.study.evidence  # type: ignore[no-any-return]
+        return evidence_of(self.study)  # type: ignore[no-any-return]
 
     def by_number(self) -> dict[int, dict[str, Any]]:
         return {r["number"]: r for r in self.rows}
@@ -89,7 +89,7 @@ def snapshot(study: StoredStudy) -> Snapshot:
     context = _context(study)
     defaults = knobs.defaults(context)
     rows = [_row(t, defaults) for t in study.trials]
-    ev = study.evidence
+    ev = evidence_of(study)
     for r in rows:
         # Every figure of a measured configuration is the evidence's (autotune/evidence/):
         # the same samples/s and speed-up as status, export and the run's summary.

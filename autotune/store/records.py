@@ -215,14 +215,13 @@ class StoredStudy:
 
     Every read command builds one (:func:`autotune.store.read`), the tuning loop reads one whenever
     it needs the study's state (:meth:`autotune.store.live.LiveStudy.view`), and every figure is
-    computed from one (:class:`autotune.evidence.Evidence`).
+    computed from one (:func:`autotune.evidence.evidence_of`, above the store: the store knows no figure).
     """
 
     def __init__(self, name: str, attrs: Mapping[str, Any], trials: Sequence[StoredTrial]) -> None:
         self.name = name
         self._attrs = MappingProxyType(dict(attrs))
         self.trials: list[StoredTrial] = list(trials)
-        self._evidence: Any = None
 
     @classmethod
     def of(cls, study: optuna.Study) -> StoredStudy:
@@ -237,15 +236,6 @@ class StoredStudy:
         if 0 <= number < len(self.trials) and self.trials[number].number == number:
             return self.trials[number]
         return next((t for t in self.trials if t.number == number), None)
-
-    @property
-    def evidence(self) -> Any:
-        """The study's evidence, built once (autotune.evidence.Evidence)."""
-        if self._evidence is None:
-            from autotune.evidence import Evidence
-
-            self._evidence = Evidence(self)
-        return self._evidence
 
     # ------------------------------------------------------------ the description
 
