@@ -28,7 +28,7 @@
    The default sampler for the fleet is ``random`` so the coordination is timed alone (the sampler's
    own cost is part 2); ``--sampler gp`` times the default one.
 2. The sampler's suggestion time as the study grows: studies of ``--sizes`` complete trials
-   (benchmarks/made_up.py: the cpu space's 9 knobs, two objectives, two constraints; past 1,000
+   (autotune/made_up.py: the cpu space's 9 knobs, two objectives, two constraints; past 1,000
    trials jittered copies), a suggestion = ``ask`` + the suggestions of every knob, median of
    ``--repeat`` (the first, which imports and compiles, left out), for GP, TPE and the default
    (``gp``: GP then TPE past autotune.phases.sampler.GP_MAX_TRIALS).
@@ -355,7 +355,7 @@ def fleet_run(kind: str, workers: int, step: float, args: argparse.Namespace, pg
 
 def sampler_growth(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
     import optuna
-    from made_up import SEARCH, grow, make_study
+    from autotune.made_up import SEARCH, grow, make_study
 
     from autotune.phases.sampler import GPThenTPE, make_sampler
 

@@ -1,6 +1,6 @@
 """How long the read commands take on studies of 12, 1,000 and 10,000 trials (issue 16).
 
-Builds realistic studies with benchmarks/made_up.py (baseline, recipe, search trials
+Builds realistic studies with autotune/made_up.py (baseline, recipe, search trials
 with oom/nan/error/interrupted failures, duplicates answered from the cache, a noise
 floor and a race stored as ``measurement:*`` study attributes, and ``session:*``
 records). Above 1,000 trials the factory's trials are copied with jittered figures
@@ -103,7 +103,7 @@ def build(n: int, workdir: Path, journal: bool) -> dict[str, str]:
 
 def _in_memory(n: int) -> Any:
     import optuna
-    from made_up import add_race, add_sessions, grow, make_study
+    from autotune.made_up import add_race, add_sessions, grow, make_study
 
     from autotune.store import StoredStudy
 

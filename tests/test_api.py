@@ -327,7 +327,7 @@ def test_default_study_names_tell_unrelated_workloads_apart():
 
 
 def test_the_results_repr_shows_the_recommendations_own_figures(tmp_path):
-    from study_factory import make_study
+    from autotune.made_up import make_study
 
     url = f"sqlite:///{tmp_path}/r.db"
     study = make_study(url, n_trials=12, name="r")

@@ -110,7 +110,7 @@ def test_user_module_errors(user_module):
 
 
 def test_dashboard_command(tmp_path):
-    from study_factory import make_study
+    from autotune.made_up import make_study
 
     url = f"sqlite:///{tmp_path}/demo.db"
     make_study(url, n_trials=12, name="demo")
@@ -173,7 +173,7 @@ def test_every_command_takes_the_storage_from_the_environment(args):
 
 def test_a_real_server_is_shown_without_its_password(postgres_url, tmp_path):
     from sqlalchemy.engine import make_url
-    from study_factory import make_study
+    from autotune.made_up import make_study
 
     from autotune import store as storage
 
@@ -216,7 +216,7 @@ def test_the_read_commands_import_neither_torch_nor_the_trial_modules(tmp_path):
     import subprocess
     import sys
 
-    from study_factory import make_study
+    from autotune.made_up import make_study
 
     make_study(tmp_path / "s.db", n_trials=12, name="s")
     url = f"sqlite:///{tmp_path / 's.db'}"
@@ -231,7 +231,7 @@ def test_the_read_commands_import_neither_torch_nor_the_trial_modules(tmp_path):
 
 
 def test_status_without_a_name_shows_the_only_study_or_lists_them(tmp_path, monkeypatch):
-    from study_factory import make_study
+    from autotune.made_up import make_study
 
     monkeypatch.chdir(tmp_path)
     res = CliRunner().invoke(main, ["status"])
@@ -256,7 +256,7 @@ def test_the_recommendation_is_the_first_row_of_the_front_table_even_off_the_fro
 
 
 def test_status_marks_the_recommendation_and_json_names_it(tmp_path):
-    from study_factory import make_study
+    from autotune.made_up import make_study
 
     url = f"sqlite:///{tmp_path}/demo.db"
     make_study(url, n_trials=20, name="demo")
@@ -299,7 +299,7 @@ def test_measure_says_compilation_only_when_it_compiled():
 @pytest.mark.parametrize("columns", [80, 100])
 def test_list_breaks_no_word_on_a_narrow_terminal(tmp_path, monkeypatch, columns):
     """Every name, figure and word of `list` stays whole on an 80- or 100-column terminal (cells fold between words)."""
-    from study_factory import make_study
+    from autotune.made_up import make_study
 
     from autotune import hardware, progress
 

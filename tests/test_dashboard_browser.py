@@ -20,7 +20,7 @@ from pathlib import Path
 import optuna
 import pytest
 from conftest import need
-from study_factory import MiB, add_failed_trial, add_race, make_study, storage_url
+from autotune.made_up import MiB, add_failed_trial, add_race, make_study, storage_url
 
 from autotune import report
 from autotune.store import Store, StoredStudy
@@ -235,7 +235,7 @@ def test_what_each_knob_bought_draws_one_bar_a_step(tmp_path):
 def test_a_study_of_ten_thousand_trials_draws_every_figure_in_a_small_page(tmp_path):
     """10,000 trials (9,000 distinct measurements, ~8% failures): the page stays under 5 MB, every figure draws
     without an error, the cloud of trials in WebGL, and the front and every failure count exactly."""
-    from study_factory import jittered_copies
+    from autotune.made_up import jittered_copies
 
     study = make_study(optuna.storages.InMemoryStorage(), n_trials=60, seed=5, name="big")
     ev = evidence_of(StoredStudy.of(study))

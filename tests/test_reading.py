@@ -11,7 +11,7 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
-from study_factory import make_study
+from autotune.made_up import make_study
 
 from autotune import view
 from autotune.store import Store, StoredStudy, reading

@@ -1,6 +1,6 @@
 """The dashboard (autotune.report): every info function on a stored study, escaping, the page, watch.
 
-The studies are written through the store's writers (tests/study_factory.py, autotune.store.records) and
+The studies are written through the store's writers (autotune/made_up.py, autotune.store.records) and
 read back as the StoredStudy every view computes from."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 
 import optuna
 import pytest
-from study_factory import CAPACITY, MiB, add_failed_trial, add_race, make_study, storage_url
+from autotune.made_up import CAPACITY, MiB, add_failed_trial, add_race, make_study, storage_url
 
 from autotune import knobs, report
 from autotune.errors import AutotuneError
@@ -33,7 +33,7 @@ def read(study) -> StoredStudy:
 
 
 def made(**kwargs) -> StoredStudy:
-    """A made-up study in memory (study_factory.make_study), read."""
+    """A made-up study in memory (autotune.made_up.make_study), read."""
     return read(make_study(optuna.storages.InMemoryStorage(), **kwargs))
 
 

@@ -7,7 +7,7 @@ import io
 import json
 
 from click.testing import CliRunner
-from study_factory import make_study
+from autotune.made_up import make_study
 
 from autotune import trial_table, view
 from autotune.cli import main

@@ -64,7 +64,7 @@ def test_warm_cache_fills_optunas_trial_cache_as_its_own_read_would(tmp_path):
     every read after it (Optuna's, incremental) sees what a study read the usual way sees, new trials included."""
     import optuna
     from optuna.trial import TrialState
-    from study_factory import make_study
+    from autotune.made_up import make_study
 
     url = f"sqlite:///{tmp_path}/w.db"
     make_study(url, n_trials=30, seed=3, name="w")

@@ -1,20 +1,17 @@
-"""Made-up autotune studies for the benchmarks that time reading them (dashboard_speed, views_scale, fleet_scale).
+"""Made-up autotune studies of known content, written through Optuna into real storage: what the test suite and the
+read benchmarks view, draw and time (as ``optuna.testing`` serves Optuna's own tests). Nothing in the product imports it.
 
-``make_study`` records trials exactly as docs/storage.md says autotune does: the two objectives and
-the ``failed`` and ``memory`` constraints through Optuna, the study's description, the trials' marks
-and the re-measurements through the store's writers (:mod:`autotune.store.records`: no benchmark
-names a stored key), with figures
-from a small made-up performance model of a CNN on a 2-core CPU instead of real measurements:
-trial 0 is the baseline (PyTorch defaults), trial 1 the recipe (every trick on), then search
-trials, a few failures (oom, nan, error, interrupted) and one duplicate answered from the cache.
-``add_race`` adds a noise floor and a race; ``jittered_copies`` makes more trials from a study's
-own and ``grow`` adds them in one write (:func:`autotune.store.records.add_trials`), past what the
-made-up model makes alone.
-
-Why here and not imported from tests/study_factory.py: a benchmark imports nothing from the test
-suite. This is that factory's writer, trimmed to what the benchmarks call; the same seed gives the
-same study as the factory does, so figures stay comparable with the results written before the
-copy. The suite's factory is the one its tests check; change the two together.
+``make_study`` records trials exactly as docs/storage.md says autotune does: the two
+objectives and the ``failed`` and ``memory`` constraints through Optuna, the study's
+description, the trials' marks and the re-measurements through the store's writers
+(:mod:`autotune.store.records`, so no test names a stored key), with figures from a small made-up performance model
+of a CNN on a 2-core CPU instead of real measurements: trial 0 is the baseline
+(PyTorch defaults), trial 1 the recipe (every trick on), then search trials,
+a few failures (oom, nan, error, interrupted) and one duplicate answered from
+the cache. ``add_race`` adds a noise floor and a race, ``add_sessions`` the sessions that ran it;
+``jittered_copies`` makes more trials from a study's own and ``grow`` adds them in one write
+(:func:`autotune.store.records.add_trials`), past what the made-up model makes alone. The same seed
+gives the same study.
 """
 
 from __future__ import annotations
@@ -23,16 +20,16 @@ import math
 import random
 import time
 import warnings
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from autotune import knobs
-from autotune.store import StoredStudy, StoredTrial, records
+from autotune.store import StoredStudy, StoredTrial
+from autotune.store import records
 
 MiB = 1024**2
 GiB = 1024**3
@@ -92,14 +89,25 @@ def distributions() -> dict[str, BaseDistribution]:
 
 
 def make_study(
-    path_or_url: str | Path | optuna.storages.BaseStorage, n_trials: int = 40, seed: int = 0, name: str = "demo"
+    path_or_url: str | Path | optuna.storages.BaseStorage,
+    n_trials: int = 40,
+    seed: int = 0,
+    name: str = "demo",
+    with_failures: bool = True,
+    max_memory_bytes: int | None = None,
+    speed: Callable[[dict[str, Any]], float] | None = None,
+    data_wait_share: float | None = None,
 ) -> optuna.Study:
-    """Write a made-up study of ``n_trials`` trials (baseline and recipe included) and return it.
+    """Write a fake study of ``n_trials`` trials (baseline and recipe included) and return it.
 
     ``path_or_url`` is a SQLite file path, any storage URL or a storage object
-    (``optuna.storages.InMemoryStorage()`` for speed). The same seed gives the same study.
-    With at least 8 trials it holds at least one oom, nan, error and interrupted trial;
-    it always holds one duplicate when there are at least 6 trials.
+    (``optuna.storages.InMemoryStorage()`` for speed). The same seed gives
+    the same study. With ``with_failures`` (and at least 8 trials) it holds at
+    least one oom, nan, error and interrupted trial; it always holds one duplicate
+    when there are at least 6 trials. ``max_memory_bytes`` is stored as the
+    ``--max-memory`` budget and makes bigger trials infeasible. ``speed`` replaces the
+    made-up model's samples/s of a configuration (3% noise is added); ``data_wait_share``
+    replaces its share of the step spent waiting for data.
     """
     rng = random.Random(seed)
     # Trials are asked and told in memory, the way autotune records them, then copied
@@ -115,19 +123,27 @@ def make_study(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(["samples_per_s", "peak_memory_bytes"])
-    records.save(study, **_description())
-    _record_trials(study, n_trials, rng)
+    records.save(study, **_description(max_memory_bytes))
+    _record_trials(study, n_trials, rng, with_failures, max_memory_bytes, speed, data_wait_share)
     target = path_or_url if isinstance(path_or_url, optuna.storages.BaseStorage) else storage_url(path_or_url)
     optuna.copy_study(from_study_name=name, from_storage=memory, to_storage=target)
     return optuna.load_study(study_name=name, storage=target)
 
 
-def _record_trials(study: optuna.Study, n_trials: int, rng: random.Random) -> None:
+def _record_trials(
+    study: optuna.Study,
+    n_trials: int,
+    rng: random.Random,
+    with_failures: bool,
+    max_memory_bytes: int | None,
+    speed_of: Callable[[dict[str, Any]], float] | None = None,
+    data_wait_share: float | None = None,
+) -> None:
     """Ask and tell ``n_trials`` trials the way autotune's study loop records them."""
     dists = distributions()
     defaults = knobs.defaults(CONTEXT)
     baseline = {k: defaults[k] for k in SEARCH}
-    forced = {3: "oom", 5: "nan", 7: "error", 9: "interrupted"} if n_trials >= 8 else {}
+    forced = {3: "oom", 5: "nan", 7: "error", 9: "interrupted"} if with_failures and n_trials >= 8 else {}
     measured: dict[str, tuple[int, dict[str, Any], list[float]]] = {}  # config_key -> (number, attrs, values)
     first_search_ok: dict[str, Any] | None = None
     for index in range(n_trials):
@@ -146,14 +162,16 @@ def _record_trials(study: optuna.Study, n_trials: int, rng: random.Random) -> No
         if key in measured and role == "search":
             number, marks, values = measured[key]
             records.mark(trial, outcome=marks["outcome"], result=marks["result"], duplicate_of=number, duration_s=0.0)
-            _constrain(trial, ok=True)
+            _constrain(trial, ok=True, peak=values[1], budget=max_memory_bytes)
             study.tell(trial, values)
             continue
 
         outcome = forced.get(index, "ok")
-        if outcome == "ok" and role == "search" and rng.random() < 0.08:
+        if outcome == "ok" and role == "search" and with_failures and rng.random() < 0.08:
             outcome = rng.choice(["oom", "nan", "error"])
         speed, peak = _model(resolved.config, rng)
+        if speed_of is not None:
+            speed = max(speed_of(resolved.config) * rng.gauss(1.0, 0.03), 0.01)
         if outcome == "ok" and peak > CAPACITY:
             outcome = "oom"
         duration = round(6.0 + 14.0 * rng.random() + (25.0 if resolved.config["compile"] != "off" else 0.0), 2)
@@ -169,18 +187,38 @@ def _record_trials(study: optuna.Study, n_trials: int, rng: random.Random) -> No
             known_peak = {"oom": CAPACITY, "nan": peak}.get(outcome)
             result = {"peak_memory_bytes": known_peak, "memory": {}, "notes": {}}
             records.mark(trial, error={"type": etype, "message": message}, result=result)
-            _constrain(trial, ok=False)
+            _constrain(trial, ok=False, peak=None, budget=max_memory_bytes)
             study.tell(trial, [0.0, float(CAPACITY)])
             continue
 
         result = _result(resolved.config, speed, peak, duration, rng)
+        if data_wait_share is not None:
+            result["profile"]["data_wait_share"] = data_wait_share
         records.mark(trial, result=result)
-        _constrain(trial, ok=True)
+        _constrain(trial, ok=True, peak=peak, budget=max_memory_bytes)
         values = [result["samples_per_s"], float(peak)]
         study.tell(trial, values)
         measured[key] = (trial.number, {"outcome": "ok", "result": result}, values)
         if role == "search" and first_search_ok is None:
             first_search_ok = dict(trial.params)
+
+
+def add_failed_trial(
+    study: optuna.Study,
+    outcome: str = "error",
+    message: str = "boom",
+    error_type: str = "RuntimeError",
+    config: dict[str, Any] | None = None,
+) -> int:
+    """Record one more failed search trial (e.g. with a hostile error message); returns its number."""
+    trial = study.ask()
+    resolved = knobs.resolve(config or {}, CONTEXT)
+    records.mark(trial, role="search", config=resolved.config, config_key=resolved.key(),
+                 not_applicable=resolved.not_applicable, outcome=outcome, error={"type": error_type, "message": message},
+                 result={}, duration_s=1.5)
+    _constrain(trial, ok=False, peak=None, budget=None)
+    study.tell(trial, [0.0, float(CAPACITY)])
+    return trial.number
 
 
 def add_race(
@@ -228,17 +266,10 @@ def add_race(
         "stopped": f"budget of {rounds} rounds spent (--confirm)", "rounds_run": rounds, "eliminated": {}})
 
 
-def add_sessions(study: optuna.Study, n: int = 4) -> None:
-    """Record ``n`` sessions that ran the study (an hour apart, about 50 minutes each): the time it took."""
-    now = time.time()
-    for k in range(n):
-        records.save_session(study, f"s{k}", {"started_at": now - 3600 * (k + 1), "elapsed_s": 3000.0 + 10 * k})
-
-
 # ---------------------------------------------------------------- internals
 
 
-def _description() -> dict[str, Any]:
+def _description(max_memory_bytes: int | None) -> dict[str, Any]:
     """The study's description, by the stored format's field names (:func:`autotune.store.records.save`)."""
     import torch
 
@@ -269,15 +300,15 @@ def _description() -> dict[str, Any]:
         },
         "device": "cpu",
         "context": CONTEXT.to_dict(),
-        "max_memory_bytes": None,
+        "max_memory_bytes": max_memory_bytes,
         "global_batch": None,
         "created_at": "2025-11-22T11:00:00+00:00",
     }
 
 
-def _constrain(trial: optuna.Trial, ok: bool) -> None:
+def _constrain(trial: optuna.Trial, ok: bool, peak: float | None, budget: int | None) -> None:
     trial.set_constraint("failed", 0.0 if ok else 1.0)
-    trial.set_constraint("memory", 0.0)  # no --max-memory budget
+    trial.set_constraint("memory", (peak - budget) / budget if ok and budget and peak is not None else 0.0)
 
 
 def _model(config: dict[str, Any], rng: random.Random) -> tuple[float, int]:
@@ -349,8 +380,9 @@ def _result(config: dict[str, Any], speed: float, peak: int, duration: float, rn
 def jittered_copies(study: optuna.Study, n: int, seed: int = 1, failure_share: float = 0.08) -> list[StoredTrial]:
     """``n`` new trials, numbered after the study's, copied from its ok search trials: samples/s x N(1, 3%), peak
     memory x N(1, 1%), duration x U(0.8, 1.2), and about ``failure_share`` of them turned into oom, nan and error
-    failures (:func:`grow` adds them). A study of 10,000 trials built so holds ~9,000 distinct measurements, not a
-    few configurations answered from the cache again and again (views_scale.py, fleet_scale.py)."""
+    failures; read with the study as ``StoredStudy.of(study).with_trials([...])``. A study of 10,000 trials built so
+    holds ~9,000 distinct measurements, not a few configurations answered from the cache again and again (the
+    10,000-trial dashboard test)."""
     import copy
     import dataclasses
 
@@ -374,10 +406,15 @@ def jittered_copies(study: optuna.Study, n: int, seed: int = 1, failure_share: f
             peak = int(src.values[1] * rng.gauss(1.0, 0.01))  # type: ignore[index]
             result = {**copy.deepcopy(dict(src.result)), "samples_per_s": speed, "peak_memory_bytes": peak}
             changed = dict(result=result, values=(speed, float(peak)), constraints={"failed": 0.0, "memory": 0.0})
-        # started/completed None: a copy is timestamped when it is added, as the copies always were
-        copies.append(dataclasses.replace(src, number=len(stored.trials) + k, duration_s=duration, started=None,
-                                          completed=None, **changed))
+        copies.append(dataclasses.replace(src, number=len(stored.trials) + k, duration_s=duration, **changed))
     return copies
+
+
+def add_sessions(study: optuna.Study, n: int = 4) -> None:
+    """Record ``n`` sessions that ran the study (an hour apart, about 50 minutes each): the time it took."""
+    now = time.time()
+    for k in range(n):
+        records.save_session(study, f"s{k}", {"started_at": now - 3600 * (k + 1), "elapsed_s": 3000.0 + 10 * k})
 
 
 def grow(study: optuna.Study, n: int, seed: int = 1) -> None:
