@@ -384,7 +384,7 @@ class StoredStudy:
 
     def with_trials(self, trials: Sequence[StoredTrial]) -> StoredStudy:
         """The same study (its description and records) with these trials instead: a made-up study grown past what
-        was stored (tests/study_factory.py's ``jittered_copies``), read as any other."""
+        was stored (autotune/made_up.py's ``jittered_copies``), read as any other."""
         return StoredStudy(self.name, self._attrs, trials)
 
 
@@ -457,7 +457,7 @@ def add_trials(study: optuna.Study, trials: Sequence[StoredTrial],
                distributions: Mapping[str, optuna.distributions.BaseDistribution]) -> None:
     """Add finished trials to a study in one write, each as the store holds it: Optuna's state, values, constraints
     and parameters (``distributions``: of each parameter name), its marks and its owner; numbered after the study's
-    own. For a made-up study grown fast to thousands of trials (benchmarks/made_up.py, benchmarks/resume_scale.py):
+    own. For a made-up study grown fast to thousands of trials (autotune/made_up.py, benchmarks/resume_scale.py):
     asking and telling each one through the loop reads the whole study for every trial. ``started``/``completed``
     are kept where given (else now)."""
     states = {name: state for state, name in STATES.items() if state.is_finished()}
