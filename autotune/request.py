@@ -13,7 +13,9 @@ metadata): its CLI option, its Python keyword, its help, its unit and its rule. 
 options are made from the declarations (:mod:`autotune.cli.options`), ``tune()`` and
 ``measure()`` are checked against them field by field (tests/test_request.py), and a value
 a field cannot take raises one :class:`autotune.errors.FieldError` naming the field, which
-each surface words as its own (``--trial-timeout``, ``trial_timeout=``).
+each surface words as its own (``--trial-timeout``, ``trial_timeout=``). A message of any other
+module that tells the user what to pass names the field through :func:`option`, a term with the
+declaration's words (:mod:`autotune.errors`), never the command line's spelling.
 
 Why: the job was spelled on every surface (click options, ``tune``'s parameters, a map
 from options to keywords, the tuner's Options) and the copies drifted (the trial timeout
@@ -32,7 +34,7 @@ import re
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any, Iterable, Mapping
 
-from autotune.errors import FieldError, FieldSpecError, FieldValueError, SpecError, UnitError
+from autotune.errors import FieldError, FieldSpecError, FieldValueError, SpecError, UnitError, named
 from autotune.units import parse_duration, parse_size
 
 TASKS = ("train", "infer")
@@ -259,8 +261,8 @@ class WorkloadSpec:
         anything else sets this workload apart (model arguments, data, shapes, task, a Python object's code), a
         digest of it, so that unrelated models and changed arguments never share a study by accident.
         ``mypkg.models:build`` -> ``mypkg.models-build``; with ``--model-arg width=8`` -> ``mypkg.models-build-1a2b3c4d``."""
-        pickled = self.model.startswith("pickled:")
-        model = self.model[len("pickled:"):].rsplit("@", 1)[0] if pickled else self.model
+        pickled = pickled_name(self.model) is not None
+        model = pickled_name(self.model) or self.model
         name = safe_name(model.replace(":", "-").replace("/", "-"))
         identity = self.to_dict(payload=False)
         if pickled or any(v for k, v in identity.items() if k != "model"):
@@ -294,6 +296,14 @@ class WorkloadSpec:
             task=d.get("task"),
             pickled=tuple(sorted((d.get("pickled") or {}).items())),
         )
+
+
+def pickled_name(spec: Any) -> str | None:
+    """The own name of the object a ``pickled:<name>@<sha256>`` spec carries (``Net``, ``<locals>.factory``);
+    None for any other spec."""
+    if not isinstance(spec, str) or not spec.startswith("pickled:"):
+        return None
+    return spec[len("pickled:"):].rsplit("@", 1)[0]
 
 
 def parse_model_args(items: Iterable[str]) -> tuple[tuple[str, Any], ...]:
@@ -474,3 +484,33 @@ WHERE: dict[str, Declared] = {
 #: Every declared field by name: the workload's, the job's, the measurement's and where a job runs.
 FIELDS: dict[str, Declared] = {**declarations(WorkloadSpec), **declarations(TuneConfig), **declarations(MeasureConfig),
                                **WHERE}
+
+#: Named on both surfaces, yet no field of a request: what one command takes (``export --pick`` and
+#: ``TuneResult.export(pick=)``; ``measure --set`` and ``measure(config=)``), declared for their words alone.
+NAMED: dict[str, Declared] = {
+    "pick": Declared(flag="--pick", name="pick", default=DEFAULT_PICK),
+    "config": Declared(flag="--set", keyword="config", name="config"),
+}
+
+# ---------------------------------------------------------------- the declaration's words, in messages
+
+_BY_NAME: dict[str, Declared] = {**{d.word: d for d in (*FIELDS.values(), *NAMED.values())}, **FIELDS, **NAMED}
+_NO_VALUE = object()
+
+
+def declared(name: str) -> Declared:
+    """A declared field (or named argument) by its name or its keyword: ``trial_timeout_s`` or ``trial_timeout``."""
+    return _BY_NAME[name]
+
+
+def option(name: str, value: Any = _NO_VALUE, *, quoted: bool = False) -> str:
+    """A field named in a message, as a term each surface says in its own words (:func:`autotune.errors.named`),
+    from the field's declaration: ``--trial-timeout`` on the command line, ``trial_timeout=`` in Python. With a
+    value: ``--study mlp-2`` (``quoted``: ``--device 'cuda:3'``) and ``study='mlp-2'``; a spec that carries a
+    pickled object reads by the object's own name in Python (``model=Net``), as it was passed."""
+    field = declared(name)
+    flag = field.option
+    assert flag is not None, f"{field.name} has no option to name"
+    if value is _NO_VALUE:
+        return named(field.name, flag)
+    return named(field.name, f"{flag} {value!r}" if quoted else f"{flag} {value}", pickled_name(value) or repr(value))

@@ -3,7 +3,8 @@
 Typed errors (:mod:`autotune.errors`) become one line on stderr and a non-zero exit here,
 and only here; no user error prints a traceback. An error about a field of the request
 (:class:`autotune.errors.FieldError`) names the field by its option (``--trial-timeout``),
-from the field's declaration (:mod:`autotune.request`), never by rewriting a message.
+from the field's declaration (:mod:`autotune.request`), never by rewriting a message; any other
+message names its options as terms, which ``str(exc)`` says in the command line's words.
 
 The stores a command opened are kept here too: a fault met anywhere is explained by its own store.
 """
