@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from autotune import __version__
-from autotune.errors import ConfigError, StudyError
+from autotune.errors import ConfigError, StudyError, said
 from autotune.evidence import Evidence, evidence_of
-from autotune.request import DEFAULT_PICK, PICKS
+from autotune.request import DEFAULT_PICK, PICKS, option
 from autotune.store import StoredStudy, StoredTrial
 
 SCHEMA = "autotune.config/2"  # /2: speedup became a claim with its interval
@@ -38,7 +38,7 @@ def pick_trial(study: StoredStudy, pick: str, max_memory_bytes: int | None = Non
     ``smallest`` and ``balanced`` pick on the front by memory.
     """
     if pick not in PICKS:
-        raise StudyError(f"--pick {pick!r}: expected one of {', '.join(PICKS)}")
+        raise StudyError(f"{option('pick', pick, quoted=True)}: expected one of {', '.join(PICKS)}")
     ev = evidence_of(study) if max_memory_bytes is None else Evidence(study, max_memory_bytes)
     trials = {t.number: t for t in study.trials}
     candidates = [ev.configs[n] for n in ev.front()]
@@ -48,8 +48,8 @@ def pick_trial(study: StoredStudy, pick: str, max_memory_bytes: int | None = Non
     recommended = ev.recommended()
     if pick == "recommended":
         if recommended is None or not ev.configs[recommended].feasible:
-            raise StudyError(f"{verdict.text}; and the defaults themselves do not fit the memory budget: export --pick "
-                             "smallest, or one of the front's configurations")
+            raise StudyError(f"{said(verdict.text)}; and the defaults themselves do not fit the memory budget: export "
+                             f"{option('pick', 'smallest')}, or one of the front's configurations")
         if verdict.state == "gain":
             return trials[recommended], f"recommended: {verdict.text}"
         return trials[recommended], f"recommended: the defaults, because {verdict.text}"
@@ -89,12 +89,13 @@ def _nothing_to_export(study: StoredStudy, ev: Evidence, max_memory_bytes: int |
         return f"study {name!r} has no successful trial to export; run more trials first"
     smallest = format_bytes(min(c.peak_memory_bytes for c in ok))
     if max_memory_bytes is not None:
-        return (f"study {name!r}: none of its {len(ok)} successful trials fits in --max-memory {format_bytes(max_memory_bytes)} "
-                f"(the smallest peaked at {smallest}); export with a larger --max-memory")
+        return (f"study {name!r}: none of its {len(ok)} successful trials fits in "
+                f"{option('max_memory', format_bytes(max_memory_bytes))} (the smallest peaked at {smallest}); export with a "
+                f"larger {option('max_memory')}")
     budget = study.max_memory_bytes
     return (f"study {name!r}: all {len(ok)} successful trials are over the study's memory budget "
             f"{format_bytes(budget) if budget else ''} (the smallest peaked at {smallest}); "
-            "start a new study with a larger --max-memory").replace("budget  (", "budget (")
+            f"start a new study with a larger {option('max_memory')}").replace("budget  (", "budget (")
 
 
 def export(

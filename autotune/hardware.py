@@ -13,6 +13,7 @@ from typing import Any, Iterable
 
 from autotune.errors import DeviceError
 from autotune.knobs import cpu_count
+from autotune.request import option
 
 # Dense peak FLOP/s per GPU by precision class (vendor datasheets, no sparsity).
 # Matched by substring of torch.cuda.get_device_name(), most specific first.
@@ -50,17 +51,17 @@ def check_device(device: str) -> str:
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError):
-        raise DeviceError(f"--device {device!r}: not a device (expected cpu, cuda or cuda:N)") from None
+        raise DeviceError(f"{option('device', device, quoted=True)}: not a device (expected cpu, cuda or cuda:N)") from None
     if dev.type == "cpu":
         return "cpu"
     if dev.type != "cuda":
-        raise DeviceError(f"--device {device!r}: only cpu and cuda devices are supported")
+        raise DeviceError(f"{option('device', device, quoted=True)}: only cpu and cuda devices are supported")
     count = torch.cuda.device_count()
     if count == 0:
-        raise DeviceError(f"--device {device!r}: this machine has no CUDA device (use --device cpu)")
+        raise DeviceError(f"{option('device', device, quoted=True)}: this machine has no CUDA device (use {option('device', 'cpu')})")
     index = dev.index or 0
     if index >= count:
-        raise DeviceError(f"--device {device!r}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
+        raise DeviceError(f"{option('device', device, quoted=True)}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
     return f"cuda:{index}"
 
 

@@ -40,6 +40,7 @@ import types
 from typing import Any, Mapping
 
 from autotune.errors import SpecError
+from autotune.request import option
 
 PREFIX = "pickled:"
 MAX_BYTES = 8 * 1024**2  # carried in every trial request and stored with the study
@@ -239,17 +240,19 @@ def ship(obj: Any, what: str = "model") -> tuple[str, str]:
     return f"{PREFIX}{name}@{key}", base64.b64encode(data).decode("ascii")
 
 
-def load(spec: str, pickled: Mapping[str, str], option: str = "--model") -> Any:
-    """The object a ``pickled:`` spec names, unpickled from the bytes the spec carries."""
+def load(spec: str, pickled: Mapping[str, str], field: str = "model") -> Any:
+    """The object a ``pickled:`` spec names, unpickled from the bytes the spec carries (``field``: ``model`` or
+    ``data``, which a message names)."""
+    given = option(field, spec, quoted=True)
     raw = pickled.get(spec)
     if raw is None:
         raise SpecError(
-            f"{option} {spec!r} is a Python object sent by value by autotune.tune()/measure(), and its bytes are not "
+            f"{given} is a Python object sent by value by autotune.tune()/measure(), and its bytes are not "
             "here: resume it from Python (autotune.tune(..., study=NAME)) or with `autotune worker --study NAME`"
         )
     try:
         return pickle.loads(base64.b64decode(raw))
     except Exception as exc:  # noqa: BLE001 - a module missing here, a class changed, ...
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise SpecError(f"{option} {spec!r} could not be unpickled in the trial process: {type(exc).__name__}: {reason}") from None
+        raise SpecError(f"{given} could not be unpickled in the trial process: {type(exc).__name__}: {reason}") from None
 

@@ -29,6 +29,7 @@ import optuna
 
 from autotune import knobs
 from autotune.errors import KnobError, SpaceError
+from autotune.request import option
 
 SPACES_DIR = Path(__file__).resolve().parent / "search_spaces"  # package data: installed with the wheel
 
@@ -111,17 +112,17 @@ def find(name_or_path: str) -> Path:
     candidate = Path(name_or_path)
     if candidate.suffix == ".toml" or candidate.exists() or "/" in name_or_path:
         if candidate.is_dir():
-            raise SpaceError(f"--space {name_or_path!r}: is a folder, not a TOML file")
+            raise SpaceError(f"{option('space', name_or_path, quoted=True)}: is a folder, not a TOML file")
         if not candidate.is_file():  # missing, a broken link, or a device/FIFO that reading could block on
             what = "not a regular file" if candidate.exists() else "no such file"
-            raise SpaceError(f"--space {name_or_path!r}: {what}")
+            raise SpaceError(f"{option('space', name_or_path, quoted=True)}: {what}")
         return candidate
     for folder in (Path.cwd() / "search_spaces", SPACES_DIR):
         path = folder / f"{name_or_path}.toml"
         if path.is_file():
             return path
     known = sorted(p.stem for p in SPACES_DIR.glob("*.toml")) if SPACES_DIR.is_dir() else []
-    raise SpaceError(f"--space {name_or_path!r}: no such space; built-in spaces: {', '.join(known) or 'none'}")
+    raise SpaceError(f"{option('space', name_or_path, quoted=True)}: no such space; built-in spaces: {', '.join(known) or 'none'}")
 
 
 def load(name_or_path: str) -> Space:

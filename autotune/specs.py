@@ -23,43 +23,46 @@ from torch.utils.data import Dataset
 from autotune import hf, shipping
 from autotune import workload as W
 from autotune.errors import SpecError, WorkloadError
-from autotune.request import WorkloadSpec
+from autotune.request import WorkloadSpec, option
 from autotune.workload import Workload, user_frame
 
 
 def build(spec: WorkloadSpec) -> Workload:
     """Import (or unpickle) and call the factories of ``spec`` and return a complete Workload."""
-    factory = _factory(spec, spec.model, "--model")
+    factory = _factory(spec, spec.model, "model")
     if spec.model.startswith(hf.PREFIX):  # autotune.hf raises its own one-line SpecErrors
         made = factory(**dict(spec.model_args))
     else:
-        made = _call_factory(factory, spec.model, "--model", dict(spec.model_args))
+        made = _call_factory(factory, spec.model, "model", dict(spec.model_args))
     workload = W.from_factory(spec, made)
     dataset = None
     if spec.data:
-        dataset = _call_factory(_factory(spec, spec.data, "--data"), spec.data, "--data", {})
+        dataset = _call_factory(_factory(spec, spec.data, "data"), spec.data, "data", {})
     return W.complete(workload, spec, dataset)
 
 
-def _factory(spec: WorkloadSpec, value: str, option: str) -> Any:
+def _factory(spec: WorkloadSpec, value: str, field: str) -> Any:
     """What a model or data spec names: imported (``module:attr``, ``hf:``) or unpickled (``pickled:``)."""
     if shipping.is_pickled(value):
-        return shipping.load(value, dict(spec.pickled), option)
-    return import_spec(value, option)
+        return shipping.load(value, dict(spec.pickled), field)
+    return import_spec(value, field)
 
 
-def import_spec(spec: str, option: str = "--model") -> Any:
-    """Import ``module:attr`` and return the attribute; SpecError for every failure.
+def import_spec(spec: str, field: str = "model") -> Any:
+    """Import ``module:attr`` and return the attribute; SpecError for every failure. ``field``: the field the spec
+    is given as, ``model`` or ``data`` (``--model`` and ``--data`` are taken too), which the message names.
 
     ``--model hf:<model_type>`` names a Hugging Face model instead (see :mod:`autotune.hf`).
     """
-    if option == "--model" and isinstance(spec, str) and spec.startswith(hf.PREFIX):
+    field = field.removeprefix("--")
+    if field == "model" and isinstance(spec, str) and spec.startswith(hf.PREFIX):
         return hf.factory(spec)  # transformers, an optional dependency, is imported only there
+    given = option(field, spec, quoted=True)
     if not isinstance(spec, str) or spec.count(":") != 1:
-        raise SpecError(f"{option} {spec!r}: expected module:attribute, e.g. autotune.examples:cnn")
+        raise SpecError(f"{given}: expected module:attribute, e.g. autotune.examples:cnn")
     module_name, attr = (p.strip() for p in spec.split(":"))
     if not module_name or not attr:
-        raise SpecError(f"{option} {spec!r}: expected module:attribute, e.g. autotune.examples:cnn")
+        raise SpecError(f"{given}: expected module:attribute, e.g. autotune.examples:cnn")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -67,38 +70,39 @@ def import_spec(spec: str, option: str = "--model") -> Any:
     except ModuleNotFoundError as exc:
         missing = exc.name or ""
         if module_name == missing or module_name.startswith(missing + "."):
-            raise SpecError(f"{option} {spec!r}: no module named {missing!r}") from None
+            raise SpecError(f"{given}: no module named {missing!r}") from None
         raise SpecError(
-            f"{option} {spec!r}: importing {module_name!r} failed: "
+            f"{given}: importing {module_name!r} failed: "
             f"{type(exc).__name__}: {exc}{user_frame(exc)}"
         ) from None
     except Exception as exc:  # the user's module raised while importing
         raise SpecError(
-            f"{option} {spec!r}: importing {module_name!r} failed: "
+            f"{given}: importing {module_name!r} failed: "
             f"{type(exc).__name__}: {exc}{user_frame(exc)}"
         ) from None
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise SpecError(f"{option} {spec!r}: module {module_name!r} has no attribute {attr!r}")
+            raise SpecError(f"{given}: module {module_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
     return obj
 
 
-def _call_factory(factory: Any, spec: str, option: str, kwargs: Mapping[str, Any]) -> Any:
+def _call_factory(factory: Any, spec: str, field: str, kwargs: Mapping[str, Any]) -> Any:
+    given = option(field, spec, quoted=True)
     if isinstance(factory, (nn.Module, Workload, Dataset)):
         if kwargs:
-            raise WorkloadError(f"{option} {spec!r} is an object, not a factory: it takes no --model-arg")
+            raise WorkloadError(f"{given} is an object, not a factory: it takes no {option('model_args')}")
         return factory
     if not callable(factory):
-        raise WorkloadError(f"{option} {spec!r} is a {type(factory).__name__}, not a factory")
+        raise WorkloadError(f"{given} is a {type(factory).__name__}, not a factory")
     try:
         return factory(**kwargs)
     except TypeError as exc:
         try:
             inspect.signature(factory).bind(**kwargs)
         except TypeError:
-            raise WorkloadError(f"{option} {spec!r}: bad arguments: {exc}") from None
-        raise WorkloadError(f"{option} {spec!r} raised TypeError: {exc}{user_frame(exc)}") from None
+            raise WorkloadError(f"{given}: bad arguments: {exc}") from None
+        raise WorkloadError(f"{given} raised TypeError: {exc}{user_frame(exc)}") from None
     except Exception as exc:
-        raise WorkloadError(f"{option} {spec!r} raised {type(exc).__name__}: {exc}{user_frame(exc)}") from None
+        raise WorkloadError(f"{given} raised {type(exc).__name__}: {exc}{user_frame(exc)}") from None

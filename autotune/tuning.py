@@ -37,7 +37,7 @@ from autotune.errors import SpaceError, StudyError
 from autotune.phases import Bench, Seeds
 from autotune.phases.bench import OnMeasure, slow_limit
 from autotune.protocol import Settings
-from autotune.request import TuneConfig
+from autotune.request import TuneConfig, option
 from autotune.runner import Runner
 from autotune.store import LiveStudy, Store, StoredStudy, kind
 #: ``AUTOTUNE_PAIRED=1``: the race measures candidates alongside the defaults inside shared processes
@@ -189,7 +189,8 @@ def _prepare(config: TuneConfig, name: str, store: Store, device: str, *, on_tri
         from autotune.units import format_bytes
 
         was = format_bytes(stored_memory) if stored_memory else "no budget"
-        raise StudyError(f"study {name!r} was made with --max-memory {was}; pass the same value, or start a new study with --study {name}-2")
+        raise StudyError(f"study {name!r} was made with {option('max_memory', was)}; pass the same value, or start a new study "
+                         f"with {option('study', f'{name}-2')}")
     if created:
         live.save(max_memory_bytes=config.max_memory_bytes)
         if found is not None:

@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from autotune.errors import WorkloadError
-from autotune.request import TASKS, WorkloadSpec
+from autotune.request import TASKS, WorkloadSpec, option
 
 
 @dataclass
@@ -101,12 +101,12 @@ def from_factory(spec: WorkloadSpec, made: Any) -> Workload:
         workload = made
         if not isinstance(workload.model, nn.Module):
             raise WorkloadError(
-                f"--model {spec.model!r} returned a Workload whose model is a "
+                f"{option('model', spec.model, quoted=True)} returned a Workload whose model is a "
                 f"{type(workload.model).__name__}, not an nn.Module"
             )
     else:
         raise WorkloadError(
-            f"--model {spec.model!r} returned {type(made).__name__}; "
+            f"{option('model', spec.model, quoted=True)} returned {type(made).__name__}; "
             "expected an nn.Module or an autotune.Workload"
         )
     if spec.task:
@@ -123,7 +123,7 @@ def complete(workload: Workload, spec: WorkloadSpec, dataset: Any = None) -> Wor
     if spec.data:
         if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
             raise WorkloadError(
-                f"--data {spec.data!r} returned {type(dataset).__name__}; expected a map-style Dataset"
+                f"{option('data', spec.data, quoted=True)} returned {type(dataset).__name__}; expected a map-style Dataset"
             )
         workload.dataset = dataset
     if workload.dataset is None:
@@ -148,8 +148,8 @@ def _example_from_shapes(model: nn.Module, spec: WorkloadSpec) -> Any:
         x = model.example_input  # type: ignore[assignment]
     else:
         raise WorkloadError(
-            f"--model {spec.model!r} gives no data: pass --data, or --input-shape "
-            "(and --num-classes for a classifier), or give the module an example_input tensor"
+            f"{option('model', spec.model, quoted=True)} gives no data: pass {option('data')}, or {option('input_shape')} "
+            f"(and {option('num_classes')} for a classifier), or give the module an example_input tensor"
         )
     if spec.num_classes:
         return (x, torch.tensor(spec.num_classes - 1))

@@ -156,9 +156,9 @@ def make_spec(model: str, data: str | None, model_args: tuple[str, ...], input_s
         task=task,
     )
     # Syntax errors of the specs are reported before any process starts.
-    for value, option in ((model, "--model"), (data, "--data")):
+    for value, field in ((model, "model"), (data, "data")):
         if value is not None and value.count(":") != 1:
-            import_spec(value, option)
+            import_spec(value, field)
     return spec
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from autotune.errors import KnobError
+from autotune.errors import KnobError, named
 from autotune.heap import NEVER_TRIM
 from autotune.knobs.core import (
     ALONE,
@@ -484,7 +484,7 @@ def parse_assignments(items: Iterable[str], ctx: Context | None = None) -> dict[
     out: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
-            raise KnobError(f"--set {item!r}: expected name=value")
+            raise KnobError(f"{named('config', f'--set {item!r}', repr(item))}: expected name=value")
         name, raw = item.split("=", 1)
         knob = get(name.strip())
         out[knob.name] = knob.validate(raw, ctx)

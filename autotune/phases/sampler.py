@@ -15,7 +15,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import AutotuneError
-from autotune.request import SAMPLERS
+from autotune.request import SAMPLERS, option
 from autotune.store import LiveStudy
 from autotune.store.records import SAMPLER_SWITCH
 
@@ -39,14 +39,14 @@ def make_sampler(name: str, seed: int | None = None, n_startup_trials: int = 8,
         try:
             import scipy  # noqa: F401
         except ImportError:
-            raise AutotuneError("--sampler gp needs scipy: pip install scipy") from None
+            raise AutotuneError(f"{option('sampler', 'gp')} needs scipy: pip install scipy") from None
         gp = optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials, warn_independent_sampling=False)
         return GPThenTPE(gp, make_sampler("tpe", seed, n_startup_trials), gp_max_trials)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=10)
-    raise AutotuneError(f"--sampler {name!r}: expected one of {', '.join(SAMPLERS)}")
+    raise AutotuneError(f"{option('sampler', name, quoted=True)}: expected one of {', '.join(SAMPLERS)}")
 
 
 class GPThenTPE(optuna.samplers.BaseSampler):

@@ -16,6 +16,8 @@ from typing import Any, Mapping, Sequence
 
 from autotune import knobs
 from autotune import result as R
+from autotune.errors import either
+from autotune.request import option
 from autotune.space import Space
 from autotune.store import LiveStudy, StoredTrial
 
@@ -110,14 +112,17 @@ def failed_baseline(trials: Sequence[StoredTrial]) -> StoredTrial | None:
 
 
 def baseline_failure(number: int, outcome: str, message: str, again: bool = False) -> str:
-    """Why a study cannot go on when PyTorch's defaults fail, and what to do (one line)."""
+    """Why a study cannot go on when PyTorch's defaults fail, and what to do (one line, for a WorkloadError: the
+    options it names are terms, :func:`autotune.request.option`)."""
     advice = {
-        R.TIMEOUT: "raise --trial-timeout (or use --quick, a smaller model or batch)",
-        R.OOM: "fix a smaller batch in the space's [fixed] (or --max-memory), or a smaller model",
+        R.TIMEOUT: f"raise {option('trial_timeout')} (or use {option('quick')}, a smaller model or batch)",
+        R.OOM: f"fix a smaller batch in the space's [fixed] (or {option('max_memory')}), or a smaller model",
         R.NAN: "the model's loss is not finite with PyTorch's defaults: fix the model or its data",
-    }.get(outcome, "fix the model or its data (autotune measure --model ... shows the whole error)")
+    }.get(outcome, f"fix the model or its data ({either('autotune measure --model ...', 'autotune.measure(model)')} shows the "
+                   "whole error)")
     where = "this study measured them" if again else "measured"
-    fresh = "; then start a new study (--study NAME-2): this one holds the failed defaults" if again else ""
+    fresh = (f"; then start a new study ({option('study', 'NAME-2')}): this one holds the failed defaults" if again
+             else "")
     detail = f": {message}" if message else ""
     return (f"PyTorch's defaults failed when {where} (trial #{number}, {outcome}{detail}), and every speed-up is a "
             f"ratio to them: {advice}{fresh}")

@@ -35,6 +35,7 @@ import optuna
 
 from autotune import __version__, hardware
 from autotune.errors import AutotuneError, StorageError, StorageUnreachable, StudyError
+from autotune.request import option
 from autotune.store import journal, reading, records, server, sqlite
 from autotune.store.faults import first_line
 from autotune.store.names import check_name, default_url
@@ -252,7 +253,7 @@ class Store:
         try:
             return optuna.create_study(study_name=name, storage=storage, directions=DIRECTIONS)
         except optuna.exceptions.DuplicatedStudyError:
-            raise StudyError(f"a study or job named {name!r} exists in {self.shown}: choose another --study name") from None
+            raise StudyError(f"a study or job named {name!r} exists in {self.shown}: choose another {option('study')} name") from None
 
     def create_or_check(
         self, name: str, attrs: Mapping[str, Any], sampler: optuna.samplers.BaseSampler | None = None
@@ -334,11 +335,11 @@ class Store:
             if not ((not exists or os.access(self.path, os.W_OK)) and os.access(self.path.parent, os.W_OK)) or code in (
                     errno.EROFS, errno.EACCES, errno.EPERM) or "readonly" in text or "read-only" in text:
                 return StorageError(f"{where} refuses writes (a read-only file or folder): make it writable, or copy the "
-                                    "study somewhere writable and pass --storage; read commands (status, export) still work on it")
+                                    f"study somewhere writable and pass {option('storage')}; read commands (status, export) still work on it")
             return StorageError(f"{where} refused a write ({redact_message(first_line(exc), self._url)}): check the file "
                                 "and its disk, then run the same command again")
         if "readonly" in text or "read-only" in text:
-            return StorageError(f"{where} refuses writes: the database or its user is read-only; point --storage at a "
+            return StorageError(f"{where} refuses writes: the database or its user is read-only; point {option('storage')} at a "
                                 "writable one; read commands (status, export) still work on it")
         if "disk is full" in text or "no space left" in text:
             return StorageError(f"the database of {where} is out of space: free some and run the same command again")
@@ -388,11 +389,11 @@ def check_matches(study: optuna.Study, attrs: Mapping[str, Any], shown: str) -> 
     view = StoredStudy(study.study_name, study.user_attrs, [])
     stored = study.user_attrs
     if not view.described:
-        raise StudyError(f"study {study.study_name!r} in {shown} was not made by autotune; choose another --study name")
+        raise StudyError(f"study {study.study_name!r} in {shown} was not made by autotune; choose another {option('study')} name")
     if len(study.directions) != 2:
         raise StudyError(f"study {study.study_name!r} has {len(study.directions)} objectives; autotune studies have 2")
     new_name = f"{study.study_name}-2"
-    how = f"start a new study with --study {new_name} (or another --storage)"
+    how = f"start a new study with {option('study', new_name)} (or another {option('storage')})"
     problems: list[str] = []
     if view.space_hash != attrs.get("space_hash"):
         problems.append(f"the search space differs from the study's ({view.space.get('path')})")

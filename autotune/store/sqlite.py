@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from autotune.errors import StorageError
+from autotune.request import option
 from autotune.store.names import STUDIES_DIR
 
 #: A writer waits this long for another process's lock on the file before SQLite gives up.
@@ -39,6 +40,6 @@ def prepare_folder(path: Path, read_only: bool, shown: str) -> None:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageError(f"cannot create the folder {folder} for {shown}: {exc.strerror}; "
-                               "run from a folder you can write to, or pass --storage") from None
+                               f"run from a folder you can write to, or pass {option('storage')}") from None
     if not folder.is_dir():
         raise StorageError(f"storage {shown!r}: folder {folder} does not exist")
