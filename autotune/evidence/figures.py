@@ -32,6 +32,8 @@ from autotune.evidence.load import Load, leave_out
 from autotune.store.records import StoredStudy
 from autotune.evidence.verdict import Verdict
 from autotune.evidence.verdict import changes_text as _changes_text
+from autotune.errors import Said, either, said
+from autotune.request import option, pickled_name
 from autotune.stats import Measurement, Noise, Ratio
 from autotune.units import plural
 
@@ -213,7 +215,7 @@ class Evidence:
         s = self.speedup(m) if m is not None and m != verdict.winner else None
         if m is None or m == verdict.winner or s is None or not s.above_one():
             return Verdict(verdict.state, verdict.winner, verdict.leader, verdict.speedup, verdict.tied, verdict.confirmed,
-                           verdict.simpler_preferred, f"{verdict.text}; {ab.text()}")
+                           verdict.simpler_preferred, Said(f"{said(verdict.text)}; {ab.text()}"))
         c = self.configs[m]
         text = (f"#{m} ({_changes_text(c.changes)}) is {s.text()} as fast as PyTorch's defaults "
                 f"({int(round(100 * stats.LEVEL))}% interval, {plural(s.processes, 'process')} against {s.reference_processes}): "
@@ -254,17 +256,22 @@ class Evidence:
         c = self.configs[seen.winner]  # type: ignore[index]
         names = ", ".join(k for k in c.changes if self._sensitive_knob(k))
         model = self.study.workload.get("model") or "MODEL"
-        sets = " ".join(f"--set {k}={knobs.KNOBS[k].format(v)}" for k, v in c.changes.items() if k in knobs.KNOBS)
+        config = {k: v for k, v in c.changes.items() if k in knobs.KNOBS}
+        shown = pickled_name(model) or repr(model)
         note = (f"#{seen.winner} ({_changes_text(c.changes)}) measured {seen.speedup.text() if seen.speedup else '-'} but its "
                 f"gain rests on {names}, which depends on the load, and {self.load.text()}: not recommended from these "
-                f"measurements; re-check it on a quiet machine with `autotune measure --model {model} {sets} --repeat 5` "
-                f"against `autotune measure --model {model} --repeat 5`")
+                "measurements; re-check it on a quiet machine with "
+                + either(f"`autotune measure --model {model} "
+                         + " ".join(f"--set {k}={knobs.KNOBS[k].format(v)}" for k, v in config.items())
+                         + f" --repeat 5` against `autotune measure --model {model} --repeat 5`",
+                         f"autotune.measure({shown}, config={config!r}, repeat=5) against "
+                         f"autotune.measure({shown}, repeat=5)"))
         if quiet.state == "gain":
             return Verdict("gain", quiet.winner, seen.leader, quiet.speedup, quiet.tied, quiet.confirmed,
-                           quiet.simpler_preferred, f"{quiet.text}; {note}")
+                           quiet.simpler_preferred, Said(f"{said(quiet.text)}; {note}"))
         return Verdict("no_gain", self.baseline.number if self.baseline else None, seen.leader, seen.speedup, seen.tied,
-                       seen.confirmed, False, "no configuration beats PyTorch's defaults beyond the noise once the "
-                       f"load-sensitive knobs are set aside: keep the defaults; {note}")
+                       seen.confirmed, False, Said("no configuration beats PyTorch's defaults beyond the noise once the "
+                                                  f"load-sensitive knobs are set aside: keep the defaults; {note}"))
 
     @staticmethod
     def _sensitive_knob(name: str) -> bool:
@@ -275,7 +282,7 @@ class Evidence:
 
     def _busy_note(self, verdict: Verdict) -> Verdict:
         return Verdict(verdict.state, verdict.winner, verdict.leader, verdict.speedup, verdict.tied, verdict.confirmed,
-                       verdict.simpler_preferred, f"{verdict.text}; {self.load.text()}")
+                       verdict.simpler_preferred, Said(f"{said(verdict.text)}; {self.load.text()}"))
 
     def _verdict(self, exclude_sensitive: bool = False) -> Verdict:
         """The verdict's rule over the raced configurations (before a race, every one), through the noise."""
@@ -294,9 +301,9 @@ class Evidence:
             from autotune.units import format_bytes
 
             return Verdict("no_fit", None, None, None, (), False, False,
-                           f"nothing measured fits the memory budget ({format_bytes(self.max_memory_bytes)}), PyTorch's "
-                           f"defaults included (they peaked at {format_bytes(base.peak_memory_bytes)}): raise --max-memory, "
-                           "or make the model or its batch smaller")
+                           Said(f"nothing measured fits the memory budget ({format_bytes(self.max_memory_bytes)}), PyTorch's "
+                                f"defaults included (they peaked at {format_bytes(base.peak_memory_bytes)}): raise "
+                                f"{option('max_memory')}, or make the model or its batch smaller"))
         if not pool:
             return Verdict("no_gain", base.number, None, None, (), False, False,
                            "no other configuration ran successfully within the budget: keep PyTorch's defaults")
@@ -327,8 +334,8 @@ class Evidence:
         elif len(tied) > 1:
             text += f"; {len(tied) - 1} other configuration(s) were as fast within the noise"
         if not confirmed:
-            text += "; measured once, not confirmed by a race (run with --confirm)"
-        return Verdict("gain", winner, leader, s, tied, confirmed, choice.simpler_than_leader, text)
+            text += f"; measured once, not confirmed by a race (run with {option('confirm')})"
+        return Verdict("gain", winner, leader, s, tied, confirmed, choice.simpler_than_leader, Said(text))
 
     def choose(self, pool: Sequence[int]) -> stats.Choice:
         """The verdict's rule (:func:`autotune.stats.choose`) over these configurations (the race's rule too)."""

@@ -1,0 +1,136 @@
+"""Typed errors and their terms (autotune.errors): a message names an option once, as a term; str() reads in the
+command line's words, an edge words each term its own way, and no surface's text is rewritten."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import pickle
+import re
+from pathlib import Path
+
+import pytest
+
+from autotune import errors
+from autotune.errors import (CLOSE, OPEN, AutotuneError, FieldValueError, Said, StorageUnreachable, StudyError,
+                             WorkloadError, either, in_words, named, said)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def python(name: str) -> str:
+    """A surface's words for the tests: a keyword that differs from its field's name, as the API's do."""
+    return {"trial_timeout_s": "trial_timeout"}.get(name, name)
+
+
+def test_str_reads_in_the_command_lines_words_and_an_edge_in_its_own():
+    exc = StudyError(f"was made with {named('max_memory_bytes', '--max-memory 20 GiB', repr('20 GiB'))}; start a new "
+                     f"study with {named('study', '--study mlp-2', repr('mlp-2'))} or raise {named('trial_timeout_s', '--trial-timeout')}")
+    assert str(exc) == "was made with --max-memory 20 GiB; start a new study with --study mlp-2 or raise --trial-timeout"
+    worded = exc.in_words(python)
+    assert str(worded) == "was made with max_memory_bytes='20 GiB'; start a new study with study='mlp-2' or raise trial_timeout="
+    assert type(worded) is StudyError and OPEN not in worded.said and exc.said != str(exc)
+
+
+def test_a_phrase_with_no_option_is_said_each_surfaces_way():
+    text = f"fix the model ({either('autotune measure --model ...', 'autotune.measure(model)')} shows the error)"
+    assert in_words(text) == "fix the model (autotune measure --model ... shows the error)"
+    assert in_words(text, python) == "fix the model (autotune.measure(model) shows the error)"
+
+
+def test_terms_survive_what_a_message_goes_through():
+    """Composed into another message, pickled to another process, its attributes kept when worded."""
+    inner = f"pass {named('storage', '--storage')}"
+    exc = StorageUnreachable(f"the server is down: {inner}", reason="refused")
+    back = pickle.loads(pickle.dumps(exc))
+    assert str(back) == "the server is down: pass --storage" and back.reason == "refused"
+    worded = back.in_words(python)
+    assert str(worded) == "the server is down: pass storage=" and worded.reason == "refused"
+    assert isinstance(worded, StorageUnreachable) and worded.exit_code == exc.exit_code
+
+
+def test_a_value_cannot_break_out_of_its_term_and_stray_markers_stay_text():
+    nasty = f"a{OPEN}b{CLOSE}c'\"\n"
+    text = named("model", f"--model {nasty!r}", repr(nasty))
+    assert text.count(OPEN) == 1 and text.count(CLOSE) == 1  # JSON writes control characters as escapes
+    assert in_words(text) == f"--model {nasty!r}" and in_words(text, python) == f"model={nasty!r}"
+    stray = f"user output {OPEN}not a term{CLOSE} and {OPEN} alone"
+    assert in_words(stray) == stray == in_words(stray, python)
+    assert str(WorkloadError(f"{stray} {named('data', '--data')}")) == f"{stray} --data"
+
+
+def test_a_plain_message_is_untouched_and_a_field_error_keeps_its_own_words():
+    assert str(WorkloadError("no terms here")) == "no terms here" == WorkloadError("no terms here").said
+    assert str(AutotuneError()) == ""
+    bad = FieldValueError("trials", "must be a whole number from 1 to 100000, not 0", value=0, what="the trial budget")
+    assert str(bad) == "the trial budget (trials) must be a whole number from 1 to 100000, not 0"
+
+
+def test_a_text_that_is_no_error_reads_as_the_command_lines_wherever_it_goes():
+    """A verdict's text: the CLI's words as a str (stored, compared, written to JSON, pickled), its terms kept."""
+    text = Said(f"measured once (run with {named('confirm', '--confirm')})")
+    assert text == "measured once (run with --confirm)" and json.dumps([text]) == '["measured once (run with --confirm)"]'
+    assert text.in_words(python) == "measured once (run with confirm=)"
+    again = pickle.loads(pickle.dumps(text))
+    assert again == text and again.in_words(python) == text.in_words(python)
+    composed = Said(f"{said(text)}; on a busy machine")
+    assert composed == f"{text}; on a busy machine" and composed.in_words(python).endswith("(run with confirm=); on a busy machine")
+    assert said("plain") == "plain" and OPEN not in f"{text}"
+
+
+def test_errors_import_nothing_of_autotunes():
+    """The lowest layer: the words come from the request's declaration, above it."""
+    tree = ast.parse(inspect.getsource(errors))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert not any(name and name.split(".")[0] == "autotune" for name in imported), imported
+
+
+#: Texts below the edges that still spell a declared option in the command line's words, and why. Every other
+#: message names its options as terms (autotune.request.option), which each surface words as its own.
+CLI_WORDS_LEFT = {
+    "autotune/phases/race.py": "why the race stopped: stored with the study's race record and composed into the run's "
+                               "summary line by autotune.study, which shows it as text",
+    "autotune/phases/bought.py": "as the race's: why the ablation stopped, stored with its record",
+    "autotune/phases/search.py": "why the search stopped: composed into the run's summary line by autotune.study",
+    "autotune/progress.py": "the lines a run prints as each trial ends (its own wording for both surfaces)",
+    "autotune/ceiling.py": "the batch ceiling's probe text, stored with the study and printed as it is",
+    "autotune/knobs/registry.py": "a knob's description (the knobs table and the space files' comments)",
+    "autotune/made_up.py": "made-up studies for tests and benchmarks: the race record's stored text, as the race writes it",
+    "autotune/shipping.py": "a command line given as one on both surfaces (`autotune worker --study NAME`), beside its "
+                            "Python counterpart (autotune.tune(..., study=NAME))",
+}
+
+
+def _strings(tree: ast.AST) -> list[tuple[int, str]]:
+    """The string constants of a module that could reach a user: not docstrings, not a whole argv element
+    (``["--device", "cuda:0"]`` starts the command line), not the text a term is made of."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                skip.add(id(first.value))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in ("named", "either"):
+            skip.update(id(n) for arg in node.args for n in ast.walk(arg))
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip]
+
+
+def test_no_message_below_the_edges_spells_a_declared_option():
+    from autotune.request import FIELDS, NAMED
+
+    flags = {d.option for d in (*FIELDS.values(), *NAMED.values()) if d.option}
+    found: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "autotune").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("autotune/cli/") or rel in ("autotune/api.py", "autotune/request.py"):
+            continue  # the edges, and the declaration itself
+        for line, text in _strings(ast.parse(path.read_text())):
+            spelled = sorted(set(re.findall(r"(?<![\w-])--[a-z][\w-]*", text)) & flags)
+            if spelled and text not in flags:
+                found.setdefault(rel, []).append(f"{line}: {spelled}")
+    unexplained = {rel: lines for rel, lines in found.items() if rel not in CLI_WORDS_LEFT}
+    assert not unexplained, f"name these options with autotune.request.option: {unexplained}"
+    assert not set(CLI_WORDS_LEFT) - set(found), "listed but spelling no option any more: take it out of CLI_WORDS_LEFT"
