@@ -20,6 +20,7 @@ take is refused by the request, once, in an error that names the keyword (``tria
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import types
@@ -32,10 +33,10 @@ import optuna
 from autotune import ceiling as ceilings
 from autotune import knobs, shipping, tuning
 from autotune import study as S
-from autotune.errors import AutotuneError, FieldError, KnobError, SpecError, WorkloadError
+from autotune.errors import AutotuneError, FieldError, KnobError, SpecError, WorkloadError, in_words, said
 from autotune.evidence import Verdict, evidence_of
 from autotune.request import DEFAULT_CONFIRM, DEFAULT_PICK, DEFAULT_SAMPLER, DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS
-from autotune.request import FIELDS, MeasureConfig, TuneConfig, WorkloadSpec
+from autotune.request import MeasureConfig, TuneConfig, WorkloadSpec, declared
 from autotune.request import parse_model_args, parse_shape
 from autotune.result import TrialResult
 from autotune.stats import Noise, Ratio
@@ -66,13 +67,12 @@ def _part(obj: Any, what: str, pickled: dict[str, str]) -> str | None:
     """A model or data argument as a spec string; objects that cannot be imported by name are pickled into ``pickled``."""
     if obj is None:
         return None
-    option = "--model" if what == "model" else "--data"
     if isinstance(obj, str):
         if shipping.is_pickled(obj):
             raise SpecError(f"{what}={obj!r}: a pickled spec is made by autotune.tune() from an object; pass the object "
                             "(or model=None with study=NAME to resume that study's own workload)")
         if obj.count(":") != 1:
-            import_spec(obj, option)  # the same one-line SpecError as the CLI, before any process starts
+            import_spec(obj, what)  # the same one-line SpecError as the CLI, before any process starts
         return obj
     ref = shipping.reference(obj) if isinstance(obj, (type, types.FunctionType)) else None
     if ref is not None:
@@ -135,6 +135,48 @@ def default_study(spec: WorkloadSpec) -> str:
     return spec.default_study_name()
 
 
+# ---------------------------------------------------------------- errors in Python's words
+
+
+def _word(name: str) -> str:
+    """The API's word for a name a message holds: a declared field's keyword (``trial_timeout_s`` ->
+    ``trial_timeout``), or the API's own argument of that name (``pick``, ``config``)."""
+    try:
+        return declared(name).word
+    except KeyError:
+        return name
+
+
+def in_python_words(exc: AutotuneError) -> AutotuneError:
+    """An error as a Python caller reads it: a field of the request named by its keyword, from its declaration
+    (``trial_timeout=``), and every term of any other message (:func:`autotune.errors.named`) in the API's words
+    (``study='mlp-2'``, ``model=Net``)."""
+    if isinstance(exc, FieldError):
+        word = _word(exc.field)
+        return exc.worded(f"{word}=", f"{word}=")
+    return exc.in_words(_word)
+
+
+def in_python_text(verdict: Verdict) -> Verdict:
+    """The verdict as a Python caller reads it: the options its text names (``run with confirm=``) in the API's
+    words (:class:`autotune.errors.Said`)."""
+    return dataclasses.replace(verdict, text=in_words(said(verdict.text), _word))
+
+
+def _in_python_words(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Re-raise an AutotuneError with its message in Python's words (the API's edge; the CLI's is autotune.cli.edge)."""
+    import functools
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except AutotuneError as exc:
+            raise in_python_words(exc) from None
+
+    return wrapper
+
+
 # ---------------------------------------------------------------- the result
 
 
@@ -157,7 +199,7 @@ class TuneResult:
         self.view = StoredStudy.of(study)  # read once: the figures below and export() read this view, as the CLI's do
         evidence = evidence_of(self.view)
         self.front: list[dict[str, Any]] = [evidence.row(n) for n in evidence.front()]
-        self.verdict: Verdict = evidence.verdict()
+        self.verdict: Verdict = in_python_text(evidence.verdict())
         self.noise: Noise = evidence.noise
         self.recommended: int | None = evidence.recommended()
         self._speedup = evidence.speedup(self.recommended) if self.recommended is not None else None
@@ -178,6 +220,7 @@ class TuneResult:
         """The recommendation's own speed-up over the defaults (1.00x when it is the defaults)."""
         return self._speedup
 
+    @_in_python_words
     def export(self, path: str | Path | None = None, format: str = "json", pick: str = DEFAULT_PICK,
                max_memory: int | str | None = None) -> Any:
         """The configuration to use, as ``autotune export`` writes it.
@@ -211,66 +254,6 @@ class TuneResult:
         speed = f", speed-up {self.speedup.text()}" if self.speedup else ""
         return (f"TuneResult(study={self.name!r}, measured={self.measured}, recommended=#{self.recommended} ({what}){speed})\n"
                 f"verdict: {self.verdict.text}")
-
-
-# ---------------------------------------------------------------- errors in Python's words
-
-#: The API's keyword for each CLI option, for the messages of the modules below the request (a workload that fails,
-#: a device this machine lacks, a study that does not match), which name options: the declared fields' keywords
-#: (from the declaration) and the arguments of the API's own that have an option's counterpart.
-_OPTIONS = {**{d.option: d.word for d in FIELDS.values() if d.option},
-            "--set": "config", "--pick": "pick"}
-
-
-def in_python_words(exc: AutotuneError) -> AutotuneError:
-    """An error as a Python caller reads it. A field of the request is named by its keyword, from its declaration
-    (``trial_timeout=``); any other message has its options put in Python's words (:func:`python_words`)."""
-    if isinstance(exc, FieldError):
-        declared = FIELDS.get(exc.field)
-        word = declared.word if declared is not None else exc.field
-        return exc.worded(f"{word}=", f"{word}=")
-    return type(exc)(python_words(str(exc)))
-
-
-def python_words(text: str) -> str:
-    """A message of the modules below the request as a Python caller reads it: ``--input-shape`` -> ``input_shape=``,
-    ``--model 'pickled:Net@1a2b...'`` -> ``model=Net`` (the object's own name)."""
-    import re
-
-    text = re.sub(r"'pickled:([^'@\s]+)@[0-9a-f]+'", "'\x00\\1'", text)
-    text = re.sub(r"pickled:([^'@\s]+)@[0-9a-f]+", "\\1", text)
-
-    def word(name: str, m: re.Match[str]) -> str:
-        quoted, number, assignment, bare = m.group(2), m.group(3), m.group(4), m.group(5)
-        if quoted is not None:
-            return f"{name}={quoted[1:]}" if quoted.startswith("\x00") else f"{name}={quoted!r}"
-        if number is not None:
-            return f"{name}={number}"
-        if assignment is not None:
-            return f"{name} {assignment}"
-        if bare is not None:  # "(use --device cpu)" -> "(use device='cpu')"
-            return f"{name}={bare!r}"
-        return f"{name}="
-
-    for option in sorted(_OPTIONS, key=len, reverse=True):
-        pattern = (rf"(?<![\w-]){re.escape(option)}(?![\w-])( '([^']*)'| (\d[^\s,;:)]*)| ([a-z_]\w*=[^\s,;)]*)"
-                   rf"| ([A-Za-z][\w.:/@-]*)(?=[),;]|$))?")
-        text = re.sub(pattern, lambda m, name=_OPTIONS[option]: word(name, m), text)
-    return text
-
-
-def _in_python_words(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Re-raise an AutotuneError with its message in Python's words (the API's edge; the CLI's is autotune.cli.edge)."""
-    import functools
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except AutotuneError as exc:
-            raise in_python_words(exc) from None
-
-    return wrapper
 
 
 # ---------------------------------------------------------------- tune
@@ -438,7 +421,7 @@ def measure_spec(
     for i in range(request.repeat):
         res = runner.measure(values)
         if res.user_error:
-            raise WorkloadError(res.error["message"] if res.error else "the workload failed")
+            raise WorkloadError((res.error.get("said") or res.error["message"]) if res.error else "the workload failed")
         results.append(res)
         if on_result is not None:
             on_result(i, res)

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from autotune import hardware, heap, knobs
+from autotune.errors import AutotuneError
 from autotune.plan import Plan, infinite, optimizer_params
 from autotune.protocol import StepLoop
 from autotune.specs import build
@@ -49,6 +50,8 @@ def error_record(exc: BaseException, user: bool = False) -> dict[str, Any]:
         "message": str(exc).strip().splitlines()[0][:2000] if str(exc).strip() else type(exc).__name__,
         "traceback": "".join(tb)[-4000:],
         "user": user,
+        # the message as raised, its terms (autotune.errors.named) kept for the caller's edge to word: the API's differ
+        **({"said": exc.said.strip().splitlines()[0]} if isinstance(exc, AutotuneError) and exc.said != str(exc) else {}),
     }
 
 

@@ -29,7 +29,7 @@ from autotune.errors import SpecError, WorkloadError
 from autotune.forkserver import Ending, kill_group
 from autotune.messages import PairedRequest, ProbeAnswer, ProbeRequest, Request, TrialRequest
 from autotune.protocol import Settings
-from autotune.request import DEFAULT_TRIAL_TIMEOUT_S, WorkloadSpec
+from autotune.request import DEFAULT_TRIAL_TIMEOUT_S, WorkloadSpec, option
 
 
 def warm_up() -> None:
@@ -136,9 +136,9 @@ class Runner:
             return answer.probe
         error = answer.error if answer is not None else None
         if error and error.get("user"):
-            raise (SpecError if error["type"] == "SpecError" else WorkloadError)(error["message"])
+            raise (SpecError if error["type"] == "SpecError" else WorkloadError)(error.get("said") or error["message"])
         if ending.timed_out:
-            raise WorkloadError(f"building the workload took more than {timeout_s:g} s (--trial-timeout) and was stopped")
+            raise WorkloadError(f"building the workload took more than {timeout_s:g} s ({option('trial_timeout')}) and was stopped")
         detail = error["message"] if error else describe_exit(ending.code, log)
         raise WorkloadError(f"building the workload failed: {detail}")
 

@@ -346,9 +346,17 @@ def test_the_results_repr_shows_the_recommendations_own_figures(tmp_path):
         assert result.speedup.text() in text and result.recommended == result.verdict.winner
 
 
-def test_an_option_with_a_bare_value_reads_as_a_python_argument():
-    assert api.python_words("this machine has no CUDA device (use --device cpu)").endswith("(use device='cpu')")
-    assert "study='mine-2'" in api.python_words("start a new study (--study mine-2): this one holds it")
+def test_an_option_with_a_bare_value_reads_as_a_python_argument(tmp_path, monkeypatch):
+    from autotune.errors import DeviceError, StudyError
+    from autotune.request import option
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(DeviceError) as info:
+        autotune.tune("autotune.examples:mlp", device="cuda", progress=False)
+    assert str(info.value).endswith("(use device='cpu')") and "--" not in str(info.value)
+    said = StudyError(f"start a new study ({option('study', 'mine-2')}): this one holds it")
+    assert "study='mine-2'" in str(api.in_python_words(said)) and "(--study mine-2)" in str(said)
 
 
 def test_tune_of_a_model_whose_defaults_fail_raises_in_python_words(tmp_path, monkeypatch):
@@ -370,3 +378,64 @@ def test_tune_of_a_model_whose_defaults_fail_raises_in_python_words(tmp_path, mo
     assert "PyTorch's defaults failed when measured (trial #0, error: ValueError" in message or \
         "PyTorch's defaults failed when measured (trial #0, error: this model cannot run" in message, message
     assert "--" not in message
+
+
+def test_no_message_is_rewritten_by_a_regular_expression():
+    """The API words each name a message holds from the request's declaration (a term, autotune.errors.named):
+    the regular expressions that rewrote the CLI's words in free text are gone, and so is every use of re here."""
+    import ast
+    import inspect
+
+    from autotune.cli import edge
+
+    for gone in ("python_words", "_OPTIONS"):
+        assert not hasattr(api, gone), gone
+    for module in (api, edge):
+        tree = ast.parse(inspect.getsource(module))
+        imported = {alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                    for alias in node.names} | {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert "re" not in imported, module.__name__
+
+
+def test_a_message_names_an_option_in_each_surfaces_words(tmp_path, monkeypatch):
+    """One message, built with the request's helper: the command line reads --trial-timeout (str(exc) too, as logs
+    do), the API trial_timeout=; a device this machine lacks is named by each surface alike, end to end."""
+    from click.testing import CliRunner
+
+    from autotune import cli
+    from autotune.cli.edge import in_cli_words
+    from autotune.errors import DeviceError
+    from autotune.request import option
+
+    said = WorkloadError(f"raise {option('trial_timeout')} (or use {option('quick')})")
+    assert str(said) == in_cli_words(said) == "raise --trial-timeout (or use --quick)"
+    assert str(api.in_python_words(said)) == "raise trial_timeout= (or use quick=)"
+    assert type(api.in_python_words(said)) is WorkloadError
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    out = CliRunner().invoke(cli.main, ["measure", "--model", "autotune.examples:mlp", "--device", "cuda:1"])
+    assert out.exit_code == 2 and out.output == ("error: --device 'cuda:1': this machine has no CUDA device "
+                                                 "(use --device cpu)\n"), out.output
+    with pytest.raises(DeviceError) as info:
+        autotune.measure("autotune.examples:mlp", device="cuda:1")
+    assert str(info.value) == "device='cuda:1': this machine has no CUDA device (use device='cpu')"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_verdict_names_options_and_commands_in_pythons_words():
+    """A verdict's text reads in the command line's words wherever it is stored or printed by the CLI; the API's
+    result says the same in Python's: the command to re-check a load-sensitive winner is a call."""
+    from test_evidence import FP, evidence, loaded, new_study, rounds
+
+    study = new_study(fingerprint=FP, workload={"model": "autotune.examples:cnn"})
+    loaded(study, 100.0, 1.0, role="baseline"), loaded(study, 300.0, 1.0, threads=1)
+    loaded(study, 150.0, 1.0, precision="bf16")
+    rounds(study, {0: (100.0, 1.0), 1: (300.0, 1.0), 2: (150.0, 1.0)})
+    verdict = evidence(study).verdict()
+    assert "`autotune measure --model autotune.examples:cnn --set threads=1 --repeat 5`" in verdict.text
+    assert json.loads(json.dumps(verdict.to_dict()))["text"] == verdict.text
+    python = api.in_python_text(verdict)
+    assert "autotune.measure('autotune.examples:cnn', config={'threads': 1}, repeat=5) against " \
+           "autotune.measure('autotune.examples:cnn', repeat=5)" in python.text
+    assert "--" not in python.text and python.state == verdict.state and python.winner == verdict.winner

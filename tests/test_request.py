@@ -269,3 +269,44 @@ def test_each_surface_names_a_bad_field_in_its_own_words(field, options, keyword
         assert cli_text.startswith(f"Invalid value for '{declared.option}': 'soon': {DURATION_EXPECTED} (see autotune")
         assert api_text == f"{declared.word}='soon': {DURATION_EXPECTED}"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_message_names_a_field_in_each_surfaces_words_from_its_declaration():
+    """request.option: the command line's words from the declared flag, Python's from the declared keyword, for
+    every field with an option (by its name or its keyword); a pickled object reads by its own name in Python."""
+    from autotune.errors import in_words
+
+    def python(name: str) -> str:
+        return request.declared(name).word
+
+    for name, declared in {**FIELDS, **request.NAMED}.items():
+        if declared.option is None:
+            continue
+        for key in {name, declared.word}:
+            assert in_words(request.option(key)) == declared.option
+            assert in_words(request.option(key), python) == f"{declared.word}="
+            assert in_words(request.option(key, 3)) == f"{declared.option} 3"
+            assert in_words(request.option(key, "a b", quoted=True), python) == f"{declared.word}='a b'"
+    assert in_words(request.option("trial_timeout")) == "--trial-timeout"
+    assert in_words(request.option("study", "mlp-2")) == "--study mlp-2"
+    assert in_words(request.option("study", "mlp-2"), python) == "study='mlp-2'"
+    spec = "pickled:test_x.<locals>.Net@" + "0" * 64
+    assert in_words(request.option("model", spec, quoted=True)) == f"--model {spec!r}"
+    assert in_words(request.option("model", spec, quoted=True), python) == "model=test_x.<locals>.Net"
+    with pytest.raises(KeyError):
+        request.option("no_such_field")
+
+
+def test_the_named_arguments_are_the_commands_own_options():
+    """--pick and --set are no fields of a request, but messages name them: their declared words are the CLI's
+    options of export and measure, and the API's arguments of TuneResult.export and measure."""
+    pick, config = request.NAMED["pick"], request.NAMED["config"]
+    assert pick.option in {o for p in cli.export.params for o in p.opts}
+    assert config.option in {o for p in cli.measure.params for o in p.opts}
+    assert pick.word in inspect.signature(api.TuneResult.export).parameters
+    assert config.word in inspect.signature(api.measure).parameters
+    from autotune import knobs  # the knob registry (below the request) names --set itself: the same words
+    with pytest.raises(KnobError) as info:
+        knobs.parse_assignments(["precision"])
+    assert str(info.value) == f"{config.option} 'precision': expected name=value"
+    assert str(api.in_python_words(info.value)) == f"{config.word}='precision': expected name=value"
