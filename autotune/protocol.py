@@ -78,6 +78,23 @@ def cv(values: list[float]) -> float:
 # ---------------------------------------------------------------- memory
 
 
+def self_peak() -> int:
+    """This process's peak resident memory, from the kernel: its memory's high-water mark (``VmHWM``).
+
+    Not ``ru_maxrss``: Linux keeps that across ``exec`` and starts it at the memory of the process this one was
+    started from, so a trial started as a fresh interpreter by a large parent (a coordinator with a study of
+    thousands of trials in memory) reported the parent's peak as its own (800 MB where it used 500 MB, seen in
+    tests/test_protocol.py). ``ru_maxrss`` only where /proc is not there."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 class MemoryMonitor:
     """Peak resident memory of this process (exact, from the kernel) and of its children.
 
@@ -120,8 +137,7 @@ class MemoryMonitor:
         self.peak_tree = max(self.peak_tree, rss + child_mem)
 
     def peak_so_far(self) -> int:
-        self_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        return max(self.peak_tree, self_peak + self.peak_children)
+        return max(self.peak_tree, self_peak() + self.peak_children)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -132,10 +148,10 @@ class MemoryMonitor:
         if self._thread.is_alive():
             self._thread.join(timeout=1.0)
         self.sample()
-        self_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        peak = self_peak()
         return {
-            "peak_tree_rss_bytes": max(self.peak_tree, self_peak),
-            "peak_self_rss_bytes": self_peak,
+            "peak_tree_rss_bytes": max(self.peak_tree, peak),
+            "peak_self_rss_bytes": peak,
             "peak_children_uss_bytes": self.peak_children,
             "max_child_processes": self.max_children,
         }

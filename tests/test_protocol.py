@@ -51,7 +51,10 @@ def test_protocol_detects_non_finite_loss():
 
 GROWTH = 256 << 20  # what the measured process allocates and touches
 # In a fresh process (pytest's own peak is whatever the tests before it left): its peak before, its resident memory
-# before, and what the monitor reports around the allocation.
+# before, and what the monitor reports around the allocation. Started by a small launcher, not by pytest itself: Linux
+# keeps a process's peak across exec and counts the memory of the process it was forked from, so a process pytest
+# starts begins with pytest's peak (800 MB late in a CI run); the launcher's child begins with the launcher's.
+LAUNCH = "import subprocess, sys; sys.exit(subprocess.run([sys.executable, '-c', sys.argv[1]]).returncode)"
 PEAK_SCRIPT = f"""
 import json, resource, psutil, torch
 from autotune.protocol import MemoryMonitor
@@ -66,7 +69,7 @@ print(json.dumps({{"old_peak": old_peak, "before": before, "stats": mon.stop()}}
 def test_memory_monitor_reports_self_peak():
     """The peak covers what the process allocated while watched: the resident memory before plus the growth, which
     lies above the process's old peak, so a monitor that reported the old peak (or what start saw) fails."""
-    done = subprocess.run([sys.executable, "-c", PEAK_SCRIPT], capture_output=True, text=True, timeout=300,
+    done = subprocess.run([sys.executable, "-c", LAUNCH, PEAK_SCRIPT], capture_output=True, text=True, timeout=300,
                           cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.strip().splitlines()[-1])
@@ -75,6 +78,24 @@ def test_memory_monitor_reports_self_peak():
     assert got["old_peak"] < grown - (128 << 20), got  # the allocation raises the peak well above the old one
     for key in ("peak_self_rss_bytes", "peak_tree_rss_bytes"):
         assert grown - (32 << 20) <= stats[key] <= grown + (64 << 20), (key, stats[key] - before, got)
+
+
+# A parent that grew to 1 GiB, then starts the measured process directly (as a runner may start a trial).
+BIG_PARENT = ("import subprocess, sys; big = bytearray(1 << 30); big[::4096] = b'x' * len(big[::4096]); "
+              "sys.exit(subprocess.run([sys.executable, '-c', sys.argv[1]]).returncode)")
+
+
+def test_memory_monitor_does_not_count_the_peak_of_the_process_that_started_it():
+    """A trial started as a fresh interpreter by a large parent reports its own peak: Linux starts a new process's
+    ru_maxrss at its parent's memory and keeps it across exec, so a monitor that read it reported the parent's."""
+    done = subprocess.run([sys.executable, "-c", BIG_PARENT, PEAK_SCRIPT], capture_output=True, text=True,
+                          timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    grown = got["before"] + GROWTH
+    assert got["old_peak"] > grown + (256 << 20), got  # the kernel's own count starts at the parent's 1 GiB
+    for key in ("peak_self_rss_bytes", "peak_tree_rss_bytes"):
+        assert got["stats"][key] <= grown + (64 << 20), (key, got)
 
 
 def test_lean_settings_keep_the_windows_and_drop_the_profile_and_the_flop_count():
