@@ -124,7 +124,7 @@ def export(
             "samples_per_s": c.samples_per_s,
             "processes": c.processes,
             "measurements_samples_per_s": [v for _, v in c.claim],
-            "within_process_measurements": len(c.together),  # processes that measured it alongside the defaults
+            "within_process_measurements": len(c.together),  # shared processes: beside the defaults, or the raced winner (via)
             "first_measurement_samples_per_s": trial.values[0],  # type: ignore[index]
             "samples_per_s_cv_within_process": res.get("samples_per_s_cv"),
             "peak_memory_bytes": int(trial.values[1]),  # type: ignore[index]

@@ -6,6 +6,7 @@ StoredStudy every view computes from."""
 from __future__ import annotations
 
 import math
+import statistics
 
 import optuna
 import pytest
@@ -319,3 +320,28 @@ def test_when_not_even_the_defaults_fit_the_memory_budget_nothing_is_recommended
     assert v.state == "no_fit" and v.winner is None and ev.recommended() is None
     assert "nothing measured fits the memory budget (1 B), PyTorch's defaults included (they peaked at 300" in v.text
     assert ev.to_dict()["recommended"] is None
+
+
+def test_a_configuration_measured_only_beside_the_raced_winner_rests_on_the_winners_claim_not_its_lucky_first():
+    """What each knob bought from a start that retains the heap measures its path without the defaults: the
+    recommendation measured there (and once as a trial of its own, by chance high) gets the raced winner's claim
+    times its ratio to the winner inside those shared processes, with those processes behind it; its speed-up
+    goes through the winner's (the ratio inside those processes times the winner's claim over the defaults)."""
+    study = new_study()
+    baseline(study, 100.0, config_key="B")
+    trial(study, 210.0, config_key="W")  # the winner, raced below
+    measured(study, "floor-1", {0: 100.0})
+    for k, (b, w) in enumerate([(100.0, 200.0), (90.0, 180.0), (110.0, 220.0)]):
+        measured(study, f"race-a-{k + 1:02d}", {0: b, 1: w})
+    trial(study, 400.0, role="minimal", config_key="M")  # its own first measurement: lucky
+    for k, (start, w, m) in enumerate([(150.0, 200.0, 190.0), (140.0, 186.0, 177.0), (160.0, 214.0, 203.0)]):
+        paired_process(study, f"abl-x-{k + 1:02d}", {"S": start, "W": w, "M": m}, ablation="x")
+    ev = evidence(study)
+    winner, minimal = ev.configs[1], ev.configs[2]
+    assert minimal.via == 1 and minimal.processes == 3
+    ratio = math.exp(statistics.fmean(math.log(m / w) for w, m in [(200.0, 190.0), (186.0, 177.0), (214.0, 203.0)]))
+    assert ev.samples_per_s(2) == pytest.approx(winner.samples_per_s * ratio)
+    assert ev.samples_per_s(2) < 250.0  # not the lucky 400
+    speedup = ev.speedup(2)
+    assert speedup.estimate == pytest.approx(ratio * ev.speedup(1).estimate)  # through the winner's own speed-up
+    assert speedup.low < speedup.estimate < speedup.high

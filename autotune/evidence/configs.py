@@ -49,6 +49,7 @@ class Config:
     key: str = ""  # the configuration's key (knobs.Resolved.key)
     together: list[Measurement] = field(default_factory=list)  # measured alternately with others in one process
     figure: float | None = None  # samples/s from a within-process speed-up over the baseline (Evidence sets it)
+    via: int | None = None  # the raced configuration its figure rests on, when it shared processes with it, not the baseline
     # (claim, samples/s) once Evidence has set every field above (seal): a view of a large study asks for them
     # millions of times
     sealed: tuple[list[Measurement], float] | None = field(default=None, repr=False, compare=False)

@@ -74,6 +74,19 @@ class Evidence:
             for c in self.configs.values():
                 if c is not base and _common(c.together, base.together):
                     c.figure = base.samples_per_s * self.compare(c.number, base.number).estimate
+        # A configuration measured in shared processes without the defaults (what each knob bought, from a start that
+        # retains the heap: ablation apart_first), and never raced, rests on the raced configuration it shared them
+        # with (the winner): that one's claim between processes times their ratio inside those processes, not its own
+        # single first measurement (which would carry the winner's curse onto the front).
+        for c in self.configs.values():
+            if c.figure is not None or c.is_baseline or c.repeats or not c.together:
+                continue
+            raced = [r for r in self.configs.values()
+                     if r is not c and r.figure is None and r.repeats and _common(c.together, r.together)]
+            if raced:
+                ref = max(raced, key=lambda r: (len(r.claim), -r.number))
+                c.figure = ref.samples_per_s * self.compare(c.number, ref.number).estimate
+                c.via = ref.number
         for c in self.configs.values():
             c.seal()
 
@@ -110,6 +123,9 @@ class Evidence:
         if base is not None and number != base.number and reference != base.number and (
                 _common(x.together, base.together) or _common(y.together, base.together)):
             return stats.combined(self.compare(number, base.number, claim), self.compare(reference, base.number, claim))
+        via = x.via if x.via is not None and x.via != reference else y.via if y.via is not None and y.via != number else None
+        if via is not None:  # through the raced configuration one of them rests on: (x / via) / (y / via)
+            return stats.combined(self.compare(number, via, claim), self.compare(reference, via, claim))
         return stats.ratio(x.claim, y.claim, self.noise, comparisons, looks=looks)
 
     def single(self, samples_per_s: float) -> Ratio | None:
