@@ -20,7 +20,7 @@ def test_a_busy_machine_is_a_quarter_of_the_cores_and_at_least_half_a_core():
 
 def _opening(busy: dict) -> list[str]:
     prepared = tuning.Prepared(
-        config=SimpleNamespace(trials=2), name="cnn", store=SimpleNamespace(shown="studies/cnn.db"), study=None,
+        config=SimpleNamespace(trials=2), name="cnn", store=SimpleNamespace(shown="studies/cnn.db"), live=None,
         created=True, recovered=[], tuner=None, device="cpu", space_name="cpu", configurations=4, searched=["threads"],
         measured=0, runner=None, busy=busy)  # type: ignore[arg-type]
     return prepared.opening()

@@ -192,7 +192,7 @@ def test_the_opening_says_what_was_left_out_here():
 
     def opening(left_out: str | None) -> list[str]:
         prepared = tuning.Prepared(
-            config=SimpleNamespace(trials=2), name="cnn", store=SimpleNamespace(shown="studies/cnn.db"), study=None,
+            config=SimpleNamespace(trials=2), name="cnn", store=SimpleNamespace(shown="studies/cnn.db"), live=None,
             created=True, recovered=[], tuner=None, device="cpu", space_name="cpu",
             configurations=fitted.space.size(), searched=list(fitted.space.search), measured=0, runner=None,
             left_out=left_out)  # type: ignore[arg-type]
