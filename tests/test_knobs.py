@@ -104,8 +104,15 @@ def knob_literals(path: Path) -> list[tuple[int, str]]:
                    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in knobs.KNOBS})
 
 
+#: Modules that name knobs as data, not as logic, and why.
+KNOBS_AS_DATA = {
+    "made_up.py": "made-up studies for the suite and the read benchmarks: a fake performance model over knob values",
+}
+
+
 def test_no_module_outside_the_registry_names_a_knob():
-    sources = [p for p in PACKAGE.rglob("*.py") if not p.is_relative_to(REGISTRY_DIR)]
+    sources = [p for p in PACKAGE.rglob("*.py")
+               if not p.is_relative_to(REGISTRY_DIR) and str(p.relative_to(PACKAGE)) not in KNOBS_AS_DATA]
     assert len(sources) > 20 and PACKAGE / "plan.py" in sources and PACKAGE / "frameworks.py" in sources
     found = []
     for path in sources:
