@@ -26,41 +26,37 @@ from autotune.units import format_duration, parse_duration, parse_size
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
-class Duration(click.ParamType):
-    """A duration: seconds, or 90s, 10m, 2h, 1h30m (read by :mod:`autotune.units`). ``positive``: the option's own
-    rule; a field of the request has its rule checked by the request, so its type only reads."""
+class _Unit(click.ParamType):
+    """A number written with a unit, read by :mod:`autotune.units`. ``positive``: the option's own rule; a field of
+    the request has its rule checked by the request, so its type only reads."""
 
-    name = "duration"
-
-    def __init__(self, positive: bool = True) -> None:
-        self.positive = positive
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> float:
-        try:
-            seconds = parse_duration(value)
-        except UnitError as exc:
-            self.fail(f"{value!r}: {exc}", param, ctx)
-        if self.positive and not seconds > 0:
-            self.fail(f"{value!r}: must be positive", param, ctx)
-        return seconds
-
-
-class Size(click.ParamType):
-    """A size: bytes, or 512MB, 20GiB, 1e9 (read by :mod:`autotune.units`); ``positive`` as for :class:`Duration`."""
-
-    name = "size"
+    parse: Callable[[Any], float]
 
     def __init__(self, positive: bool = True) -> None:
         self.positive = positive
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> int | float:
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
         try:
-            number = parse_size(value)
+            number = type(self).parse(value)
         except UnitError as exc:
             self.fail(f"{value!r}: {exc}", param, ctx)
         if self.positive and not number > 0:
             self.fail(f"{value!r}: must be positive", param, ctx)
         return number
+
+
+class Duration(_Unit):
+    """A duration: seconds, or 90s, 10m, 2h, 1h30m."""
+
+    name = "duration"
+    parse = staticmethod(parse_duration)
+
+
+class Size(_Unit):
+    """A size: bytes, or 512MB, 20GiB, 1e9."""
+
+    name = "size"
+    parse = staticmethod(parse_size)
 
 
 DURATION = Duration()
