@@ -223,7 +223,7 @@ def text(doc: Mapping[str, Any], fmt: str) -> str:
         lines += _kwargs("training_args_kwargs", out["arguments"])
         lines += ['training_args = TrainingArguments(output_dir="autotune-trainer", **training_args_kwargs)  # yours']
         lines += callbacks
-        given = ", callbacks=autotune_callbacks" if callbacks else ""
+        given = ", callbacks=list(autotune_callbacks)" if callbacks else ""  # a copy: the pasted names stay as found
         lines += [f"# trainer = Trainer(model=model, args=training_args, train_dataset=train_dataset{given})"]
         lines += _manual_lines(out, "TrainingArguments or autotune's callback")
     elif fmt == "lightning":
@@ -233,7 +233,7 @@ def text(doc: Mapping[str, Any], fmt: str) -> str:
         lines += _kwargs("trainer_kwargs", out["arguments"]["trainer"])
         lines += _kwargs("dataloader_kwargs", out["arguments"]["dataloader"])
         lines += callbacks
-        given = ", callbacks=autotune_callbacks" if callbacks else ""
+        given = ", callbacks=list(autotune_callbacks)" if callbacks else ""  # a copy: Lightning appends its own to the list
         lines += [f"trainer = lightning.Trainer(**trainer_kwargs{given})"]
         lines += ["# train_loader = torch.utils.data.DataLoader(train_dataset, **dataloader_kwargs)"]
         lines += _manual_lines(out, "the Trainer or DataLoader arguments or autotune's callback")

@@ -235,7 +235,7 @@ def test_text_snippets_are_valid_and_name_every_by_hand_step():
         snippet = F.text(doc, fmt)
         assert f"autotune_callbacks = [autotune.callbacks.{factory}({by_callback(F.render(doc, fmt))!r})]" in snippet
     assert "TrainingArguments(output_dir=\"autotune-trainer\", **training_args_kwargs)" in F.text(doc, "hf-trainer")
-    assert "lightning.Trainer(**trainer_kwargs, callbacks=autotune_callbacks)" in F.text(doc, "lightning")
+    assert "lightning.Trainer(**trainer_kwargs, callbacks=list(autotune_callbacks))" in F.text(doc, "lightning")
     assert json.loads(F.text(doc, "json")) == json.loads(json.dumps(doc))
 
 
@@ -500,11 +500,12 @@ def test_lightning_with_the_exported_callback_trains_with_the_knobs_in_force(tmp
                    activation_checkpointing=True, batch_size=4)
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
-    exec(F.text(doc, "lightning"), scope)  # builds lightning.Trainer(**trainer_kwargs, callbacks=autotune_callbacks)
+    exec(F.text(doc, "lightning"), scope)  # builds lightning.Trainer(**trainer_kwargs, callbacks=list(autotune_callbacks))
     assert isinstance(scope["trainer"], lightning.Trainer)
-    # that Trainer appended its own ModelCheckpoint to the list it was given: keep autotune's callback
-    ours = [cb for cb in scope["autotune_callbacks"] if isinstance(cb, C.AutotuneLightningCallback)]
-    assert len(ours) == 1
+    # the Trainer appended its own callbacks (ModelCheckpoint, progress bar) to the list it was given: the snippet gave
+    # it a copy, so the pasted list holds autotune's callback alone and a second Trainer can be built from it
+    ours = scope["autotune_callbacks"]
+    assert len(ours) == 1 and isinstance(ours[0], C.AutotuneLightningCallback)
     net = TinyConvNet()
 
     class Module(lightning.LightningModule):
