@@ -1,4 +1,4 @@
-"""The Python API: ``autotune.tune(...)`` and ``autotune.measure(...)``, for notebooks and scripts.
+"""The Python API: ``autotune.tune(...)``, ``autotune.measure(...)`` and ``autotune.verify(...)``, for notebooks and scripts.
 
 ``tune`` is ``autotune run`` as a function: it translates its arguments into the one typed
 request (:class:`autotune.request.TuneConfig`) and runs it through
@@ -44,7 +44,7 @@ from autotune.store import Store, StoredStudy
 from autotune.units import parse_size
 from autotune.specs import import_spec
 
-__all__ = ["TuneResult", "measure", "tune"]
+__all__ = ["TuneResult", "measure", "tune", "verify"]
 
 
 # ---------------------------------------------------------------- arguments
@@ -426,3 +426,41 @@ def measure_spec(
         if on_result is not None:
             on_result(i, res)
     return results
+
+
+# ---------------------------------------------------------------- verify
+
+
+@_in_python_words
+def verify(
+    export: str | Path | Mapping[str, Any],
+    *,
+    rounds: int = 4,
+    device: str | None = None,
+    quick: bool = False,
+    trial_timeout: float | str = DEFAULT_TRIAL_TIMEOUT_S,
+    model_args: Mapping[str, Any] | None = None,
+    progress: bool = True,
+) -> Any:
+    """Measure an exported configuration against its defaults again, on this machine (``autotune verify`` as a
+    function; see :mod:`autotune.verification`).
+
+    ``export``: a file written by ``autotune export STUDY -o FILE`` (or ``TuneResult.export()``'s document).
+    ``rounds``: at most this many rounds (at least 2), each the defaults and the configuration in fresh
+    processes; it stops once the interval is clear of the claim's lower bound. ``device`` (default: the
+    export's, else this machine's), ``quick`` (short windows), ``trial_timeout`` as for :func:`measure`;
+    ``model_args``: the workload's arguments changed since (set over the export's). Returns a
+    :class:`autotune.verification.Verification`: ``verdict`` ("holds", "weaker", "gone", "busy" or "failed"),
+    ``holds``, ``measured`` and ``claim.speedup`` (:class:`autotune.stats.Ratio`), ``changed`` (what differs
+    from where the claim was measured), ``text()`` and ``to_dict()``.
+    """
+    from autotune import verification as V
+
+    if model_args is not None and not isinstance(model_args, Mapping):
+        raise SpecError(f"model_args={model_args!r}: expected a dict of keyword arguments")
+    outcome = V.run(export, rounds=rounds, device=device, quick=quick, trial_timeout=trial_timeout,
+                    model_args=model_args, echo=_echo if progress else None)
+    if progress:
+        for line in outcome.lines():
+            _echo(line)
+    return outcome

@@ -135,6 +135,7 @@ def export(
         },
         "baseline": {
             "trial": base.number if base else None,
+            "knobs": dict(base.config) if base else None,  # what the speed-up is over (autotune verify measures it again)
             "samples_per_s": base.samples_per_s if base else None,
             "processes": base.processes if base else None,
             "peak_memory_bytes": base.peak_memory_bytes if base else None,

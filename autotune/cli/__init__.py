@@ -6,6 +6,7 @@
 - :mod:`autotune.cli.measuring`: ``knobs`` and ``measure``.
 - :mod:`autotune.cli.jobs`: ``run``, ``submit`` and ``worker``.
 - :mod:`autotune.cli.reads`: ``list``, ``status``, ``trials``, ``export`` and ``dashboard``.
+- :mod:`autotune.cli.verifying`: ``verify``.
 
 ``autotune.cli:main`` is the console script; ``python -m autotune.cli`` runs it too.
 """
@@ -17,10 +18,11 @@ from autotune.cli.jobs import run, submit, worker
 from autotune.cli.measuring import _result_lines, knobs_cmd, measure
 from autotune.cli.options import DURATION, SIZE, job_from, make_spec, resolve_device, storage_option, workload_from
 from autotune.cli.reads import RECOMMENDED_MARK, dashboard, export, front_rows, list_cmd, status, trials_cmd
+from autotune.cli.verifying import verify
 
-for _command in (knobs_cmd, measure, run, worker, submit, list_cmd, status, trials_cmd, export, dashboard):
+for _command in (knobs_cmd, measure, run, worker, submit, list_cmd, status, trials_cmd, export, dashboard, verify):
     main.add_command(_command)
 
 __all__ = ["AutotuneGroup", "DURATION", "RECOMMENDED_MARK", "SIZE", "_result_lines", "dashboard", "export", "front_rows",
            "job_from", "knobs_cmd", "list_cmd", "main", "make_spec", "measure", "open_store", "resolve_device", "run",
-           "status", "storage_option", "study_store", "submit", "trials_cmd", "worker", "workload_from"]
+           "status", "storage_option", "study_store", "submit", "trials_cmd", "verify", "worker", "workload_from"]

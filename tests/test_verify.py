@@ -1,0 +1,246 @@
+"""autotune.verification (``autotune verify``, ``autotune.verify``): the decision against fakes of known truth,
+what changed, every bad input in one line, and one real check of a built-in example."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+from click.testing import CliRunner
+
+from autotune import stats
+from autotune import verification as V
+from autotune.cli import main
+from autotune.result import TrialResult
+from autotune.stats import Ratio
+
+DEFAULTS = {"batch_size": 32, "optimizer_impl": "default"}
+KNOBS = {"batch_size": 128, "optimizer_impl": "fused"}
+FINGERPRINT = {"device_type": "cpu", "device_name": "AMD EPYC", "device_count": 1, "torch": "2.13.0+cpu", "cuda": None,
+               "cpu_model": "AMD EPYC", "cpu_count": 2, "cpu_capability": "AVX512"}
+CONTEXT = {"device_type": "cpu", "task": "train", "input_rank": 2, "torch_version": [2, 13], "cpu_count": 2,
+           "optimizer_params": ["foreach", "fused"], "compile_supported": True, "cpu_bf16": True, "glibc": True}
+HERE = {"fingerprint": FINGERPRINT, "context": CONTEXT}
+
+
+def document(estimate: float = 2.0, low: float | None = 1.8, high: float | None = 2.2, **over) -> dict:
+    """A minimal export, as autotune.export writes it (the fields verify reads)."""
+    doc = {
+        "schema": "autotune.config/2",
+        "autotune_version": "0.1.0",
+        "knobs": dict(KNOBS),
+        "baseline": {"trial": 0, "knobs": dict(DEFAULTS)},
+        "speedup": {"estimate": estimate, "low": low, "high": high, "level": 0.9, "processes": 3,
+                    "baseline_processes": 3, "paired": True},
+        "workload": {"model": "autotune.examples:mlp", "data": None, "model_args": {}, "input_shape": None,
+                     "num_classes": None, "task": None},
+        "device": "cpu",
+        "global_batch": None,
+        "task": "train",
+        "context": dict(CONTEXT),
+        "fingerprint": dict(FINGERPRINT),
+        "study": {"name": "mlp", "storage": None, "trial": 7},
+    }
+    doc.update(over)
+    return doc
+
+
+class Fake:
+    """Measures a configuration of known truth: the defaults at 100 samples/s, the exported knobs ``truth`` times
+    as fast, each with lognormal noise ``sigma`` between processes (seeded); ``other_cores``: the machine's load."""
+
+    def __init__(self, truth: float, sigma: float = 0.05, seed: int = 0, other_cores: float = 0.0,
+                 fail: str | None = None) -> None:
+        self.truth, self.sigma, self.other_cores, self.fail = truth, sigma, other_cores, fail
+        self.rng = random.Random(seed)
+        self.calls: list[str] = []
+
+    def __call__(self, config) -> TrialResult:
+        which = "configuration" if dict(config) == KNOBS else "defaults"
+        self.calls.append(which)
+        if self.fail is not None and which == "configuration":
+            return TrialResult.failure(self.fail, "ran out of memory at batch 128")
+        rate = 100.0 * (self.truth if which == "configuration" else 1.0) * math.exp(self.rng.gauss(0.0, self.sigma))
+        return TrialResult(outcome="ok", config=dict(config), samples_per_s=rate,
+                           load={"other_cores": self.other_cores, "cores": 2})
+
+
+def check(truth: float, seed: int = 0, rounds: int = 4, **fake) -> tuple[V.Verification, Fake]:
+    measure = Fake(truth, seed=seed, **fake)
+    return V.verify(V.read(document()), measure, here=HERE, device="cpu", rounds=rounds), measure
+
+
+# ---------------------------------------------------------------- the decision, against known truth
+
+
+def test_a_true_2x_against_a_claim_of_2x_holds():
+    for seed in range(10):
+        outcome, _ = check(2.0, seed)
+        assert outcome.verdict == "holds" and outcome.holds and outcome.exit_code == 0, (seed, outcome.text())
+        assert outcome.text().startswith("holds: ") and "claimed 2.00x (1.80-2.20)" in outcome.text()
+
+
+def test_a_true_1x_is_gone():
+    for seed in range(10):
+        outcome, _ = check(1.0, seed)
+        assert outcome.verdict == "gone" and outcome.exit_code == 1, (seed, outcome.text())
+        assert outcome.measured is not None and not outcome.measured.above_one()
+
+
+def test_a_true_1_5x_is_weaker_and_says_both_figures():
+    for seed in range(10):
+        outcome, _ = check(1.5, seed)
+        assert outcome.verdict == "weaker" and outcome.exit_code == 1, (seed, outcome.text())
+        text = outcome.text()
+        assert text.startswith(f"weaker: {outcome.measured.text()}") and "claimed 2.00x (1.80-2.20)" in text
+
+
+def test_the_sequential_stop_ends_at_round_2_when_the_interval_is_clear():
+    outcome, measure = check(2.5, sigma=0.01)
+    assert outcome.verdict == "holds" and outcome.rounds == 2 and len(measure.calls) == 4
+    gone, measure = check(1.0, sigma=0.01)
+    assert gone.verdict == "gone" and gone.rounds == 2 and len(measure.calls) == 4  # clearly below: stops too
+    # not clear at round 2 (the claim's bound inside the interval): all the rounds it may take
+    unclear, measure = check(1.8, sigma=0.05, rounds=5)
+    assert unclear.rounds == 5 and len(measure.calls) == 10
+
+
+def test_rounds_interleave_and_alternate_their_order():
+    _, measure = check(1.8, rounds=4)
+    assert measure.calls == ["defaults", "configuration", "configuration", "defaults"] * 2
+
+
+def test_the_figures_are_the_studys_functions_over_the_rounds():
+    """The speed-up is stats.ratio over the rounds, paired, with stats.pooled_noise over both configurations and the
+    looks the sequential stop allows: no second formula."""
+    outcome, _ = check(1.8, rounds=4)
+    base, cand = outcome.measurements["defaults"], outcome.measurements["configuration"]
+    assert [r for r, _ in base] == [r for r, _ in cand] == ["verify-1", "verify-2", "verify-3", "verify-4"]
+    noise = stats.pooled_noise([[v for _, v in base], [v for _, v in cand]])
+    expected = stats.ratio(cand, base, noise, looks=3)
+    assert outcome.measured == expected and outcome.measured.paired and outcome.measured.looks == 3
+
+
+def test_a_busy_machine_is_never_called_gone_or_weaker():
+    outcome, _ = check(1.0, other_cores=1.5)
+    assert outcome.verdict == "busy" and outcome.exit_code == 1
+    assert "re-check on a quiet machine" in outcome.text() and "busy machine" in outcome.text()
+    held, _ = check(2.0, other_cores=1.5)
+    assert held.verdict == "holds"  # a claim that holds on a loaded machine holds
+    assert any("busy machine" in line for line in held.lines())
+
+
+def test_a_configuration_that_fails_here_is_named():
+    outcome, measure = check(2.0, fail="oom")
+    assert outcome.verdict == "failed" and outcome.exit_code == 1 and measure.calls == ["defaults", "configuration"]
+    assert "ended oom in round 1" in outcome.text() and "ran out of memory" in outcome.text()
+
+
+# ---------------------------------------------------------------- what changed
+
+
+def test_what_changed_is_listed_field_by_field():
+    claim = V.read(document(autotune_version="0.0.9"))
+    here = {"fingerprint": {**FINGERPRINT, "torch": "2.14.0+cpu", "cpu_model": "Intel Xeon"},
+            "context": {**CONTEXT, "input_rank": 4}}
+    spec = V.with_arguments(claim, {"width": 256})
+    lines = V.changes(claim, here, device="cuda:0", spec=spec)
+    text = "\n".join(lines)
+    assert "torch: 2.13.0+cpu (stored) vs 2.14.0+cpu (here)" in text
+    assert "cpu_model: AMD EPYC (stored) vs Intel Xeon (here)" in text
+    assert "device: cpu (stored) vs cuda:0 (here)" in text
+    assert "workload model_args: {} (stored) vs {'width': 256} (here)" in text
+    assert "workload context input_rank: 2 (stored) vs 4 (here)" in text
+    assert "autotune: 0.0.9 (stored) vs" in text
+    assert len(lines) == 6
+
+
+def test_nothing_changed_is_said_too():
+    outcome, _ = check(2.0)
+    assert outcome.changed == []
+    assert outcome.lines()[0].startswith("changed since it was measured: nothing")
+
+
+# ---------------------------------------------------------------- the export, and bad input
+
+
+def test_an_export_carries_its_defaults_and_reads_back_as_a_claim(tmp_path):
+    from autotune.made_up import add_race, make_study
+
+    study = make_study(tmp_path / "s.db", n_trials=12, name="s")
+    from autotune.store import StoredStudy
+
+    view = StoredStudy.of(study)
+    fastest = max((t for t in view.trials if t.ok and t.role != "baseline"), key=lambda t: t.values[0])
+    add_race(study, {fastest.number: float(fastest.values[0])})
+    out = tmp_path / "best.json"
+    res = CliRunner().invoke(main, ["export", "s", "--storage", f"sqlite:///{tmp_path / 's.db'}", "--pick", "fastest",
+                                    "-o", str(out)], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["baseline"]["knobs"] == dict(view.trials[0].config)
+    claim = V.read(out)
+    assert claim.defaults == doc["baseline"]["knobs"] and claim.knobs == doc["knobs"]
+    assert claim.speedup.text() == doc["speedup"]["text"]
+
+
+def write(tmp_path, content) -> str:
+    path = tmp_path / "best.json"
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return str(path)
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "no such file"),
+    ("{not json", "not JSON"),
+    ({"hello": 1}, "not an autotune export"),
+    ([1, 2], "not an autotune export"),
+    (document(schema="autotune.config/1"), "carries no claim with an interval"),
+    (document(speedup=None), "holds no speed-up claim"),
+    (document(low=None, high=None), "has no interval"),
+    (document(knobs=dict(DEFAULTS)), "is the defaults themselves"),
+    (document(baseline={"trial": 7}), "is the defaults themselves"),  # an older export: the baseline's own trial
+    (document(knobs={"precision": "fp64"}), "bad export"),
+    (document(workload={"model": "pickled:Net@0123abcd"}), "a Python object"),
+    (document(workload=None), "names no workload"),
+])
+def test_bad_input_is_one_line_and_exits_non_zero(tmp_path, content, message):
+    path = str(tmp_path / "missing.json") if content is None else write(tmp_path, content)
+    res = CliRunner().invoke(main, ["verify", path])
+    assert res.exit_code not in (0, 1), res.output  # 1 is a verdict; bad input is an error
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], res.output
+    assert "Traceback" not in res.output
+
+
+def test_bad_rounds_are_one_line(tmp_path):
+    res = CliRunner().invoke(main, ["verify", write(tmp_path, document()), "--rounds", "1"])
+    assert res.exit_code == 2 and res.output.startswith("error: ") and "--rounds" in res.output
+    with pytest.raises(Exception, match="rounds: must be a whole number from 2"):
+        V.check_rounds(1)
+
+
+def test_a_folder_is_one_line(tmp_path):
+    res = CliRunner().invoke(main, ["verify", str(tmp_path)])
+    assert res.exit_code == 2 and "is a folder" in res.output and len(res.output.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- for real
+
+
+@pytest.mark.slow  # about 15 s on a 2-core CPU: 4 quick processes, and the probe
+def test_verify_measures_a_built_in_example_for_real(tmp_path):
+    """The mlp example, its exported knobs against its defaults in fresh processes, on this machine. The claim is
+    one any real measurement clears (0.10x (0.05-0.20)), so the verdict is known: holds, at the sequential stop."""
+    path = write(tmp_path, document(estimate=0.1, low=0.05, high=0.2, knobs={"batch_size": 64},
+                                    baseline={"trial": 0, "knobs": {}}))
+    res = CliRunner().invoke(main, ["verify", path, "--quick", "--rounds", "3", "--json"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["verdict"] == "holds" and out["rounds"] == 2 and out["claimed"]["estimate"] == 0.1
+    assert out["measured"]["low"] >= 0.05 and out["measured"]["paired"] and isinstance(out["changed"], list)
+    assert [m["round"] for m in out["measurements"]["configuration"]] == ["verify-1", "verify-2"]
+    assert out["load"]["measurements"] == 4
