@@ -11,15 +11,19 @@ already busy before it starts (:func:`other_cores_now`).
 Other processes' CPU is the machine's busy CPU time minus that of the measuring
 process tree (the trial and its DataLoader workers), over the same wall time, in
 cores: 1.0 means another process kept one core busy on average.
+
+psutil is imported where a meter reads it: the read commands use :func:`busy_threshold` only,
+and import nothing they do not use (issue 27).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psutil
+if TYPE_CHECKING:
+    import psutil
 
 BUSY_MIN_CORES = 0.5  # other processes using at least this many cores (or a quarter of them) make a measurement busy
 
@@ -30,12 +34,16 @@ def busy_threshold(cores: int) -> float:
 
 
 def _busy_cpu_s() -> float:
+    import psutil
+
     t = psutil.cpu_times()
     return sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
 
 
 def _tree_cpu_s(process: psutil.Process) -> float:
     """CPU seconds of a process, its children that ended (reaped) and those still alive."""
+    import psutil
+
     total = 0.0
     try:
         t = process.cpu_times()
@@ -55,6 +63,8 @@ class Meter:
     """Measures other processes' CPU while this process tree works: ``start()``, work, ``stop()``."""
 
     def __init__(self, pid: int | None = None) -> None:
+        import psutil
+
         self.process = psutil.Process(pid or os.getpid())
         self.start_wall = 0.0
         self.start_busy = 0.0
@@ -67,6 +77,8 @@ class Meter:
         return self
 
     def stop(self) -> dict[str, Any]:
+        import psutil
+
         wall = time.monotonic() - self.start_wall
         busy = _busy_cpu_s() - self.start_busy
         tree = _tree_cpu_s(self.process) - self.start_tree

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sqlite3
 import warnings
 
 import optuna
@@ -14,6 +15,7 @@ from optuna.trial import TrialState, create_trial
 from autotune.made_up import make_study
 
 from autotune import view
+from autotune.errors import StorageError, StudyError
 from autotune.store import Store, StoredStudy, reading
 from autotune.store import records
 from autotune.evidence import evidence_of
@@ -70,4 +72,52 @@ def test_a_study_view_shows_the_figures_of_the_live_study_and_writes_nothing(tmp
     assert [t.__dict__ for t in seen.trials] == [t.__dict__ for t in live.trials]
     assert view.status(seen) == view.status(live)
     assert evidence_of(seen) is evidence_of(seen)  # built once, then kept
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+def _without_optunas_storage(monkeypatch) -> None:
+    def refuse(*args, **kwargs):
+        raise AssertionError("a read-only store built Optuna's RDBStorage")
+
+    monkeypatch.setattr(optuna.storages.RDBStorage, "__init__", refuse)
+
+
+def test_a_read_only_store_reads_a_database_with_no_optuna_storage(store_url, monkeypatch):
+    if store_url.startswith("journal:"):
+        pytest.skip("a journal file is read through Optuna's journal storage")
+    writer = Store(store_url)
+    study = make_study(writer.storage, n_trials=30, seed=5, name="s")
+    odd_trials(study)
+    make_study(writer.storage, n_trials=3, seed=6, name="t", with_failures=False)
+    expected = (writer.names(), [(s.name, dict(s._attrs)) for s in writer.summaries()], writer.read("s"))
+    _without_optunas_storage(monkeypatch)
+    reader = Store(store_url, read_only=True)
+    got = (reader.names(), [(s.name, dict(s._attrs)) for s in reader.summaries()], reader.read("s"))
+    assert got[:2] == expected[:2] and got[0] == ["s", "t"]
+    assert [t.__dict__ for t in got[2].trials] == [t.__dict__ for t in expected[2].trials]
+    assert dict(got[2]._attrs) == dict(expected[2]._attrs)
+    with pytest.raises(StudyError, match="no study 'nosuch'.*studies there: s, t"):
+        reader.read("nosuch")
+
+
+def test_the_direct_read_knows_the_schema_optuna_writes_today(tmp_path):
+    path = tmp_path / "x.db"
+    make_study(f"sqlite:///{path}", n_trials=2, seed=1, name="s")  # tables made by the installed Optuna
+    with sqlite3.connect(path) as raw:
+        assert reading.schema_of(raw) == (reading.SCHEMA, reading.REVISION)
+
+
+@pytest.mark.parametrize("revision, advice", [("v3.0.0.d", "optuna storage upgrade"), ("v9.9.9.z", "pip install -U optuna")])
+def test_a_database_on_another_schema_is_refused_as_optunas_storage_refuses_it(tmp_path, revision, advice):
+    path = tmp_path / "x.db"
+    make_study(f"sqlite:///{path}", n_trials=2, seed=1, name="s")
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE alembic_version SET version_num = ?", (revision,))
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    with pytest.raises(StorageError) as read_only:
+        Store(f"sqlite:///{path}", read_only=True).read("s")
+    with pytest.raises(StorageError) as writer:
+        Store(f"sqlite:///{path}").read("s")
+    assert str(read_only.value) == str(writer.value)  # Optuna's own words, in the store's one line
+    assert "no longer compatible with the table schema" in str(read_only.value) and advice in str(read_only.value)
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before

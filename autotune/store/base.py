@@ -11,7 +11,10 @@ Each backend's own rules live in a module of its own (:mod:`.sqlite`, :mod:`.ser
 Read-only stores (``status``, ``list``, ``export``, ``dashboard``) create no file, no
 folder and no table: a SQLite file is opened with ``mode=ro``, a database server's
 session is read-only, and a database without Optuna's tables is refused in one line
-and left as it was. Study names come from a safe set (:func:`autotune.store.names.check_name`),
+and left as it was. They read a SQLite file or a PostgreSQL server's tables directly
+(:mod:`.tables`), with no Optuna storage (no Alembic, no ORM: what a read command spent
+most of its start on), where the tables are on the schema the direct read knows; any
+other is read through Optuna's storage, which says why it cannot when it cannot. Study names come from a safe set (:func:`autotune.store.names.check_name`),
 checked before any file is touched.
 
 A storage that refuses a write (a read-only file or folder, a full disk, a file deleted
@@ -37,6 +40,7 @@ from autotune import __version__, hardware
 from autotune.errors import AutotuneError, StorageError, StorageUnreachable, StudyError
 from autotune.request import option
 from autotune.store import journal, reading, records, server, sqlite
+from autotune.store.tables import Tables
 from autotune.store.faults import first_line
 from autotune.store.names import check_name, default_url
 from autotune.store.records import StoredStudy
@@ -69,6 +73,7 @@ class Store:
         self.path: Path | None = None  # the file of a SQLite or journal store
         self._identity: tuple[int, int] | None = None  # the file's (device, inode) when opened
         self._storage: optuna.storages.BaseStorage | None = None
+        self._tables: Tables | None | bool = False  # a read-only database's tables read directly (False: not opened)
         if url.startswith("journal:"):
             self.path = journal.path_of(url)
         elif "://" not in url:
@@ -82,7 +87,7 @@ class Store:
     @property
     def missing(self) -> bool:
         """A file store whose file does not exist (yet): it holds no study, and reading it creates nothing."""
-        return self.path is not None and self._storage is None and not self.path.exists()
+        return self.path is not None and self._storage is None and not self._tables and not self.path.exists()
 
     @property
     def storage(self) -> optuna.storages.BaseStorage:
@@ -161,13 +166,48 @@ class Store:
         self.opened()
         return storage
 
+    @property
+    def _direct(self) -> Tables | None:
+        """A read-only database's tables, read with no Optuna storage (:mod:`.tables`); None for a store that is not
+        read-only, a journal, an in-memory database, a server or schema the direct read does not know."""
+        if self._tables is False:
+            self._tables = None
+            if self.read_only and not self._url.startswith("journal:") and (self.path is not None or self.is_server):
+                self._tables = self._open_tables()
+        return self._tables or None
+
+    def _open_tables(self) -> Tables | None:
+        if self.path is not None:
+            sqlite.prepare_folder(self.path, True, self.shown)
+        try:
+            tables = Tables.of_sqlite(self.path) if self.path is not None else Tables.of_server(
+                server.with_installed_driver(self._url))
+            if tables is None:
+                return None
+            self._check_tables(tables.table_names())
+            if not tables.known():
+                tables.close()
+                return None  # another schema: Optuna's storage reads it, or says why it cannot
+        except AutotuneError:
+            raise
+        except ImportError as exc:
+            raise StorageError(f"storage {self.shown!r}: a database driver is missing ({exc}); "
+                               "for PostgreSQL: pip install 'autotune[postgres]'") from None
+        except Exception as exc:  # noqa: BLE001 - driver errors, bad URLs, unreachable servers
+            fault = self.fault(exc)
+            if fault is not None:
+                raise fault from None
+            raise StorageError(f"storage {self.shown!r} cannot be opened: {redact_message(first_line(exc), self._url)}") from None
+        self.opened()
+        return tables
+
     def _rdb(self) -> optuna.storages.RDBStorage:
         url = server.with_installed_driver(self._url)
         kwargs = dict(sqlite.ENGINE_KWARGS) if self.is_sqlite else server.engine_kwargs(url, self.read_only)
         if self.read_only and self.path is not None:
             url = sqlite.read_only_url(self.path)
         if self.read_only:
-            self._check_tables(url, kwargs)
+            self._check_tables(_table_names(url, kwargs))
         # Heartbeats on database servers only: a SQLite file is shared by processes of one host, whose
         # liveness is checked by pid (recovery.is_stale), and a heartbeat thread's own SQLite connection
         # would contend for the file's lock (or, for :memory:, see another database).
@@ -180,15 +220,8 @@ class Store:
             grace_period=server.GRACE_S if is_server else None,
         )
 
-    def _check_tables(self, url: str, kwargs: Mapping[str, Any]) -> None:
+    def _check_tables(self, tables: set[str]) -> None:
         """A read-only store must already hold Optuna's tables: a foreign database is refused, untouched."""
-        import sqlalchemy
-
-        engine = sqlalchemy.create_engine(url, **kwargs)
-        try:
-            tables = set(sqlalchemy.inspect(engine).get_table_names())
-        finally:
-            engine.dispose()
         if not {"studies", "version_info"} <= tables:
             what = "an empty database" if not tables else "not an Optuna storage (it has no studies table)"
             raise StudyError(f"{self.shown} is {what}: no autotune study there; it was left as it was")
@@ -197,14 +230,31 @@ class Store:
 
     def names(self) -> list[str]:
         """The names of every study (and submitted job) in the store."""
+        if self.missing:
+            return []
+        with self._studies_read():
+            direct = self._direct
+            if direct is not None:
+                return [name for _, name in direct.studies()]  # no attribute read
         return [s.name for s in self.summaries()]
 
     def summaries(self) -> list[StoredStudy]:
         """Every study's name and description, in one query (their trials are not read: ``trials`` is empty)."""
         if self.missing:
             return []
-        try:
+        with self._studies_read():
+            direct = self._direct
+            if direct is not None:
+                studies = direct.studies()
+                attrs = direct.attrs()
+                return [StoredStudy(name, attrs.get(sid, {}), []) for sid, name in studies]
             return [StoredStudy(s.study_name, s.user_attrs, []) for s in self.storage.get_all_studies()]
+
+    @contextlib.contextmanager
+    def _studies_read(self) -> Iterator[None]:
+        """The store's list of studies failing to be read, as one StorageError."""
+        try:
+            yield
         except AutotuneError:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -228,6 +278,11 @@ class Store:
         with self.faults():
             if description is None:
                 self._existing(name)
+            direct = self._direct
+            if direct is not None:
+                study_id = dict((n, i) for i, n in direct.studies())[name]
+                attrs = direct.attrs([study_id]).get(study_id, {}) if description is None else description._attrs
+                return StoredStudy.from_frozen(name, attrs, direct.trials(study_id))
             study_id = self.storage.get_study_id_from_name(name)
             attrs = self.storage.get_study_user_attrs(study_id) if description is None else description._attrs
             return StoredStudy.from_frozen(name, attrs, reading.all_trials(self.storage, study_id))
@@ -367,6 +422,16 @@ class Store:
             if fault is None:
                 raise
             raise fault from None
+
+
+def _table_names(url: str, kwargs: Mapping[str, Any]) -> set[str]:
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url, **kwargs)
+    try:
+        return set(sqlalchemy.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
 
 
 def _identity(path: Path) -> tuple[int, int]:

@@ -1,4 +1,7 @@
-"""Every trial of a study, read in one pass: what makes the read commands quick on studies of 10,000 trials.
+"""Optuna's tables read directly: every trial of a study in one pass, and the studies and their attributes.
+
+What makes the read commands quick on studies of 10,000 trials, and what lets a read-only store
+read a database without building Optuna's storage at all (:mod:`.tables`).
 
 Optuna's ``get_trials`` on a database builds every row of every trial table as an ORM
 object: a 10,000-trial study is ~200,000 objects and took 3-6 s here on SQLite, more than
@@ -7,8 +10,9 @@ query each (trials, values, parameters, user and system attributes, intermediate
 and builds the same :class:`optuna.trial.FrozenTrial` objects through Optuna's public
 constructor: 0.5 s for those 10,000 trials.
 
-It depends on Optuna's table layout, which Optuna versions with ``version_info.schema_version``:
-the quick path runs only on the schema it was written and tested against (:data:`SCHEMA`);
+It depends on Optuna's table layout, which Optuna versions with ``version_info.schema_version``
+(and Alembic's revision): the quick path runs only on the schema it was written and tested against
+(:data:`SCHEMA`, :data:`REVISION`);
 any other, and every journal or in-memory storage, is read through Optuna's public
 ``get_all_trials``. tests/test_reading.py holds the quick path equal to Optuna's own read on
 SQLite and PostgreSQL, so an Optuna upgrade that changes the layout fails there first.
@@ -28,6 +32,9 @@ from optuna.distributions import json_to_distribution
 from optuna.trial import FrozenTrial, TrialState
 
 SCHEMA = 12  # Optuna's RDB schema version (optuna.storages._rdb.models.SCHEMA_VERSION) this reader knows
+#: The Alembic revision of those tables (Optuna's head since 3.2; its storage refuses a database on any other, and
+#: so does :mod:`.tables`, leaving the refusal to Optuna). tests/test_reading.py holds it to the installed Optuna's.
+REVISION = "v3.2.0.a"
 
 _INF = {"INF_POS": math.inf, "INF_NEG": -math.inf, "NAN": math.nan}
 
@@ -66,13 +73,69 @@ def _value(value: float | None, kind: Any) -> float:
 
 
 def _rdb_trials(storage: optuna.storages.RDBStorage, study_id: int) -> list[FrozenTrial]:
-    # The driver's own cursor: SQLAlchemy's result rows cost as much again as the query for 200,000 rows.
-    ids = f"SELECT trial_id FROM trials WHERE study_id = {int(study_id)}"
     raw = storage.engine.raw_connection()
+    try:
+        return trials_of(raw, storage.engine.dialect.name, study_id)
+    finally:
+        raw.close()  # back to the engine's pool
+
+
+def schema_of(raw: Any) -> tuple[int | None, str | None]:
+    """The schema a database's tables were made with: ``version_info``'s version and Alembic's revision (None where
+    a table or its row is missing). Only a database on :data:`SCHEMA` and :data:`REVISION` is read here directly."""
+    cur = raw.cursor()
+    found: list[Any] = []
+    try:
+        for sql in ("SELECT schema_version FROM version_info", "SELECT version_num FROM alembic_version"):
+            try:
+                cur.execute(sql)
+                rows = cur.fetchall()
+            except Exception:  # noqa: BLE001 - no such table: another schema (the driver's own error class)
+                raw.rollback()  # PostgreSQL refuses every statement after an error until the transaction ends
+                rows = []
+            found.append(rows[0][0] if len(rows) == 1 else None)
+    finally:
+        cur.close()
+        raw.rollback()
+    version, revision = found
+    return (int(version) if version is not None else None), revision
+
+
+def studies_of(raw: Any) -> list[tuple[int, str]]:
+    """Every study's id and name, by id (the order of Optuna's ``get_all_studies``)."""
+    cur = raw.cursor()
+    try:
+        cur.execute("SELECT study_id, study_name FROM studies ORDER BY study_id")
+        return [(int(i), str(n)) for i, n in cur.fetchall()]
+    finally:
+        cur.close()
+        raw.rollback()
+
+
+def study_attrs_of(raw: Any, study_ids: list[int] | None = None) -> dict[int, dict[str, Any]]:
+    """The user attributes of the studies ``study_ids`` (every study's when None), by study id, in the order written."""
+    where = "" if study_ids is None else f" WHERE study_id IN ({','.join(str(int(i)) for i in study_ids) or 'NULL'})"
+    cur = raw.cursor()
+    try:
+        cur.execute(f"SELECT study_id, key, value_json FROM study_user_attributes{where} ORDER BY study_user_attribute_id")
+        rows = cur.fetchall()
+    finally:
+        cur.close()
+        raw.rollback()
+    out: dict[int, dict[str, Any]] = {}
+    decoded = json.loads("[" + ",".join(r[2] for r in rows) + "]") if rows else []
+    for (sid, key, _), value in zip(rows, decoded):
+        out.setdefault(int(sid), {})[key] = value
+    return out
+
+
+def trials_of(raw: Any, dialect: str, study_id: int) -> list[FrozenTrial]:
+    """Every trial of the study through ``raw``, a driver's own connection (``sqlite3``'s, or one of a SQLAlchemy
+    engine's: its rows cost as much again as the query for 200,000 rows); ``dialect``: ``sqlite``, ``postgresql``, ..."""
+    ids = f"SELECT trial_id FROM trials WHERE study_id = {int(study_id)}"
     try:
         cur = raw.cursor()
         # One snapshot for every statement: workers keep writing while a fleet's study is read.
-        dialect = storage.engine.dialect.name
         if dialect == "sqlite":
             cur.execute("BEGIN")  # Python's sqlite3 opens no transaction for reads on its own
         elif dialect == "postgresql":
@@ -94,7 +157,6 @@ def _rdb_trials(storage: optuna.storages.RDBStorage, study_id: int) -> list[Froz
         cur.close()
     finally:
         raw.rollback()  # it wrote nothing: end the snapshot
-        raw.close()  # back to the engine's pool
 
     by_id: dict[int, dict[str, Any]] = {
         tid: {"values": {}, "params": {}, "distributions": {}, "user": {}, "system": {}, "steps": {}} for tid, *_ in trials}

@@ -27,6 +27,8 @@ def redact(url: str) -> str:
     string that is no URL comes back unchanged except for whatever looks like a password.
     """
     text = str(url)
+    if "@" not in text:  # no user part, so no password in it (and SQLAlchemy, slow to import, is not needed)
+        return redact_message(text)
     try:
         from sqlalchemy.engine import make_url
 
@@ -59,7 +61,8 @@ def _secrets(url: str) -> list[str]:
     try:
         from sqlalchemy.engine import make_url
 
-        found.append(make_url(url).password or "")
+        if "@" in url:
+            found.append(make_url(url).password or "")
     except Exception:  # noqa: BLE001 - not a URL: the patterns found what there is
         pass
     return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)

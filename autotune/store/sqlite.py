@@ -27,9 +27,15 @@ def path_of(url: str) -> Path | None:
     return None
 
 
+def read_only_uri(path: Path) -> str:
+    """SQLite's own URI that opens ``path`` read-only (``sqlite3.connect(..., uri=True)``): SQLite refuses every write
+    through it."""
+    return f"file:{quote(str(path))}?mode=ro"
+
+
 def read_only_url(path: Path) -> str:
-    """The URL that opens ``path`` read-only: SQLite refuses every write through it."""
-    return f"sqlite:///file:{quote(str(path))}?mode=ro&uri=true"
+    """The SQLAlchemy URL that opens ``path`` read-only, as :func:`read_only_uri` does."""
+    return f"sqlite:///{read_only_uri(path)}&uri=true"
 
 
 def prepare_folder(path: Path, read_only: bool, shown: str) -> None:
