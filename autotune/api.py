@@ -1,4 +1,5 @@
-"""The Python API: ``autotune.tune(...)``, ``autotune.measure(...)`` and ``autotune.verify(...)``, for notebooks and scripts.
+"""The Python API: ``autotune.tune(...)``, ``autotune.measure(...)`` and ``autotune.verify(...)``, for notebooks and
+scripts.
 
 ``tune`` is ``autotune run`` as a function: it translates its arguments into the one typed
 request (:class:`autotune.request.TuneConfig`) and runs it through
@@ -36,6 +37,7 @@ from autotune import study as S
 from autotune.errors import AutotuneError, FieldError, KnobError, SpecError, WorkloadError, in_words, said
 from autotune.evidence import Verdict, evidence_of
 from autotune.request import DEFAULT_CONFIRM, DEFAULT_PICK, DEFAULT_SAMPLER, DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS
+from autotune.request import VERIFY_ROUNDS
 from autotune.request import MeasureConfig, TuneConfig, WorkloadSpec, declared
 from autotune.request import parse_model_args, parse_shape
 from autotune.result import TrialResult
@@ -435,7 +437,7 @@ def measure_spec(
 def verify(
     export: str | Path | Mapping[str, Any],
     *,
-    rounds: int = 4,
+    rounds: int = VERIFY_ROUNDS[1],
     device: str | None = None,
     quick: bool = False,
     trial_timeout: float | str = DEFAULT_TRIAL_TIMEOUT_S,

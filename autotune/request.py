@@ -47,6 +47,7 @@ MAX_TRIALS = 100_000
 DEFAULT_TRIAL_TIMEOUT_S = 600.0
 DEFAULT_POLL_S = 30.0  # how often a worker --all looks for new jobs
 MAX_REPEAT = 100  # measure --repeat: new processes at most
+VERIFY_ROUNDS = (2, 4, 50)  # autotune verify's rounds: at least (an interval needs two of each), by default, at most
 CUT_MARGIN = 0.25  # early stopping: a trial is cut when a front point is this much faster at no more memory (at least)
 #: What ``autotune export --pick`` may take: the verdict's recommendation (the defaults when nothing beats them
 #: beyond the noise), the fastest-looking point of the front, the smallest, or the balance of the two.

@@ -43,13 +43,11 @@ from autotune import result as R
 from autotune.errors import ConfigError, DeviceError, SpecError, WorkloadError
 from autotune.evidence import Config, Load
 from autotune.evidence.load import leave_out
-from autotune.request import DEFAULT_TRIAL_TIMEOUT_S, WorkloadSpec, option, pickled_name
+from autotune.request import DEFAULT_TRIAL_TIMEOUT_S, VERIFY_ROUNDS, WorkloadSpec, option, pickled_name
 from autotune.stats import Measurement, Ratio
 
 SCHEMAS = ("autotune.config/2",)  # an export whose speedup is a claim with its interval (autotune.export.SCHEMA)
-DEFAULT_ROUNDS = 4
-MIN_ROUNDS = 2  # the noise, and so an interval, needs two measurements of each
-MAX_ROUNDS = 50
+MIN_ROUNDS, DEFAULT_ROUNDS, MAX_ROUNDS = VERIFY_ROUNDS  # the noise, and so an interval, needs two measurements of each
 HOLDS, WEAKER, GONE, BUSY, FAILED = "holds", "weaker", "gone", "busy", "failed"
 
 #: ``measure(config)``: one configuration measured in a fresh process (what a study's Bench re-measures with).
@@ -88,7 +86,8 @@ class Claim:
     def what(self) -> str:
         """The configuration in words: its trial and study, and the knobs it changes from the defaults."""
         changed = {k: v for k, v in self.knobs.items() if self.defaults.get(k, knobs.defaults().get(k)) != v}
-        where = f"#{self.study['trial']} of study {self.study['name']!r}" if self.study.get("name") else "the configuration"
+        where = (f"#{self.study['trial']} of study {self.study['name']!r}" if self.study.get("name")
+                 else "the configuration")
         said = " ".join(f"{k}={knobs.KNOBS[k].format(v)}" for k, v in changed.items())
         return f"{where} ({said or 'the defaults'})"
 
@@ -123,7 +122,8 @@ def read(export: str | Path | Mapping[str, Any]) -> Claim:
                            f"{SCHEMAS[-1]!r}); export the study again with this autotune")
     speedup = doc.get("speedup")
     if not isinstance(speedup, Mapping) or not isinstance(speedup.get("estimate"), (int, float)):
-        raise _bad(source, "holds no speed-up claim (its study measured no defaults to compare with); nothing to verify")
+        raise _bad(source, "holds no speed-up claim (its study measured no defaults to compare with); "
+                           "nothing to verify")
     if not all(isinstance(speedup.get(k), (int, float)) and speedup[k] > 0 for k in ("low", "high")):
         raise _bad(source, f"its claim {float(speedup['estimate']):.2f}x has no interval (its study measured no noise "
                            f"between processes); nothing to verify it against: run the study with a race "
@@ -242,7 +242,8 @@ class Verification:
             "changed": list(self.changed),
             "load": self.load.to_dict() if self.load is not None else None,
             "failure": self.failure,
-            "measurements": {k: [{"round": r, "samples_per_s": v} for r, v in ms] for k, ms in self.measurements.items()},
+            "measurements": {k: [{"round": r, "samples_per_s": v} for r, v in ms]
+                             for k, ms in self.measurements.items()},
             "export": self.claim.source,
             "knobs": dict(self.claim.knobs),
             "defaults": dict(self.claim.defaults),
@@ -308,9 +309,9 @@ def verify(claim: Claim, measure: Measure, *, here: Mapping[str, Any], device: s
             rate = result.samples_per_s
             if not result.ok or rate is None or not math.isfinite(rate) or rate <= 0:
                 why = (result.error or {}).get("message") or "no throughput"
+                what = "the exported knobs" if which == CANDIDATE else "the study's baseline"
                 return Verification(FAILED, claim, measured, done, changed, load, taken,
-                                    failure=f"the {which} ({'the exported knobs' if which == CANDIDATE else 'the study baseline'})"
-                                            f" ended {result.outcome} in round {k}: {why}")
+                                    failure=f"the {which} ({what}) ended {result.outcome} in round {k}: {why}")
             taken[which].append((round_id, float(rate)))
             other = (result.load or {}).get("other_cores")
             if other is not None:

@@ -14,7 +14,6 @@ from autotune import stats
 from autotune import verification as V
 from autotune.cli import main
 from autotune.result import TrialResult
-from autotune.stats import Ratio
 
 DEFAULTS = {"batch_size": 32, "optimizer_impl": "default"}
 KNOBS = {"batch_size": 128, "optimizer_impl": "fused"}
@@ -244,3 +243,19 @@ def test_verify_measures_a_built_in_example_for_real(tmp_path):
     assert out["measured"]["low"] >= 0.05 and out["measured"]["paired"] and isinstance(out["changed"], list)
     assert [m["round"] for m in out["measurements"]["configuration"]] == ["verify-1", "verify-2"]
     assert out["load"]["measurements"] == 4
+
+
+def test_the_python_face_refuses_bad_input_in_its_own_words(tmp_path):
+    import autotune
+    from autotune.errors import AutotuneError
+
+    with pytest.raises(AutotuneError, match="not an autotune export"):
+        autotune.verify({"hello": 1})
+    with pytest.raises(AutotuneError, match="no such file"):
+        autotune.verify(tmp_path / "missing.json")
+    with pytest.raises(AutotuneError, match="rounds: must be a whole number from 2"):
+        autotune.verify(document(), rounds=1)
+    with pytest.raises(AutotuneError, match="trial_timeout="):
+        autotune.verify(document(), trial_timeout="soon")
+    with pytest.raises(AutotuneError, match="model_args="):
+        autotune.verify(document(), model_args=["width=3"])

@@ -4,27 +4,27 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
-
 import click
 
 from autotune.cli.options import options
-from autotune.request import parse_model_args
+from autotune.request import VERIFY_ROUNDS, parse_model_args
 
-ROUNDS = click.option("--rounds", type=click.IntRange(2, 50), default=4, show_default=True,
+ROUNDS = click.option("--rounds", type=click.IntRange(VERIFY_ROUNDS[0], VERIFY_ROUNDS[2]), default=VERIFY_ROUNDS[1],
+                      show_default=True,
                       help="Rounds at most, each the defaults and the configuration in fresh processes, interleaved; "
                            "it stops earlier once the interval is clear of the claim's lower bound.")
 
 DEVICE = click.option("--device", default=None,
-                      help="cpu, cuda or cuda:N (default: the export's device where this machine has it, else cuda:0 if "
-                           "there is one, else cpu).")
+                      help="cpu, cuda or cuda:N (default: the export's device where this machine has it, else "
+                           "cuda:0 if there is one, else cpu).")
 
 
 @click.command()
 @click.argument("export_file", metavar="EXPORT.json")
 @options("verify", ROUNDS, DEVICE, "trial_timeout_s", "quick", "model_args",
          click.option("--json", "as_json", is_flag=True,
-                      help="Print the verdict, the measured and claimed speed-ups, the rounds and what changed as JSON."))
+                      help="Print the verdict, the measured and claimed speed-ups, the rounds and what changed "
+                           "as JSON."))
 def verify(export_file: str, rounds: int, device: str | None, trial_timeout: float, quick: bool,
            model_args: tuple[str, ...], as_json: bool) -> None:
     """Measure an exported configuration against its defaults again, on this machine.
