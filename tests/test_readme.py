@@ -38,6 +38,8 @@ CI_RUN = ROOT / ".ci" / "run"
 
 ILLUSTRATION = "an illustration: mypkg stands for the user's own package"
 POSTGRES = "an illustration: needs the user's PostgreSQL server (db)"
+VERDICT = ("its exit code is a verdict (1 unless the claim holds on this machine), and the tiny studies these lines make "
+           "(2 trials, no race) export no claim with an interval to verify; tests/test_verify.py runs it for real")
 EXCLUDED: dict[str, str] = {
     # README.md
     "autotune run --model mypkg.models:build_model --data mypkg.data:build_dataset --space search_spaces/cnn.toml "
@@ -60,6 +62,8 @@ EXCLUDED: dict[str, str] = {
     "autotune status mynet --storage postgresql://tuner@db/autotune --json": POSTGRES,
     "autotune trials mynet --storage postgresql://tuner@db/autotune --json": POSTGRES,
     "autotune dashboard mynet --watch 30": "runs until Ctrl-C (rewrites the page every 30 s)",
+    "autotune verify best.json": VERDICT,
+    "autotune verify best.json --rounds 6 --json > verified.json": VERDICT,
 }
 # What marks a line that cannot run here as written: such a line must be in EXCLUDED (a fast check, before anything runs).
 UNRUNNABLE = (
