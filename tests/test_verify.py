@@ -259,3 +259,23 @@ def test_the_python_face_refuses_bad_input_in_its_own_words(tmp_path):
         autotune.verify(document(), trial_timeout="soon")
     with pytest.raises(AutotuneError, match="model_args="):
         autotune.verify(document(), model_args=["width=3"])
+
+
+@pytest.mark.parametrize("truth, verdict, code", [(2.0, "holds", 0), (1.5, "weaker", 1), (1.0, "gone", 1)])
+def test_the_command_prints_the_verdict_and_exits_by_it(tmp_path, monkeypatch, truth, verdict, code):
+    """`autotune verify` over a fake measurement of known truth: the rounds, what changed, the load and the verdict as
+    lines (exit 0 only when it holds), and the same as JSON."""
+    monkeypatch.setattr(V, "runner_for", lambda *a, **k: (HERE, Fake(truth)))
+    path = write(tmp_path, document())
+    res = CliRunner().invoke(main, ["verify", path], catch_exceptions=False)
+    assert res.exit_code == code, res.output
+    lines = res.output.strip().splitlines()
+    assert lines[0].startswith(f"verifying {path}: #7 of study 'mlp' (batch_size=128 optimizer_impl=fused)")
+    assert lines[1].startswith("round 1: defaults") and lines[2].startswith("round 1: configuration")
+    assert lines[-3].startswith("changed since it was measured: nothing")
+    assert lines[-2].startswith("machine quiet while measuring") and lines[-1].startswith(f"{verdict}: ")
+    monkeypatch.setattr(V, "runner_for", lambda *a, **k: (HERE, Fake(truth)))
+    res = CliRunner().invoke(main, ["verify", path, "--json"], catch_exceptions=False)
+    out = json.loads(res.output)
+    assert res.exit_code == code and out["verdict"] == verdict and out["changed"] == []
+    assert out["claimed"]["text"] == "2.00x (1.80-2.20)" and out["measured"]["estimate"] > 0 and out["rounds"] >= 2
