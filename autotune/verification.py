@@ -196,6 +196,7 @@ class Verification:
     load: Load | None
     measurements: dict[str, list[Measurement]]
     failure: str | None = None
+    not_applicable: dict[str, str] = field(default_factory=dict)  # exported knobs that do not apply here, and why
 
     @property
     def holds(self) -> bool:
@@ -227,6 +228,9 @@ class Verification:
         """What the command prints after the rounds: what changed, the machine's load, the verdict."""
         out = [f"changed since it was measured: {'; '.join(self.changed)}" if self.changed
                else "changed since it was measured: nothing (torch, CPU, device and workload as recorded)"]
+        if self.not_applicable:
+            out.append("not applicable here, so measured without: "
+                       + "; ".join(f"{k}: {why}" for k, why in self.not_applicable.items()))
         if self.load is not None and self.verdict != BUSY:
             out.append(self.load.text())
         out.append(self.text())
@@ -242,6 +246,7 @@ class Verification:
             "changed": list(self.changed),
             "load": self.load.to_dict() if self.load is not None else None,
             "failure": self.failure,
+            "not_applicable": dict(self.not_applicable),
             "measurements": {k: [{"round": r, "samples_per_s": v} for r, v in ms]
                              for k, ms in self.measurements.items()},
             "export": self.claim.source,
@@ -296,6 +301,7 @@ def verify(claim: Claim, measure: Measure, *, here: Mapping[str, Any], device: s
     measured: Ratio | None = None
     load: Load | None = None
     done = 0
+    dropped: dict[str, str] = {}
     for k in range(1, rounds + 1):
         order = (DEFAULTS, CANDIDATE) if k % 2 else (CANDIDATE, DEFAULTS)
         round_id = f"verify-{k}"
@@ -306,12 +312,15 @@ def verify(claim: Claim, measure: Measure, *, here: Mapping[str, Any], device: s
             if result.user_error:
                 raise WorkloadError((result.error.get("said") or result.error["message"]) if result.error
                                     else "the workload failed")
+            if which == CANDIDATE:
+                dropped.update(result.not_applicable)
             rate = result.samples_per_s
             if not result.ok or rate is None or not math.isfinite(rate) or rate <= 0:
                 why = (result.error or {}).get("message") or "no throughput"
                 what = "the exported knobs" if which == CANDIDATE else "the study's baseline"
                 return Verification(FAILED, claim, measured, done, changed, load, taken,
-                                    failure=f"the {which} ({what}) ended {result.outcome} in round {k}: {why}")
+                                    failure=f"the {which} ({what}) ended {result.outcome} in round {k}: {why}",
+                                    not_applicable=dropped)
             taken[which].append((round_id, float(rate)))
             other = (result.load or {}).get("other_cores")
             if other is not None:
@@ -333,7 +342,8 @@ def verify(claim: Claim, measure: Measure, *, here: Mapping[str, Any], device: s
         if settled(measured, claim):
             break
     assert measured is not None and load is not None
-    return Verification(decide(measured, claim, load), claim, measured, done, changed, load, taken)
+    return Verification(decide(measured, claim, load), claim, measured, done, changed, load, taken,
+                        not_applicable=dropped)
 
 
 # ---------------------------------------------------------------- measuring on this machine
@@ -362,7 +372,9 @@ def runner_for(spec: WorkloadSpec, claim: Claim, *, device: str, quick: bool, tr
         knobs.validate_config(claim.knobs, ctx)
         knobs.validate_config(claim.defaults, ctx)
     except knobs.KnobError as exc:
-        raise ConfigError(f"{claim.source}: its knobs do not apply to this workload here: {exc}") from None
+        changed = changes(claim, probe, device=device, spec=spec)
+        raise ConfigError(f"{claim.source}: its knobs cannot run here: {exc}"
+                          + (f" (changed since it was measured: {'; '.join(changed)})" if changed else "")) from None
 
     def measure(config: Mapping[str, Any]) -> R.TrialResult:
         return runner.measure(config)

@@ -279,3 +279,36 @@ def test_the_command_prints_the_verdict_and_exits_by_it(tmp_path, monkeypatch, t
     out = json.loads(res.output)
     assert res.exit_code == code and out["verdict"] == verdict and out["changed"] == []
     assert out["claimed"]["text"] == "2.00x (1.80-2.20)" and out["measured"]["estimate"] > 0 and out["rounds"] >= 2
+
+
+def test_knobs_that_do_not_apply_here_are_named():
+    class Dropping(Fake):
+        def __call__(self, config):
+            result = super().__call__(config)
+            if dict(config) == KNOBS:
+                result.not_applicable = {"optimizer_impl": "this optimizer has no fused kernel"}
+            return result
+
+    outcome = V.verify(V.read(document()), Dropping(2.0), here=HERE, device="cpu")
+    assert outcome.not_applicable == {"optimizer_impl": "this optimizer has no fused kernel"}
+    said = "not applicable here, so measured without: optimizer_impl: this optimizer has no fused kernel"
+    assert said in outcome.lines()
+    assert outcome.to_dict()["not_applicable"] == outcome.not_applicable
+
+
+def test_knobs_that_cannot_run_here_name_what_changed(monkeypatch):
+    """threads=16, measured on a 16-CPU machine, on one of 2: one line, with the CPU count that changed."""
+    import autotune.runner
+
+    class Probe:
+        def __init__(self, *a, **k):
+            pass
+
+        def probe(self):
+            return HERE
+
+    monkeypatch.setattr(autotune.runner, "Runner", Probe)
+    claim = V.read(document(knobs={**KNOBS, "threads": 16}, fingerprint={**FINGERPRINT, "cpu_count": 16}))
+    with pytest.raises(Exception, match=r"cannot run here: knob 'threads': 16 is out of range \[1, 2\] \(changed since "
+                                        r"it was measured: cpu_count: 16 \(stored\) vs 2 \(here\)\)"):
+        V.runner_for(claim.spec, claim, device="cpu", quick=True, trial_timeout_s=60)
