@@ -230,19 +230,22 @@ def test_a_folder_is_one_line(tmp_path):
 # ---------------------------------------------------------------- for real
 
 
-@pytest.mark.slow  # about 15 s on a 2-core CPU: 4 quick processes, and the probe
+@pytest.mark.slow  # 5-25 s on a 2-core CPU: 4 to 6 quick processes, and the probe
 def test_verify_measures_a_built_in_example_for_real(tmp_path):
     """The mlp example, its exported knobs against its defaults in fresh processes, on this machine. The claim is
-    one any real measurement clears (0.10x (0.05-0.20)), so the verdict is known: holds, at the sequential stop."""
+    one any real measurement clears (0.10x (0.05-0.20)), so the verdict is known: holds (at round 2 or 3: how soon
+    the interval clears 0.05 depends on this machine's noise between processes)."""
     path = write(tmp_path, document(estimate=0.1, low=0.05, high=0.2, knobs={"batch_size": 64},
                                     baseline={"trial": 0, "knobs": {}}))
     res = CliRunner().invoke(main, ["verify", path, "--quick", "--rounds", "3", "--json"], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
-    assert out["verdict"] == "holds" and out["rounds"] == 2 and out["claimed"]["estimate"] == 0.1
-    assert out["measured"]["low"] >= 0.05 and out["measured"]["paired"] and isinstance(out["changed"], list)
-    assert [m["round"] for m in out["measurements"]["configuration"]] == ["verify-1", "verify-2"]
-    assert out["load"]["measurements"] == 4
+    assert out["verdict"] == "holds" and out["rounds"] in (2, 3) and out["claimed"]["estimate"] == 0.1
+    assert out["measured"]["estimate"] >= 0.05 and out["measured"]["paired"] and isinstance(out["changed"], list)
+    rounds = [f"verify-{k}" for k in range(1, out["rounds"] + 1)]
+    assert [m["round"] for m in out["measurements"]["configuration"]] == rounds
+    assert [m["round"] for m in out["measurements"]["defaults"]] == rounds
+    assert out["load"]["measurements"] == 2 * out["rounds"]
 
 
 def test_the_python_face_refuses_bad_input_in_its_own_words(tmp_path):
