@@ -23,9 +23,10 @@ import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-import optuna
+if TYPE_CHECKING:  # imported where a distribution is made: a read command's ceiling needs no Optuna
+    import optuna
 
 from autotune import knobs
 from autotune.errors import KnobError, SpaceError
@@ -56,6 +57,8 @@ class Dimension:
         return list(range(self.low, self.high + 1, self.step))
 
     def distribution(self) -> optuna.distributions.BaseDistribution:
+        import optuna
+
         if self.choices is not None:
             return optuna.distributions.CategoricalDistribution(list(self.choices))
         assert self.low is not None and self.high is not None

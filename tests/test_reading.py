@@ -95,6 +95,7 @@ def test_a_read_only_store_reads_a_database_with_no_optuna_storage(store_url, mo
     got = (reader.names(), [(s.name, dict(s._attrs)) for s in reader.summaries()], reader.read("s"))
     assert got[:2] == expected[:2] and got[0] == ["s", "t"]
     assert [t.__dict__ for t in got[2].trials] == [t.__dict__ for t in expected[2].trials]
+    assert repr(got[2].trials) == repr(expected[2].trials)  # the same types too: 3, not 3.0
     assert dict(got[2]._attrs) == dict(expected[2]._attrs)
     with pytest.raises(StudyError, match="no study 'nosuch'.*studies there: s, t"):
         reader.read("nosuch")

@@ -12,20 +12,41 @@
 
 Every ``user_attrs`` key and every private Optuna name the project uses lives in this package
 (tests/test_store_owner.py holds it so; docs/storage.md lists the private names and why).
+
+Importing the package imports no Optuna: a read-only store reads a database's tables into typed
+records without it (:mod:`.tables`); :class:`LiveStudy` and ``DIRECTIONS`` import it when first
+asked for, and the store wherever it builds an Optuna storage or study.
 """
 
 from __future__ import annotations
 
-from autotune.store.base import DIRECTIONS, METRICS, Store, check_matches
-from autotune.store.live import LiveStudy
+from typing import TYPE_CHECKING, Any
+
+from autotune.store.base import METRICS, Store, check_matches
 from autotune.store.names import NAME_CHARS, STUDIES_DIR, check_name, default_url, kind
 from autotune.store.records import Block, Remeasurement, StoredStudy, StoredTrial
 from autotune.store.secrets import MASK, redact, redact_message
+
+if TYPE_CHECKING:
+    from autotune.store.live import LiveStudy
 
 
 def open(url: str, *, read_only: bool = False) -> Store:  # noqa: A001 - the package's verb, as sqlite3.connect
     """The process's store for ``url``: the same :class:`Store` for every call with the same URL."""
     return Store.open(url, read_only=read_only)
+
+
+def __getattr__(name: str) -> Any:
+    """What needs Optuna, imported when first asked for: a read command imports no Optuna (issue 27)."""
+    if name == "LiveStudy":
+        from autotune.store.live import LiveStudy
+
+        return LiveStudy
+    if name == "DIRECTIONS":
+        from autotune.store import base
+
+        return base.DIRECTIONS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["Block", "DIRECTIONS", "LiveStudy", "MASK", "METRICS", "NAME_CHARS", "Remeasurement", "STUDIES_DIR", "Store",

@@ -29,30 +29,59 @@ import datetime as dt
 import errno
 import logging
 import os
+import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Iterator, Mapping
-
-import optuna
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from autotune import __version__, hardware
 from autotune.errors import AutotuneError, StorageError, StorageUnreachable, StudyError
 from autotune.request import option
-from autotune.store import journal, reading, records, server, sqlite
+from autotune.store import reading, records, server, sqlite
 from autotune.store.tables import Tables
 from autotune.store.faults import first_line
 from autotune.store.names import check_name, default_url
 from autotune.store.records import StoredStudy
 from autotune.store.secrets import redact, redact_message
 
+if TYPE_CHECKING:
+    import optuna
+
 METRICS = ["samples_per_s", "peak_memory_bytes"]
-DIRECTIONS = [optuna.study.StudyDirection.MAXIMIZE, optuna.study.StudyDirection.MINIMIZE]
 DESCRIBE_WAIT_S = 15.0  # how long a study just created by another process may take to get its attributes
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
-warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 logging.getLogger("sqlalchemy").setLevel(logging.ERROR)
+_quieted = False
+
+
+def _optuna() -> Any:
+    """Optuna, imported (where the store builds or uses an Optuna storage or study: a read of a database's tables
+    needs none, :mod:`.tables`) and quieted once: no INFO line per study and trial, no ExperimentalWarning (the
+    heartbeat, metric names)."""
+    global _quieted
+    import optuna
+
+    if not _quieted:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        _quieted = True
+    return optuna
+
+
+if "optuna" in sys.modules:  # a process that imported Optuna before the store (one that writes studies): quiet it now
+    _optuna()
+
+
+def _directions() -> list[Any]:
+    optuna = _optuna()
+    return [optuna.study.StudyDirection.MAXIMIZE, optuna.study.StudyDirection.MINIMIZE]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DIRECTIONS":  # the two objectives' directions, Optuna's enums: Optuna is imported when first asked for
+        return _directions()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Store:
@@ -75,6 +104,8 @@ class Store:
         self._storage: optuna.storages.BaseStorage | None = None
         self._tables: Tables | None | bool = False  # a read-only database's tables read directly (False: not opened)
         if url.startswith("journal:"):
+            from autotune.store import journal  # Optuna's journal storage: imported for a journal store only
+
             self.path = journal.path_of(url)
         elif "://" not in url:
             raise StorageError(f"storage {self.shown!r}: expected a URL such as sqlite:///studies/x.db, "
@@ -136,6 +167,7 @@ class Store:
     # ------------------------------------------------------------ opening
 
     def _connect(self) -> optuna.storages.BaseStorage:
+        _optuna()
         if self._url.startswith("journal:"):
             return self._journal()
         if self.path is not None:
@@ -156,6 +188,8 @@ class Store:
         return storage
 
     def _journal(self) -> optuna.storages.BaseStorage | None:
+        from autotune.store import journal
+
         assert self.path is not None
         if not self.path.parent.is_dir():
             raise StorageError(f"storage {self.shown!r}: folder {self.path.parent} does not exist")
@@ -212,7 +246,7 @@ class Store:
         # liveness is checked by pid (recovery.is_stale), and a heartbeat thread's own SQLite connection
         # would contend for the file's lock (or, for :memory:, see another database).
         is_server = self.is_server and not self.read_only
-        return optuna.storages.RDBStorage(
+        return _optuna().storages.RDBStorage(
             url,
             engine_kwargs=kwargs,
             skip_table_creation=self.read_only,
@@ -270,7 +304,7 @@ class Store:
     def load(self, name: str, sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:
         """An existing study; StudyError listing what exists when there is none of that name."""
         self._existing(name)
-        return optuna.load_study(study_name=name, storage=self.storage, sampler=sampler)
+        return _optuna().load_study(study_name=name, storage=self.storage, sampler=sampler)
 
     def read(self, name: str, description: StoredStudy | None = None) -> StoredStudy:
         """The study ``name``, read once: its description and its trials in one pass (:mod:`.reading`);
@@ -282,7 +316,7 @@ class Store:
             if direct is not None:
                 study_id = dict((n, i) for i, n in direct.studies())[name]
                 attrs = direct.attrs([study_id]).get(study_id, {}) if description is None else description._attrs
-                return StoredStudy.from_frozen(name, attrs, direct.trials(study_id))
+                return StoredStudy(name, attrs, direct.trials(study_id))
             study_id = self.storage.get_study_id_from_name(name)
             attrs = self.storage.get_study_user_attrs(study_id) if description is None else description._attrs
             return StoredStudy.from_frozen(name, attrs, reading.all_trials(self.storage, study_id))
@@ -305,8 +339,9 @@ class Store:
         """A new, empty two-objective study (a submitted job's record); StudyError when the name is taken."""
         check_name(name)
         storage = self._writable()
+        optuna = _optuna()
         try:
-            return optuna.create_study(study_name=name, storage=storage, directions=DIRECTIONS)
+            return optuna.create_study(study_name=name, storage=storage, directions=_directions())
         except optuna.exceptions.DuplicatedStudyError:
             raise StudyError(f"a study or job named {name!r} exists in {self.shown}: choose another {option('study')} name") from None
 
@@ -324,10 +359,11 @@ class Store:
         """
         check_name(name)
         storage = self._writable()
+        optuna = _optuna()
         created = False
         if name not in self.names():
             try:
-                study = optuna.create_study(study_name=name, storage=storage, directions=DIRECTIONS, sampler=sampler)
+                study = optuna.create_study(study_name=name, storage=storage, directions=_directions(), sampler=sampler)
                 created = True
             except optuna.exceptions.DuplicatedStudyError:  # another process created it meanwhile
                 study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
@@ -403,7 +439,8 @@ class Store:
             return StorageUnreachable(f"the database server of {where} is unreachable ({reason}): start it, or check the "
                                       "URL, and run the same command again (the trial that was running is measured again)",
                                       reason)
-        if isinstance(exc, optuna.exceptions.StorageInternalError):
+        optuna = sys.modules.get("optuna")  # not imported: no Optuna error to tell
+        if optuna is not None and isinstance(exc, optuna.exceptions.StorageInternalError):
             cause = exc.__cause__ or exc.__context__
             if cause is not None:
                 return self.fault(cause) or StorageError(f"{where} refused a write: {redact_message(first_line(cause), self._url)}")

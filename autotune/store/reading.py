@@ -8,7 +8,9 @@ object: a 10,000-trial study is ~200,000 objects and took 3-6 s here on SQLite, 
 all the figures computed from them. This module reads the same tables with one plain
 query each (trials, values, parameters, user and system attributes, intermediate values)
 and builds the same :class:`optuna.trial.FrozenTrial` objects through Optuna's public
-constructor: 0.5 s for those 10,000 trials.
+constructor (:func:`trials_of`: 0.5 s for those 10,000 trials), or, for a read-only store,
+the typed trials themselves with no Optuna object and no Optuna imported
+(:func:`stored_trials_of`: what a view shows, less the intermediate values).
 
 It depends on Optuna's table layout, which Optuna versions with ``version_info.schema_version``
 (and Alembic's revision): the quick path runs only on the schema it was written and tested against
@@ -25,11 +27,13 @@ import datetime as dt
 import functools
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
-import optuna
-from optuna.distributions import json_to_distribution
-from optuna.trial import FrozenTrial, TrialState
+from autotune.store.records import CONSTRAINTS, OWNER, StoredTrial, constraints_of
+
+if TYPE_CHECKING:  # imported where used: a read command's typed trials need no Optuna (issue 27)
+    import optuna
+    from optuna.trial import FrozenTrial
 
 SCHEMA = 12  # Optuna's RDB schema version (optuna.storages._rdb.models.SCHEMA_VERSION) this reader knows
 #: The Alembic revision of those tables (Optuna's head since 3.2; its storage refuses a database on any other, and
@@ -41,6 +45,8 @@ _INF = {"INF_POS": math.inf, "INF_NEG": -math.inf, "NAN": math.nan}
 
 def all_trials(storage: optuna.storages.BaseStorage, study_id: int) -> list[FrozenTrial]:
     """Every trial of the study, by number, never deep-copied (the same objects Optuna's read would build)."""
+    import optuna
+
     if isinstance(storage, optuna.storages.RDBStorage) and _schema(storage) == SCHEMA:
         return _rdb_trials(storage, study_id)
     return storage.get_all_trials(study_id, deepcopy=False)
@@ -59,7 +65,29 @@ def _schema(storage: optuna.storages.RDBStorage) -> int | None:
 
 @functools.lru_cache(maxsize=4096)
 def _distribution(text: str) -> optuna.distributions.BaseDistribution:
+    from optuna.distributions import json_to_distribution
+
     return json_to_distribution(text)
+
+
+_INTS = ("IntDistribution", "IntUniformDistribution", "IntLogUniformDistribution")
+_FLOATS = ("FloatDistribution", "UniformDistribution", "LogUniformDistribution", "DiscreteUniformDistribution")
+
+
+@functools.lru_cache(maxsize=4096)
+def _external(text: str) -> Callable[[float], Any]:
+    """How a parameter's stored value becomes the value its trial shows, as its distribution's ``to_external_repr``
+    does (Optuna's own, imported then, for a distribution written in any other form)."""
+    doc = json.loads(text)
+    name = doc.get("name") if isinstance(doc, dict) else None
+    if name == "CategoricalDistribution":
+        choices = tuple(doc["attributes"]["choices"])
+        return lambda internal: choices[int(internal)]
+    if name in _INTS:
+        return int
+    if name in _FLOATS:
+        return lambda internal: internal
+    return _distribution(text).to_external_repr
 
 
 def _datetime(value: Any) -> dt.datetime | None:
@@ -129,9 +157,9 @@ def study_attrs_of(raw: Any, study_ids: list[int] | None = None) -> dict[int, di
     return out
 
 
-def trials_of(raw: Any, dialect: str, study_id: int) -> list[FrozenTrial]:
-    """Every trial of the study through ``raw``, a driver's own connection (``sqlite3``'s, or one of a SQLAlchemy
-    engine's: its rows cost as much again as the query for 200,000 rows); ``dialect``: ``sqlite``, ``postgresql``, ..."""
+def _rows(raw: Any, dialect: str, study_id: int, *, system: str = "", steps: bool = True) -> tuple[list[Any], ...]:
+    """The study's rows of each trial table, read in one snapshot: trials, values, params, user and system attributes
+    (``system``: a condition on their key), intermediate values (none without ``steps``)."""
     ids = f"SELECT trial_id FROM trials WHERE study_id = {int(study_id)}"
     try:
         cur = raw.cursor()
@@ -151,13 +179,21 @@ def trials_of(raw: Any, dialect: str, study_id: int) -> list[FrozenTrial]:
         params = rows(f"SELECT trial_id, param_name, param_value, distribution_json FROM trial_params "
                       f"WHERE trial_id IN ({ids}) ORDER BY param_id")
         user = rows(f"SELECT trial_id, key, value_json FROM trial_user_attributes WHERE trial_id IN ({ids})")
-        system = rows(f"SELECT trial_id, key, value_json FROM trial_system_attributes WHERE trial_id IN ({ids})")
-        steps = rows("SELECT trial_id, step, intermediate_value, intermediate_value_type FROM trial_intermediate_values "
-                     f"WHERE trial_id IN ({ids})")
+        system_rows = rows(f"SELECT trial_id, key, value_json FROM trial_system_attributes WHERE trial_id IN ({ids})"
+                           + (f" AND ({system})" if system else ""))
+        step_rows = rows("SELECT trial_id, step, intermediate_value, intermediate_value_type FROM trial_intermediate_values "
+                         f"WHERE trial_id IN ({ids})") if steps else []
         cur.close()
     finally:
         raw.rollback()  # it wrote nothing: end the snapshot
+    return trials, values, params, user, system_rows, step_rows
 
+
+def _parts(raw: Any, dialect: str, study_id: int, *, system: str = "", steps: bool = True,
+           distributions: bool = True) -> tuple[list[Any], dict[int, dict[str, Any]]]:
+    """The trials' rows, and each trial's values, parameters (and their distributions), attributes and intermediate
+    values by trial id."""
+    trials, values, params, user, system_rows, step_rows = _rows(raw, dialect, study_id, system=system, steps=steps)
     by_id: dict[int, dict[str, Any]] = {
         tid: {"values": {}, "params": {}, "distributions": {}, "user": {}, "system": {}, "steps": {}} for tid, *_ in trials}
     # (Without a snapshot, as on MySQL, a trial created after the first statement has rows in the later ones:
@@ -165,22 +201,33 @@ def trials_of(raw: Any, dialect: str, study_id: int) -> list[FrozenTrial]:
     values = [r for r in values if r[0] in by_id]
     params = [r for r in params if r[0] in by_id]
     user = [r for r in user if r[0] in by_id]
-    system = [r for r in system if r[0] in by_id]
-    steps = [r for r in steps if r[0] in by_id]
+    system_rows = [r for r in system_rows if r[0] in by_id]
+    step_rows = [r for r in step_rows if r[0] in by_id]
     for tid, objective, value, kind in values:
         by_id[tid]["values"][objective] = _value(value, kind)
     for tid, name, internal, dist_json in params:
-        dist = _distribution(dist_json)
-        by_id[tid]["params"][name] = dist.to_external_repr(internal)
-        by_id[tid]["distributions"][name] = dist
+        if distributions:
+            dist = _distribution(dist_json)
+            by_id[tid]["params"][name] = dist.to_external_repr(internal)
+            by_id[tid]["distributions"][name] = dist
+        else:
+            by_id[tid]["params"][name] = _external(dist_json)(internal)
     # One decode of all the attributes at once: 90,000 json.loads calls cost a third again in call overhead.
-    for table, part in ((user, "user"), (system, "system")):
+    for table, part in ((user, "user"), (system_rows, "system")):
         decoded = json.loads("[" + ",".join(raw for _, _, raw in table) + "]") if table else []
         for (tid, key, _), value in zip(table, decoded):
             by_id[tid][part][key] = value
-    for tid, step, value, kind in steps:
+    for tid, step, value, kind in step_rows:
         by_id[tid]["steps"][step] = _value(value, kind)
+    return trials, by_id
 
+
+def trials_of(raw: Any, dialect: str, study_id: int) -> list[FrozenTrial]:
+    """Every trial of the study through ``raw``, a driver's own connection (``sqlite3``'s, or one of a SQLAlchemy
+    engine's: its rows cost as much again as the query for 200,000 rows); ``dialect``: ``sqlite``, ``postgresql``, ..."""
+    from optuna.trial import FrozenTrial, TrialState
+
+    trials, by_id = _parts(raw, dialect, study_id)
     out = []
     for tid, number, state, start, complete in trials:
         parts = by_id[tid]
@@ -199,5 +246,27 @@ def trials_of(raw: Any, dialect: str, study_id: int) -> list[FrozenTrial]:
             intermediate_values=parts["steps"],
             trial_id=tid,
         ))
+    out.sort(key=lambda t: t.number)
+    return out
+
+
+#: The system attributes a typed trial shows: its owner and its constraints (Optuna's samplers keep others).
+_SHOWN_SYSTEM = f"key = '{OWNER}' OR key = '{CONSTRAINTS}' OR key LIKE '{CONSTRAINTS}:%'"
+
+
+def stored_trials_of(raw: Any, dialect: str, study_id: int) -> list[StoredTrial]:
+    """Every trial of the study, typed (:class:`autotune.store.records.StoredTrial`), straight from the tables: what
+    :func:`trials_of` reads less the intermediate values and the system attributes no view shows, and no Optuna
+    object (no ``FrozenTrial`` per trial; Optuna is not even imported). The same trials as ``StoredTrial.of`` of
+    Optuna's own read (tests/test_reading.py)."""
+    trials, by_id = _parts(raw, dialect, study_id, system=_SHOWN_SYSTEM, steps=False, distributions=False)
+    out = []
+    for tid, number, state, start, complete in trials:
+        parts = by_id[tid]
+        vals = parts["values"]
+        system = parts["system"]
+        out.append(StoredTrial.stored(
+            number, str(getattr(state, "name", state)), tuple(vals[i] for i in range(len(vals))) if vals else None,
+            constraints_of(system), parts["params"], _datetime(start), _datetime(complete), parts["user"], system, tid))
     out.sort(key=lambda t: t.number)
     return out

@@ -23,10 +23,11 @@ import os
 import socket
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
-import optuna
-from optuna.trial import FrozenTrial, TrialState
+if TYPE_CHECKING:  # Optuna is imported where a study is written (a read builds these records from the tables alone)
+    import optuna
+    from optuna.trial import FrozenTrial
 
 # ---------------------------------------------------------------- keys (nowhere else)
 
@@ -73,9 +74,11 @@ UNCOMPARED = "uncompared"  # an arm of a shared process whose reference arm fail
 OK = "ok"
 ERROR_OUTCOME = "error"
 
-#: Trial states by their lower-case names: what a view shows, with no Optuna enum outside the store.
-STATES = {TrialState.COMPLETE: "complete", TrialState.FAIL: "fail", TrialState.RUNNING: "running",
-          TrialState.WAITING: "waiting", TrialState.PRUNED: "pruned"}
+#: Trial states (Optuna's ``TrialState`` names, as its tables hold them) by their lower-case names: what a view shows,
+#: with no Optuna enum outside the store.
+STATES = {"COMPLETE": "complete", "FAIL": "fail", "RUNNING": "running", "WAITING": "waiting", "PRUNED": "pruned"}
+#: Optuna's system attribute of a trial's constraints: a list (Optuna before 4.4), or one ``constraints:<name>`` each.
+CONSTRAINTS = "constraints"
 
 
 # ---------------------------------------------------------------- trials
@@ -111,16 +114,25 @@ class StoredTrial:
 
     @classmethod
     def of(cls, t: FrozenTrial) -> StoredTrial:
-        ua = t.user_attrs
+        return cls.stored(t.number, t.state.name, tuple(t.values) if t.values else None, _constraints(t), t.params,
+                          t.datetime_start, t.datetime_complete, t.user_attrs, t.system_attrs,
+                          t._trial_id)  # private: the id the storage's writes take (docs/storage.md)
+
+    @classmethod
+    def stored(cls, number: int, state: str, values: tuple[float, ...] | None, constraints: Mapping[str, float],
+               params: Mapping[str, Any], started: dt.datetime | None, completed: dt.datetime | None,
+               ua: Mapping[str, Any], system: Mapping[str, Any], trial_id: int) -> StoredTrial:
+        """A trial from what the storage holds of it (``state``: Optuna's state name; ``ua``, ``system``: its user
+        and system attributes), from Optuna's ``FrozenTrial`` (:meth:`of`) or from the tables (:mod:`.reading`)."""
         error = ua.get(ERROR)
         return cls(
-            number=t.number,
-            state=STATES.get(t.state, t.state.name.lower()),
-            values=tuple(t.values) if t.values else None,
-            constraints=_constraints(t),
-            params=t.params,
-            started=t.datetime_start,
-            completed=t.datetime_complete,
+            number=number,
+            state=STATES.get(state, state.lower()),
+            values=values,
+            constraints=constraints,
+            params=params,
+            started=started,
+            completed=completed,
             role=ua.get(ROLE, "search"),
             outcome=ua.get(OUTCOME),
             config=ua.get(CONFIG) or {},
@@ -135,8 +147,8 @@ class StoredTrial:
             measuring_since=ua.get(MEASURING_SINCE),
             ablation=ua.get(ABLATION_ID),
             warm_from=ua.get(WARM_FROM),
-            owner=t.system_attrs.get(OWNER) or {},
-            trial_id=t._trial_id,  # private: the id the storage's writes take (docs/storage.md)
+            owner=system.get(OWNER) or {},
+            trial_id=trial_id,
         )
 
     @property
@@ -177,6 +189,18 @@ class StoredTrial:
 
 def _constraints(t: FrozenTrial) -> dict[str, float]:
     return dict(t.constraints) if t.constraints else {}
+
+
+def constraints_of(system: Mapping[str, Any]) -> dict[str, float]:
+    """A trial's constraints from its system attributes, as Optuna's ``FrozenTrial.constraints`` reads them: the
+    old list as ``"0"``, ``"1"``, ..., then each ``constraints:<name>`` (a name in both: the latter's value)."""
+    out: dict[str, float] = {}
+    old = system.get(CONSTRAINTS)
+    if old is not None:
+        out.update((str(i), c) for i, c in enumerate(old))
+    prefix = CONSTRAINTS + ":"
+    out.update((key[len(prefix):], value) for key, value in system.items() if key.startswith(prefix))
+    return out
 
 
 # ---------------------------------------------------------------- records on the study
@@ -460,7 +484,10 @@ def add_trials(study: optuna.Study, trials: Sequence[StoredTrial],
     own. For a made-up study grown fast to thousands of trials (autotune/made_up.py, benchmarks/resume_scale.py):
     asking and telling each one through the loop reads the whole study for every trial. ``started``/``completed``
     are kept where given (else now)."""
-    states = {name: state for state, name in STATES.items() if state.is_finished()}
+    import optuna
+    from optuna.trial import TrialState
+
+    states = {name: TrialState[key] for key, name in STATES.items() if TrialState[key].is_finished()}
     frozen = []
     for t in trials:
         if t.state not in states:

@@ -6,7 +6,9 @@ Alembic and SQLAlchemy's ORM, and checks the schema by loading Alembic's migrati
 PostgreSQL server reads Optuna's tables directly instead (:mod:`.reading`): a SQLite file
 through Python's ``sqlite3`` (``mode=ro``, as :func:`autotune.store.sqlite.read_only_url`
 opens it; SQLAlchemy is not imported), a server through a plain SQLAlchemy engine with a
-read-only session (:func:`autotune.store.server.engine_kwargs`).
+read-only session (:func:`autotune.store.server.engine_kwargs`). Its trials are typed records
+built from the rows (:func:`autotune.store.reading.stored_trials_of`): no ``FrozenTrial`` per
+trial, and no Optuna imported.
 
 Only on the schema :mod:`.reading` knows (``version_info`` at :data:`.reading.SCHEMA`, Alembic
 at :data:`.reading.REVISION`, the check Optuna's storage makes when it opens): a database on
@@ -19,12 +21,10 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from autotune.store import reading, server, sqlite
-
-if TYPE_CHECKING:
-    from optuna.trial import FrozenTrial
+from autotune.store.records import StoredTrial
 
 #: The database servers read directly (by SQLAlchemy's dialect name).
 DIRECT_SERVERS = ("postgresql",)
@@ -98,7 +98,7 @@ class Tables:
         with self.connection() as raw:
             return reading.study_attrs_of(raw, study_ids)
 
-    def trials(self, study_id: int) -> list[FrozenTrial]:
-        """Every trial of the study, in one pass (:func:`autotune.store.reading.trials_of`)."""
+    def trials(self, study_id: int) -> list[StoredTrial]:
+        """Every trial of the study, typed, in one pass (:func:`autotune.store.reading.stored_trials_of`)."""
         with self.connection() as raw:
-            return reading.trials_of(raw, self.dialect, study_id)
+            return reading.stored_trials_of(raw, self.dialect, study_id)
