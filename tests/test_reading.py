@@ -122,3 +122,15 @@ def test_a_database_on_another_schema_is_refused_as_optunas_storage_refuses_it(t
     assert str(read_only.value) == str(writer.value)  # Optuna's own words, in the store's one line
     assert "no longer compatible with the table schema" in str(read_only.value) and advice in str(read_only.value)
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+def test_a_read_only_store_reads_the_file_it_opened_after_the_process_changes_folder(tmp_path, monkeypatch):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    make_study(f"sqlite:///{tmp_path / 'a' / 'x.db'}", n_trials=3, seed=1, name="s")
+    make_study(f"sqlite:///{tmp_path / 'b' / 'x.db'}", n_trials=3, seed=1, name="other")
+    monkeypatch.chdir(tmp_path / "a")
+    reader = Store("sqlite:///x.db", read_only=True)
+    assert reader.names() == ["s"]
+    monkeypatch.chdir(tmp_path / "b")  # a notebook's os.chdir: the store opened is the file it named then
+    assert reader.names() == ["s"] and len(reader.read("s").trials) == 3

@@ -214,7 +214,8 @@ class Store:
         if self.path is not None:
             sqlite.prepare_folder(self.path, True, self.shown)
         try:
-            tables = Tables.of_sqlite(self.path) if self.path is not None else Tables.of_server(
+            # each read connects anew: to the file named when the store opened, whatever folder the process is in then
+            tables = Tables.of_sqlite(self.path.absolute()) if self.path is not None else Tables.of_server(
                 server.with_installed_driver(self._url))
             if tables is None:
                 return None
