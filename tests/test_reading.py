@@ -7,6 +7,7 @@ import hashlib
 import math
 import sqlite3
 import warnings
+from typing import Any
 
 import optuna
 import pytest
@@ -134,3 +135,50 @@ def test_a_read_only_store_reads_the_file_it_opened_after_the_process_changes_fo
     assert reader.names() == ["s"]
     monkeypatch.chdir(tmp_path / "b")  # a notebook's os.chdir: the store opened is the file it named then
     assert reader.names() == ["s"] and len(reader.read("s").trials) == 3
+
+
+SHAPES = [{"samples_per_s": 9.0, "load": {"other_cores": 1.7, "cores": 2}, "profile": {"ops": [1, 2]}},
+          {"samples_per_s": 8.0, "load": None}, None, {}]
+ODD_SHAPES = [[1, 2], {"load": 3}, "text"]  # never written by autotune: read whole, as any other attribute
+
+
+def results_of_every_shape(study: optuna.Study, shapes: list[Any] = SHAPES) -> None:
+    """Results a view reads part of: with the machine's load (an object, null), a null result, an empty one."""
+    dists = {"lr": FloatDistribution(1e-5, 1.0, log=True)}
+    for result in shapes:
+        study.add_trial(create_trial(state=TrialState.COMPLETE, values=[1.0, 2.0], params={"lr": 0.01},
+                                     distributions=dists, user_attrs=records.marks_of(outcome="ok", result=result)))
+
+
+def test_status_list_and_trials_leave_the_bulk_of_each_result_unread_and_export_reads_it(store_url, monkeypatch):
+    if store_url.startswith("journal:"):
+        pytest.skip("a journal file is read through Optuna's journal storage")
+    from autotune import trial_table
+    from autotune.export import export
+    from autotune.store.tables import Tables
+
+    writer = Store(store_url)
+    results_of_every_shape(make_study(writer.storage, n_trials=20, seed=7, name="s"))
+    expected = writer.read("s")
+    seen = Store(store_url, read_only=True).read("s")
+    connect = Tables.connection
+
+    def refuse(self):
+        raise AssertionError("a view read a result's bulk")
+
+    monkeypatch.setattr(Tables, "connection", refuse)
+    assert view.status(seen) == view.status(expected)
+    assert view.summary(seen) == view.summary(expected) and trial_table.rows(seen) == trial_table.rows(expected)
+    assert [t.result.get("load") for t in seen.trials] == [t.result.get("load") for t in expected.trials]
+    monkeypatch.setattr(Tables, "connection", connect)
+    assert {**export(seen), "exported_at": None} == {**export(expected), "exported_at": None}  # reads it now
+    assert [t.__dict__ for t in seen.trials] == [t.__dict__ for t in expected.trials]
+    assert repr(seen.trials) == repr(expected.trials)
+
+
+def test_a_result_of_a_shape_autotune_never_writes_is_read_whole(tmp_path):
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    results_of_every_shape(make_study(url, n_trials=3, seed=7, name="s"), SHAPES + ODD_SHAPES)
+    seen, expected = Store(url, read_only=True).read("s"), Store(url).read("s")
+    assert repr(seen.trials) == repr(expected.trials)
+    assert [t.result for t in seen.trials[-3:]] == ODD_SHAPES

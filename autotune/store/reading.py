@@ -29,7 +29,8 @@ import json
 import math
 from typing import TYPE_CHECKING, Any, Callable
 
-from autotune.store.records import CONSTRAINTS, OWNER, StoredTrial, constraints_of
+from autotune.store.records import (CONSTRAINTS, OWNER, RESULT, RESULT_READ_WITH_TRIAL, LazyResult, StoredTrial,
+                                    constraints_of)
 
 if TYPE_CHECKING:  # imported where used: a read command's typed trials need no Optuna (issue 27)
     import optuna
@@ -157,9 +158,25 @@ def study_attrs_of(raw: Any, study_ids: list[int] | None = None) -> dict[int, di
     return out
 
 
-def _rows(raw: Any, dialect: str, study_id: int, *, system: str = "", steps: bool = True) -> tuple[list[Any], ...]:
+def _result_parts(dialect: str, ids: str) -> str:
+    """The query of each result's JSON type and the parts of it read with the trial (:data:`RESULT_READ_WITH_TRIAL`):
+    their types and values as JSON text (a type is NULL where the result has no such key)."""
+    if dialect == "sqlite":
+        cols = "".join(f", json_type(value_json, '$.{k}'), json_extract(value_json, '$.{k}')" for k in RESULT_READ_WITH_TRIAL)
+        top = "json_type(value_json)"
+    else:  # PostgreSQL
+        cols = "".join(f", json_typeof(value_json::json -> '{k}'), (value_json::json -> '{k}')::text"
+                       for k in RESULT_READ_WITH_TRIAL)
+        top = "json_typeof(value_json::json)"
+    return f"SELECT trial_id, {top}{cols} FROM trial_user_attributes WHERE key = '{RESULT}' AND trial_id IN ({ids})"
+
+
+def _rows(raw: Any, dialect: str, study_id: int, *, system: str = "", steps: bool = True,
+          lazy_results: bool = False) -> tuple[list[Any], ...]:
     """The study's rows of each trial table, read in one snapshot: trials, values, params, user and system attributes
-    (``system``: a condition on their key), intermediate values (none without ``steps``)."""
+    (``system``: a condition on their key), intermediate values (none without ``steps``); with ``lazy_results``, of
+    each result only its type and the parts read with the trial (:func:`_result_parts`; the whole of one that is
+    not an object of objects is among the user attributes, as any other attribute)."""
     ids = f"SELECT trial_id FROM trials WHERE study_id = {int(study_id)}"
     try:
         cur = raw.cursor()
@@ -178,7 +195,15 @@ def _rows(raw: Any, dialect: str, study_id: int, *, system: str = "", steps: boo
         values = rows(f"SELECT trial_id, objective, value, value_type FROM trial_values WHERE trial_id IN ({ids})")
         params = rows(f"SELECT trial_id, param_name, param_value, distribution_json FROM trial_params "
                       f"WHERE trial_id IN ({ids}) ORDER BY param_id")
-        user = rows(f"SELECT trial_id, key, value_json FROM trial_user_attributes WHERE trial_id IN ({ids})")
+        user = rows(f"SELECT trial_id, key, value_json FROM trial_user_attributes WHERE trial_id IN ({ids})"
+                    + (f" AND key <> '{RESULT}'" if lazy_results else ""))
+        result_parts: list[Any] = []
+        if lazy_results:
+            result_parts = rows(_result_parts(dialect, ids))
+            odd = [r[0] for r in result_parts if not _deferrable(r)]
+            if odd:  # read whole, with the trial
+                user += rows(f"SELECT trial_id, key, value_json FROM trial_user_attributes WHERE key = '{RESULT}' "
+                             f"AND trial_id IN ({','.join(str(int(t)) for t in odd)})")
         system_rows = rows(f"SELECT trial_id, key, value_json FROM trial_system_attributes WHERE trial_id IN ({ids})"
                            + (f" AND ({system})" if system else ""))
         step_rows = rows("SELECT trial_id, step, intermediate_value, intermediate_value_type FROM trial_intermediate_values "
@@ -186,16 +211,32 @@ def _rows(raw: Any, dialect: str, study_id: int, *, system: str = "", steps: boo
         cur.close()
     finally:
         raw.rollback()  # it wrote nothing: end the snapshot
-    return trials, values, params, user, system_rows, step_rows
+    return trials, values, params, user, system_rows, step_rows, result_parts
+
+
+def _deferrable(row: Any) -> bool:
+    """A result whose bulk may wait: an object (or null) whose parts read with the trial are objects or null."""
+    types = row[2::2]
+    return row[1] in ("object", "null") and all(t in (None, "object", "null") for t in types)
 
 
 def _parts(raw: Any, dialect: str, study_id: int, *, system: str = "", steps: bool = True,
-           distributions: bool = True) -> tuple[list[Any], dict[int, dict[str, Any]]]:
-    """The trials' rows, and each trial's values, parameters (and their distributions), attributes and intermediate
-    values by trial id."""
-    trials, values, params, user, system_rows, step_rows = _rows(raw, dialect, study_id, system=system, steps=steps)
+           distributions: bool = True, lazy_results: bool = False) -> tuple[list[Any], dict[int, dict[str, Any]]]:
+    """The trials' rows, and each trial's values, parameters (and their distributions), attributes, intermediate
+    values and (``lazy_results``) the parts of its result read with it by trial id."""
+    trials, values, params, user, system_rows, step_rows, result_parts = _rows(
+        raw, dialect, study_id, system=system, steps=steps, lazy_results=lazy_results)
     by_id: dict[int, dict[str, Any]] = {
-        tid: {"values": {}, "params": {}, "distributions": {}, "user": {}, "system": {}, "steps": {}} for tid, *_ in trials}
+        tid: {"values": {}, "params": {}, "distributions": {}, "user": {}, "system": {}, "steps": {}, "result": None}
+        for tid, *_ in trials}
+    for row in result_parts:
+        tid = row[0]
+        if tid in by_id and _deferrable(row) and row[1] == "object":
+            known = {k: (json.loads(text) if text is not None else None)
+                     for k, kind, text in zip(RESULT_READ_WITH_TRIAL, row[2::2], row[3::2]) if kind is not None}
+            by_id[tid]["result"] = known
+        elif tid in by_id and _deferrable(row):  # a null result: none, as Optuna's read shows it
+            by_id[tid]["user"][RESULT] = None
     # (Without a snapshot, as on MySQL, a trial created after the first statement has rows in the later ones:
     # left out, as is the trial itself; a next read has it whole.)
     values = [r for r in values if r[0] in by_id]
@@ -254,19 +295,58 @@ def trials_of(raw: Any, dialect: str, study_id: int) -> list[FrozenTrial]:
 _SHOWN_SYSTEM = f"key = '{OWNER}' OR key = '{CONSTRAINTS}' OR key LIKE '{CONSTRAINTS}:%'"
 
 
-def stored_trials_of(raw: Any, dialect: str, study_id: int) -> list[StoredTrial]:
+def stored_trials_of(raw: Any, dialect: str, study_id: int, later: Callable[[], Any] | None = None) -> list[StoredTrial]:
     """Every trial of the study, typed (:class:`autotune.store.records.StoredTrial`), straight from the tables: what
     :func:`trials_of` reads less the intermediate values and the system attributes no view shows, and no Optuna
     object (no ``FrozenTrial`` per trial; Optuna is not even imported). The same trials as ``StoredTrial.of`` of
-    Optuna's own read (tests/test_reading.py)."""
-    trials, by_id = _parts(raw, dialect, study_id, system=_SHOWN_SYSTEM, steps=False, distributions=False)
+    Optuna's own read (tests/test_reading.py).
+
+    ``later``: a context manager giving a connection for a later read; with it, each result is a
+    :class:`autotune.store.records.LazyResult`: what every view reads of it now, the rest (every result of the
+    study, in one query) when a view first asks for it."""
+    trials, by_id = _parts(raw, dialect, study_id, system=_SHOWN_SYSTEM, steps=False, distributions=False,
+                           lazy_results=later is not None)
+    deferred = [tid for tid, parts in by_id.items() if parts["result"] is not None]
+    fetch = _results_later(later, study_id, deferred) if later is not None and deferred else None
     out = []
     for tid, number, state, start, complete in trials:
         parts = by_id[tid]
         vals = parts["values"]
         system = parts["system"]
+        result = LazyResult(parts["result"], functools.partial(fetch, tid)) if fetch and parts["result"] is not None else None
         out.append(StoredTrial.stored(
             number, str(getattr(state, "name", state)), tuple(vals[i] for i in range(len(vals))) if vals else None,
-            constraints_of(system), parts["params"], _datetime(start), _datetime(complete), parts["user"], system, tid))
+            constraints_of(system), parts["params"], _datetime(start), _datetime(complete), parts["user"], system, tid,
+            result))
     out.sort(key=lambda t: t.number)
     return out
+
+
+def _results_later(later: Callable[[], Any], study_id: int, deferred: list[int]) -> Callable[[int], dict[str, Any]]:
+    """The whole result of a trial of ``deferred``, read on first use: the first asked for alone (``export`` shows
+    one trial's), then, when a second is asked for, every one of the study in one query (the dashboard shows them
+    all). A result, once written, is not written again: what is read later is what was there."""
+    wanted = set(deferred)
+    read: dict[int, dict[str, Any]] = {}
+    asked: list[int] = []
+
+    def query(where: str) -> None:
+        with later() as raw:
+            cur = raw.cursor()
+            try:
+                cur.execute(f"SELECT trial_id, value_json FROM trial_user_attributes WHERE key = '{RESULT}' AND {where}")
+                rows = [r for r in cur.fetchall() if r[0] in wanted]
+            finally:
+                cur.close()
+                raw.rollback()
+        decoded = json.loads("[" + ",".join(r[1] for r in rows) + "]") if rows else []
+        read.update((tid, value or {}) for (tid, _), value in zip(rows, decoded))
+
+    def fetch(tid: int) -> dict[str, Any]:
+        if tid not in read and len(asked) < 2:
+            asked.append(tid)
+            query(f"trial_id = {int(tid)}" if len(asked) == 1 else
+                  f"trial_id IN (SELECT trial_id FROM trials WHERE study_id = {int(study_id)})")
+        return read.get(tid, {})
+
+    return fetch

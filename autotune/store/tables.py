@@ -37,6 +37,7 @@ class Tables:
         self._connect = connect
         self.dialect = dialect
         self._engine = engine  # a server's SQLAlchemy engine (its pool); None for a SQLite file
+        self._has_json: bool | None = None  # SQLite's JSON functions (built in since 3.38, unless left out)
 
     @classmethod
     def of_sqlite(cls, path: Path) -> Tables:
@@ -99,6 +100,20 @@ class Tables:
             return reading.study_attrs_of(raw, study_ids)
 
     def trials(self, study_id: int) -> list[StoredTrial]:
-        """Every trial of the study, typed, in one pass (:func:`autotune.store.reading.stored_trials_of`)."""
+        """Every trial of the study, typed, in one pass (:func:`autotune.store.reading.stored_trials_of`); each
+        result's bulk read when a view first asks for it, where the database reads JSON (SQLite's may not)."""
         with self.connection() as raw:
-            return reading.stored_trials_of(raw, self.dialect, study_id)
+            later = (lambda: self.connection()) if self._json() else None  # a connection when a view asks, not now
+            return reading.stored_trials_of(raw, self.dialect, study_id, later)
+
+    def _json(self) -> bool:
+        if self.dialect != "sqlite":
+            return True
+        if self._has_json is None:
+            with self.connection() as raw:
+                try:
+                    raw.execute("SELECT json_type('{}')")
+                    self._has_json = True
+                except Exception:  # noqa: BLE001 - a SQLite built without JSON: results are read whole
+                    self._has_json = False
+        return self._has_json
