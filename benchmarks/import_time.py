@@ -147,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     harness.write(args, {"trials": args.trials, "repeat": args.repeat, "load_average": load, "commands": results,
                          "status_ratio": ratio, "target_status_ratio": TARGET_STATUS_RATIO, "met": met,
                          "imports_s": round(total, 4), "by_package_s": dict((k, round(v, 4)) for k, v in packages),
-                         "slowest_imports": [{"module": m, "cumulative_s": round(c / 1e6, 4)} for _, c, _, m in slowest]})
+                         "slowest_imports": [{"module": m, "cumulative_s": round(c / 1e6, 4)}
+                                             for _, c, _, m in slowest]})
     return 0
 
 

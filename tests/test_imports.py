@@ -74,7 +74,8 @@ def study_url(tmp_path_factory) -> str:
 def loaded(args: list[str], cwd: Path) -> set[str]:
     """The top-level modules ``autotune ARGS`` loaded in a fresh interpreter (it must succeed)."""
     out = cwd / "modules.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env = {**os.environ, "PYTHONPATH": path}
     proc = subprocess.run([sys.executable, "-c", PROBE, str(out), *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -109,7 +109,8 @@ def test_the_direct_read_knows_the_schema_optuna_writes_today(tmp_path):
         assert reading.schema_of(raw) == (reading.SCHEMA, reading.REVISION)
 
 
-@pytest.mark.parametrize("revision, advice", [("v3.0.0.d", "optuna storage upgrade"), ("v9.9.9.z", "pip install -U optuna")])
+@pytest.mark.parametrize("revision, advice",
+                         [("v3.0.0.d", "optuna storage upgrade"), ("v9.9.9.z", "pip install -U optuna")])
 def test_a_database_on_another_schema_is_refused_as_optunas_storage_refuses_it(tmp_path, revision, advice):
     path = tmp_path / "x.db"
     make_study(f"sqlite:///{path}", n_trials=2, seed=1, name="s")

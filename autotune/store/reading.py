@@ -146,7 +146,8 @@ def study_attrs_of(raw: Any, study_ids: list[int] | None = None) -> dict[int, di
     where = "" if study_ids is None else f" WHERE study_id IN ({','.join(str(int(i)) for i in study_ids) or 'NULL'})"
     cur = raw.cursor()
     try:
-        cur.execute(f"SELECT study_id, key, value_json FROM study_user_attributes{where} ORDER BY study_user_attribute_id")
+        cur.execute(f"SELECT study_id, key, value_json FROM study_user_attributes{where} "
+                    "ORDER BY study_user_attribute_id")
         rows = cur.fetchall()
     finally:
         cur.close()
@@ -162,7 +163,8 @@ def _result_parts(dialect: str, ids: str) -> str:
     """The query of each result's JSON type and the parts of it read with the trial (:data:`RESULT_READ_WITH_TRIAL`):
     their types and values as JSON text (a type is NULL where the result has no such key)."""
     if dialect == "sqlite":
-        cols = "".join(f", json_type(value_json, '$.{k}'), json_extract(value_json, '$.{k}')" for k in RESULT_READ_WITH_TRIAL)
+        cols = "".join(f", json_type(value_json, '$.{k}'), json_extract(value_json, '$.{k}')"
+                       for k in RESULT_READ_WITH_TRIAL)
         top = "json_type(value_json)"
     else:  # PostgreSQL
         cols = "".join(f", json_typeof(value_json::json -> '{k}'), (value_json::json -> '{k}')::text"
@@ -295,7 +297,8 @@ def trials_of(raw: Any, dialect: str, study_id: int) -> list[FrozenTrial]:
 _SHOWN_SYSTEM = f"key = '{OWNER}' OR key = '{CONSTRAINTS}' OR key LIKE '{CONSTRAINTS}:%'"
 
 
-def stored_trials_of(raw: Any, dialect: str, study_id: int, later: Callable[[], Any] | None = None) -> list[StoredTrial]:
+def stored_trials_of(raw: Any, dialect: str, study_id: int,
+                     later: Callable[[], Any] | None = None) -> list[StoredTrial]:
     """Every trial of the study, typed (:class:`autotune.store.records.StoredTrial`), straight from the tables: what
     :func:`trials_of` reads less the intermediate values and the system attributes no view shows, and no Optuna
     object (no ``FrozenTrial`` per trial; Optuna is not even imported). The same trials as ``StoredTrial.of`` of
@@ -313,7 +316,8 @@ def stored_trials_of(raw: Any, dialect: str, study_id: int, later: Callable[[], 
         parts = by_id[tid]
         vals = parts["values"]
         system = parts["system"]
-        result = LazyResult(parts["result"], functools.partial(fetch, tid)) if fetch and parts["result"] is not None else None
+        known = parts["result"]
+        result = LazyResult(known, functools.partial(fetch, tid)) if fetch and known is not None else None
         out.append(StoredTrial.stored(
             number, str(getattr(state, "name", state)), tuple(vals[i] for i in range(len(vals))) if vals else None,
             constraints_of(system), parts["params"], _datetime(start), _datetime(complete), parts["user"], system, tid,
@@ -334,7 +338,8 @@ def _results_later(later: Callable[[], Any], study_id: int, deferred: list[int])
         with later() as raw:
             cur = raw.cursor()
             try:
-                cur.execute(f"SELECT trial_id, value_json FROM trial_user_attributes WHERE key = '{RESULT}' AND {where}")
+                cur.execute(f"SELECT trial_id, value_json FROM trial_user_attributes "
+                            f"WHERE key = '{RESULT}' AND {where}")
                 rows = [r for r in cur.fetchall() if r[0] in wanted]
             finally:
                 cur.close()

@@ -79,7 +79,8 @@ class Tables:
         with self.connection() as raw:
             cur = raw.cursor()
             try:
-                cur.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite~_%' ESCAPE '~'")
+                cur.execute("SELECT name FROM sqlite_master "
+                            "WHERE type = 'table' AND name NOT LIKE 'sqlite~_%' ESCAPE '~'")
                 return {str(r[0]) for r in cur.fetchall()}
             finally:
                 cur.close()
