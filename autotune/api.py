@@ -284,7 +284,7 @@ def tune(
     task: str | None = None,
     trial_timeout: float | str = DEFAULT_TRIAL_TIMEOUT_S,
     batch_ceiling: bool | None = None,
-    warm_start: bool = True,
+    warm_start: bool = False,
     early_stop: bool = True,
     progress: bool = True,
 ) -> TuneResult:
@@ -300,7 +300,7 @@ def tune(
     rounds of the final race (0: none). ``quick``: short windows (smoke runs).
     ``batch_ceiling``: first find the largest batch that fits and search none above it
     (default: on a GPU, or with ``max_memory``). ``warm_start``: a new study first measures the winners of
-    earlier studies in the same storage on this kind of machine (False: only the baseline and the recipe).
+    earlier studies in the same storage on this kind of machine (off by default: across models it bought nothing).
     ``early_stop``: cut a trial short when a point of the front beats it (False: as ``--no-early-stop``).
     ``progress``: a progress bar and one line per trial (False: silent).
 

@@ -399,9 +399,10 @@ class TuneConfig:
         help="First find the largest batch that fits (doubling, then bisection, in isolated trials) and search no "
              "batch above it (default: on a GPU, or with --max-memory).")
     warm_start: bool = declare(  # a new study first measures earlier studies' winners on this kind of machine
-        True, flag="--warm-start/--no-warm-start", rule=Switch(), show_default=True,
+        False, flag="--warm-start/--no-warm-start", rule=Switch(), show_default=True,
         help="A new study first measures the winners of earlier studies in the same storage on this kind of machine "
-             "(after the baseline and the recipe), before the sampler takes over.")
+             "(after the baseline and the recipe), before the sampler takes over. Off by default: across models it "
+             "bought nothing (benchmarks/warm_start.py); for a study of the same model again it pays.")
 
     def __post_init__(self) -> None:
         if not isinstance(self.spec, WorkloadSpec):

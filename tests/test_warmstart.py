@@ -249,7 +249,7 @@ def test_prepare_queues_the_seeds_of_a_new_study_and_says_so_unless_warm_start_i
     toml = tmp_path / "target.toml"
     toml.write_text("[search]\nprecision = ['fp32', 'bf16']\nbatch_size = { low = 16, high = 128, step = 16 }\n"
                     "optimizer_impl = ['default', 'foreach']\nmemory_format = ['contiguous', 'channels_last']\n")
-    job = TuneConfig(spec=WorkloadSpec(model="x:y"), space=str(toml), trials=5, confirm=0)
+    job = TuneConfig(spec=WorkloadSpec(model="x:y"), space=str(toml), trials=5, confirm=0, warm_start=True)
     store = Store(url)
     prepared = tuning.prepare(job, "via-prepare", store, "cpu")
     assert [(s.study, s.params["batch_size"]) for s in prepared.warm] == [("b", 128), ("a", 64)]
@@ -271,13 +271,14 @@ def test_prepare_queues_the_seeds_of_a_new_study_and_says_so_unless_warm_start_i
     assert store.read("cold").warm_start == [] and store.read("cold").job["warm_start"] is False
 
 
-def test_warm_start_is_part_of_the_job_and_old_jobs_load():
+def test_warm_start_is_off_by_default_part_of_the_job_and_old_jobs_load():
+    """Off by default: across models it bought nothing (README, benchmarks/results/warm_start.txt)."""
     job = TuneConfig(spec=WorkloadSpec(model="x:y"))
-    assert job.warm_start is True
-    stored = job.to_dict()
+    assert job.warm_start is False
+    stored = TuneConfig(spec=WorkloadSpec(model="x:y"), warm_start=True).to_dict()
     assert stored["warm_start"] is True
     del stored["warm_start"]  # a job stored before the option existed
-    assert TuneConfig.from_dict(stored).warm_start is True
+    assert TuneConfig.from_dict(stored).warm_start is False
     assert TuneConfig.from_dict({**stored, "warm_start": False}).warm_start is False
     from autotune.errors import KnobError
 
@@ -291,7 +292,7 @@ def test_run_and_submit_take_no_warm_start(tmp_path):
     from autotune import cli
 
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
-    for flag, expected in (("--no-warm-start", False), ("--warm-start", True), (None, True)):
+    for flag, expected in (("--no-warm-start", False), ("--warm-start", True), (None, False)):  # off by default
         name = f"job-{expected}-{flag is None}"
         args = ["submit", "--model", "autotune.examples:mlp", "--storage", url, "--study", name]
         args += [flag] if flag else []
