@@ -731,3 +731,19 @@ def test_a_claims_interval_covers_the_truth_under_noise_the_statistics_do_not_as
     assert honest >= 18, f"a claim's interval missed its configuration's truth in {len(SEEDS) - honest} of 20 seeds"
     if fake != "big_space" and covered < 18:
         raise MissedRate(f"the 1.5x configuration claimed, its interval covering 1.5, in only {covered} of 20 seeds")
+
+
+def test_a_rival_within_the_indifference_zone_of_the_winner_leaves_the_race_as_equivalent():
+    """bf16 alone is what pays (2x), at 1% noise between processes: the configurations that add knobs which buy
+    nothing are equivalent to the winner once the evidence says none is more than 3% faster, and leave the race."""
+    from autotune import made_up_machine as M
+
+    def truth(config):
+        return 2.0 if config["precision"] == "bf16" else 1.0
+
+    equivalents = 0
+    for seed in range(5):
+        study, summary = tune(truth, seed, measure=M.lognormal(truth, seed, 0.01))
+        assert summary.verdict.state == "gain" and summary.race.stopped.startswith("settled")
+        equivalents += sum("equivalent" in why for why in summary.race.eliminated.values())
+    assert equivalents >= 5

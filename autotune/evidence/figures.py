@@ -118,7 +118,7 @@ class Evidence:
         x, y = self.configs[number], self.configs[reference]
         comparisons, looks = (self.comparisons, self.looks) if claim else (1, 1)
         if _common(x.together, y.together):
-            return stats.ratio_within(x.together, y.together, self.within_noise, comparisons, looks=looks)
+            return stats.ratio_within(x.together, y.together, self.within_noise, comparisons, looks=looks, between=self.noise)
         base = self.baseline
         if base is not None and number != base.number and reference != base.number and (
                 _common(x.together, base.together) or _common(y.together, base.together)):

@@ -9,8 +9,8 @@ host heap is retained: :func:`autotune.knobs.apart`) are measured alternately wi
 defaults in one process per round (:mod:`autotune.paired`), where the process's own speed
 cancels in their ratio; the others in a process each, the baseline in every round,
 interleaved in a rotating order. After each round a candidate leaves once it cannot change
-the verdict (slower than the fastest or the defaults beyond the noise, or neither faster
-than the winner nor simpler: :func:`_decide`), so measurements go to the comparisons still
+the verdict (slower than the fastest or the defaults beyond the noise, neither faster than the
+winner nor simpler, or faster by no more than ``INDIFFERENCE``, an equivalent: :func:`_decide`), so measurements go to the comparisons still
 undecided. The race stops at a planned look (:func:`look_rounds`) once the verdict is
 settled, at once when it cannot end in a claim, or after ``rounds`` rounds (the
 ``--confirm`` budget). Claims are adjusted for the looks.
@@ -39,8 +39,10 @@ from autotune.store import LiveStudy, StoredStudy
 from autotune.store.records import owner
 
 MAX_CANDIDATES = 6
-MIN_ROUNDS = 3  # rounds before a race of separate processes may stop (the noise between processes is large)
+MIN_ROUNDS = 3  # rounds before a race of separate processes may stop (the noise between processes is large: at 15%,
+# a look after two rounds let a lucky round stop the race on the wrong winner in 1-3 seeds of 20)
 MIN_ROUNDS_WITHIN = 2  # ... of shared processes only: two give the within-process noise its degrees of freedom
+INDIFFERENCE = 0.03  # a rival that cannot be more than 3% faster than the winner is equivalent to it: the simpler wins
 MAX_ARMS = 5  # configurations one process measures alternately: the defaults and up to four candidates
 
 
@@ -251,10 +253,15 @@ def _decide(ev: Evidence, alive: list[int], report: RaceReport, done: int, budge
         simpler = (changes[n] < changes[winner] and n in tied and s is not None and s.includes_one()
                    and not _futile(s, done, budget))
         versus = ev.compare(n, winner, claim=False)
+        # A rival that looks faster stays only while it might be more than INDIFFERENCE faster than the winner: within
+        # that margin the two are equivalent for a user, and the winner (the simpler, or the faster) stands.
+        equivalent = versus.high is not None and versus.high <= 1.0 + INDIFFERENCE
         faster = (ev.configs[n].samples_per_s > ev.configs[winner].samples_per_s and versus.includes_one()
-                  and not _futile(versus, done, budget))
+                  and not equivalent and not _futile(versus, done, budget))
         if simpler or faster:
             contenders.append(n)
+        elif equivalent:
+            report.eliminated.setdefault(n, f"not more than {100 * INDIFFERENCE:.0f}% faster than #{winner}: equivalent")
         else:
             report.eliminated.setdefault(n, f"cannot change the verdict for #{winner} within the budget")
     if not contenders:
