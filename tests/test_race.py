@@ -6,7 +6,8 @@ processes, the machine's spread described in DESIGN.md. 20 seeds per scenario.
 That is the noise the statistics assume (independent, lognormal, no order). The scenarios at the end
 hold the same promises under fakes that break those assumptions: slow drift, heavy tails, an order
 effect within a round, per-arm factors that do not cancel in a shared process, and a space larger
-than the trial budget.
+than the trial budget. The measurement models are autotune/made_up_machine.py's (the race-cost benchmark uses them
+too), with this file's noise figures.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import pytest
 
 from autotune import export as C
 from autotune import knobs, space
+from autotune import made_up_machine as M
 from autotune import result as R
 from autotune import study as S
-from autotune.evidence import Evidence, evidence_of
+from autotune.evidence import evidence_of
 from autotune.phases import Bench, Seeds, floor, race
 from autotune.request import DEFAULT_CONFIRM
 from autotune.store import LiveStudy, Store
@@ -38,15 +40,7 @@ FAST = {"precision": "bf16", "optimizer_impl": "fused", "num_workers": 1}  # tru
 
 
 def noisy(truth, seed: int, calls: list | None = None):
-    rng = random.Random(seed)
-
-    def evaluate(config, dominators=(), margin=None):
-        if calls is not None:
-            calls.append(dict(config))
-        rate = 100.0 * truth(config) * math.exp(rng.gauss(0.0, NOISE))
-        return R.TrialResult(outcome=R.OK, samples_per_s=rate, samples_per_s_cv=0.01, peak_memory_bytes=10**8, wall_s=0.01)
-
-    return evaluate
+    return M.lognormal(truth, seed, NOISE, calls)
 
 
 def tune(truth, seed: int, name: str = "race", options: S.Options | None = None, calls: list | None = None,
@@ -236,17 +230,7 @@ INSIDE_FAST = {"precision": "bf16", "optimizer_impl": "fused"}  # knobs an arm o
 
 
 def noisy_together(truth, seed: int, calls: list | None = None):
-    rng = random.Random(10_000 + seed)
-
-    def together(configs):
-        if calls is not None:
-            calls.append([dict(c) for c in configs])
-        process = math.exp(rng.gauss(0.0, NOISE))
-        arms = [{"config": dict(c), "outcome": R.OK,
-                 "samples_per_s": 100.0 * truth(c) * process * math.exp(rng.gauss(0.0, WITHIN))} for c in configs]
-        return R.PairedResult(outcome=R.OK, arms=arms, wall_s=0.01)
-
-    return together
+    return M.shared(truth, seed, NOISE, within=WITHIN, calls=calls)
 
 
 def tune_together(truth, seed: int, name: str = "race", options: S.Options | None = None, calls=None, shared=None):
@@ -583,66 +567,27 @@ ORDER = 0.9  # the second process of a round runs 10% slower (what the first lef
 ARM = NOISE / 3  # each arm's own factor in a shared process, beside the process's (5%)
 
 
-def _result(rate: float) -> R.TrialResult:
-    return R.TrialResult(outcome=R.OK, samples_per_s=rate, samples_per_s_cv=0.01, peak_memory_bytes=10**8, wall_s=0.01)
-
-
 def drifting(truth, seed: int):
     """Lognormal noise between processes on a machine whose speed drifts slowly (a random walk), so that
     measurements close in time are alike and those far apart are not."""
-    rng = random.Random(20_000 + seed)
-    level = [0.0]
-
-    def evaluate(config, dominators=(), margin=None):
-        level[0] += rng.gauss(0.0, DRIFT)
-        return _result(100.0 * truth(config) * math.exp(level[0] + rng.gauss(0.0, NOISE)))
-
-    return evaluate
+    return M.drifting(truth, seed, NOISE, DRIFT)
 
 
 def heavy_tailed(truth, seed: int):
     """Noise between processes with heavy tails: a t distribution of 3 degrees of freedom at the lognormal's scale
     (now and then a process several times the usual spread off)."""
-    rng = random.Random(30_000 + seed)
-
-    def evaluate(config, dominators=(), margin=None):
-        t3 = rng.gauss(0.0, 1.0) / math.sqrt(rng.gammavariate(1.5, 2.0) / 3)  # chi-squared of 3 degrees: gamma(1.5, 2)
-        return _result(100.0 * truth(config) * math.exp(NOISE * t3))
-
-    return evaluate
+    return M.heavy_tailed(truth, seed, NOISE)
 
 
 def second_is_slower(truth, seed: int):
-    """Lognormal noise, and the second process of each round runs ``ORDER`` times as fast. A round is a run of
-    measurements of distinct configurations (a race round measures each of its configurations once): one of a
-    configuration already measured in it begins the next."""
-    rng = random.Random(40_000 + seed)
-    this_round: list[str] = []
-
-    def evaluate(config, dominators=(), margin=None):
-        key = knobs.resolve(config, CTX).key()
-        if key in this_round:
-            this_round.clear()
-        this_round.append(key)
-        order = ORDER if len(this_round) == 2 else 1.0
-        return _result(100.0 * truth(config) * order * math.exp(rng.gauss(0.0, NOISE)))
-
-    return evaluate
+    """Lognormal noise, and the second process of each round runs ``ORDER`` times as fast."""
+    return M.second_is_slower(truth, seed, CTX, NOISE, ORDER)
 
 
 def arms_apart(truth, seed: int):
     """Shared processes whose factor does not cancel exactly: the process's (``NOISE``) and each arm's own in it
     (``ARM``, smaller), and the within-process noise of each arm."""
-    rng = random.Random(50_000 + seed)
-
-    def together(configs):
-        process = rng.gauss(0.0, NOISE)
-        arms = [{"config": dict(c), "outcome": R.OK,
-                 "samples_per_s": 100.0 * truth(c) * math.exp(process + rng.gauss(0.0, ARM) + rng.gauss(0.0, WITHIN))}
-                for c in configs]
-        return R.PairedResult(outcome=R.OK, arms=arms, wall_s=0.01)
-
-    return together
+    return M.shared(truth, seed, NOISE, arm=ARM, within=WITHIN, offset=50_000)
 
 
 # 48 configurations for a 12-trial budget: the search measures about a quarter of them.
@@ -736,7 +681,6 @@ def test_a_claims_interval_covers_the_truth_under_noise_the_statistics_do_not_as
 def test_a_rival_within_the_indifference_zone_of_the_winner_leaves_the_race_as_equivalent():
     """bf16 alone is what pays (2x), at 1% noise between processes: the configurations that add knobs which buy
     nothing are equivalent to the winner once the evidence says none is more than 3% faster, and leave the race."""
-    from autotune import made_up_machine as M
 
     def truth(config):
         return 2.0 if config["precision"] == "bf16" else 1.0

@@ -172,20 +172,28 @@ class Store:
             return self._journal()
         if self.path is not None:
             sqlite.prepare_folder(self.path, self.read_only, self.shown)
-        try:
+        with self._worded():
             storage = self._rdb()
+        self.opened()
+        return storage
+
+    @contextlib.contextmanager
+    def _worded(self) -> Iterator[None]:
+        """What opening the database raised, as one line (an AutotuneError passes as it is): a missing driver, a
+        fault of the storage (:meth:`fault`), or any other (sqlalchemy's or a driver's errors, bad URLs,
+        unreachable servers) with its first line, the URL's password masked."""
+        try:
+            yield
         except AutotuneError:
             raise
         except ImportError as exc:
             raise StorageError(f"storage {self.shown!r}: a database driver is missing ({exc}); "
                                "for PostgreSQL: pip install 'autotune[postgres]'") from None
-        except Exception as exc:  # noqa: BLE001 - sqlalchemy errors, bad URLs, unreachable servers
+        except Exception as exc:  # noqa: BLE001 - see the docstring
             fault = self.fault(exc)
             if fault is not None:
                 raise fault from None
             raise StorageError(f"storage {self.shown!r} cannot be opened: {redact_message(first_line(exc), self._url)}") from None
-        self.opened()
-        return storage
 
     def _journal(self) -> optuna.storages.BaseStorage | None:
         from autotune.store import journal
@@ -213,7 +221,7 @@ class Store:
     def _open_tables(self) -> Tables | None:
         if self.path is not None:
             sqlite.prepare_folder(self.path, True, self.shown)
-        try:
+        with self._worded():
             # each read connects anew: to the file named when the store opened, whatever folder the process is in then
             tables = Tables.of_sqlite(self.path.absolute()) if self.path is not None else Tables.of_server(
                 server.with_installed_driver(self._url))
@@ -223,16 +231,6 @@ class Store:
             if not tables.known():
                 tables.close()
                 return None  # another schema: Optuna's storage reads it, or says why it cannot
-        except AutotuneError:
-            raise
-        except ImportError as exc:
-            raise StorageError(f"storage {self.shown!r}: a database driver is missing ({exc}); "
-                               "for PostgreSQL: pip install 'autotune[postgres]'") from None
-        except Exception as exc:  # noqa: BLE001 - driver errors, bad URLs, unreachable servers
-            fault = self.fault(exc)
-            if fault is not None:
-                raise fault from None
-            raise StorageError(f"storage {self.shown!r} cannot be opened: {redact_message(first_line(exc), self._url)}") from None
         self.opened()
         return tables
 
