@@ -1,6 +1,6 @@
 """How long the honest answer takes: the README's main job, and the issues' Hugging Face study, end to end.
 
-    python benchmarks/main_job.py [--jobs cnn hf] [--repeat 1] [--out main_job]
+    python benchmarks/main_job.py [--jobs cnn hf bert] [--repeat 1] [--out main_job]
 
 Runs each job exactly as a user types it (``autotune run ...`` in a fresh, empty folder, in
 a process of its own), times it from start to the last line it prints, and reads its study
@@ -12,7 +12,9 @@ each knob bought. Run it on a quiet machine: the first line says how busy it was
   issue 17's target: under 5 minutes, everything it prints included);
 - ``hf``: ``autotune run --model hf:gpt2 --model-arg n_layer=2 --model-arg n_embd=128
   --model-arg n_head=2 --seq-len 64 --trials 6`` (GPT-2's own 50,257-token vocabulary;
-  issue 18's target: under 5 minutes with the same or a better verdict).
+  issue 18's target: under 5 minutes with the same or a better verdict);
+- ``bert``: ``autotune run --model hf:bert`` with 2 layers 128 wide (2 heads, 512 inner), ``--seq-len 64
+  --trials 10`` (issue 26's small BERT: extra processes per search trial at most 0.5).
 
 Writes benchmarks/results/main_job-<date>.json and .txt (what it printed; ``--out`` names them).
 """
@@ -35,6 +37,9 @@ JOBS = {
     "cnn": ["--model", "autotune.examples:cnn", "--trials", "30"],
     "hf": ["--model", "hf:gpt2", "--model-arg", "n_layer=2", "--model-arg", "n_embd=128", "--model-arg", "n_head=2",
            "--seq-len", "64", "--trials", "6"],
+    "bert": ["--model", "hf:bert", "--model-arg", "num_hidden_layers=2", "--model-arg", "hidden_size=128",
+             "--model-arg", "num_attention_heads=2", "--model-arg", "intermediate_size=512", "--seq-len", "64",
+             "--trials", "10"],
 }
 
 
