@@ -24,6 +24,7 @@ The shared processes of what each knob bought are made-up too (a process's facto
 from __future__ import annotations
 
 import math
+import random
 import statistics
 import time
 
@@ -48,8 +49,6 @@ BASE_KEY = knobs.resolve(BASE, CTX).key()
 
 def _jitter(seed: int, spread: float):
     """A fixed draw per configuration in 1 +- spread (the defaults exactly 1)."""
-    import random
-
     draws: dict[str, float] = {}
     rng = random.Random(1000 + seed)
 
@@ -119,10 +118,11 @@ def main() -> None:
             gains = [r for r in rows if r["state"] == "gain"]
             widths = [r["high"] / r["low"] for r in gains]
             covered = sum(r["covered"] for r in rows)
-            line = (f"{name:6s} {trials:3d} trials: extra {statistics.fmean(per):.2f}/search trial (max {max(per):.2f}), "
-                    f"beyond the search {statistics.fmean(share):.0%} of processes; race rounds "
-                    f"{statistics.fmean(r['rounds'] for r in rows):.1f}, race {statistics.fmean(r['race_processes'] for r in rows):.1f} "
-                    f"+ knobs {statistics.fmean(r['ablation_processes'] for r in rows):.1f} processes; gain claimed "
+            mean = statistics.fmean
+            line = (f"{name:6s} {trials:3d} trials: extra {mean(per):.2f}/search trial (max {max(per):.2f}), "
+                    f"beyond the search {mean(share):.0%} of processes; race rounds "
+                    f"{mean(r['rounds'] for r in rows):.1f}, race {mean(r['race_processes'] for r in rows):.1f} "
+                    f"+ knobs {mean(r['ablation_processes'] for r in rows):.1f} processes; gain claimed "
                     f"{len(gains)}/{len(rows)}, covering its truth (or none claimed) {covered}/{len(rows)}")
             if widths:
                 line += f"; high/low median {statistics.median(widths):.2f} (max {max(widths):.2f})"

@@ -10,8 +10,8 @@ defaults in one process per round (:mod:`autotune.paired`), where the process's 
 cancels in their ratio; the others in a process each, the baseline in every round,
 interleaved in a rotating order. After each round a candidate leaves once it cannot change
 the verdict (slower than the fastest or the defaults beyond the noise, neither faster than the
-winner nor simpler, or faster by no more than ``INDIFFERENCE``, an equivalent: :func:`_decide`), so measurements go to the comparisons still
-undecided. The race stops at a planned look (:func:`look_rounds`) once the verdict is
+winner nor simpler, or faster by no more than ``INDIFFERENCE``, an equivalent: :func:`_decide`),
+so measurements go to the comparisons still undecided. The race stops at a planned look (:func:`look_rounds`) once the verdict is
 settled, at once when it cannot end in a claim, or after ``rounds`` rounds (the
 ``--confirm`` budget). Claims are adjusted for the looks.
 
