@@ -21,6 +21,10 @@
    arrives), to its first trial (the first ``ask`` began) and to its first measurement (a sampler
    that proposes configurations measured already gets cache answers first, each a trial line), and
    the suggestion time (ask + suggest) of every trial the run asks.
+3. Beside each resumed run (issue 27), the same command on an empty storage (a fresh study: same model, space and
+   flags), timed the same way and stopped once its first measurement (the defaults, the baseline) has ended; the
+   ratio of the resumed run's first measurement to the fresh one's, each run and of the medians, against the
+   target (resumed within 1.5x of fresh). Fresh and resumed runs alternate, so both see the same machine.
 Writes benchmarks/results/resume_scale-<date>.json and .txt (the summary it prints last; ``--no-write``: print only).
 """
 
@@ -44,7 +48,7 @@ from harness import say
 
 ROOT = harness.ROOT
 NAME = "resume"
-TARGETS = {"first_trial_s": 10.0, "suggest_s": 1.0}
+TARGETS = {"first_trial_s": 10.0, "suggest_s": 1.0, "resumed_over_fresh": 1.5}
 WIDE = """# A wide CPU space for a 10,000-trial study: batch sizes 8..2048 in steps of 8 (benchmarks/resume_scale.py).
 [search]
 precision = ["fp32", "bf16"]
@@ -199,11 +203,16 @@ def measured_configurations(db: Path) -> int:
     return sum(1 for t in trials if t.measured and t.config_key is not None and t.duplicate_of is None)
 
 
-def resume_once(db: Path, workdir: Path, n: int, sampler: str | None, timeout_s: float) -> dict[str, Any]:
+def resume_once(db: Path | None, workdir: Path, n: int, sampler: str | None, timeout_s: float) -> dict[str, Any]:
     """`autotune run` resuming a fresh copy of the study, as a user runs it (with AUTOTUNE_TRACE=1), timed from
-    outside: each line of its output stamped as it arrives; its trace lines say when each step began."""
-    run_db = workdir / "run.db"
-    shutil.copyfile(db, run_db)
+    outside: each line of its output stamped as it arrives; its trace lines say when each step began.
+
+    ``db`` None: the same command on an empty storage (a fresh study), stopped (SIGTERM, as Ctrl-C) once its first
+    measurement has ended: its budget of ``n + 1`` configurations would take hours."""
+    run_db = workdir / ("run.db" if db is not None else "fresh.db")
+    run_db.unlink(missing_ok=True)
+    if db is not None:
+        shutil.copyfile(db, run_db)
     env = {**os.environ, "AUTOTUNE_TRACE": "1", "PYTHONUNBUFFERED": "1"}
     t0 = time.time()
     start = time.perf_counter()
@@ -215,6 +224,8 @@ def resume_once(db: Path, workdir: Path, n: int, sampler: str | None, timeout_s:
         assert proc.stdout is not None
         for line in proc.stdout:
             arrived.append((time.time() - t0, line.rstrip("\n")))
+            if db is None and line.startswith(TRACE) and '"step": "measure"' in line:
+                proc.terminate()  # a fresh study: its first measurement has ended, the rest is not timed
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -242,7 +253,7 @@ def resume_once(db: Path, workdir: Path, n: int, sampler: str | None, timeout_s:
            "cache_answers_before": sum(1 for _, line in text if "(already measured as #" in line),
            "suggest_s": [x["s"] for x in suggests], "samplers": sorted({x["sampler"] for x in suggests}),
            "output": [line for _, line in text if line.strip()][:12]}
-    if rc not in (0, None):
+    if rc not in (0, None) and not (db is None and first["measure"] is not None):
         row["output_tail"] = [line for _, line in text][-30:]
     return row
 
@@ -258,8 +269,12 @@ def main(argv: list[str] | None = None) -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
     db = build(args.trials, args.workdir)
     measured = measured_configurations(db)  # the run's --trials: one configuration more than the study holds
-    runs = []
+    runs, fresh_runs = [], []
     for k in range(args.repeat):
+        fresh = resume_once(None, args.workdir, measured, args.sampler, args.timeout)
+        fresh_runs.append(fresh)
+        say(f"fresh {k + 1}: first trial asked {fresh['first_trial_s']} s after the process started (prepared at "
+            f"{fresh['prepared_s']} s); first measurement started at {fresh['first_measure_s']} s", keep=False)
         row = resume_once(db, args.workdir, measured, args.sampler, args.timeout)
         runs.append(row)
         say(f"run {k + 1}: first trial asked {row['first_trial_s']} s after the process started (prepared at "
@@ -274,6 +289,12 @@ def main(argv: list[str] | None = None) -> int:
     first = statistics.median(firsts) if len(firsts) == len(runs) else None
     first_measure = statistics.median(measures) if len(measures) == len(runs) else None
     worst = max(suggests) if suggests else None
+    fresh_measures = [r["first_measure_s"] for r in fresh_runs if r["first_measure_s"] is not None]
+    fresh_measure = statistics.median(fresh_measures) if fresh_runs and len(fresh_measures) == len(fresh_runs) else None
+    ratio = first_measure / fresh_measure if first_measure is not None and fresh_measure else None
+    ratios = [round(r["first_measure_s"] / f["first_measure_s"], 2) if r["first_measure_s"] and f["first_measure_s"]
+              else None for r, f in zip(runs, fresh_runs)]
+    limit = TARGETS["resumed_over_fresh"]
 
     def verdict(value: float | None, limit: float) -> str:
         if value is None:
@@ -288,6 +309,12 @@ def main(argv: list[str] | None = None) -> int:
              f"first trial asked: {verdict(first, TARGETS['first_trial_s'])} (each run: {firsts})",
              f"first measurement starts: {verdict(first_measure, TARGETS['first_trial_s'])} (each run: {measures}; "
              f"cache answers before it: {[r['cache_answers_before'] for r in runs]}, each a trial line)",
+             f"a fresh study's first measurement (the same command, empty storage) starts: "
+             f"{fresh_measure if fresh_measure is None else round(fresh_measure, 2)} s (each run: {fresh_measures}; "
+             f"first trial asked: {[r['first_trial_s'] for r in fresh_runs]})",
+             "resumed/fresh, first measurement: " + (f"{ratio:.2f}x < {limit:g}x: {'met' if ratio < limit else 'MISSED'}"
+                                                     if ratio is not None else "not measured: MISSED")
+             + f" (each run, resumed over the fresh run just before it: {ratios})",
              f"slowest suggestion (ask + suggest): {verdict(worst, TARGETS['suggest_s'])} (all: {suggests}; sampler "
              f"{', '.join(sorted({s for r in runs for s in r['samplers']})) or '-'})"]
     opening = next((r["output"] for r in runs if r["output"]), [])
@@ -296,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         say(line)
     harness.write(args, {"label": args.label, "trials": args.trials, "measured": measured, "targets": TARGETS,
                          "first_trial_s": first, "first_measure_s": first_measure, "slowest_suggest_s": worst, "runs": runs,
+                         "fresh_first_measure_s": fresh_measure, "resumed_over_fresh": ratio, "ratios": ratios,
+                         "fresh_runs": fresh_runs,
                          "cpus": os.cpu_count()})
     return 0
 
