@@ -115,7 +115,7 @@ def export(
     return {
         "schema": SCHEMA,
         "autotune_version": __version__,
-        "exported_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "exported_at": now(),
         "pick": pick,
         "pick_note": note,
         "knobs": trial.config,
@@ -155,6 +155,11 @@ def export(
         "fingerprint": described.get("fingerprint"),
         "study": {"name": study.name, "storage": storage_url, "trial": trial.number},
     }
+
+
+def now() -> str:
+    """When an export is made (its ``exported_at``)."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def check_output(path: str | Path) -> Path:

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Mapping
 import optuna
 
 from autotune import ceiling as ceilings
-from autotune import knobs, load, warmstart
+from autotune import knobs, load, view, warmstart
 from autotune import space as spaces
 from autotune import study as S
 from autotune.ceiling import Ceiling
@@ -82,7 +82,9 @@ class Prepared:
         how often to look while other processes measure the rest of the budget (``run --workers``: this process
         waits for its workers' last trials, then races)."""
         with self.store.faults():
-            return self.tuner.run(poll_s=poll_s)
+            summary = self.tuner.run(poll_s=poll_s)
+            view.keep(self.store, self.name)  # the views of the study as this run leaves it (autotune.store.kept)
+            return summary
 
     def opening(self, workers: int = 1) -> list[str]:
         """What ``run`` and ``autotune.tune`` say before the first trial: the study, what the space left out here,

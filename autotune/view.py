@@ -7,13 +7,24 @@ to whatever shows it. The figures come from its evidence (``evidence_of(study)``
 :mod:`autotune.evidence`); this module gathers them with the study's counts, failures and
 description into one JSON-able document, so the command line, ``--json`` and the Python API
 print the same thing. It reads, never writes, and imports neither torch nor the trial modules.
+
+The views of a study nobody runs are computed once, by the run that wrote it last (:func:`views`,
+kept by :meth:`autotune.tuning.Prepared.run`), and kept on the study (:mod:`autotune.store.kept`):
+``status``, ``list`` and ``export`` show them (:func:`status_of`, :func:`listing`, :func:`export_of`)
+while the study is as it was when they were kept, and compute them from its trials otherwise. The
+figures are the same either way; only what depends on the clock (the workers seen lately, when it
+was exported) is worked out when shown.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+import json
+from typing import Any, Mapping
 
+from autotune import export as exporting
+from autotune.errors import AutotuneError
+from autotune.request import PICKS
 from autotune.store import Store, StoredStudy
 from autotune.store.records import JOB_RECORD as JOB  # noqa: F401 - transitional: autotune.tuning still reads it here
 from autotune.evidence import evidence_of
@@ -39,12 +50,6 @@ def summary(study: StoredStudy) -> dict[str, Any]:
     verdict = ev.verdict()
     shown = ev.recommended()  # the configuration to use (the defaults when nothing beats them), as every view shows it
     speedup = ev.speedup(shown) if shown is not None else None
-    now = dt.datetime.now(dt.timezone.utc).timestamp()
-    workers = {
-        (t.owner.get("host"), t.owner.get("pid"))
-        for t in study.trials
-        if t.owner and now - float(t.owner.get("started", 0)) < RECENT_S
-    }
     return {
         "study": study.name,
         "kind": "study",
@@ -54,7 +59,7 @@ def summary(study: StoredStudy) -> dict[str, Any]:
         "measured": sum(n for o, n in outcomes.items() if o not in NOT_MEASURED),
         "running": sum(1 for t in study.trials if t.running),
         "failed": sum(n for o, n in outcomes.items() if o not in ("ok", *NOT_MEASURED)),
-        "workers_recently": len(workers),
+        "workers_recently": workers_recently(owners(study)),
         "outcomes": outcomes,
         "best_samples_per_s": ev.samples_per_s(shown) if shown is not None else None,
         "baseline_samples_per_s": ev.baseline.samples_per_s if ev.baseline else None,
@@ -99,5 +104,75 @@ def listing(store: Store) -> list[dict[str, Any]]:
                          "submitted_at": raw.get("submitted_at"), "workload": raw.get("spec"),
                          "studies": [n for n in names if n.startswith(described.name + "@")]})
             continue
-        docs.append(summary(store.read(described.name, described)))
+        kept = store.kept_of(described)
+        docs.append(_now(kept["summary"], kept["owners"]) if kept else summary(store.read(described.name, described)))
     return docs
+
+
+def owners(study: StoredStudy) -> list[list[Any]]:
+    """Each process that signed a trial of the study (host, pid) and when it last started one (epoch seconds)."""
+    latest: dict[tuple[Any, Any], float] = {}
+    for t in study.trials:
+        if t.owner:
+            who = (t.owner.get("host"), t.owner.get("pid"))
+            latest[who] = max(latest.get(who, float("-inf")), float(t.owner.get("started", 0)))
+    return [[host, pid, started] for (host, pid), started in latest.items()]
+
+
+def workers_recently(signed: list[list[Any]]) -> int:
+    """How many of the processes in ``signed`` (:func:`owners`) started a trial within :data:`RECENT_S` of now."""
+    now = dt.datetime.now(dt.timezone.utc).timestamp()
+    return len({(host, pid) for host, pid, started in signed if now - float(started) < RECENT_S})
+
+
+# ---------------------------------------------------------------- kept views
+
+
+def views(study: StoredStudy) -> dict[str, Any]:
+    """Every view ``status``, ``list`` and ``export`` show of the study, as JSON (what :func:`keep` keeps): the
+    status, the summary, the owners behind the workers seen lately, and the export of each pick that has one."""
+    exports = {}
+    for pick in PICKS:
+        try:
+            exports[pick] = exporting.export(study, pick)
+        except AutotuneError:
+            continue  # nothing to export by that pick: export says why, from the trials, when asked
+    doc = {"status": status(study), "summary": summary(study), "owners": owners(study), "exports": exports}
+    return json.loads(json.dumps(doc, default=str))
+
+
+def keep(store: Store, name: str) -> bool:
+    """Keep the study's views on it (the end of a run), unless a trial of it is running or it changes while they
+    are computed; whether they were kept."""
+    key = store.key(name)
+    if key is None:
+        return False
+    kept = views(store.read(name))
+    if store.key(name) != key:
+        return False
+    store.keep(name, key, kept)
+    return True
+
+
+def status_of(store: Store, name: str) -> dict[str, Any]:
+    """What ``autotune status`` shows of the study ``name``: kept, or computed from its trials."""
+    described, kept = store.kept(name)
+    if kept is None:
+        return status(store.read(name, described))
+    return _now(kept["status"], kept["owners"])
+
+
+def export_of(store: Store, name: str, pick: str, max_memory_bytes: int | None = None) -> dict[str, Any]:
+    """The export of the study's ``pick`` (:func:`autotune.export.export`): kept, or computed from its trials."""
+    described, kept = store.kept(name) if max_memory_bytes is None else (None, None)
+    if kept is None or pick not in kept["exports"]:
+        return exporting.export(store.read(name, described), pick, max_memory_bytes, store.shown)
+    doc = dict(kept["exports"][pick])
+    doc["exported_at"] = exporting.now()
+    doc["study"] = {**doc["study"], "storage": store.shown}
+    return doc
+
+
+def _now(doc: Mapping[str, Any], signed: list[list[Any]]) -> dict[str, Any]:
+    """A kept document with what depends on the clock worked out now."""
+    return {**doc, "workers_recently": workers_recently(signed)}

@@ -80,6 +80,19 @@ def test_status_and_list(mlp_study):
     assert "mlp" in invoke("list", "--storage", url).output
 
 
+def test_a_run_keeps_the_views_status_and_export_show(mlp_study):
+    from autotune import view
+
+    url, _ = mlp_study
+    store = Store(url, read_only=True)
+    described, kept = store.kept("mlp")
+    assert kept is not None, "the run left no kept views (or they no longer hold)"
+    study = store.read("mlp", described)
+    assert json.loads(invoke("status", "mlp", "--storage", url, "--json").output) == json.loads(
+        json.dumps(view.status(study), default=str))
+    assert kept["exports"]["recommended"]["knobs"] == view.export_of(store, "mlp", "recommended")["knobs"]
+
+
 def test_refuses_another_space(mlp_study, tmp_path):
     url, _ = mlp_study
     before = len(optuna.load_study(study_name="mlp", storage=url).trials)

@@ -18,7 +18,7 @@ DOCS = ROOT / "docs" / "storage.md"
 STORED_FORMAT = {"user_attrs", "set_user_attr", "system_attrs", "set_system_attr", "set_trial_user_attr",
                  "set_trial_system_attr", "get_study_user_attrs", "get_all_trials"}
 #: The stores' own tests read the raw format on purpose (they hold the store to it).
-STORE_TESTS = {"test_store.py", "test_store_owner.py", "test_reading.py", "test_postgres.py"}
+STORE_TESTS = {"test_store.py", "test_store_owner.py", "test_reading.py", "test_postgres.py", "test_kept.py"}
 
 
 def _outside_the_store() -> list[Path]:

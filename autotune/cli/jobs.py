@@ -56,7 +56,7 @@ def run(study: str | None, storage: str | None, workers: int, devices: str | Non
     click.echo(summary.text())
     from autotune import view
 
-    _print_status(view.read(store, prepared.name), store)  # the study as every read command reads it, once
+    _print_status(view.status_of(store, prepared.name), store)  # as every read command shows it (kept by the run)
 
 
 def _print_probe(batch: int, outcome: str, peak: int | None) -> None:

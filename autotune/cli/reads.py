@@ -51,12 +51,12 @@ def _the_only_study(storage: str | None) -> str:
     raise StudyError(f"which study? {len(names)} in {where}: {', '.join(names)} (autotune status NAME)")
 
 
-def _print_status(study: Any, store: Any) -> None:
+def _print_status(doc: dict[str, Any], store: Any) -> None:
+    """The status table of ``doc`` (:func:`autotune.view.status_of`)."""
     from rich.table import Table
 
-    from autotune import hardware, view
+    from autotune import hardware
 
-    doc = view.status(study)
     out = console()
     counts = ", ".join(f"{k} {v}" for k, v in sorted(doc["outcomes"].items(), key=lambda kv: -kv[1]))
     out.print(f"study {doc['study']} ({store.shown})", markup=False)
@@ -186,11 +186,11 @@ def status(study_name: str | None, storage: str | None, as_json: bool) -> None:
 
     study_name = study_name or _the_only_study(storage)
     store = study_store(study_name, storage, read_only=True)
-    study = view.read(store, study_name)
+    doc = view.status_of(store, study_name)
     if as_json:
-        click.echo(json.dumps(view.status(study), indent=2, default=str))
+        click.echo(json.dumps(doc, indent=2, default=str))
     else:
-        _print_status(study, store)
+        _print_status(doc, store)
 
 
 @click.command("trials")
@@ -273,8 +273,7 @@ def export(study_name: str, pick: str, max_memory: int | None, storage: str | No
     if output is not None:
         C.check_output(output)  # a folder or an unwritable place fails before the study is read
     store = study_store(study_name, storage, read_only=True)
-    study = view.read(store, study_name)
-    doc = C.export(study, pick, max_memory, store.shown)
+    doc = view.export_of(store, study_name, pick, max_memory)
     if fmt != "json":
         rendered = frameworks.text(doc, fmt)
         if output is None:

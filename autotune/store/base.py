@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 from autotune import __version__, hardware
 from autotune.errors import AutotuneError, StorageError, StorageUnreachable, StudyError
 from autotune.request import option
-from autotune.store import reading, records, server, sqlite
+from autotune.store import kept, reading, records, server, sqlite
 from autotune.store.tables import Tables
 from autotune.store.faults import first_line
 from autotune.store.names import check_name, default_url
@@ -103,6 +103,7 @@ class Store:
         self._identity: tuple[int, int] | None = None  # the file's (device, inode) when opened
         self._storage: optuna.storages.BaseStorage | None = None
         self._tables: Tables | None | bool = False  # a read-only database's tables read directly (False: not opened)
+        self._key: Tables | None | bool = False  # a writer's read of the same tables, for the key of kept views
         if url.startswith("journal:"):
             from autotune.store import journal  # Optuna's journal storage: imported for a journal store only
 
@@ -319,6 +320,67 @@ class Store:
             study_id = self.storage.get_study_id_from_name(name)
             attrs = self.storage.get_study_user_attrs(study_id) if description is None else description._attrs
             return StoredStudy.from_frozen(name, attrs, reading.all_trials(self.storage, study_id))
+
+    # ------------------------------------------------------------ kept views (.kept)
+
+    def kept(self, name: str) -> tuple[StoredStudy, dict[str, Any] | None]:
+        """The study's description (its trials not read: pass it to :meth:`read`) and its kept views where they hold
+        for the study as it is now (:mod:`.kept`), else None: a store read through Optuna's storage (a journal) never
+        has them. StudyError when there is no such study."""
+        with self.faults():
+            self._existing(name)
+            direct = self._direct
+            if direct is None:
+                study_id = self.storage.get_study_id_from_name(name)
+                return StoredStudy(name, self.storage.get_study_user_attrs(study_id), []), None
+            study_id = dict((n, i) for i, n in direct.studies())[name]
+            attrs = direct.attrs([study_id]).get(study_id, {})
+            described = StoredStudy(name, attrs, [])
+            return described, kept.valid(attrs, direct.key(study_id, attrs))
+
+    def kept_of(self, described: StoredStudy) -> dict[str, Any] | None:
+        """The kept views of a study already described (``list``: every study's description from one query)."""
+        direct = self._direct
+        if direct is None:
+            return None
+        with self.faults():
+            ids = dict((n, i) for i, n in direct.studies())
+            if described.name not in ids:
+                return None
+            return kept.valid(described._attrs, direct.key(ids[described.name], described._attrs))
+
+    def key(self, name: str) -> list[Any] | None:
+        """The study's key now (:func:`.kept.key_of`): None while a trial of it runs, and for a store with no direct
+        read of its tables (a journal, an in-memory database, a schema :mod:`.reading` does not know)."""
+        tables = self._key_tables()
+        if tables is None:
+            return None
+        with self.faults():
+            ids = dict((n, i) for i, n in tables.studies())
+            if name not in ids:
+                return None
+            return tables.key(ids[name], tables.attrs([ids[name]]).get(ids[name], {}))
+
+    def _key_tables(self) -> Tables | None:
+        if self.read_only:
+            return self._direct
+        if self._key is False:
+            self._key = None
+            if not self._url.startswith("journal:") and (self.path is not None or self.is_server):
+                with self._worded():
+                    tables = (Tables.of_sqlite(self.path.absolute()) if self.path is not None
+                              else Tables.of_server(server.with_installed_driver(self._url)))
+                    if tables is not None and not tables.known():
+                        tables.close()
+                        tables = None
+                self._key = tables
+        return self._key or None
+
+    def keep(self, name: str, key: list[Any], views: Mapping[str, Any]) -> None:
+        """Keep ``views`` on the study, for as long as its key stays ``key`` (a writer's: see :mod:`.kept`)."""
+        storage = self._writable()
+        with self.faults():
+            storage.set_study_user_attr(storage.get_study_id_from_name(name), kept.KEPT, {**views, "key": key})
 
     def _existing(self, name: str) -> None:
         check_name(name)

@@ -23,7 +23,7 @@ import contextlib
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from autotune.store import reading, server, sqlite
+from autotune.store import kept, reading, server, sqlite
 from autotune.store.records import StoredTrial
 
 #: The database servers read directly (by SQLAlchemy's dialect name).
@@ -99,6 +99,11 @@ class Tables:
         """The studies' user attributes by id (every study's when ``study_ids`` is None)."""
         with self.connection() as raw:
             return reading.study_attrs_of(raw, study_ids)
+
+    def key(self, study_id: int, attrs: dict[str, Any]) -> list[Any] | None:
+        """The study's key for its kept views (:func:`autotune.store.kept.key_of`; None while a trial runs)."""
+        with self.connection() as raw:
+            return kept.key_of(raw, study_id, attrs)
 
     def trials(self, study_id: int) -> list[StoredTrial]:
         """Every trial of the study, typed, in one pass (:func:`autotune.store.reading.stored_trials_of`); each

@@ -1,0 +1,73 @@
+"""A study's views kept with it: what the read commands show, stored once by the run that wrote it last.
+
+A read command's figures depend on every trial (the front, the configurations measured more
+than once, the failures), so reading them costs in proportion to the study: a 10,000-trial
+``status`` read 10,000 trials to print one table (issue 27), and ``list`` over a year of nightly
+studies read every trial of every study. Yet a study nobody is running does not change. So the
+run that stops last (:meth:`autotune.tuning.Prepared.run`) computes the views as every read
+command computes them (:mod:`autotune.kept`) and keeps them on the study, as the user attribute
+:data:`KEPT`, with the study's :func:`key` at that moment. A read command reads the attribute
+and the key (one aggregate query over the trials, and the study's attributes it reads anyway)
+and shows the kept views only while the key is the same; otherwise it reads the trials and
+computes them, as it always did. Nothing is ever shown from a kept view that the study has
+outgrown: the figures are the same to the digit either way (tests/test_kept.py).
+
+The key holds what can change a view:
+
+- the trials: how many there are in each state, the last trial's id and the last completion
+  time. A finished trial never changes in Optuna's storages (the storage refuses a write to
+  one), a waiting trial changes only by starting, and a running trial changes as it runs: a
+  study with a running trial has no key (its views are computed each time);
+- the study's own attributes, but the kept views themselves (its records: re-measurements,
+  races, sessions; a hash of their JSON), and how many system attributes it has;
+- :data:`FORMAT` and autotune's version: a kept view written by another version is not shown.
+
+Only a database read directly (:mod:`.tables`: SQLite files and PostgreSQL servers on the schema
+it knows) has a key; a journal file is replayed whole by every read anyway, and its views are
+computed each time, as are an in-memory database's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Mapping
+
+from autotune import __version__
+
+KEPT = "view:kept"  # the study user attribute that holds the kept views
+FORMAT = 1  # the layout of the kept views (raised when what they hold changes shape)
+UNFINISHED = ("RUNNING",)  # states whose trials still change
+
+
+def attrs_hash(attrs: Mapping[str, Any]) -> str:
+    """The study's attributes, less the kept views, as one hash (the same for Optuna's read and the direct one)."""
+    text = json.dumps({k: v for k, v in attrs.items() if k != KEPT}, sort_keys=True, default=str)
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def key_of(raw: Any, study_id: int, attrs: Mapping[str, Any]) -> list[Any] | None:
+    """The study's key through ``raw`` (a driver's own connection), or None while a trial of it runs."""
+    cur = raw.cursor()
+    try:
+        sid = int(study_id)
+        cur.execute("SELECT state, count(*), max(trial_id), max(datetime_complete) FROM trials "
+                    f"WHERE study_id = {sid} GROUP BY state ORDER BY state")
+        states = [[str(getattr(s, "name", s)), int(n), int(last), None if done is None else str(done)]
+                  for s, n, last, done in cur.fetchall()]
+        cur.execute(f"SELECT count(*) FROM study_system_attributes WHERE study_id = {sid}")
+        system = int(cur.fetchone()[0])
+    finally:
+        cur.close()
+        raw.rollback()
+    if any(s[0] in UNFINISHED for s in states):
+        return None
+    return [FORMAT, __version__, states, system, attrs_hash(attrs)]
+
+
+def valid(attrs: Mapping[str, Any], key: list[Any] | None) -> dict[str, Any] | None:
+    """The kept views in ``attrs`` when they were kept at ``key`` (the study's key now), else None."""
+    kept = attrs.get(KEPT)
+    if key is None or not isinstance(kept, Mapping) or kept.get("key") != key:
+        return None
+    return dict(kept)
