@@ -91,17 +91,25 @@ def pareto_figure(info: Mapping[str, Any]) -> go.Figure:
     for name, pts, color, symbol in groups:
         if not pts:
             continue
-        if len(pts) > DENSE:  # a cloud in WebGL, each point hovering its trial, figures and speed-up
+        xs = [(p["peak_memory_bytes"] or 0.0) / scale for p in pts]
+        ys = [p["samples_per_s"] for p in pts]
+        if len(pts) > DENSE:
+            import numpy as np  # only for a large study: a small one's command does without it
+
+            # A cloud in WebGL, each point hovering its trial, figures and speed-up; its numbers as typed arrays
+            # (plotly's base64 form: exact, smaller than their digits, and checked by plotly in one step, not one a
+            # point), the same speed-up texts once each.
             kind, marker = go.Scattergl, {"color": color, "size": 5, "symbol": symbol, "opacity": 0.6}
             hover: dict[str, Any] = {
-                "customdata": [[p["number"], _t(p.get("speedup_text") or "-")] for p in pts],
-                "hovertemplate": f"#%{{customdata[0]}}: %{{y:.1f}} samples/s, %{{x:.2f}} {unit}, "
-                                 "%{customdata[1]} the defaults<extra></extra>"}
+                "customdata": np.array([p["number"] for p in pts], dtype=np.int32),
+                "text": [_t(p.get("speedup_text") or "-") for p in pts],
+                "hovertemplate": f"#%{{customdata}}: %{{y:.1f}} samples/s, %{{x:.2f}} {unit}, "
+                                 "%{text} the defaults<extra></extra>"}
+            xs, ys = np.array(xs, dtype=np.float64), np.array(ys, dtype=np.float64)  # type: ignore[assignment]
         else:  # the front keeps full hovers either way
             kind, marker = go.Scatter, {"color": color, "size": 8, "symbol": symbol, "line": {"width": 0.5, "color": "#456"}}
             hover = {"hovertext": [_point_hover(p, unit, scale) for p in pts], "hoverinfo": "text"}
-        fig.add_trace(kind(x=[(p["peak_memory_bytes"] or 0.0) / scale for p in pts], y=[p["samples_per_s"] for p in pts],
-                           mode="markers", name=f"{name} ({len(pts)})", marker=marker, **hover))
+        fig.add_trace(kind(x=xs, y=ys, mode="markers", name=f"{name} ({len(pts)})", marker=marker, **hover))
     by_number = {p["number"]: p for p in info["points"]}
     front = [by_number[n] for n in info["front"]]
     if front:
@@ -136,6 +144,8 @@ def pareto_figure(info: Mapping[str, Any]) -> go.Figure:
             + f"<br>{_t(_clip(f['error'], 160))}<br>{_wrap_changes(f['changes'])}"
             for f in items
         ]
+        if len(items) > DENSE and _add_failure_cloud(fig, outcome, items, xs):
+            continue
         fig.add_trace(
             (go.Scattergl if len(items) > DENSE else go.Scatter)(
                 x=xs,
@@ -188,6 +198,39 @@ def pareto_figure(info: Mapping[str, Any]) -> go.Figure:
     fig.update_xaxes(range=[0, x_top])
     fig.update_yaxes(range=[-0.05 * top_speed, 1.1 * top_speed])
     return fig
+
+
+MAX_ERROR_TRACES = 50  # the most distinct errors of an outcome drawn as traces of their own (_add_failure_cloud)
+
+
+def _add_failure_cloud(fig: go.Figure, outcome: str, items: list[Mapping[str, Any]], xs: list[float]) -> bool:
+    """Thousands of failures of one outcome in WebGL, one trace per distinct error (a study of 100,000 trials has a few):
+    the error once in its trace, each point's trial number in a typed array; one legend entry for the outcome, with
+    its count. False (nothing drawn) when the outcome has more than :data:`MAX_ERROR_TRACES` distinct errors."""
+    by_error: dict[str, list[int]] = {}
+    for i, f in enumerate(items):
+        by_error.setdefault(f["error"], []).append(i)
+    if len(by_error) > MAX_ERROR_TRACES:
+        return False
+    import numpy as np  # only for a large study
+
+    for k, (error, members) in enumerate(by_error.items()):
+        fig.add_trace(
+            go.Scattergl(
+                x=np.array([xs[i] for i in members], dtype=np.float64),
+                y=np.zeros(len(members)),
+                mode="markers",
+                name=f"{_t(outcome)} ({len(items)})",
+                legendgroup=f"failed:{outcome}",
+                showlegend=k == 0,
+                marker={"color": OUTCOME_COLORS.get(outcome, "#555"), "size": 10, "symbol": "x"},
+                customdata=np.array([items[i]["number"] for i in members], dtype=np.int32),
+                # the error as text of the trace (not in the template, where a "%{" of the message would be read)
+                text=f"{_t(outcome)}: {_t(_clip(error, 80))}",
+                hovertemplate="<b>#%{customdata}</b> %{text}<extra></extra>",
+            )
+        )
+    return True
 
 
 def knob_figure(knob: Mapping[str, Any], memory_unit: str, memory_scale: float) -> go.Figure:

@@ -134,6 +134,8 @@ def _front_table_html(info: Mapping[str, Any]) -> str:
 def _failures_html(info: Mapping[str, Any]) -> str:
     if not info["rows"]:
         return _note("No trial failed.")
+    if info.get("groups"):
+        return _failure_groups_html(info)
     head = "".join(
         f'<th data-type="{k}" title="sort">{n}</th>'
         for n, k in (("#", "num"), ("outcome", "text"), ("error", "text"), ("configuration", "text"))
@@ -152,6 +154,36 @@ def _failures_html(info: Mapping[str, Any]) -> str:
             f'<td data-v="{_e(config_text(r["changes"]))}" class="config">{_e(config_text(r["changes"]))}</td></tr>'
         )
     return f'<table class="sortable" id="failures-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _failure_groups_html(info: Mapping[str, Any]) -> str:
+    """The failures of a large study, one row per distinct error (:func:`autotune.report.failures.failure_groups`)."""
+    groups = info["groups"]
+    head = "".join(
+        f'<th data-type="{k}" title="sort">{n}</th>'
+        for n, k in (("trials", "num"), ("outcome", "text"), ("error", "text"), ("which", "num"), ("configurations", "num"))
+    )
+    body = []
+    for g in groups:
+        message = _clip(g["error_message"], 4000)
+        kind = f"<b>{_e(g['error_type'])}</b>: " if g["error_type"] else ""
+        shown = ", ".join(f"#{n}" for n in g["numbers"]) + (", …" if g["count"] > len(g["numbers"]) else "")
+        cached = f' <span class="dim">({g["cached"]:,} cached)</span>' if g["cached"] else ""
+        body.append(
+            f'<tr><td data-v="{g["count"]}">{g["count"]:,}</td>'
+            f'<td data-v="{_e(g["outcome"])}"><span class="pill" style="background:{OUTCOME_COLORS.get(g["outcome"], "#555")}">{_e(g["outcome"])}</span>{cached}</td>'
+            f'<td data-v="{_e(g["error_type"])}" class="error">{kind}{_e(message) or "-"}</td>'
+            f'<td data-v="{g["numbers"][0]}" class="config">{_e(shown)}</td>'
+            f'<td data-v="{g["configurations"]}">{g["configurations"]:,}</td></tr>'
+        )
+    note = _note(
+        f"{len(info['rows']):,} failed trials, one row per distinct error ({len(groups):,}), the most frequent first, "
+        "with the first of its trials."
+    )
+    return (
+        note + f'<table class="sortable" id="failures-table"><thead><tr>{head}</tr></thead>'
+        f'<tbody>{"".join(body)}</tbody></table>'
+    )
 
 
 def render_html(study: StoredStudy | Snapshot, refresh_s: float | None = None) -> str:
