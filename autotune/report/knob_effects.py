@@ -39,10 +39,8 @@ def knob_effects_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
         raw = [_knob_value(snap, r, name) for r in rows]
         for value in _value_order(snap, name, raw):
             groups[format_value(name, value)] = {"numbers": [], "samples_per_s": [], "peak_memory_bytes": []}
-        for r, value in zip(rows, raw):
-            g = groups.setdefault(
-                format_value(name, value), {"numbers": [], "samples_per_s": [], "peak_memory_bytes": []}
-            )
+        for r, value, label in zip(rows, raw, _labels(name, raw)):
+            g = groups.setdefault(label, {"numbers": [], "samples_per_s": [], "peak_memory_bytes": []})
             g["numbers"].append(r["number"])
             g["samples_per_s"].append(r["samples_per_s"])
             g["peak_memory_bytes"].append(r["peak_memory_bytes"])
@@ -122,7 +120,7 @@ def _groups(snap: Snapshot, rows: Sequence[Mapping[str, Any]], name: str) -> lis
     numeric = [_num(v) for v in raw]
     distinct = sorted({v for v in numeric if v is not None})
     if len(distinct) <= MAX_GROUPS or any(v is None for v in numeric):
-        return [format_value(name, v) for v in raw]
+        return list(_labels(name, raw))
     counts = Counter(numeric)
     bins: dict[float, int] = {}
     seen = 0
@@ -134,6 +132,23 @@ def _groups(snap: Snapshot, rows: Sequence[Mapping[str, Any]], name: str) -> lis
         spans.setdefault(b, []).append(v)
     names = {b: f"{format_value(name, _whole(vs[0]))}-{format_value(name, _whole(vs[-1]))}" for b, vs in spans.items()}
     return [names[bins[v]] for v in numeric]  # type: ignore[index]
+
+
+def _labels(name: str, raw: Sequence[Any]) -> list[str]:
+    """``format_value(name, v)`` of each value, each distinct value formatted once (a knob takes a few values over
+    100,000 trials)."""
+    known: dict[tuple[type, Any], str] = {}
+    out = []
+    for v in raw:
+        try:
+            key = (type(v), v)  # 1 and True and 1.0 are equal keys, but not always the same text
+            text = known.get(key)
+            if text is None:
+                text = known[key] = format_value(name, v)
+        except TypeError:  # a value that cannot be a key (a list)
+            text = format_value(name, v)
+        out.append(text)
+    return out
 
 
 def _whole(x: float) -> float | int:
