@@ -90,3 +90,30 @@ def test_warm_cache_fills_optunas_trial_cache_as_its_own_read_would(tmp_path):
     # storages that keep their own state are left alone
     journal = optuna.create_study(storage=Store.open(f"journal:{tmp_path}/j.log").storage, directions=["maximize", "minimize"])
     assert LiveStudy(journal).warm_cache() is False
+
+
+def test_warm_cache_reads_with_the_collector_paused_and_freezes_what_it_read(tmp_path, monkeypatch):
+    """The bulk read of a resumed study runs with Python's cyclic collector paused (its collections walked the growing
+    heap again and again: issue 27) and leaves what it read frozen, out of later collections' walks; the collector
+    is on again afterwards, unless the caller had paused it."""
+    import gc
+
+    import optuna
+    from autotune.made_up import make_study
+    from autotune.store import reading
+
+    url = f"sqlite:///{tmp_path}/g.db"
+    make_study(url, n_trials=10, seed=3, name="g")
+    enabled: list = []
+    read = reading.all_trials
+    monkeypatch.setattr(reading, "all_trials", lambda *a: enabled.append(gc.isenabled()) or read(*a))
+    gc.unfreeze()
+    try:
+        assert LiveStudy(optuna.load_study(study_name="g", storage=Store.open(url).storage)).warm_cache() is True
+        assert enabled == [False] and gc.isenabled() and gc.get_freeze_count() > 0
+        gc.disable()
+        assert LiveStudy(optuna.load_study(study_name="g", storage=Store.open(url).storage)).warm_cache() is True
+        assert enabled == [False, False] and not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.unfreeze()

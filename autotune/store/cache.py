@@ -4,10 +4,16 @@ Optuna wraps a database storage in a cache of each study's trials (per Study obj
 the first read through its ORM: most of the time a resumed run of a large study took to start its
 first trial (benchmarks/results/resume_scale.txt). :func:`autotune.store.reading.all_trials` reads
 the same trials in one pass (held equal to Optuna's read by tests/test_reading.py); they are put in
-the cache as Optuna's own first read leaves it.
+the cache as Optuna's own first read leaves it, with Python's cyclic collector paused during the read
+and what it read frozen out of later collections (two thirds of the read's time, and of the first
+evidence's, went to collections walking those trials again: issue 27).
 """
 
 from __future__ import annotations
+
+import contextlib
+import gc
+from typing import Any, Callable, Iterator
 
 import optuna
 
@@ -46,17 +52,46 @@ def warm_cache(study: optuna.Study) -> bool:
     try:
         if not empty():
             return False  # read already
-        trials = reading.all_trials(cache._backend, study_id)
-        with cache._lock:
-            if not empty():
-                return False
-            info = cache._studies.setdefault(study_id, _StudyInfo())
-            cache._add_trials_to_cache(study_id, trials)
-            for t in trials:
-                if t.state.is_finished():
-                    info.last_finished_trial_id = max(info.last_finished_trial_id, t._trial_id)
-                else:
-                    info.unfinished_trial_ids.add(t._trial_id)
+        with _collector_paused():
+            return _fill(cache, study_id, empty, _StudyInfo)
     except Exception:  # noqa: BLE001 - a read that failed, an Optuna whose cache differs: Optuna's own first read fills it
         return False
+
+
+def _fill(cache: Any, study_id: int, empty: Callable[[], bool], info_type: Any) -> bool:
+    """Read the study's trials in one pass and put them in Optuna's cache (see :func:`warm_cache`)."""
+    trials = reading.all_trials(cache._backend, study_id)
+    with cache._lock:
+        if not empty():
+            return False
+        info = cache._studies.setdefault(study_id, info_type())
+        cache._add_trials_to_cache(study_id, trials)
+        for t in trials:
+            if t.state.is_finished():
+                info.last_finished_trial_id = max(info.last_finished_trial_id, t._trial_id)
+            else:
+                info.unfinished_trial_ids.add(t._trial_id)
     return True
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while a study's trials are read in bulk, and what the process holds
+    then moved out of its reach (``gc.freeze``) when the read succeeded.
+
+    Reading 10,000 trials allocates a few hundred thousand objects that live as long as the study (Optuna's cache
+    keeps them), none of them garbage; each allocation burst set off collections that walked the whole growing heap
+    again, and every later full collection (building the evidence, typing the trials) walked them once more: with
+    the collector paused and the read frozen, a resumed 10,000-trial study's read took 0.55 s instead of 1.7 s here,
+    and its evidence 0.14 s instead of 0.5 s (issue 27). Frozen objects are still freed when their last reference
+    goes (reference counting); only a reference cycle among them would outlive its use, and the trials hold none.
+    A collector the caller had paused stays paused.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+        gc.freeze()
+    finally:
+        if was:
+            gc.enable()
