@@ -3,13 +3,15 @@
 Optuna's samplers by name (:func:`make_sampler`); the default, ``gp``, is a Gaussian process
 until the study is long enough that its refits cost more than a trial's worth of waiting,
 then multivariate TPE (:class:`GPThenTPE`). :class:`Handover` says so once per run and
-records it on the study once (``sampler_switch``), so ``autotune status`` can show it.
+records it on the study once (``sampler_switch``), so ``autotune status`` can show it. Past the hand-over,
+TPE's proposals of configurations measured already are steered to the nearest one not measured
+(:attr:`GPThenTPE.steer`, set by the search: :mod:`.steer`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -57,6 +59,11 @@ class GPThenTPE(optuna.samplers.BaseSampler):
     has taken over in a process it keeps the study (trials are never removed, so the history only
     grows): after the hand-over no trial is counted again. :attr:`switched_at` is the first trial
     number it suggested with TPE in this process (None while the GP suggests).
+
+    :attr:`steer` (set by the search, :class:`autotune.phases.search.Search`): ``steer(params)`` is given TPE's
+    proposal for a trial (its relative parameters) and returns the parameters to use instead (the nearest
+    configuration not measured yet: :mod:`.steer`), or None to keep it. Only TPE's proposals are steered, so the
+    Gaussian process (a study under ``limit``) decides as it would without it.
     """
 
     def __init__(self, gp: optuna.samplers.BaseSampler, tpe: optuna.samplers.BaseSampler, limit: int) -> None:
@@ -64,6 +71,7 @@ class GPThenTPE(optuna.samplers.BaseSampler):
         self.tpe = tpe
         self.limit = limit
         self.switched_at: int | None = None
+        self.steer: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
         self._chosen: dict[int, optuna.samplers.BaseSampler] = {}
 
     def past_limit(self, study: optuna.Study) -> bool:
@@ -94,7 +102,13 @@ class GPThenTPE(optuna.samplers.BaseSampler):
         return self._for(study, trial).infer_relative_search_space(study, trial)
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, Any]) -> dict[str, Any]:
-        return self._for(study, trial).sample_relative(study, trial, search_space)
+        chosen = self._for(study, trial)
+        params = chosen.sample_relative(study, trial, search_space)
+        if chosen is self.tpe and self.steer is not None and params:
+            steered = self.steer(dict(params))
+            if steered is not None:
+                return {**params, **{k: v for k, v in steered.items() if k in search_space}}
+        return params
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: Any) -> Any:
         return self._for(study, trial).sample_independent(study, trial, param_name, param_distribution)

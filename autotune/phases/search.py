@@ -16,7 +16,10 @@ it (by a margin never below the noise floor), then recorded and told to Optuna.
 The loop (:meth:`Search.run`) looks for other processes' stale trials, queues the seeds just
 in time (:mod:`.seeds`), and stops when the study holds ``trials`` measured configurations,
 when the run's time is spent, or when the sampler keeps repeating measured configurations
-("space exhausted"); while other processes measure the rest of the budget, it waits.
+("space exhausted"); while other processes measure the rest of the budget, it waits. Past the default
+sampler's hand-over to TPE (a long study), a proposal of a measured configuration is moved to the nearest one
+not measured yet before the trial takes it (:meth:`Search.steer`, :mod:`.steer`): no trial is spent on a cache
+answer there.
 
 Each part of a trial can be timed without touching the loop: ``on_step(step, seconds)`` is told
 after ``ask`` (Optuna creates the trial), ``suggest`` (the sampler and the parameters' writes),
@@ -48,6 +51,7 @@ from autotune import knobs
 from autotune import result as R
 from autotune.errors import WorkloadError
 from autotune.phases import claims, sampler
+from autotune.phases import steer as steering
 from autotune.phases.bench import Bench
 from autotune.phases.seeds import Seeds, baseline_failure, failed_baseline
 from autotune.phases.session import Session
@@ -136,6 +140,8 @@ class Search:
         self.check = check or (lambda: None)
         self.on_step = on_step if on_step is not None else _trace(live) if os.environ.get(TRACE_ENV) == "1" else None
         self.handover = sampler.Handover(live)
+        if isinstance(live.sampler, sampler.GPThenTPE):  # past the hand-over, TPE's proposals avoid measured configurations
+            live.sampler.steer = self.steer
         self._cache: dict[str, StoredTrial] | None = None  # measured trials by configuration key
 
     @property
@@ -208,18 +214,39 @@ class Search:
 
     def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
         """Define-by-run: a dependent knob is suggested only when the knobs it needs allow it."""
+        def pick(name: str, dim: Any) -> Any:
+            if dim.choices is not None:
+                return trial.suggest_categorical(name, list(dim.choices))
+            assert dim.low is not None and dim.high is not None
+            return trial.suggest_int(name, dim.low, dim.high, step=dim.step)
+
+        return self._define(pick)
+
+    def _define(self, pick: Callable[[str, Any], Any]) -> dict[str, Any]:
+        """The searched knobs' values, each from ``pick(name, dimension)``, skipping a dependent knob whose needs
+        the knobs picked before it do not meet (one definition for a trial's suggestions and a proposal's)."""
         params: dict[str, Any] = {}
         for name, dim in self.seeds.space.search.items():
             knob = knobs.KNOBS[name]
             so_far = {**self.seeds.base, **params}
             if any(c.check(self.seeds.ctx, so_far) for c in knob.when if isinstance(c, knobs.KnobAbove)):
                 continue
-            if dim.choices is not None:
-                params[name] = trial.suggest_categorical(name, list(dim.choices))
-            else:
-                assert dim.low is not None and dim.high is not None
-                params[name] = trial.suggest_int(name, dim.low, dim.high, step=dim.step)
+            params[name] = pick(name, dim)
         return params
+
+    def measured(self, proposal: Mapping[str, Any]) -> bool:
+        """The configuration ``proposal`` (a value for every searched knob) defines is measured in the study as this
+        process knows it (:attr:`cache`); one that does not resolve counts as measured (never steered to)."""
+        try:
+            params = self._define(lambda name, dim: proposal[name])
+            return knobs.resolve({**self.seeds.base, **params}, self.seeds.ctx).key() in self.cache
+        except Exception:  # noqa: BLE001 - a combination the knobs refuse: not a configuration to move to
+            return True
+
+    def steer(self, proposal: dict[str, Any]) -> dict[str, Any] | None:
+        """The sampler's proposal moved to the nearest configuration not measured yet (:mod:`.steer`), or None to
+        keep it (not measured, or none found near it)."""
+        return steering.nearest(proposal, self.seeds.space.search, self.measured)
 
     @contextmanager
     def _step(self, step: str) -> Iterator[None]:
