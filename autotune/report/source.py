@@ -149,6 +149,8 @@ def _row(
     ``seen``: the plain configuration and its changes by configuration, shared by the rows of trials that ran the same
     one (a study of 100,000 trials has a few thousand): read only, as every row is."""
     result = t.result if isinstance(t.result, _MAP) else {}
+    whole = getattr(result, "whole", None)  # a lazy result (autotune.store): its dict, read once, 7 lookups a row
+    result = whole() if callable(whole) else result
     config = t.config if isinstance(t.config, _MAP) and t.config else dict(t.params)  # none yet: its parameters
     try:
         key: Any = tuple(config.items()) if seen is not None else None
@@ -169,7 +171,8 @@ def _row(
         speed = _num(values[0])
     if ok and peak is None and len(values) > 1:
         peak = _num(values[1])
-    profile = result.get("profile") if isinstance(result.get("profile"), _MAP) else {}
+    profile = result.get("profile")
+    profile = profile if isinstance(profile, _MAP) else {}
     duplicate_of = t.duplicate_of
     return {
         "number": t.number,
