@@ -96,6 +96,7 @@ def listing(store: Store) -> list[dict[str, Any]]:
     """Every job and study in a store, as ``autotune list`` shows them."""
     summaries = store.summaries()
     names = [s.name for s in summaries]
+    kept_views = store.kept_of([s for s in summaries if not s.job_record], ("summary", "owners"))
     docs: list[dict[str, Any]] = []
     for described in summaries:
         raw = described.job_record
@@ -104,7 +105,7 @@ def listing(store: Store) -> list[dict[str, Any]]:
                          "submitted_at": raw.get("submitted_at"), "workload": raw.get("spec"),
                          "studies": [n for n in names if n.startswith(described.name + "@")]})
             continue
-        kept = store.kept_of(described)
+        kept = kept_views.get(described.name)
         docs.append(_now(kept["summary"], kept["owners"]) if kept else summary(store.read(described.name, described)))
     return docs
 
@@ -156,7 +157,7 @@ def keep(store: Store, name: str) -> bool:
 
 def status_of(store: Store, name: str) -> dict[str, Any]:
     """What ``autotune status`` shows of the study ``name``: kept, or computed from its trials."""
-    described, kept = store.kept(name)
+    described, kept = store.kept(name, ("status", "owners"))
     if kept is None:
         return status(store.read(name, described))
     return _now(kept["status"], kept["owners"])
@@ -164,10 +165,10 @@ def status_of(store: Store, name: str) -> dict[str, Any]:
 
 def export_of(store: Store, name: str, pick: str, max_memory_bytes: int | None = None) -> dict[str, Any]:
     """The export of the study's ``pick`` (:func:`autotune.export.export`): kept, or computed from its trials."""
-    described, kept = store.kept(name) if max_memory_bytes is None else (None, None)
-    if kept is None or pick not in kept["exports"]:
+    described, kept = store.kept(name, (f"exports.{pick}",)) if max_memory_bytes is None else (None, None)
+    if kept is None or kept[f"exports.{pick}"] is None:
         return exporting.export(store.read(name, described), pick, max_memory_bytes, store.shown)
-    doc = dict(kept["exports"][pick])
+    doc = dict(kept[f"exports.{pick}"])
     doc["exported_at"] = exporting.now()
     doc["study"] = {**doc["study"], "storage": store.shown}
     return doc

@@ -90,7 +90,9 @@ def test_a_run_keeps_the_views_status_and_export_show(mlp_study):
     study = store.read("mlp", described)
     assert json.loads(invoke("status", "mlp", "--storage", url, "--json").output) == json.loads(
         json.dumps(view.status(study), default=str))
-    assert kept["exports"]["recommended"]["knobs"] == view.export_of(store, "mlp", "recommended")["knobs"]
+    exported = store.kept("mlp", ("exports.recommended",))[1]["exports.recommended"]
+    assert exported["knobs"] == view.export_of(store, "mlp", "recommended")["knobs"] == view.export_of(
+        store, "mlp", "recommended", max_memory_bytes=2**50)["knobs"]  # (a memory limit: computed from the trials)
 
 
 def test_refuses_another_space(mlp_study, tmp_path):

@@ -130,3 +130,15 @@ def test_the_workers_seen_lately_are_counted_when_shown_not_when_kept(tmp_path, 
     monkeypatch.setattr(view, "RECENT_S", -1.0)  # the same kept views, read long after
     assert view.status_of(reader, "s")["workers_recently"] == 0
     assert view.listing(reader)[0]["workers_recently"] == 0
+
+
+def test_a_sqlite_without_json_functions_reads_the_whole_kept_record_and_shows_the_same(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    store, _ = built(url)
+    assert view.keep(store, "s")
+    expected = computed_status(url)
+    monkeypatch.setattr(Tables, "_json", lambda self: False)
+    monkeypatch.setattr(Tables, "trials", lambda *a: pytest.fail("read the trials of a kept study"))
+    reader = Store(url, read_only=True)
+    assert same(view.status_of(reader, "s"), expected)
+    assert view.export_of(reader, "s", "smallest")["pick"] == "smallest"

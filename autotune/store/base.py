@@ -323,10 +323,10 @@ class Store:
 
     # ------------------------------------------------------------ kept views (.kept)
 
-    def kept(self, name: str) -> tuple[StoredStudy, dict[str, Any] | None]:
-        """The study's description (its trials not read: pass it to :meth:`read`) and its kept views where they hold
-        for the study as it is now (:mod:`.kept`), else None: a store read through Optuna's storage (a journal) never
-        has them. StudyError when there is no such study."""
+    def kept(self, name: str, parts: tuple[str, ...] = ("status", "owners")) -> tuple[StoredStudy, dict[str, Any] | None]:
+        """The study's description (its trials not read: pass it to :meth:`read`) and the parts ``parts`` of its kept
+        views where they hold for the study as it is now (:mod:`.kept`), else None: a store read through Optuna's
+        storage (a journal) never has them. StudyError when there is no such study."""
         with self.faults():
             self._existing(name)
             direct = self._direct
@@ -336,21 +336,30 @@ class Store:
             study_id = dict((n, i) for i, n in direct.studies())[name]
             attrs = direct.attrs([study_id]).get(study_id, {})
             described = StoredStudy(name, attrs, [])
-            return described, kept.valid(attrs, direct.key(study_id, attrs))
+            return described, self._valid(direct, {study_id: attrs}, parts).get(study_id)
 
-    def kept_of(self, described: StoredStudy) -> dict[str, Any] | None:
-        """The kept views of a study already described (``list``: every study's description from one query)."""
+    def kept_of(self, described: list[StoredStudy], parts: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+        """The parts ``parts`` of the kept views that hold, by study name, of studies already described (``list``:
+        every study's description from one query): a query for the views, one for every study's key."""
         direct = self._direct
-        if direct is None:
-            return None
+        if direct is None or not described:
+            return {}
         with self.faults():
             ids = dict((n, i) for i, n in direct.studies())
-            if described.name not in ids:
-                return None
-            return kept.valid(described._attrs, direct.key(ids[described.name], described._attrs))
+            attrs = {ids[d.name]: d._attrs for d in described if d.name in ids}
+            names = {i: n for n, i in ids.items()}
+            return {names[i]: views for i, views in self._valid(direct, attrs, parts).items()}
+
+    @staticmethod
+    def _valid(direct: Tables, attrs: Mapping[int, Mapping[str, Any]], parts: tuple[str, ...]) -> dict[int, dict[str, Any]]:
+        views = direct.kept(list(attrs), ("key", *parts))
+        if not views:
+            return {}
+        keys = direct.keys({i: attrs[i] for i in views})
+        return {i: v for i, v in ((i, kept.valid(views[i], keys[i])) for i in views) if v is not None}
 
     def key(self, name: str) -> list[Any] | None:
-        """The study's key now (:func:`.kept.key_of`): None while a trial of it runs, and for a store with no direct
+        """The study's key now (:func:`.kept.keys_of`): None while a trial of it runs, and for a store with no direct
         read of its tables (a journal, an in-memory database, a schema :mod:`.reading` does not know)."""
         tables = self._key_tables()
         if tables is None:
@@ -359,7 +368,7 @@ class Store:
             ids = dict((n, i) for i, n in tables.studies())
             if name not in ids:
                 return None
-            return tables.key(ids[name], tables.attrs([ids[name]]).get(ids[name], {}))
+            return tables.keys({ids[name]: tables.attrs([ids[name]]).get(ids[name], {})})[ids[name]]
 
     def _key_tables(self) -> Tables | None:
         if self.read_only:

@@ -46,28 +46,48 @@ def attrs_hash(attrs: Mapping[str, Any]) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
 
 
-def key_of(raw: Any, study_id: int, attrs: Mapping[str, Any]) -> list[Any] | None:
-    """The study's key through ``raw`` (a driver's own connection), or None while a trial of it runs."""
+def keys_of(raw: Any, attrs: Mapping[int, Mapping[str, Any]]) -> dict[int, list[Any] | None]:
+    """Each study's key through ``raw`` (a driver's own connection), by id (``attrs``: the studies' attributes by
+    id); None for a study while a trial of it runs. One query over the trials of them all."""
+    ids = ",".join(str(int(i)) for i in attrs) or "NULL"
     cur = raw.cursor()
     try:
-        sid = int(study_id)
-        cur.execute("SELECT state, count(*), max(trial_id), max(datetime_complete) FROM trials "
-                    f"WHERE study_id = {sid} GROUP BY state ORDER BY state")
-        states = [[str(getattr(s, "name", s)), int(n), int(last), None if done is None else str(done)]
-                  for s, n, last, done in cur.fetchall()]
-        cur.execute(f"SELECT count(*) FROM study_system_attributes WHERE study_id = {sid}")
-        system = int(cur.fetchone()[0])
+        cur.execute("SELECT study_id, state, count(*), max(trial_id), max(datetime_complete) FROM trials "
+                    f"WHERE study_id IN ({ids}) GROUP BY study_id, state ORDER BY study_id, state")
+        trials = cur.fetchall()
+        cur.execute(f"SELECT study_id, count(*) FROM study_system_attributes WHERE study_id IN ({ids}) "
+                    "GROUP BY study_id")
+        system = {int(sid): int(n) for sid, n in cur.fetchall()}
     finally:
         cur.close()
         raw.rollback()
-    if any(s[0] in UNFINISHED for s in states):
-        return None
-    return [FORMAT, __version__, states, system, attrs_hash(attrs)]
+    states: dict[int, list[list[Any]]] = {int(i): [] for i in attrs}
+    for sid, state, n, last, done in trials:
+        states[int(sid)].append([str(getattr(state, "name", state)), int(n), int(last),
+                                 None if done is None else str(done)])
+    return {sid: None if any(s[0] in UNFINISHED for s in rows) else
+            [FORMAT, __version__, rows, system.get(sid, 0), attrs_hash(attrs[sid])] for sid, rows in states.items()}
 
 
-def valid(attrs: Mapping[str, Any], key: list[Any] | None) -> dict[str, Any] | None:
-    """The kept views in ``attrs`` when they were kept at ``key`` (the study's key now), else None."""
-    kept = attrs.get(KEPT)
-    if key is None or not isinstance(kept, Mapping) or kept.get("key") != key:
+def parts_query(dialect: str, ids: str, parts: tuple[str, ...]) -> str:
+    """The query of the parts ``parts`` (dotted paths) of each study's kept views, as JSON text, where the database
+    reads JSON."""
+    if dialect == "sqlite":  # (json_quote: JSON text whatever the part is, as json_extract gives a string unquoted)
+        cols = "".join(f", json_quote(json_extract(value_json, '$.{p}'))" for p in parts)
+    else:  # PostgreSQL
+        cols = "".join(f", (value_json::json #> '{{{','.join(p.split('.'))}}}')::text" for p in parts)
+    return f"SELECT study_id{cols} FROM study_user_attributes WHERE key = '{KEPT}' AND study_id IN ({ids})"
+
+
+def part(views: Any, path: str) -> Any:
+    """The part ``path`` (dotted: ``exports.fastest``) of a whole kept record (None where there is none)."""
+    for name in path.split("."):
+        views = views.get(name) if isinstance(views, Mapping) else None
+    return views
+
+
+def valid(views: Mapping[str, Any] | None, key: list[Any] | None) -> dict[str, Any] | None:
+    """The kept views (those parts of them read) when they were kept at ``key`` (the study's key now), else None."""
+    if key is None or not isinstance(views, Mapping) or views.get("key") != key:
         return None
-    return dict(kept)
+    return dict(views)

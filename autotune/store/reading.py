@@ -29,6 +29,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Any, Callable
 
+from autotune.store import kept
 from autotune.store.records import (CONSTRAINTS, OWNER, RESULT, RESULT_READ_WITH_TRIAL, LazyResult, StoredTrial,
                                     constraints_of)
 
@@ -142,11 +143,12 @@ def studies_of(raw: Any) -> list[tuple[int, str]]:
 
 
 def study_attrs_of(raw: Any, study_ids: list[int] | None = None) -> dict[int, dict[str, Any]]:
-    """The user attributes of the studies ``study_ids`` (every study's when None), by study id, in the order written."""
-    where = "" if study_ids is None else f" WHERE study_id IN ({','.join(str(int(i)) for i in study_ids) or 'NULL'})"
+    """The user attributes of the studies ``study_ids`` (every study's when None), by study id, in the order written,
+    less their kept views (:func:`kept_of` reads the parts of them a view shows)."""
+    where = "" if study_ids is None else f" AND study_id IN ({','.join(str(int(i)) for i in study_ids) or 'NULL'})"
     cur = raw.cursor()
     try:
-        cur.execute(f"SELECT study_id, key, value_json FROM study_user_attributes{where} "
+        cur.execute(f"SELECT study_id, key, value_json FROM study_user_attributes WHERE key <> '{kept.KEPT}'{where} "
                     "ORDER BY study_user_attribute_id")
         rows = cur.fetchall()
     finally:
@@ -157,6 +159,28 @@ def study_attrs_of(raw: Any, study_ids: list[int] | None = None) -> dict[int, di
     for (sid, key, _), value in zip(rows, decoded):
         out.setdefault(int(sid), {})[key] = value
     return out
+
+
+def kept_of(raw: Any, dialect: str, study_ids: list[int], parts: tuple[str, ...],
+            json_read: bool = True) -> dict[int, dict[str, Any]]:
+    """The parts ``parts`` of the studies' kept views (:mod:`.kept`), by study id: only those parts are read where the
+    database reads JSON (``json_read``), else the whole record, then cut to them."""
+    ids = ",".join(str(int(i)) for i in study_ids) or "NULL"
+    cur = raw.cursor()
+    try:
+        if json_read:
+            cur.execute(kept.parts_query(dialect, ids, parts))
+            rows = [(sid, dict(zip(parts, (None if t is None else json.loads(t) for t in texts))))
+                    for sid, *texts in cur.fetchall()]
+        else:
+            cur.execute(f"SELECT study_id, value_json FROM study_user_attributes WHERE key = '{kept.KEPT}' "
+                        f"AND study_id IN ({ids})")
+            rows = [(sid, {p: kept.part(whole, p) for p in parts})
+                    for sid, whole in ((sid, json.loads(text)) for sid, text in cur.fetchall())]
+    finally:
+        cur.close()
+        raw.rollback()
+    return {int(sid): views for sid, views in rows}
 
 
 def _result_parts(dialect: str, ids: str) -> str:

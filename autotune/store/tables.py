@@ -100,10 +100,17 @@ class Tables:
         with self.connection() as raw:
             return reading.study_attrs_of(raw, study_ids)
 
-    def key(self, study_id: int, attrs: dict[str, Any]) -> list[Any] | None:
-        """The study's key for its kept views (:func:`autotune.store.kept.key_of`; None while a trial runs)."""
+    def keys(self, attrs: dict[int, dict[str, Any]]) -> dict[int, list[Any] | None]:
+        """The studies' keys for their kept views, by id (:func:`autotune.store.kept.keys_of`; None while a trial of
+        one runs); ``attrs``: their attributes by id."""
         with self.connection() as raw:
-            return kept.key_of(raw, study_id, attrs)
+            return kept.keys_of(raw, attrs)
+
+    def kept(self, study_ids: list[int], parts: tuple[str, ...]) -> dict[int, dict[str, Any]]:
+        """The parts ``parts`` of the studies' kept views, by id (:func:`autotune.store.reading.kept_of`)."""
+        json_read = self._json()
+        with self.connection() as raw:
+            return reading.kept_of(raw, self.dialect, study_ids, parts, json_read)
 
     def trials(self, study_id: int) -> list[StoredTrial]:
         """Every trial of the study, typed, in one pass (:func:`autotune.store.reading.stored_trials_of`); each
