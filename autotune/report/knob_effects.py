@@ -33,18 +33,25 @@ def knob_effects_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
     """For each searched knob: samples/s and peak memory of the ok trials, by value."""
     snap = Snapshot.of(study)
     rows = snap.measured_ok()
+    numbers = [r["number"] for r in rows]
+    speeds = [r["samples_per_s"] for r in rows]
+    memories = [r["peak_memory_bytes"] for r in rows]
     out = []
     for name in searched_knobs(snap):
-        groups: dict[str, dict[str, list[Any]]] = {}
-        raw = [_knob_value(snap, r, name) for r in rows]
-        for value in _value_order(snap, name, raw):
-            groups[format_value(name, value)] = {"numbers": [], "samples_per_s": [], "peak_memory_bytes": []}
-        for r, value, label in zip(rows, raw, _labels(name, raw)):
-            g = groups.setdefault(label, {"numbers": [], "samples_per_s": [], "peak_memory_bytes": []})
-            g["numbers"].append(r["number"])
-            g["samples_per_s"].append(r["samples_per_s"])
-            g["peak_memory_bytes"].append(r["peak_memory_bytes"])
-        values = [{"value": v, **g} for v, g in groups.items() if g["numbers"]]
+        raw = _values(snap, rows, name)
+        members: dict[str, list[int]] = {format_value(name, value): [] for value in _value_order(snap, name, raw)}
+        for i, label in enumerate(_labels(name, raw)):
+            members.setdefault(label, []).append(i)
+        values = [
+            {
+                "value": label,
+                "numbers": [numbers[i] for i in at],
+                "samples_per_s": [speeds[i] for i in at],
+                "peak_memory_bytes": [memories[i] for i in at],
+            }
+            for label, at in members.items()
+            if at
+        ]
         knob = knobs.KNOBS.get(name)
         out.append({"name": name, "help": knob.help if knob else "", "values": values})
     return {"knobs": out, "n_trials": len(rows)}
@@ -116,7 +123,7 @@ def importance_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
 
 def _groups(snap: Snapshot, rows: Sequence[Mapping[str, Any]], name: str) -> list[Hashable]:
     """Each row's value of a knob as a group label; a numeric knob with more than ``MAX_GROUPS`` values is binned."""
-    raw = [_knob_value(snap, r, name) for r in rows]
+    raw = _values(snap, rows, name)
     numeric = [_num(v) for v in raw]
     distinct = sorted({v for v in numeric if v is not None})
     if len(distinct) <= MAX_GROUPS or any(v is None for v in numeric):
@@ -132,6 +139,12 @@ def _groups(snap: Snapshot, rows: Sequence[Mapping[str, Any]], name: str) -> lis
         spans.setdefault(b, []).append(v)
     names = {b: f"{format_value(name, _whole(vs[0]))}-{format_value(name, _whole(vs[-1]))}" for b, vs in spans.items()}
     return [names[bins[v]] for v in numeric]  # type: ignore[index]
+
+
+def _values(snap: Snapshot, rows: Sequence[Mapping[str, Any]], name: str) -> list[Any]:
+    """Each row's value of a knob (:func:`~autotune.report.source._knob_value`, without a call a row)."""
+    default = snap.defaults.get(name)
+    return [r["config"][name] if name in r["config"] else default for r in rows]
 
 
 def _labels(name: str, raw: Sequence[Any]) -> list[str]:

@@ -203,6 +203,12 @@ def _outcome_from_state(t: StoredTrial) -> str:
 
 def _num(x: Any) -> float | None:
     """A finite float, or None."""
+    kind = type(x)
+    if kind is float:  # most numbers: 16 a trial
+        return x if math.isfinite(x) else None
+    if kind is int:
+        x = float(x)
+        return x if math.isfinite(x) else None
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
     x = float(x)
