@@ -11,9 +11,7 @@ evidence's, went to collections walking those trials again: issue 27).
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import optuna
 
@@ -52,7 +50,7 @@ def warm_cache(study: optuna.Study) -> bool:
     try:
         if not empty():
             return False  # read already
-        with _collector_paused():
+        with reading.collector_paused():
             return _fill(cache, study_id, empty, _StudyInfo)
     except Exception:  # noqa: BLE001 - a read that failed, an Optuna whose cache differs: Optuna's own first read fills it
         return False
@@ -72,26 +70,3 @@ def _fill(cache: Any, study_id: int, empty: Callable[[], bool], info_type: Any) 
             else:
                 info.unfinished_trial_ids.add(t._trial_id)
     return True
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused while a study's trials are read in bulk, and what the process holds
-    then moved out of its reach (``gc.freeze``) when the read succeeded.
-
-    Reading 10,000 trials allocates a few hundred thousand objects that live as long as the study (Optuna's cache
-    keeps them), none of them garbage; each allocation burst set off collections that walked the whole growing heap
-    again, and every later full collection (building the evidence, typing the trials) walked them once more: with
-    the collector paused and the read frozen, a resumed 10,000-trial study's read took 0.55 s instead of 1.7 s here,
-    and its evidence 0.14 s instead of 0.5 s (issue 27). Frozen objects are still freed when their last reference
-    goes (reference counting); only a reference cycle among them would outlive its use, and the trials hold none.
-    A collector the caller had paused stays paused.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-        gc.freeze()
-    finally:
-        if was:
-            gc.enable()

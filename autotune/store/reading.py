@@ -23,11 +23,13 @@ It only reads: a read-only store stays read-only.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
+import gc
 import json
 import math
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from autotune.store import kept
 from autotune.store.records import (CONSTRAINTS, OWNER, RESULT, RESULT_READ_WITH_TRIAL, LazyResult, StoredTrial,
@@ -43,6 +45,29 @@ SCHEMA = 12  # Optuna's RDB schema version (optuna.storages._rdb.models.SCHEMA_V
 REVISION = "v3.2.0.a"
 
 _INF = {"INF_POS": math.inf, "INF_NEG": -math.inf, "NAN": math.nan}
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while a study's trials are read in bulk, and what the process holds
+    then moved out of its reach (``gc.freeze``) when the read succeeded.
+
+    Reading 10,000 trials allocates a few hundred thousand objects that live as long as the study (Optuna's cache,
+    a read command's typed trials), none of them garbage; each allocation burst set off collections that walked the
+    whole growing heap again, and every later full collection (building the evidence, typing the trials) walked
+    them once more: with the collector paused and the read frozen, a resumed 10,000-trial study's read took 0.55 s
+    instead of 1.7 s here, and its evidence 0.14 s instead of 0.5 s (issue 27). Frozen objects are still freed when
+    their last reference goes (reference counting); only a reference cycle among them would outlive its use, and
+    the trials hold none. A collector the caller had paused stays paused.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+        gc.freeze()
+    finally:
+        if was:
+            gc.enable()
 
 
 def all_trials(storage: optuna.storages.BaseStorage, study_id: int) -> list[FrozenTrial]:

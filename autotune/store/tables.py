@@ -115,7 +115,7 @@ class Tables:
     def trials(self, study_id: int) -> list[StoredTrial]:
         """Every trial of the study, typed, in one pass (:func:`autotune.store.reading.stored_trials_of`); each
         result's bulk read when a view first asks for it, where the database reads JSON (SQLite's may not)."""
-        with self.connection() as raw:
+        with self.connection() as raw, reading.collector_paused():
             later = (lambda: self.connection()) if self._json() else None  # a connection when a view asks, not now
             return reading.stored_trials_of(raw, self.dialect, study_id, later)
 
