@@ -103,7 +103,6 @@ class Store:
         self._identity: tuple[int, int] | None = None  # the file's (device, inode) when opened
         self._storage: optuna.storages.BaseStorage | None = None
         self._tables: Tables | None | bool = False  # a read-only database's tables read directly (False: not opened)
-        self._key: Tables | None | bool = False  # a writer's read of the same tables, for the key of kept views
         if url.startswith("journal:"):
             from autotune.store import journal  # Optuna's journal storage: imported for a journal store only
 
@@ -360,30 +359,34 @@ class Store:
 
     def key(self, name: str) -> list[Any] | None:
         """The study's key now (:func:`.kept.keys_of`): None while a trial of it runs, and for a store with no direct
-        read of its tables (a journal, an in-memory database, a schema :mod:`.reading` does not know)."""
-        tables = self._key_tables()
-        if tables is None:
-            return None
-        with self.faults():
+        read of its tables (a journal, an in-memory database, a schema :mod:`.reading` does not know). A writer's
+        store reads it through tables opened for the read and closed after it (a server's connection is not kept)."""
+        with self.faults(), self._key_tables() as tables:
+            if tables is None:
+                return None
             ids = dict((n, i) for i, n in tables.studies())
             if name not in ids:
                 return None
             return tables.keys({ids[name]: tables.attrs([ids[name]]).get(ids[name], {})})[ids[name]]
 
-    def _key_tables(self) -> Tables | None:
+    @contextlib.contextmanager
+    def _key_tables(self) -> Iterator[Tables | None]:
         if self.read_only:
-            return self._direct
-        if self._key is False:
-            self._key = None
-            if not self._url.startswith("journal:") and (self.path is not None or self.is_server):
-                with self._worded():
-                    tables = (Tables.of_sqlite(self.path.absolute()) if self.path is not None
-                              else Tables.of_server(server.with_installed_driver(self._url)))
-                    if tables is not None and not tables.known():
-                        tables.close()
-                        tables = None
-                self._key = tables
-        return self._key or None
+            yield self._direct
+            return
+        tables = None
+        if not self._url.startswith("journal:") and (self.path is not None or self.is_server):
+            with self._worded():
+                tables = (Tables.of_sqlite(self.path.absolute()) if self.path is not None
+                          else Tables.of_server(server.with_installed_driver(self._url)))
+                if tables is not None and not tables.known():
+                    tables.close()
+                    tables = None
+        try:
+            yield tables
+        finally:
+            if tables is not None:
+                tables.close()
 
     def keep(self, name: str, key: list[Any], views: Mapping[str, Any]) -> None:
         """Keep ``views`` on the study, for as long as its key stays ``key`` (a writer's: see :mod:`.kept`)."""
