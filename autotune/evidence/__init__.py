@@ -11,6 +11,7 @@ configuration never shows two speed-ups.
 - :mod:`.configs`: each measured configuration with every measurement of it, and its claim;
 - :mod:`.load`: how busy the machine was, and what that leaves out of a claim;
 - :mod:`.figures`: :class:`Evidence`: the comparisons, the front, the race's candidates and the verdict;
+- :mod:`.model`: the search's measurements as one effect per knob value, with its fit check (not used yet);
 - :mod:`.verdict`: :class:`Verdict`, the answer a user reads.
 """
 
