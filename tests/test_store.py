@@ -490,3 +490,20 @@ def test_a_journal_record_left_half_written_is_cut_not_joined_to_the_next(tmp_pa
     again = optuna.load_study(study_name="s", storage=optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(str(path))))  # Optuna's own reader
     assert again.user_attrs["after"] == 1 and again.user_attrs["workload"] == ATTRS["workload"]
+
+
+def test_a_writer_finds_its_study_without_reading_every_studys_attributes(store_url, monkeypatch):
+    """Loading a study checks its name in one query: the list of every study (each one's attributes and kept views,
+    a year of nightly studies in one database) is read only to say what there is when the name is not there."""
+    from autotune.made_up import make_study
+
+    store = Store(store_url)
+    for k in range(3):
+        make_study(store.storage, n_trials=3, seed=k, name=f"night-{k}")
+    listed = []
+    summaries = Store.summaries
+    monkeypatch.setattr(Store, "summaries", lambda self: listed.append(1) or summaries(self))
+    assert store.load("night-1").study_name == "night-1" and not listed
+    with pytest.raises(StudyError, match="night-0, night-1, night-2"):
+        store.load("night-9")
+    assert listed

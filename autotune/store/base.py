@@ -396,6 +396,15 @@ class Store:
 
     def _existing(self, name: str) -> None:
         check_name(name)
+        if not self.read_only and not self.missing:
+            # One query for the name (the list of every study reads every study's attributes, kept views and
+            # all: a year of nightly studies in one database), the list only to say what there is instead.
+            with self._studies_read():
+                try:
+                    self.storage.get_study_id_from_name(name)
+                    return
+                except KeyError:
+                    pass
         names = self.names()
         if name not in names:
             if self.missing:
