@@ -10,7 +10,8 @@ print the same thing. It reads, never writes, and imports neither torch nor the 
 
 The views of a study nobody runs are computed once, by the run that wrote it last (:func:`views`,
 kept by :meth:`autotune.tuning.Prepared.run`), and kept on the study (:mod:`autotune.store.kept`):
-``status``, ``list`` and ``export`` show them (:func:`status_of`, :func:`listing`, :func:`export_of`)
+``status``, ``list``, ``export`` and ``dashboard`` show them (:func:`status_of`, :func:`listing`,
+:func:`export_of`, :func:`page_of`)
 while the study is as it was when they were kept, and compute them from its trials otherwise. The
 figures are the same either way; only what depends on the clock (the workers seen lately, when it
 was exported) is worked out when shown.
@@ -26,6 +27,7 @@ from autotune import export as exporting
 from autotune.errors import AutotuneError
 from autotune.request import PICKS
 from autotune.store import Store, StoredStudy
+from autotune.store.kept import PAGE
 from autotune.store.records import JOB_RECORD as JOB  # noqa: F401 - transitional: autotune.tuning still reads it here
 from autotune.evidence import evidence_of
 
@@ -145,14 +147,29 @@ def views(study: StoredStudy) -> dict[str, Any]:
 def keep(store: Store, name: str) -> bool:
     """Keep the study's views on it (the end of a run), unless a trial of it is running or it changes while they
     are computed; whether they were kept."""
+    from autotune import report  # (plotly: imported by the writer and `dashboard` only)
+
     key = store.key(name)
     if key is None:
         return False
-    kept = views(store.read(name))
+    study = store.read(name)
+    kept = views(study)
+    page = json.loads(json.dumps(report.page_info(study), default=str))
     if store.key(name) != key:
         return False
-    store.keep(name, key, kept)
+    store.keep(name, key, kept, page)
     return True
+
+
+def page_of(store: Store, name: str) -> dict[str, Any]:
+    """What the dashboard's page shows of the study ``name`` (:func:`autotune.report.page_info`): kept, or computed
+    from its trials."""
+    from autotune import report
+
+    described, kept = store.kept(name, ("info",), PAGE)
+    if kept is None:
+        return report.page_info(store.read(name, described))
+    return dict(kept["info"])
 
 
 def status_of(store: Store, name: str) -> dict[str, Any]:

@@ -321,7 +321,7 @@ def dashboard(study_name: str, storage: str | None, output: str | None, watch_s:
     store = study_store(study_name, storage, read_only=True)
 
     def load() -> Any:
-        return view.read(store, study_name)
+        return view.page_of(store, study_name)  # what the page shows: kept by the run that wrote the study last
 
     out = Path(output) if output else report.default_path(study_name)
     if watch_s is None:

@@ -188,10 +188,27 @@ def _failure_groups_html(info: Mapping[str, Any]) -> str:
     )
 
 
-def render_html(study: StoredStudy | Snapshot, refresh_s: float | None = None) -> str:
-    """The whole dashboard page as a string (see the module docstring)."""
+def render_html(study: StoredStudy | Snapshot | Mapping[str, Any], refresh_s: float | None = None) -> str:
+    """The whole dashboard page as a string (see the module docstring), of a study or of what :func:`page_info` made
+    of one (as the run that wrote a study last keeps it: :func:`autotune.view.page_of`)."""
     with _no_cycle_collection():
-        return _render_html(study, refresh_s)
+        info = study if isinstance(study, Mapping) else _page_info(study)
+        return _render_html(info, refresh_s)
+
+
+def page_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
+    """Everything the page shows of the study, as plain JSON-able data (each part's *info* function's): the page is
+    drawn from it alone (:func:`render_html`), so a study's page can be kept and drawn again without its trials."""
+    with _no_cycle_collection():
+        return _page_info(study)
+
+
+def _page_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
+    snap = Snapshot.of(study)
+    return {"name": snap.name, "header": header_info(snap), "pareto": pareto_info(snap),
+            "front_table": front_table_info(snap), "bought": ablation_info(snap), "effects": knob_effects_info(snap),
+            "importance": importance_info(snap), "parallel": parallel_info(snap), "history": history_info(snap),
+            "profile": profile_info(snap), "failures": failures_info(snap)}
 
 
 @contextlib.contextmanager
@@ -208,10 +225,9 @@ def _no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-def _render_html(study: StoredStudy | Snapshot, refresh_s: float | None) -> str:
-    snap = Snapshot.of(study)
+def _render_html(info: Mapping[str, Any], refresh_s: float | None) -> str:
     page = _Page()
-    header = header_info(snap)
+    header = info["header"]
     page.add(_header_html(header))
     page.add(
         '<nav><a href="#front">Pareto front</a><a href="#bought">What each knob bought</a>'
@@ -219,7 +235,7 @@ def _render_html(study: StoredStudy | Snapshot, refresh_s: float | None) -> str:
         '<a href="#time">Where time goes</a><a href="#failures">Failures</a></nav>'
     )
 
-    pareto = pareto_info(snap)
+    pareto = info["pareto"]
     unit, scale = pareto["memory_unit"], pareto["memory_scale"]
     section: list[str] = []
     if pareto["points"] or pareto["failed"]:
@@ -230,10 +246,10 @@ def _render_html(study: StoredStudy | Snapshot, refresh_s: float | None) -> str:
     else:
         section.append(_note("No finished trial yet."))
     section.append("<h3>Recommended, then the front</h3>")
-    section.append(_front_table_html(front_table_info(snap)))
+    section.append(_front_table_html(info["front_table"]))
     page.section("front", "Pareto front: samples/s against peak memory", section)
 
-    bought = ablation_info(snap)
+    bought = info["bought"]
     if bought["steps"]:
         section = [page.figure(ablation_figure(bought), name="ablation"), f'<p class="hint">{_e(bought["text"])}.</p>']
     else:
@@ -241,7 +257,7 @@ def _render_html(study: StoredStudy | Snapshot, refresh_s: float | None) -> str:
                          "at a time, each step's speed-up in shared processes.")]
     page.section("bought", "What each knob bought, from the defaults", section)
 
-    effects = knob_effects_info(snap)
+    effects = info["effects"]
     section = []
     shown = [k for k in effects["knobs"] if k["values"]]
     if shown:
@@ -252,14 +268,14 @@ def _render_html(study: StoredStudy | Snapshot, refresh_s: float | None) -> str:
         section.append("</div>")
     else:
         section.append(_note("No ok trial yet: nothing to show per knob."))
-    importance = importance_info(snap)
+    importance = info["importance"]
     section.append("<h3>Knob importance</h3>")
     if importance["samples_per_s"]:
         section.append(page.figure(importance_figure(importance), name="importance"))
         section.append(f'<p class="hint">{_e(importance["method"])}</p>')
     else:
         section.append(_note(importance["note"] or "No importance."))
-    parallel = parallel_info(snap)
+    parallel = info["parallel"]
     section.append("<h3>Knobs against samples/s</h3>")
     if parallel["numbers"] and parallel["dimensions"]:
         section.append(page.figure(parallel_figure(parallel, unit, scale), name="parallel"))
@@ -271,7 +287,7 @@ def _render_html(study: StoredStudy | Snapshot, refresh_s: float | None) -> str:
         section.append(_note("No ok trial with searched knobs yet."))
     page.section("knobs", "What each knob does", section)
 
-    history = history_info(snap)
+    history = info["history"]
     section = []
     if history["numbers"]:
         section.append(page.figure(history_figure(history), name="history"))
@@ -305,7 +321,7 @@ def _render_html(study: StoredStudy | Snapshot, refresh_s: float | None) -> str:
         section.append(_note("No finished trial yet."))
     page.section("history", "History", section)
 
-    prof = profile_info(snap)
+    prof = info["profile"]
     page.section(
         "time",
         "Where time goes on the front",
@@ -316,7 +332,7 @@ def _render_html(study: StoredStudy | Snapshot, refresh_s: float | None) -> str:
         ],
     )
 
-    failures = failures_info(snap)
+    failures = info["failures"]
     page.section("failures", "Failures", [_failures_html(failures)])
 
     refresh = f'<meta http-equiv="refresh" content="{max(1, round(refresh_s))}">' if refresh_s else ""
@@ -325,7 +341,7 @@ def _render_html(study: StoredStudy | Snapshot, refresh_s: float | None) -> str:
         "<!DOCTYPE html>\n"
         f'<html lang="en"><head><meta charset="utf-8">{refresh}'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>autotune · {_e(snap.name)}</title><style>{_CSS}</style><script>{_EARLY_JS}</script></head><body>"
+        f"<title>autotune · {_e(info['name'])}</title><style>{_CSS}</style><script>{_EARLY_JS}</script></head><body>"
         + "".join(page.parts)
         + f"<footer>Generated {_e(generated)} by autotune. Everything on this page is embedded; it needs no network.</footer>"
         + '<pre id="autotune-selftest" hidden></pre>'
@@ -347,8 +363,9 @@ def _file_safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "study"
 
 
-def write_dashboard(study: StoredStudy, path: str | Path, refresh_s: float | None = None) -> Path:
-    """Write the dashboard of ``study`` to ``path`` (parents created, replaced atomically); returns the path.
+def write_dashboard(study: StoredStudy | Mapping[str, Any], path: str | Path, refresh_s: float | None = None) -> Path:
+    """Write the dashboard of ``study`` (or of what :func:`page_info` made of one) to ``path`` (parents created,
+    replaced atomically); returns the path.
 
     A ``path`` that is an existing folder gets ``<study>.html`` inside it. With
     ``refresh_s`` the page reloads itself that often (see :func:`watch`). A path
@@ -356,7 +373,7 @@ def write_dashboard(study: StoredStudy, path: str | Path, refresh_s: float | Non
     """
     target = Path(path)
     if target.is_dir():
-        target = target / f"{_file_safe(study.name)}.html"
+        target = target / f"{_file_safe(study['name'] if isinstance(study, Mapping) else study.name)}.html"
     text = render_html(study, refresh_s=refresh_s)
     tmp: str | None = None
     try:
@@ -378,7 +395,7 @@ def write_dashboard(study: StoredStudy, path: str | Path, refresh_s: float | Non
 
 
 def watch(
-    load_study: Callable[[], StoredStudy],
+    load_study: Callable[[], StoredStudy | Mapping[str, Any]],
     path: str | Path,
     interval_s: float,
     stop: Callable[[], bool] | None = None,

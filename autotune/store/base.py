@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 from autotune import __version__, hardware
 from autotune.errors import AutotuneError, StorageError, StorageUnreachable, StudyError
 from autotune.request import option
-from autotune.store import kept, reading, records, server, sqlite
+from autotune.store import kept as keeping
+from autotune.store import reading, records, server, sqlite
 from autotune.store.tables import Tables
 from autotune.store.faults import first_line
 from autotune.store.names import check_name, default_url
@@ -322,7 +323,8 @@ class Store:
 
     # ------------------------------------------------------------ kept views (.kept)
 
-    def kept(self, name: str, parts: tuple[str, ...] = ("status", "owners")) -> tuple[StoredStudy, dict[str, Any] | None]:
+    def kept(self, name: str, parts: tuple[str, ...] = ("status", "owners"),
+             attr: str = keeping.KEPT) -> tuple[StoredStudy, dict[str, Any] | None]:
         """The study's description (its trials not read: pass it to :meth:`read`) and the parts ``parts`` of its kept
         views where they hold for the study as it is now (:mod:`.kept`), else None: a store read through Optuna's
         storage (a journal) never has them. StudyError when there is no such study."""
@@ -335,7 +337,7 @@ class Store:
             study_id = dict((n, i) for i, n in direct.studies())[name]
             attrs = direct.attrs([study_id]).get(study_id, {})
             described = StoredStudy(name, attrs, [])
-            return described, self._valid(direct, {study_id: attrs}, parts).get(study_id)
+            return described, self._valid(direct, {study_id: attrs}, parts, attr).get(study_id)
 
     def kept_of(self, described: list[StoredStudy], parts: tuple[str, ...]) -> dict[str, dict[str, Any]]:
         """The parts ``parts`` of the kept views that hold, by study name, of studies already described (``list``:
@@ -350,12 +352,13 @@ class Store:
             return {names[i]: views for i, views in self._valid(direct, attrs, parts).items()}
 
     @staticmethod
-    def _valid(direct: Tables, attrs: Mapping[int, Mapping[str, Any]], parts: tuple[str, ...]) -> dict[int, dict[str, Any]]:
-        views = direct.kept(list(attrs), ("key", *parts))
+    def _valid(direct: Tables, attrs: Mapping[int, Mapping[str, Any]], parts: tuple[str, ...],
+               attr: str = keeping.KEPT) -> dict[int, dict[str, Any]]:
+        views = direct.kept(list(attrs), ("key", *parts), attr)
         if not views:
             return {}
         keys = direct.keys({i: attrs[i] for i in views})
-        return {i: v for i, v in ((i, kept.valid(views[i], keys[i])) for i in views) if v is not None}
+        return {i: v for i, v in ((i, keeping.valid(views[i], keys[i])) for i in views) if v is not None}
 
     def key(self, name: str) -> list[Any] | None:
         """The study's key now (:func:`.kept.keys_of`): None while a trial of it runs, and for a store with no direct
@@ -388,11 +391,15 @@ class Store:
             if tables is not None:
                 tables.close()
 
-    def keep(self, name: str, key: list[Any], views: Mapping[str, Any]) -> None:
-        """Keep ``views`` on the study, for as long as its key stays ``key`` (a writer's: see :mod:`.kept`)."""
+    def keep(self, name: str, key: list[Any], views: Mapping[str, Any], page: Mapping[str, Any] | None = None) -> None:
+        """Keep ``views`` (and the dashboard's ``page`` as data) on the study, for as long as its key stays ``key`` (a
+        writer's: see :mod:`.kept`)."""
         storage = self._writable()
         with self.faults():
-            storage.set_study_user_attr(storage.get_study_id_from_name(name), kept.KEPT, {**views, "key": key})
+            study_id = storage.get_study_id_from_name(name)
+            if page is not None:
+                storage.set_study_user_attr(study_id, keeping.PAGE, {"info": page, "key": key})
+            storage.set_study_user_attr(study_id, keeping.KEPT, {**views, "key": key})
 
     def _existing(self, name: str) -> None:
         check_name(name)

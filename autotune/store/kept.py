@@ -20,6 +20,9 @@ The key holds what can change a view:
   study with a running trial has no key (its views are computed each time);
 - the study's own attributes, but the kept views themselves (its records: re-measurements,
   races, sessions; a hash of their JSON), and how many system attributes it has;
+
+The dashboard's page is kept too, as the data it is drawn from (:func:`autotune.report.page_info`),
+in an attribute of its own (:data:`PAGE`, with the same key) that only ``dashboard`` reads.
 - :data:`FORMAT` and autotune's version: a kept view written by another version is not shown.
 
 Only a database read directly (:mod:`.tables`: SQLite files and PostgreSQL servers on the schema
@@ -36,13 +39,14 @@ from typing import Any, Mapping
 from autotune import __version__
 
 KEPT = "view:kept"  # the study user attribute that holds the kept views
+PAGE = "view:kept:page"  # ... and the one that holds the dashboard's page as data (large: read by `dashboard` only)
 FORMAT = 1  # the layout of the kept views (raised when what they hold changes shape)
 UNFINISHED = ("RUNNING",)  # states whose trials still change
 
 
 def attrs_hash(attrs: Mapping[str, Any]) -> str:
     """The study's attributes, less the kept views, as one hash (the same for Optuna's read and the direct one)."""
-    text = json.dumps({k: v for k, v in attrs.items() if k != KEPT}, sort_keys=True, default=str)
+    text = json.dumps({k: v for k, v in attrs.items() if not k.startswith(KEPT)}, sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()
 
 
@@ -69,14 +73,14 @@ def keys_of(raw: Any, attrs: Mapping[int, Mapping[str, Any]]) -> dict[int, list[
             [FORMAT, __version__, rows, system.get(sid, 0), attrs_hash(attrs[sid])] for sid, rows in states.items()}
 
 
-def parts_query(dialect: str, ids: str, parts: tuple[str, ...]) -> str:
+def parts_query(dialect: str, ids: str, parts: tuple[str, ...], attr: str = KEPT) -> str:
     """The query of the parts ``parts`` (dotted paths) of each study's kept views, as JSON text, where the database
     reads JSON."""
     if dialect == "sqlite":  # (json_quote: JSON text whatever the part is, as json_extract gives a string unquoted)
         cols = "".join(f", json_quote(json_extract(value_json, '$.{p}'))" for p in parts)
     else:  # PostgreSQL
         cols = "".join(f", (value_json::json #> '{{{','.join(p.split('.'))}}}')::text" for p in parts)
-    return f"SELECT study_id{cols} FROM study_user_attributes WHERE key = '{KEPT}' AND study_id IN ({ids})"
+    return f"SELECT study_id{cols} FROM study_user_attributes WHERE key = '{attr}' AND study_id IN ({ids})"
 
 
 def part(views: Any, path: str) -> Any:

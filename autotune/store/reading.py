@@ -173,7 +173,7 @@ def study_attrs_of(raw: Any, study_ids: list[int] | None = None) -> dict[int, di
     where = "" if study_ids is None else f" AND study_id IN ({','.join(str(int(i)) for i in study_ids) or 'NULL'})"
     cur = raw.cursor()
     try:
-        cur.execute(f"SELECT study_id, key, value_json FROM study_user_attributes WHERE key <> '{kept.KEPT}'{where} "
+        cur.execute(f"SELECT study_id, key, value_json FROM study_user_attributes WHERE key NOT LIKE '{kept.KEPT}%'{where} "
                     "ORDER BY study_user_attribute_id")
         rows = cur.fetchall()
     finally:
@@ -187,18 +187,19 @@ def study_attrs_of(raw: Any, study_ids: list[int] | None = None) -> dict[int, di
 
 
 def kept_of(raw: Any, dialect: str, study_ids: list[int], parts: tuple[str, ...],
-            json_read: bool = True) -> dict[int, dict[str, Any]]:
-    """The parts ``parts`` of the studies' kept views (:mod:`.kept`), by study id: only those parts are read where the
-    database reads JSON (``json_read``), else the whole record, then cut to them."""
+            json_read: bool = True, attr: str = kept.KEPT) -> dict[int, dict[str, Any]]:
+    """The parts ``parts`` of the studies' kept views (:mod:`.kept`; ``attr``: the attribute they are kept in), by
+    study id: only those parts are read where the database reads JSON (``json_read``), else the whole record, then
+    cut to them."""
     ids = ",".join(str(int(i)) for i in study_ids) or "NULL"
     cur = raw.cursor()
     try:
         if json_read:
-            cur.execute(kept.parts_query(dialect, ids, parts))
+            cur.execute(kept.parts_query(dialect, ids, parts, attr))
             rows = [(sid, dict(zip(parts, (None if t is None else json.loads(t) for t in texts))))
                     for sid, *texts in cur.fetchall()]
         else:
-            cur.execute(f"SELECT study_id, value_json FROM study_user_attributes WHERE key = '{kept.KEPT}' "
+            cur.execute(f"SELECT study_id, value_json FROM study_user_attributes WHERE key = '{attr}' "
                         f"AND study_id IN ({ids})")
             rows = [(sid, {p: kept.part(whole, p) for p in parts})
                     for sid, whole in ((sid, json.loads(text)) for sid, text in cur.fetchall())]

@@ -106,11 +106,11 @@ class Tables:
         with self.connection() as raw:
             return kept.keys_of(raw, attrs)
 
-    def kept(self, study_ids: list[int], parts: tuple[str, ...]) -> dict[int, dict[str, Any]]:
+    def kept(self, study_ids: list[int], parts: tuple[str, ...], attr: str = kept.KEPT) -> dict[int, dict[str, Any]]:
         """The parts ``parts`` of the studies' kept views, by id (:func:`autotune.store.reading.kept_of`)."""
         json_read = self._json()
         with self.connection() as raw:
-            return reading.kept_of(raw, self.dialect, study_ids, parts, json_read)
+            return reading.kept_of(raw, self.dialect, study_ids, parts, json_read, attr)
 
     def trials(self, study_id: int) -> list[StoredTrial]:
         """Every trial of the study, typed, in one pass (:func:`autotune.store.reading.stored_trials_of`); each
