@@ -42,11 +42,12 @@ from autotune.report.figures import (
     pareto_figure,
     profile_figure,
 )
-from autotune.report.page import DASHBOARDS_DIR, default_path, page_info, render_html, watch, write_dashboard
+from autotune.report.page import DASHBOARDS_DIR, Drawn, default_path, draw, page_info, render_html, watch, write_dashboard
 from autotune.report.source import Snapshot, config_text, format_value, script_json, searched_knobs, snapshot
 
 __all__ = [
     "DASHBOARDS_DIR",
+    "Drawn",
     "MAX_OPS",
     "MIN_TRIALS_FOR_IMPORTANCE",
     "OUTCOME_COLORS",
@@ -55,6 +56,7 @@ __all__ = [
     "ablation_info",
     "config_text",
     "default_path",
+    "draw",
     "duration_figure",
     "failures_info",
     "format_value",

@@ -19,6 +19,7 @@ import os
 import re
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -188,17 +189,38 @@ def _failure_groups_html(info: Mapping[str, Any]) -> str:
     )
 
 
-def render_html(study: StoredStudy | Snapshot | Mapping[str, Any], refresh_s: float | None = None) -> str:
-    """The whole dashboard page as a string (see the module docstring), of a study or of what :func:`page_info` made
-    of one (as the run that wrote a study last keeps it: :func:`autotune.view.page_of`)."""
+def render_html(study: StoredStudy | Snapshot | Drawn, refresh_s: float | None = None) -> str:
+    """The whole dashboard page as a string (see the module docstring), of a study or of its page as :func:`draw`
+    drew it (as the run that wrote a study last keeps it: :func:`autotune.view.page_of`)."""
+    drawn = study if isinstance(study, Drawn) else draw(study)
+    refresh = f'<meta http-equiv="refresh" content="{max(1, round(refresh_s))}">' if refresh_s else ""
+    return (drawn.text.replace(_REFRESH, refresh, 1).replace(_GENERATED, _e(time.strftime("%Y-%m-%d %H:%M:%S")), 1)
+            .replace(_PLOTLY, _plotly_js(), 1))
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """A study's page as drawn (:func:`draw`), less what changes with each writing: when it was made, whether it
+    reloads itself, and plotly.js (the same in every page of a version), each a marker :func:`render_html` fills."""
+
+    name: str
+    text: str
+
+
+def draw(study: StoredStudy | Snapshot) -> Drawn:
+    """The study's page (:class:`Drawn`): everything it shows, drawn once (what a run keeps of a large study)."""
     with _no_cycle_collection():
-        info = study if isinstance(study, Mapping) else _page_info(study)
-        return _render_html(info, refresh_s)
+        snap = Snapshot.of(study)
+        return Drawn(snap.name, _render_html(_page_info(snap)))
+
+
+#: Markers in a drawn page, filled when the page is written.
+_REFRESH, _GENERATED, _PLOTLY = "<!--autotune:refresh-->", "<!--autotune:generated-->", "<!--autotune:plotly.js-->"
 
 
 def page_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
-    """Everything the page shows of the study, as plain JSON-able data (each part's *info* function's): the page is
-    drawn from it alone (:func:`render_html`), so a study's page can be kept and drawn again without its trials."""
+    """Everything the page shows of the study, as plain JSON-able data (each part's *info* function's), in the order
+    the page shows them."""
     with _no_cycle_collection():
         return _page_info(study)
 
@@ -225,7 +247,7 @@ def _no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-def _render_html(info: Mapping[str, Any], refresh_s: float | None) -> str:
+def _render_html(info: Mapping[str, Any]) -> str:
     page = _Page()
     header = info["header"]
     page.add(_header_html(header))
@@ -335,18 +357,16 @@ def _render_html(info: Mapping[str, Any], refresh_s: float | None) -> str:
     failures = info["failures"]
     page.section("failures", "Failures", [_failures_html(failures)])
 
-    refresh = f'<meta http-equiv="refresh" content="{max(1, round(refresh_s))}">' if refresh_s else ""
-    generated = time.strftime("%Y-%m-%d %H:%M:%S")
     return (
         "<!DOCTYPE html>\n"
-        f'<html lang="en"><head><meta charset="utf-8">{refresh}'
+        f'<html lang="en"><head><meta charset="utf-8">{_REFRESH}'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>autotune · {_e(info['name'])}</title><style>{_CSS}</style><script>{_EARLY_JS}</script></head><body>"
         + "".join(page.parts)
-        + f"<footer>Generated {_e(generated)} by autotune. Everything on this page is embedded; it needs no network.</footer>"
+        + f"<footer>Generated {_GENERATED} by autotune. Everything on this page is embedded; it needs no network.</footer>"
         + '<pre id="autotune-selftest" hidden></pre>'
         + f'<script type="application/json" id="autotune-figures">{page.figures_json()}</script>'
-        + f'<script type="application/octet-stream" id="autotune-plotly">{_plotly_js()}</script>'
+        + f'<script type="application/octet-stream" id="autotune-plotly">{_PLOTLY}</script>'
         + f"<script>{_PAGE_JS}</script></body></html>\n"
     )
 
@@ -363,9 +383,9 @@ def _file_safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "study"
 
 
-def write_dashboard(study: StoredStudy | Mapping[str, Any], path: str | Path, refresh_s: float | None = None) -> Path:
-    """Write the dashboard of ``study`` (or of what :func:`page_info` made of one) to ``path`` (parents created,
-    replaced atomically); returns the path.
+def write_dashboard(study: StoredStudy | Drawn, path: str | Path, refresh_s: float | None = None) -> Path:
+    """Write the dashboard of ``study`` (or its page as :func:`draw` drew it) to ``path`` (parents created, replaced
+    atomically); returns the path.
 
     A ``path`` that is an existing folder gets ``<study>.html`` inside it. With
     ``refresh_s`` the page reloads itself that often (see :func:`watch`). A path
@@ -373,7 +393,7 @@ def write_dashboard(study: StoredStudy | Mapping[str, Any], path: str | Path, re
     """
     target = Path(path)
     if target.is_dir():
-        target = target / f"{_file_safe(study['name'] if isinstance(study, Mapping) else study.name)}.html"
+        target = target / f"{_file_safe(study.name)}.html"
     text = render_html(study, refresh_s=refresh_s)
     tmp: str | None = None
     try:
@@ -395,7 +415,7 @@ def write_dashboard(study: StoredStudy | Mapping[str, Any], path: str | Path, re
 
 
 def watch(
-    load_study: Callable[[], StoredStudy | Mapping[str, Any]],
+    load_study: Callable[[], StoredStudy | Drawn],
     path: str | Path,
     interval_s: float,
     stop: Callable[[], bool] | None = None,

@@ -391,15 +391,20 @@ class Store:
             if tables is not None:
                 tables.close()
 
-    def keep(self, name: str, key: list[Any], views: Mapping[str, Any], page: Mapping[str, Any] | None = None) -> None:
-        """Keep ``views`` (and the dashboard's ``page`` as data) on the study, for as long as its key stays ``key`` (a
-        writer's: see :mod:`.kept`)."""
+    def keep(self, name: str, key: list[Any], views: Mapping[str, Any], page: str | None = None) -> None:
+        """Keep ``views`` (and the dashboard's ``page``, as drawn) on the study, for as long as its key stays ``key``
+        (a writer's: see :mod:`.kept`)."""
         storage = self._writable()
         with self.faults():
             study_id = storage.get_study_id_from_name(name)
             if page is not None:
-                storage.set_study_user_attr(study_id, keeping.PAGE, {"info": page, "key": key})
+                storage.set_study_user_attr(study_id, keeping.PAGE, {"page": keeping.pack(page), "key": key})
             storage.set_study_user_attr(study_id, keeping.KEPT, {**views, "key": key})
+
+    def kept_page(self, name: str) -> tuple[StoredStudy, str | None]:
+        """The study's description and its dashboard page as kept (:meth:`keep`) where it holds, else None."""
+        described, views = self.kept(name, ("page",), keeping.PAGE)
+        return described, keeping.unpack(views["page"]) if views and isinstance(views.get("page"), str) else None
 
     def _existing(self, name: str) -> None:
         check_name(name)

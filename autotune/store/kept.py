@@ -21,8 +21,9 @@ The key holds what can change a view:
 - the study's own attributes, but the kept views themselves (its records: re-measurements,
   races, sessions; a hash of their JSON), and how many system attributes it has;
 
-The dashboard's page is kept too, as the data it is drawn from (:func:`autotune.report.page_info`),
-in an attribute of its own (:data:`PAGE`, with the same key) that only ``dashboard`` reads.
+A large study's dashboard page is kept too, as drawn (:func:`autotune.report.draw`; compressed:
+:func:`pack`), in an attribute of its own (:data:`PAGE`, with the same key) that only ``dashboard``
+reads: drawing a 100,000-trial page took most of the command's time.
 - :data:`FORMAT` and autotune's version: a kept view written by another version is not shown.
 
 Only a database read directly (:mod:`.tables`: SQLite files and PostgreSQL servers on the schema
@@ -32,14 +33,16 @@ computed each time, as are an in-memory database's.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import zlib
 from typing import Any, Mapping
 
 from autotune import __version__
 
 KEPT = "view:kept"  # the study user attribute that holds the kept views
-PAGE = "view:kept:page"  # ... and the one that holds the dashboard's page as data (large: read by `dashboard` only)
+PAGE = "view:kept:page"  # ... and the one that holds a large study's dashboard page (read by `dashboard` only)
 FORMAT = 1  # the layout of the kept views (raised when what they hold changes shape)
 UNFINISHED = ("RUNNING",)  # states whose trials still change
 
@@ -81,6 +84,15 @@ def parts_query(dialect: str, ids: str, parts: tuple[str, ...], attr: str = KEPT
     else:  # PostgreSQL
         cols = "".join(f", (value_json::json #> '{{{','.join(p.split('.'))}}}')::text" for p in parts)
     return f"SELECT study_id{cols} FROM study_user_attributes WHERE key = '{attr}' AND study_id IN ({ids})"
+
+
+def pack(text: str) -> str:
+    """A page's text as it is kept: compressed, as JSON can hold it (a 100,000-trial page: 5 MB to about 2)."""
+    return base64.b64encode(zlib.compress(text.encode(), 6)).decode("ascii")
+
+
+def unpack(packed: str) -> str:
+    return zlib.decompress(base64.b64decode(packed)).decode()
 
 
 def part(views: Any, path: str) -> Any:
