@@ -6,15 +6,16 @@ A read command reads the study once from its store (:meth:`autotune.store.Store.
 to whatever shows it. The figures come from its evidence (``evidence_of(study)``, built once:
 :mod:`autotune.evidence`); this module gathers them with the study's counts, failures and
 description into one JSON-able document, so the command line, ``--json`` and the Python API
-print the same thing. It reads, never writes, and imports neither torch nor the trial modules.
+print the same thing. It imports neither torch nor the trial modules, and writes nothing but the views a run
+keeps at its end (:func:`keep`, through the store).
 
 The views of a study nobody runs are computed once, by the run that wrote it last (:func:`views`,
 kept by :meth:`autotune.tuning.Prepared.run`), and kept on the study (:mod:`autotune.store.kept`):
-``status``, ``list``, ``export`` and ``dashboard`` show them (:func:`status_of`, :func:`listing`,
-:func:`export_of`, :func:`page_of`)
-while the study is as it was when they were kept, and compute them from its trials otherwise. The
-figures are the same either way; only what depends on the clock (the workers seen lately, when it
-was exported) is worked out when shown.
+``status``, ``list``, ``export`` and ``dashboard`` (the page of a study of :data:`KEEP_PAGE_FROM` trials
+or more) show them (:func:`status_of`, :func:`listing`, :func:`export_of`, :func:`page_of`) while the
+study is as it was when they were kept, and compute them from its trials otherwise. The figures are the
+same either way; only what depends on the clock (the workers seen lately, when it was exported or
+written) is worked out when shown.
 """
 
 from __future__ import annotations
