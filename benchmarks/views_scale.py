@@ -125,7 +125,7 @@ def kept_copy(urls: dict[str, str], n: int, workdir: Path) -> str:
         start = time.perf_counter()
         if not view.keep(Store(f"sqlite:///{tmp}"), NAME):
             raise SystemExit(f"the {n}-trial study could not keep its views")
-        say(f"kept the views of {n} trials in {time.perf_counter() - start:.1f} s (what a run's end adds)", keep=False)
+        say(f"kept the views of {n} trials in {time.perf_counter() - start:.1f} s (what a run's end adds)")
         os.replace(tmp, path)
     return f"sqlite:///{path}"
 
