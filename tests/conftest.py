@@ -253,3 +253,21 @@ def store_url(request, tmp_path):
     if request.param == "journal":
         return f"journal:{tmp_path / 'studies.log'}"
     return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture
+def collector_seen(monkeypatch):
+    """``watch(module, name)``: a list that gets, at each call of ``module.name``, whether Python's cyclic collector
+    was on then. Nothing is frozen before the test, and the collector is on and nothing frozen after it."""
+    import gc
+
+    def watch(module, name: str) -> list:
+        seen: list = []
+        wrapped = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a: seen.append(gc.isenabled()) or wrapped(*a))
+        return seen
+
+    gc.unfreeze()
+    yield watch
+    gc.enable()
+    gc.unfreeze()

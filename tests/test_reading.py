@@ -185,20 +185,13 @@ def test_a_result_of_a_shape_autotune_never_writes_is_read_whole(tmp_path):
     assert [t.result for t in seen.trials[-3:]] == ODD_SHAPES
 
 
-def test_a_read_only_read_runs_with_the_collector_paused_and_freezes_what_it_read(tmp_path, monkeypatch):
+def test_a_read_only_read_runs_with_the_collector_paused_and_freezes_what_it_read(tmp_path, collector_seen):
     """A read command's typed trials are built with Python's cyclic collector paused and left frozen (as a resumed
     study's bulk read: autotune/store/cache.py), so neither the read nor the evidence after it walks them again."""
     import gc
 
     url = f"sqlite:///{tmp_path / 'g.db'}"
     make_study(url, n_trials=10, seed=3, name="g")
-    enabled: list = []
-    typed = reading.stored_trials_of
-    monkeypatch.setattr(reading, "stored_trials_of", lambda *a: enabled.append(gc.isenabled()) or typed(*a))
-    gc.unfreeze()
-    try:
-        assert len(Store(url, read_only=True).read("g").trials) == 10
-        assert enabled == [False] and gc.isenabled() and gc.get_freeze_count() > 0
-    finally:
-        gc.enable()
-        gc.unfreeze()
+    enabled = collector_seen(reading, "stored_trials_of")
+    assert len(Store(url, read_only=True).read("g").trials) == 10
+    assert enabled == [False] and gc.isenabled() and gc.get_freeze_count() > 0

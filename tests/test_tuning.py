@@ -92,7 +92,7 @@ def test_warm_cache_fills_optunas_trial_cache_as_its_own_read_would(tmp_path):
     assert LiveStudy(journal).warm_cache() is False
 
 
-def test_warm_cache_reads_with_the_collector_paused_and_freezes_what_it_read(tmp_path, monkeypatch):
+def test_warm_cache_reads_with_the_collector_paused_and_freezes_what_it_read(tmp_path, collector_seen):
     """The bulk read of a resumed study runs with Python's cyclic collector paused (its collections walked the growing
     heap again and again: issue 27) and leaves what it read frozen, out of later collections' walks; the collector
     is on again afterwards, unless the caller had paused it."""
@@ -104,16 +104,9 @@ def test_warm_cache_reads_with_the_collector_paused_and_freezes_what_it_read(tmp
 
     url = f"sqlite:///{tmp_path}/g.db"
     make_study(url, n_trials=10, seed=3, name="g")
-    enabled: list = []
-    read = reading.all_trials
-    monkeypatch.setattr(reading, "all_trials", lambda *a: enabled.append(gc.isenabled()) or read(*a))
-    gc.unfreeze()
-    try:
-        assert LiveStudy(optuna.load_study(study_name="g", storage=Store.open(url).storage)).warm_cache() is True
-        assert enabled == [False] and gc.isenabled() and gc.get_freeze_count() > 0
-        gc.disable()
-        assert LiveStudy(optuna.load_study(study_name="g", storage=Store.open(url).storage)).warm_cache() is True
-        assert enabled == [False, False] and not gc.isenabled()
-    finally:
-        gc.enable()
-        gc.unfreeze()
+    enabled = collector_seen(reading, "all_trials")
+    assert LiveStudy(optuna.load_study(study_name="g", storage=Store.open(url).storage)).warm_cache() is True
+    assert enabled == [False] and gc.isenabled() and gc.get_freeze_count() > 0
+    gc.disable()
+    assert LiveStudy(optuna.load_study(study_name="g", storage=Store.open(url).storage)).warm_cache() is True
+    assert enabled == [False, False] and not gc.isenabled()
