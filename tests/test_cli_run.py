@@ -292,3 +292,31 @@ def test_run_whose_defaults_fail_ends_in_one_line(tmp_path, monkeypatch):
     assert re.search(r"^#0 +baseline +nan", res.output, re.M)  # the trial's own line came first
     again = CliRunner().invoke(main, args)
     assert again.exit_code == 2 and "start a new study" in again.output and "#1" not in again.output
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_python_swallowed_in_a_finalizer_is_sent_again_and_stops_the_run(sig):
+    """A SIGTERM (or Ctrl-C) whose handler runs inside a finalizer (a SQLAlchemy weakref callback, a __del__) raises
+    there, where Python prints "Exception ignored" and goes on: the run must stop all the same (143, 130), not measure
+    on."""
+    import os
+    import time
+
+    from autotune.cli import jobs
+
+    class Finalized:
+        def __del__(self):
+            os.kill(os.getpid(), sig)
+            for _ in range(100):  # the handler runs here, inside the finalizer
+                pass
+
+    def work():
+        Finalized()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # until the signal stops it
+            time.sleep(0.01)
+        return "went on"
+
+    with pytest.raises(SystemExit) as stopped:
+        jobs._until_stopped(work)
+    assert stopped.value.code == 128 + int(sig)

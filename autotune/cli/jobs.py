@@ -91,14 +91,36 @@ def _on_term(signum: int, frame: Any) -> None:
     raise Terminated
 
 
+def _swallowed(hook: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``sys.unraisablehook`` that gives a SIGTERM (or Ctrl-C) back when Python swallowed it: a signal whose handler
+    ran inside a finalizer (a SQLAlchemy weakref callback, a ``__del__``) raised there, where Python prints "Exception
+    ignored" and goes on, and the run went on measuring (benchmarks/results/resume_scale-2026-11-25.json). The signal
+    is sent again a moment later, from another thread, to land outside it; anything else goes to ``hook``."""
+    import os
+    import signal
+    import threading
+
+    def unraisable(args: Any) -> None:
+        if isinstance(args.exc_value, KeyboardInterrupt):  # Ctrl-C's alike
+            again = signal.SIGTERM if isinstance(args.exc_value, Terminated) else signal.SIGINT
+            threading.Timer(0.05, os.kill, (os.getpid(), again)).start()
+            return
+        hook(args)
+
+    return unraisable
+
+
 def _until_stopped(work: Callable[[], Any], progress: Any = None) -> Any:
     """Run ``work`` with SIGTERM as Ctrl-C; an interrupted trial is recorded and queued again.
 
-    Exits as shells expect of a process stopped by a signal: 130 after Ctrl-C (SIGINT), 143 after SIGTERM.
+    Exits as shells expect of a process stopped by a signal: 130 after Ctrl-C (SIGINT), 143 after SIGTERM. A SIGTERM
+    that Python swallowed (its handler ran inside a finalizer) is sent again (:func:`_swallowed`).
     """
     import signal
 
     previous = signal.signal(signal.SIGTERM, _on_term)
+    hook = sys.unraisablehook
+    sys.unraisablehook = _swallowed(hook)
     try:
         return work()
     except KeyboardInterrupt as exc:
@@ -108,6 +130,7 @@ def _until_stopped(work: Callable[[], Any], progress: Any = None) -> Any:
         sys.exit(128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT))
     finally:
         signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = hook
         if progress is not None:
             progress.close()
 
