@@ -6,8 +6,9 @@ Each builds the one typed request (:class:`autotune.request.TuneConfig`) from it
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import click
 
@@ -118,21 +119,33 @@ def _until_stopped(work: Callable[[], Any], progress: Any = None) -> Any:
     """
     import signal
 
-    previous = signal.signal(signal.SIGTERM, _on_term)
-    hook = sys.unraisablehook
-    sys.unraisablehook = _swallowed(hook)
     try:
-        return work()
+        with _sigterm_as_ctrl_c():
+            return work()
     except KeyboardInterrupt as exc:
         if progress is not None:
             progress.close()
         click.echo("stopped: the running trial is recorded as interrupted and will be measured again. Run the same command to continue.", err=True)
         sys.exit(128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT))
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        sys.unraisablehook = hook
         if progress is not None:
             progress.close()
+
+
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c() -> Iterator[None]:
+    """SIGTERM raised as :class:`Terminated` (a KeyboardInterrupt) while the block runs, and a stop that Python
+    swallowed sent again (:func:`_swallowed`); both as they were after it."""
+    import signal
+
+    previous = signal.signal(signal.SIGTERM, _on_term)
+    hook = sys.unraisablehook
+    sys.unraisablehook = _swallowed(hook)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = hook
 
 
 def _run_parallel(prepared: Any, workers: int, gpus: list[int], dev: str) -> Any:
@@ -198,16 +211,12 @@ def worker(device: str | None, study: str | None, storage: str | None, all_jobs:
                                 on_trial=progress, on_repeat=progress.repeat)
         return daemon.work_on(study, store, dev, log, race=not no_race, on_trial=progress, on_repeat=progress.repeat)
 
-    import signal
-
-    previous = signal.signal(signal.SIGTERM, _on_term)
     try:
-        work()
+        with _sigterm_as_ctrl_c():
+            work()
     except KeyboardInterrupt:
         click.echo(f"{_now()} stopped by a signal: the running trial is recorded as interrupted and queued again")
         return  # exit 0: a daemon stopped on purpose (SIGTERM is how a service manager stops it)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     click.echo(f"{_now()} done: no budget left")
 
 
