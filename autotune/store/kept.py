@@ -5,12 +5,12 @@ than once, the failures), so reading them costs in proportion to the study: a 10
 ``status`` read 10,000 trials to print one table (issue 27), and ``list`` over a year of nightly
 studies read every trial of every study. Yet a study nobody is running does not change. So the
 run that stops last (:meth:`autotune.tuning.Prepared.run`) computes the views as every read
-command computes them (:mod:`autotune.kept`) and keeps them on the study, as the user attribute
-:data:`KEPT`, with the study's :func:`key` at that moment. A read command reads the attribute
-and the key (one aggregate query over the trials, and the study's attributes it reads anyway)
-and shows the kept views only while the key is the same; otherwise it reads the trials and
-computes them, as it always did. Nothing is ever shown from a kept view that the study has
-outgrown: the figures are the same to the digit either way (tests/test_kept.py).
+command computes them (:mod:`autotune.view`) and keeps them on the study, as the user attribute
+:data:`KEPT`, with the study's key at that moment (:func:`keys_of`). A read command reads the part
+of the attribute it shows and the key (one aggregate query over the trials, and the study's
+attributes it reads anyway) and shows the kept views only while the key is the same; otherwise it
+reads the trials and computes them, as it always did. Nothing is ever shown from a kept view that
+the study has outgrown: the figures are the same to the digit either way (tests/test_kept.py).
 
 The key holds what can change a view:
 
@@ -18,13 +18,13 @@ The key holds what can change a view:
   time. A finished trial never changes in Optuna's storages (the storage refuses a write to
   one), a waiting trial changes only by starting, and a running trial changes as it runs: a
   study with a running trial has no key (its views are computed each time);
-- the study's own attributes, but the kept views themselves (its records: re-measurements,
+- the study's own attributes but the kept views themselves (its records: re-measurements,
   races, sessions; a hash of their JSON), and how many system attributes it has;
+- :data:`FORMAT` and autotune's version: a kept view written by another version is not shown.
 
 A large study's dashboard page is kept too, as drawn (:func:`autotune.report.draw`; compressed:
 :func:`pack`), in an attribute of its own (:data:`PAGE`, with the same key) that only ``dashboard``
 reads: drawing a 100,000-trial page took most of the command's time.
-- :data:`FORMAT` and autotune's version: a kept view written by another version is not shown.
 
 Only a database read directly (:mod:`.tables`: SQLite files and PostgreSQL servers on the schema
 it knows) has a key; a journal file is replayed whole by every read anyway, and its views are
