@@ -42,7 +42,7 @@ from autotune.report.figures import (
     pareto_figure,
     profile_figure,
 )
-from autotune.report.page import DASHBOARDS_DIR, Drawn, default_path, draw, page_info, render_html, watch, write_dashboard
+from autotune.report.page import DASHBOARDS_DIR, Drawn, default_path, draw, render_html, watch, write_dashboard
 from autotune.report.source import Snapshot, config_text, format_value, script_json, searched_knobs, snapshot
 
 __all__ = [
@@ -60,7 +60,6 @@ __all__ = [
     "duration_figure",
     "failures_info",
     "format_value",
-    "page_info",
     "front_table_info",
     "header_info",
     "header_texts",

@@ -218,14 +218,9 @@ def draw(study: StoredStudy | Snapshot) -> Drawn:
 _REFRESH, _GENERATED, _PLOTLY = "<!--autotune:refresh-->", "<!--autotune:generated-->", "<!--autotune:plotly.js-->"
 
 
-def page_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
-    """Everything the page shows of the study, as plain JSON-able data (each part's *info* function's), in the order
-    the page shows them."""
-    with _no_cycle_collection():
-        return _page_info(study)
-
-
 def _page_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
+    """Everything the page shows of the study, as plain JSON-able data (each part's *info* function's), in the
+    order the page shows them: the page is drawn from it alone."""
     snap = Snapshot.of(study)
     return {"name": snap.name, "header": header_info(snap), "pareto": pareto_info(snap),
             "front_table": front_table_info(snap), "bought": ablation_info(snap), "effects": knob_effects_info(snap),
