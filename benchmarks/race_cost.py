@@ -18,6 +18,7 @@ mean and max over seeds), the share of the study's processes beyond the search, 
 gain was claimed, how often a claim's interval covered its configuration's truth, and the interval's high/low
 (median). The figures of issue 26's targets: extra per search trial at most 0.5, beyond the search at most a
 third, coverage at least 90% (equal: "no gain" at least 95%), high/low at most 1.4 at ±15% and 1.1 at ±3%.
+First, per scenario, the least any claim of processes of its own needs for that width (:func:`fewest`).
 The shared processes of what each knob bought are made-up too (a process's factor cancels, each arm ±3%).
 """
 
@@ -73,6 +74,15 @@ def scenario(name: str, seed: int):
     raise SystemExit(f"unknown scenario {name!r}: clear, ties, one, equal")
 
 
+def fewest(sigma: float, width: float, level: float = 0.9) -> int:
+    """The fewest processes of the winner, each paired with one of the defaults, for a claim whose interval's high/low
+    is at most ``width`` at noise ``sigma`` between processes: one candidate, one look, the noise known exactly (a
+    normal quantile, no t), so a lower bound for any claim quoted on processes of its own. The log-ratio of n pairs
+    has standard deviation sigma * sqrt(2 / n); the interval is z times that on each side."""
+    z = statistics.NormalDist().inv_cdf(0.5 + level / 2)
+    return math.ceil(2 * (2 * z * sigma / math.log(width)) ** 2)
+
+
 def one(name: str, trials: int, seed: int, sampler: str = "random") -> dict:
     truth, sigma = scenario(name, seed)
     attrs = {"workload": {"model": "x:y"}, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
@@ -109,8 +119,16 @@ def main() -> None:
     say(f"made-up machines, {args.seeds} seeds a scenario, sampler {args.sampler}, 48 configurations; race budget "
         f"--confirm {S.Options().race_rounds}")
     results = []
+    budgets = [int(t) for t in args.trials.split(",")]
+    for name in args.scenarios.split(","):
+        sigma = scenario(name, 0)[1]
+        width = 1.1 if sigma <= 0.05 else 1.4
+        n = fewest(sigma, width)
+        say(f"{name:6s} the least for high/low {width} at ±{sigma:.0%}: {n} processes of the winner and {n} of the defaults "
+            f"(one candidate, the noise known exactly): " + ", ".join(f"{2 * n / t:.2f} per search trial at {t}"
+                                                                     for t in budgets))
     started = time.time()
-    for trials in (int(t) for t in args.trials.split(",")):
+    for trials in budgets:
         for name in args.scenarios.split(","):
             rows = [one(name, trials, seed, args.sampler) for seed in range(args.seeds)]
             per = [r["extra"] / max(1, r["search"]) for r in rows]
