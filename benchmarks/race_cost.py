@@ -1,6 +1,7 @@
 """What the answer costs beyond the search, and whether it still holds: the tuning loop on made-up machines.
 
     python benchmarks/race_cost.py [--seeds 20] [--scenarios clear,ties,one,equal] [--trials 10,30] [--sampler random]
+        [--candidates 6] [--confirm 8]
 
 Runs the whole loop (search, noise floor, race, what each knob bought, the smallest configuration that keeps the
 gain) over :mod:`autotune.made_up_machine` (measurements of known truth with seeded noise; a process costs one
@@ -83,7 +84,8 @@ def fewest(sigma: float, width: float, level: float = 0.9) -> int:
     return math.ceil(2 * (2 * z * sigma / math.log(width)) ** 2)
 
 
-def one(name: str, trials: int, seed: int, sampler: str = "random") -> dict:
+def one(name: str, trials: int, seed: int, sampler: str = "random", candidates: int | None = None,
+        confirm: int | None = None) -> dict:
     truth, sigma = scenario(name, seed)
     attrs = {"workload": {"model": "x:y"}, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
              "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(),
@@ -92,7 +94,8 @@ def one(name: str, trials: int, seed: int, sampler: str = "random") -> dict:
     live = LiveStudy(study)
     bench = Bench(M.lognormal(truth, seed, sigma), ablate=M.shared(truth, seed, sigma))
     summary = S.Tuner(live, Seeds(space.effective(SPACE, CTX, BASE), CTX, BASE), bench,
-                      S.Options(trials=trials, max_repeats=500)).run()
+                      S.Options(trials=trials, max_repeats=500, race_candidates=candidates or S.Options.race_candidates,
+                                race_rounds=S.Options.race_rounds if confirm is None else confirm)).run()
     v = summary.verdict
     ev = evidence_of(live.view())
     out = {"seed": seed, "search": summary.new, "extra": summary.repeat_processes, "state": v.state,
@@ -115,9 +118,13 @@ def main() -> None:
     ap.add_argument("--trials", default="10,30", help="trial budgets, comma-separated (default 10,30)")
     ap.add_argument("--sampler", default="random", help="the search's sampler (default random: gp takes 0.5 s a trial, "
                     "and what is measured here is what the answer costs after the search)")
+    ap.add_argument("--candidates", type=int, default=S.Options.race_candidates,
+                    help=f"the race's candidates at most (default the product's, {S.Options.race_candidates})")
+    ap.add_argument("--confirm", type=int, default=S.Options.race_rounds,
+                    help=f"the race's rounds at most, as autotune run --confirm (default {S.Options.race_rounds})")
     args = ap.parse_args()
     say(f"made-up machines, {args.seeds} seeds a scenario, sampler {args.sampler}, 48 configurations; race budget "
-        f"--confirm {S.Options().race_rounds}")
+        f"--confirm {args.confirm}, at most {args.candidates} candidates")
     results = []
     budgets = [int(t) for t in args.trials.split(",")]
     for name in args.scenarios.split(","):
@@ -130,7 +137,7 @@ def main() -> None:
     started = time.time()
     for trials in budgets:
         for name in args.scenarios.split(","):
-            rows = [one(name, trials, seed, args.sampler) for seed in range(args.seeds)]
+            rows = [one(name, trials, seed, args.sampler, args.candidates, args.confirm) for seed in range(args.seeds)]
             per = [r["extra"] / max(1, r["search"]) for r in rows]
             share = [r["extra"] / (r["extra"] + r["search"]) for r in rows]
             gains = [r for r in rows if r["state"] == "gain"]
