@@ -94,7 +94,8 @@ def one(name: str, trials: int, seed: int, sampler: str = "random", candidates: 
     live = LiveStudy(study)
     bench = Bench(M.lognormal(truth, seed, sigma), ablate=M.shared(truth, seed, sigma))
     summary = S.Tuner(live, Seeds(space.effective(SPACE, CTX, BASE), CTX, BASE), bench,
-                      S.Options(trials=trials, max_repeats=500, race_candidates=candidates or S.Options.race_candidates,
+                      S.Options(trials=trials, max_repeats=500,
+                                race_candidates=S.Options.race_candidates if candidates is None else candidates,
                                 race_rounds=S.Options.race_rounds if confirm is None else confirm)).run()
     v = summary.verdict
     ev = evidence_of(live.view())
