@@ -191,6 +191,11 @@ class DeviceError(AutotuneError):
     """A ``--device`` that does not exist on this machine."""
 
 
+class TrialProcessError(AutotuneError):
+    """Trial processes cannot be started: the fork server did not start, died, or would fork a process that
+    cannot use the GPU (it initialised CUDA itself)."""
+
+
 class UnitError(AutotuneError):
     """A size or a duration that does not read (:mod:`autotune.units`). The message says what was expected and
     names no option: the caller knows whether it is ``--time-budget`` or ``time_budget=``."""

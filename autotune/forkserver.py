@@ -15,11 +15,25 @@ trial's timeout once: :meth:`ForkServer.spawn` fixes the trial's deadline and re
 :class:`Child`, whose :meth:`Child.wait` is the one wait for its ending (its exit, or its
 group killed at the deadline or when the caller's ``stop`` says so).
 
+CUDA and ``fork`` do not mix: a child forked from a process that initialised CUDA cannot use
+the GPU ("Cannot re-initialize CUDA in forked subprocess"). So the server asks CUDA's
+availability of NVML (``PYTORCH_NVML_BASED_CUDA_CHECK=1``, which ``torch.cuda.is_available()``
+reads without starting CUDA), and checks before each fork that nothing started it
+(:func:`cuda_clean`); if something did, it refuses the request, and the client raises a
+:class:`~autotune.errors.TrialProcessError` that says why, instead of forking trials that fail.
+
+Its environment is the parent's without the variables the knobs decide
+(:func:`autotune.knobs.owned_environment`): a ``PYTORCH_CUDA_ALLOC_CONF`` or ``OMP_NUM_THREADS``
+exported by the user's shell would otherwise shape the defaults' trials, which must run
+PyTorch's defaults. glibc reads its ``MALLOC_*`` variables once, when a process starts, so
+they must be gone from the server itself, not only from its children.
+
 Protocol, one JSON object per line: the parent sends
 ``{"id", "request", "result_path", "log_path"}`` (the request as
 :meth:`~autotune.messages.Request.to_wire` writes it); the server answers
 ``{"event": "started", "id", "pid"}`` and later ``{"event": "exited", "pid", "code"}``
-(``code`` negative for a signal, as in :mod:`subprocess`).
+(``code`` negative for a signal, as in :mod:`subprocess`), or ``{"event": "refused", "id", "reason"}``
+when it must not fork.
 """
 
 from __future__ import annotations
@@ -36,9 +50,31 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from autotune.errors import TrialProcessError
+from autotune.knobs import owned_environment
 from autotune.messages import Request, from_wire
 
 REAP_S = 30.0  # how long a killed trial's exit may take to be reported
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"  # torch.cuda.is_available() through NVML: no CUDA context made
+
+
+def server_environment(parent: dict[str, str]) -> dict[str, str]:
+    """The fork server's environment: the parent's, less the variables the knobs decide, with CUDA's availability
+    asked of NVML (see the module's docstring)."""
+    owned = set(owned_environment())
+    env = {k: v for k, v in parent.items() if k not in owned}
+    env[NVML_CHECK] = "1"
+    return env
+
+
+def cuda_clean() -> str | None:
+    """None while this process has not initialised CUDA (a child forked now can use the GPU); else why not."""
+    import torch
+
+    if torch.cuda.is_initialized():
+        return ("the trial fork server has initialised CUDA, so a trial forked from it could not use the GPU "
+                "(Cannot re-initialize CUDA in forked subprocess); this is a bug of autotune's: please report it")
+    return None
 
 
 # ---------------------------------------------------------------- server side (the warm interpreter)
@@ -149,6 +185,10 @@ def serve() -> None:
                 if not line.strip():
                     continue
                 job = json.loads(line)
+                unsafe = cuda_clean()
+                if unsafe is not None:
+                    emit({"event": "refused", "id": job["id"], "reason": unsafe})
+                    continue
                 pid = os.fork()
                 if pid == 0:
                     os.setpgid(0, 0)
@@ -167,32 +207,40 @@ def serve() -> None:
 # ---------------------------------------------------------------- client side (the autotune process)
 
 
-class ForkServerError(RuntimeError):
-    """The fork server died or did not answer."""
+class ForkServerError(TrialProcessError):
+    """The fork server died, did not answer, or refused to fork."""
 
 
 class ForkServer:
     """Client of one fork-server process; thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, command: list[str] | None = None) -> None:
+        self.command = command or [sys.executable, "-m", "autotune.forkserver"]  # the server's interpreter and module
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._cond = threading.Condition()
         self._started: dict[int, int] = {}
         self._exited: dict[int, int] = {}
         self._abandoned: set[int] = set()  # requests given up on (a signal) before their pid came back
+        self._refused: dict[int, str] = {}  # requests the server would not fork, and why
         self._next_id = 0
         self._dead = False
+
+    @property
+    def pid(self) -> int | None:
+        """The server process's pid while it runs (a GPU's process list must never hold it)."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
 
     def start(self) -> None:
         with self._lock:
             if self._proc is not None and self._proc.poll() is None and not self._dead:
                 return
-            env = dict(os.environ)
+            env = server_environment(dict(os.environ))
             root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
             env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.getcwd(), env.get("PYTHONPATH")) if p)
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "autotune.forkserver"],
+                self.command,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=env,
@@ -217,6 +265,8 @@ class ForkServer:
                     kill_group(msg["pid"])
                 elif msg["event"] == "started":
                     self._started[msg["id"]] = msg["pid"]
+                elif msg["event"] == "refused":
+                    self._refused[msg["id"]] = msg["reason"]
                 elif msg["event"] == "exited":
                     self._exited[msg["pid"]] = msg["code"]
                 self._cond.notify_all()
@@ -243,13 +293,16 @@ class ForkServer:
                 raise ForkServerError(f"the trial fork server is gone: {exc}") from None
         with self._cond:
             try:
-                answered = self._cond.wait_for(lambda: job_id in self._started or self._dead, timeout=60)
+                answered = self._cond.wait_for(
+                    lambda: job_id in self._started or job_id in self._refused or self._dead, timeout=60)
             except BaseException:  # Ctrl-C or SIGTERM before the pid came back: that trial must not run on
                 if job_id in self._started:
                     kill_group(self._started.pop(job_id))
                 else:
                     self._abandoned.add(job_id)
                 raise
+            if job_id in self._refused:
+                raise ForkServerError(self._refused.pop(job_id))
             if not answered:
                 self._abandoned.add(job_id)
                 raise ForkServerError("the trial fork server did not answer within 60 s")

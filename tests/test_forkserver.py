@@ -8,8 +8,10 @@ import sys
 import time
 
 import pytest
+import torch
 
-from autotune import forkserver
+from autotune import forkserver, knobs
+from autotune.errors import TrialProcessError
 from autotune.messages import TrialRequest
 from autotune.workload import WorkloadSpec
 
@@ -86,3 +88,41 @@ def test_an_interrupted_wait_kills_the_trial(server, tmp_path):
     assert child.pid not in server._started.values()
     with pytest.raises(ProcessLookupError):  # its group is gone, reaped by the kill
         os.killpg(child.pid, 0)
+
+
+# ---------------------------------------------------------------- CUDA and fork; the environment trials start from
+
+
+def test_a_server_that_initialised_cuda_refuses_to_fork_and_the_client_says_why(tmp_path):
+    """A child forked from a process that started CUDA cannot use the GPU: the server refuses instead (CUDA's start
+    simulated here: torch.cuda.is_initialized says yes in the server)."""
+    code = ("import torch; torch.cuda.is_initialized = lambda: True; "
+            "from autotune import forkserver; forkserver.serve()")
+    fs = forkserver.ForkServer(command=[sys.executable, "-c", code])
+    try:
+        with pytest.raises(forkserver.ForkServerError, match="initialised CUDA") as caught:
+            fs.spawn(_trial_request("failing_workloads:tiny"), str(tmp_path / "r.json"), str(tmp_path / "o.log"), 60)
+        assert isinstance(caught.value, TrialProcessError)  # one line at the edges, not a traceback
+        assert not (tmp_path / "r.json").exists() and not (tmp_path / "o.log").exists()  # nothing was forked
+    finally:
+        fs.close()
+
+
+def test_the_real_server_forks_while_cuda_is_untouched(server, tmp_path):
+    assert forkserver.cuda_clean() is None or torch.cuda.is_initialized()  # this test process may have used CUDA
+    child = server.spawn(_trial_request("failing_workloads:tiny"), str(tmp_path / "r.json"), str(tmp_path / "o.log"), 60)
+    assert child.wait() == forkserver.Ending(0)
+
+
+def test_the_server_asks_nvml_and_inherits_no_variable_a_knob_decides(server, monkeypatch):
+    inherited = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "PYTORCH_ALLOC_CONF": "expandable_segments:True",
+                 "OMP_NUM_THREADS": "1", "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "1"}
+    for name, value in inherited.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AUTOTUNE_UNRELATED_VARIABLE", "kept")
+    assert set(inherited) <= set(knobs.owned_environment())
+    server.start()
+    with open(f"/proc/{server._proc.pid}/environ", "rb") as fh:  # glibc read MALLOC_* when the server started
+        env = dict(item.split(b"=", 1) for item in fh.read().split(b"\0") if b"=" in item)
+    assert not {name.encode() for name in inherited} & set(env), env.keys()
+    assert env[forkserver.NVML_CHECK.encode()] == b"1" and env[b"AUTOTUNE_UNRELATED_VARIABLE"] == b"kept"
