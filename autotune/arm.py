@@ -31,9 +31,10 @@ def is_oom(exc: BaseException) -> bool:
     """OOM by exception type first (CUDA/CPU allocator, MemoryError), by message only as a fallback."""
     seen: set[int] = set()
     current: BaseException | None = exc
+    types = hardware.oom_types()
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, (torch.OutOfMemoryError, MemoryError)):
+        if isinstance(current, types):
             return True
         if isinstance(current, RuntimeError) and any(m in str(current).lower() for m in OOM_MESSAGES):
             return True
@@ -88,8 +89,14 @@ def start_process(requested: Mapping[str, Any], device: torch.device) -> None:
             v, knobs.Context(device_type=device.type), env_plan.config)}
     os.environ.update(env_plan.environment())
     if device.type == "cuda":
+        device = cuda_device(device)
         torch.cuda.set_device(device)
         torch.cuda.reset_peak_memory_stats(device)
+
+
+def cuda_device(device: torch.device) -> torch.device:
+    """A CUDA device with its index: ``cuda`` is ``cuda:0`` (``torch.cuda.set_device`` refuses a device without one)."""
+    return device if device.index is not None else torch.device("cuda", 0)
 
 
 @dataclass
@@ -131,6 +138,53 @@ class Arm:
         eager = stepper if eager_model is model else plan.stepper(eager_model, optimizer, workload.loss_fn)
         eager.scaler = stepper.scaler
         return cls(plan, resolved, workload, StepLoop(plan, stepper, infinite(loader)), eager, eager_model, optimizer)
+
+
+    def state(self) -> dict[str, Any]:
+        """What this configuration is in force as, read from the process and the arm's own objects: the evidence
+        that each knob was applied, not the configuration's echo. Process-wide state (threads, backend flags,
+        autocast outside the step) and what the arm's objects were made into (its weights' layout, its optimizer's
+        kernels, its step's autocast and scaler, the batches the step got, the allocator's segments)."""
+        plan = self.plan
+        try:
+            autocast = bool(torch.is_autocast_enabled(plan.device.type))
+        except TypeError:  # pragma: no cover - torch < 2.4
+            autocast = bool(torch.is_autocast_enabled())
+        with plan.autocast():  # what the arm's own step runs under
+            try:
+                inside = torch.get_autocast_dtype(plan.device.type) if torch.is_autocast_enabled(plan.device.type) else None
+            except (AttributeError, TypeError):  # pragma: no cover - torch < 2.4
+                inside = None
+        four_d = [p for p in self.eager_model.parameters() if p.dim() == 4]
+        optimizer: dict[str, Any] = {}
+        if self.optimizer is not None:
+            group = self.optimizer.param_groups[0]
+            optimizer = {"class": type(self.optimizer).__name__,
+                         **{k: group[k] for k in sorted(group) if k in ("foreach", "fused")}}
+        scaler = self.loop.stepper.scaler
+        out: dict[str, Any] = {
+            "intra_op_threads": torch.get_num_threads(),
+            "flags": plan.flag_values(),
+            "autocast": autocast,  # outside the step: nothing an arm's step turns on may stay on
+            "step_autocast": str(inside) if inside is not None else None,
+            "grad_enabled": torch.is_grad_enabled(),
+            "default_dtype": str(torch.get_default_dtype()),
+            "channels_last_weights": sum(1 for p in four_d if p.is_contiguous(memory_format=torch.channels_last)
+                                         and not p.is_contiguous()),
+            "optimizer": optimizer,
+            "samples_per_batch": plan.batch_size,
+            "batch_samples": self.loop.batch_samples,  # as the step received them (None before the first step)
+            "pinned_batches": self.loop.pinned_batches,
+            "scaler": scaler is not None,
+            "scale": float(scaler.get_scale()) if scaler is not None and scaler.is_enabled() else None,
+            "checkpointed_blocks": int(plan.notes.get("checkpointed_blocks", 0)),
+            "compiled": type(self.loop.stepper.model).__name__ == "OptimizedModule",
+        }
+        if plan.device.type == "cuda":
+            segments = torch.cuda.memory_snapshot()
+            out["allocator_segments"] = len(segments)
+            out["expandable_segments"] = sum(1 for seg in segments if seg.get("is_expandable"))
+        return out
 
 
 def write_atomic(path: str, text: str) -> None:

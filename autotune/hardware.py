@@ -44,6 +44,16 @@ def peak_flops(device_name: str | None, precision: str) -> float | None:
     return None
 
 
+def oom_types() -> tuple[type[BaseException], ...]:
+    """The exception types that mean out of memory: ``torch.OutOfMemoryError`` (torch 2.4 and newer, raised by the
+    CPU allocator too), ``torch.cuda.OutOfMemoryError`` (the CUDA allocator's, its only name before 2.4),
+    ``MemoryError``."""
+    import torch
+
+    found = (getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None), MemoryError)
+    return tuple(dict.fromkeys(t for t in found if isinstance(t, type)))
+
+
 def check_device(device: str) -> str:
     """Validate a ``--device`` string (cpu, cuda, cuda:N) against this machine; returns it normalised."""
     import torch
@@ -82,7 +92,8 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _driver_version() -> str | None:
+def driver_version() -> str | None:
+    """The NVIDIA driver's version (``/proc/driver/nvidia/version``), None without one."""
     try:
         with open("/proc/driver/nvidia/version") as fh:
             first = fh.readline()
@@ -118,11 +129,13 @@ def fingerprint(device: str) -> dict[str, Any]:
         info["device_name"] = torch.cuda.get_device_name(dev)
         info["device_count"] = torch.cuda.device_count()
         info["capability"] = ".".join(map(str, torch.cuda.get_device_capability(dev)))
-        info["driver"] = _driver_version()
+        info["driver"] = driver_version()
     return info
 
 
-IDENTITY_KEYS = ("device_type", "device_name", "device_count", "torch", "cuda", "cpu_model", "cpu_count", "cpu_capability")
+# What makes two measurements incomparable. Not the number of GPUs: a trial measures on one, and a worker of
+# ``run --devices`` sees only its own (CUDA_VISIBLE_DEVICES) where the process that made the study saw them all.
+IDENTITY_KEYS = ("device_type", "device_name", "torch", "cuda", "cpu_model", "cpu_count", "cpu_capability")
 
 
 def _cpu_capability() -> str | None:

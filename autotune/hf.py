@@ -32,6 +32,7 @@ from typing import Any, Callable
 import torch
 from torch.utils.data import Dataset
 
+from autotune import hardware
 from autotune.errors import SpecError
 from autotune.workload import Workload
 
@@ -216,9 +217,9 @@ def build(model_type: str, **args: Any) -> Workload:
     auto_class = getattr(transformers, HEADS[head][0])
     try:
         model = auto_class.from_config(config)
-    except (MemoryError, torch.OutOfMemoryError):
-        raise  # too large for this machine: the trial reports it as oom
     except Exception as exc:  # noqa: BLE001 - e.g. a hidden size the head count does not divide
+        if isinstance(exc, hardware.oom_types()):
+            raise  # too large for this machine: the trial reports it as oom
         raise SpecError(
             f"{spec}: {HEADS[head][0]} could not build {model_type} with model args {given}: "
             f"{type(exc).__name__}: {_first_line(exc)}"

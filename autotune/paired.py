@@ -49,40 +49,6 @@ from autotune.arm import Arm, error_record, is_oom, start_process
 from autotune.messages import PairedRequest
 
 
-def arm_state(arm: Arm) -> dict[str, Any]:
-    """The process-wide state an arm's window runs under, and what its own objects were made into."""
-    plan = arm.plan
-    try:
-        autocast = bool(torch.is_autocast_enabled(plan.device.type))
-    except TypeError:  # pragma: no cover - torch < 2.4
-        autocast = bool(torch.is_autocast_enabled())
-    with plan.autocast():  # what the arm's own step runs under
-        try:
-            inside = torch.get_autocast_dtype(plan.device.type) if torch.is_autocast_enabled(plan.device.type) else None
-        except (AttributeError, TypeError):  # pragma: no cover - torch < 2.4
-            inside = None
-    four_d = [p for p in arm.eager_model.parameters() if p.dim() == 4]
-    optimizer: dict[str, Any] = {}
-    if arm.optimizer is not None:
-        group = arm.optimizer.param_groups[0]
-        optimizer = {"class": type(arm.optimizer).__name__,
-                     **{k: group[k] for k in sorted(group) if k in ("foreach", "fused")}}
-    return {
-        "intra_op_threads": torch.get_num_threads(),
-        "flags": plan.flag_values(),
-        "autocast": autocast,  # outside the step: nothing an arm's step turns on may stay on
-        "step_autocast": str(inside) if inside is not None else None,
-        "grad_enabled": torch.is_grad_enabled(),
-        "default_dtype": str(torch.get_default_dtype()),
-        "channels_last_weights": sum(1 for p in four_d if p.is_contiguous(memory_format=torch.channels_last)
-                                     and not p.is_contiguous()),
-        "optimizer": optimizer,
-        "samples_per_batch": plan.batch_size,
-        "scaler": arm.loop.stepper.scaler is not None,
-        "checkpointed_blocks": int(plan.notes.get("checkpointed_blocks", 0)),
-    }
-
-
 def _failed(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, NotApplicableAtRuntime):
         return {"outcome": R.NOT_APPLICABLE, "error": {"type": "NotApplicable", "message": str(exc), "user": False},
@@ -145,7 +111,7 @@ def run_arms(request: PairedRequest) -> R.PairedResult:
                 try:
                     arm.plan.apply_flags()  # the precision's TF32 flags are process-wide: each arm's own, each window
                     if not windows[i]:
-                        arms_out[i]["state"] = arm_state(arm)
+                        arms_out[i]["state"] = arm.state()
                     elapsed = arm.loop.timed(per_window[i])
                     windows[i].append(per_window[i] * arm.plan.samples_per_step / elapsed)
                 except Exception as exc:  # noqa: BLE001

@@ -48,6 +48,12 @@ def declared(kind: type[E]) -> Iterator[tuple[knobs.Knob, E]]:
                 yield knob, effect
 
 
+def fp32_precision_api() -> bool:
+    """Whether this torch sets TF32 through ``fp32_precision`` (2.9 and newer), which must not be mixed with the
+    legacy ``allow_tf32`` flags (:data:`autotune.knobs.effects.FP32_PRECISION`)."""
+    return hasattr(torch.backends, "fp32_precision")
+
+
 class NotApplicableAtRuntime(Exception):
     """A knob turned out not to apply once the workload was built (e.g. no blocks to checkpoint)."""
 
@@ -189,8 +195,9 @@ class Plan:
     def apply_flags(self) -> None:
         """Set the global backend flags of this configuration (TF32, cuDNN benchmark) in this process: once per
         trial, or before each window of an arm that shares its process with others (:mod:`autotune.paired`)."""
+        new_api = fp32_precision_api()
         for _, flag, value in self.applied(fx.Flag):
-            if flag.device_type == self.device.type:
+            if flag.device_type == self.device.type and flag.in_use(new_api):
                 *parents, attribute = flag.path.split(".")
                 owner: Any = torch
                 for part in parents:
@@ -201,8 +208,9 @@ class Plan:
         """The global backend flags this plan's knobs set, as they stand now in this process (what an arm of a
         shared process ran under: :mod:`autotune.paired` records it, and tests check it equals the arm's own)."""
         out: dict[str, Any] = {}
+        new_api = fp32_precision_api()
         for _, flag in declared(fx.Flag):
-            if flag.device_type == self.device.type:
+            if flag.device_type == self.device.type and flag.in_use(new_api):
                 owner: Any = torch
                 for part in flag.path.split("."):
                     owner = getattr(owner, part)

@@ -19,6 +19,7 @@ from autotune import frameworks as F
 from autotune import knobs
 from autotune.errors import ConfigError, KnobError
 from autotune.knobs.registry import hf_checkpointing_argument
+from autotune.plan import Plan
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=8)
 
@@ -354,12 +355,16 @@ def process_state(monkeypatch):
     """The callbacks set the thread count, backend flags and environment variables of this process: put them back."""
     for name in ENV_NAMES:
         monkeypatch.delenv(name, raising=False)
-    threads, benchmark = torch.get_num_threads(), torch.backends.cudnn.benchmark
-    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    threads = torch.get_num_threads()
+    flags = Plan({"batch_size": 8}, torch.device("cuda")).flag_values()  # through the TF32 API this torch uses
     yield
     torch.set_num_threads(threads)
-    torch.backends.cudnn.benchmark = benchmark
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+    for path, value in flags.items():
+        *parents, attribute = path.split(".")
+        owner = torch
+        for part in parents:
+            owner = getattr(owner, part)
+        setattr(owner, attribute, value)
 
 
 def other_than_default_everywhere(device: str) -> dict:

@@ -9,7 +9,7 @@ import torch
 from autotune import hardware, knobs
 from autotune import result as R
 from autotune.examples import SmallResNet
-from autotune.plan import Plan
+from autotune.plan import Plan, fp32_precision_api
 from autotune.runner import Runner
 from autotune.workload import WorkloadSpec
 
@@ -26,10 +26,15 @@ def plan(**cfg) -> Plan:
 
 
 def test_backend_flags_reach_torch():
+    """Through the TF32 API this torch uses (fp32_precision from 2.9): read back as inductor reads it."""
     plan(cudnn_benchmark=True, precision="tf32").apply_process()
-    assert torch.backends.cudnn.benchmark is True and torch.backends.cuda.matmul.allow_tf32 is True
+    tf32 = (torch.backends.cuda.matmul.fp32_precision == "tf32" if fp32_precision_api()
+            else torch.backends.cuda.matmul.allow_tf32)
+    assert tf32 and torch.backends.cudnn.benchmark is True
     plan(cudnn_benchmark=False, precision="fp32").apply_process()
-    assert torch.backends.cudnn.benchmark is False and torch.backends.cuda.matmul.allow_tf32 is False
+    tf32 = (torch.backends.cuda.matmul.fp32_precision == "tf32" if fp32_precision_api()
+            else torch.backends.cuda.matmul.allow_tf32)
+    assert not tf32 and torch.backends.cudnn.benchmark is False
 
 
 def test_pinned_batches_and_non_blocking_copies():

@@ -10,6 +10,7 @@ from autotune import knobs, paired
 from autotune import result as R
 from autotune.knobs import effects as fx
 from autotune.messages import PairedRequest
+from autotune.plan import fp32_precision_api
 from autotune.protocol import Settings
 from autotune.request import WorkloadSpec
 from autotune.runner import Runner
@@ -22,6 +23,17 @@ OTHER = {**BASE, "memory_format": "channels_last", "optimizer_impl": "foreach", 
 # Effects an arm applies to its own objects (or, for backend flags, again before each of its windows).
 PER_ARM_EFFECTS = (fx.Autocast, fx.GradScaler, fx.Flag, fx.BatchSize, fx.ChannelsLast, fx.CheckpointBlocks,
                    fx.OptimizerImpl)
+
+
+@pytest.fixture(autouse=True)
+def own_environment(monkeypatch):
+    """These tests measure in this process: what an arm's process sets (the knobs' environment variables, the
+    thread count) is put back after each, so that no later test runs under it."""
+    for name in knobs.owned_environment():
+        monkeypatch.delenv(name, raising=False)
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 def arms(*configs, spec: WorkloadSpec = CNN) -> R.PairedResult:
@@ -88,11 +100,12 @@ def test_the_precision_of_one_arm_is_not_the_next_ones():
 def test_tf32_flags_are_each_arms_own_on_a_gpu():
     """precision's TF32 flags are process-wide: each arm sets its own before each of its windows."""
     base = {**knobs.defaults(knobs.Context(device_type="cuda")), "batch_size": 8, "host_allocator": "retain"}
-    result = paired.run_arms(PairedRequest(spec=CNN, device="cuda", settings=QUICK,
+    result = paired.run_arms(PairedRequest(spec=CNN, device="cuda:0", settings=QUICK,
                                            arms=(base, {**base, "precision": "tf32"}, base)))
     assert result.ok, result.error
-    flags = [a["state"]["flags"]["backends.cuda.matmul.allow_tf32"] for a in result.arms]
-    assert flags == [False, True, False]
+    matmul = "backends.cuda.matmul.fp32_precision" if fp32_precision_api() else "backends.cuda.matmul.allow_tf32"
+    flags = [a["state"]["flags"][matmul] for a in result.arms]
+    assert flags == (["ieee", "tf32", "ieee"] if fp32_precision_api() else [False, True, False])
 
 
 def test_an_arm_that_fails_leaves_the_others_measured():

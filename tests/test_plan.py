@@ -7,7 +7,9 @@ from torch import nn
 from autotune import knobs
 from autotune.errors import KnobError
 from autotune.examples import SmallResNet, TinyLM
-from autotune.plan import CARRIED_OUT, NotApplicableAtRuntime, Plan, checkpoint_blocks, infinite, optimizer_switches
+from autotune.knobs import effects as fx
+from autotune.plan import (CARRIED_OUT, NotApplicableAtRuntime, Plan, checkpoint_blocks, declared, fp32_precision_api,
+                           infinite, optimizer_switches)
 
 CPU = knobs.Context(device_type="cpu", task="train", input_rank=4)
 
@@ -124,26 +126,69 @@ def test_the_plan_carries_out_every_effect_the_registry_declares():
     assert optimizer_switches() == {"foreach", "fused"}
 
 
+def backend_flags() -> dict:
+    """Every backend flag a knob sets on a GPU, read through the one TF32 API this torch uses (a name needs no GPU)."""
+    return Plan({"batch_size": 8}, torch.device("cuda")).flag_values()
+
+
+def set_backend_flags(flags: dict) -> None:
+    for path, value in flags.items():
+        *parents, attribute = path.split(".")
+        owner = torch
+        for part in parents:
+            owner = getattr(owner, part)
+        setattr(owner, attribute, value)
+
+
 @pytest.fixture
 def restore_backend_flags():
-    saved = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-             torch.get_num_threads())
+    saved, threads = backend_flags(), torch.get_num_threads()
     yield
-    torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[:3]
-    torch.set_num_threads(saved[3])
+    set_backend_flags(saved)
+    torch.set_num_threads(threads)
+
+
+def tf32_matmuls() -> bool:
+    if fp32_precision_api():
+        return torch.backends.cuda.matmul.fp32_precision == "tf32"
+    return torch.backends.cuda.matmul.allow_tf32
 
 
 def test_backend_flags_are_set_on_their_device_only(restore_backend_flags):
-    torch.backends.cudnn.benchmark = torch.backends.cuda.matmul.allow_tf32 = False
+    set_backend_flags({path: (False if path.endswith("benchmark") else value) for path, value in backend_flags().items()})
+    Plan({"precision": "fp32", "batch_size": 8}, torch.device("cuda")).apply_flags()
     Plan({"cudnn_benchmark": True, "precision": "tf32", "batch_size": 8}, torch.device("cpu")).apply_process()
-    assert torch.backends.cudnn.benchmark is False and torch.backends.cuda.matmul.allow_tf32 is False
+    assert torch.backends.cudnn.benchmark is False and not tf32_matmuls()
     # torch.device("cuda") needs no GPU to be named; the flags are plain process state
     gpu = {"cudnn_benchmark": True, "precision": "tf32", "threads": 1, "batch_size": 8}
     Plan(gpu, torch.device("cuda")).apply_process()
-    assert torch.backends.cudnn.benchmark is True and torch.backends.cuda.matmul.allow_tf32 is True
-    assert torch.backends.cudnn.allow_tf32 is True and torch.get_num_threads() == 1
+    assert torch.backends.cudnn.benchmark is True and tf32_matmuls() and torch.get_num_threads() == 1
     Plan({"precision": "fp32", "batch_size": 8}, torch.device("cuda")).apply_process()
-    assert torch.backends.cuda.matmul.allow_tf32 is False  # fp32 keeps PyTorch's default: no TF32 matmuls
+    assert not tf32_matmuls()  # fp32 keeps PyTorch's default: no TF32 matmuls ...
+    flags = backend_flags()
+    assert all(v in (True, "tf32") for p, v in flags.items() if "cudnn" in p and "benchmark" not in p)  # ... TF32 convs
+
+
+def test_tf32_is_set_through_one_api_the_one_this_torch_has(restore_backend_flags):
+    """torch 2.9 and newer: fp32_precision, never the legacy allow_tf32 flags (reading one after the other raises)."""
+    paths = set(backend_flags())
+    if fp32_precision_api():
+        assert {"backends.cuda.matmul.fp32_precision", "backends.cudnn.conv.fp32_precision"} <= paths
+        assert not any(p.endswith("allow_tf32") for p in paths)
+        Plan({"precision": "tf32", "batch_size": 8}, torch.device("cuda")).apply_flags()
+        assert torch.backends.cuda.matmul.fp32_precision == "tf32"  # what inductor reads
+    else:
+        assert {"backends.cuda.matmul.allow_tf32", "backends.cudnn.allow_tf32"} <= paths
+        assert not any(p.endswith("fp32_precision") for p in paths)
+
+
+def test_the_legacy_tf32_flags_serve_a_torch_without_fp32_precision():
+    """Read here without setting them: in a torch that has the new API, reading a legacy flag it set raises."""
+    legacy = {flag.path for _, flag in declared(fx.Flag) if flag.in_use(fp32_precision_api=False)}
+    new = {flag.path for _, flag in declared(fx.Flag) if flag.in_use(fp32_precision_api=True)}
+    assert legacy == {"backends.cudnn.benchmark", "backends.cuda.matmul.allow_tf32", "backends.cudnn.allow_tf32"}
+    assert new == {"backends.cudnn.benchmark", "backends.cuda.matmul.fp32_precision", "backends.cudnn.conv.fp32_precision",
+                   "backends.cudnn.rnn.fp32_precision"}
 
 
 def test_fp16_trains_with_a_grad_scaler_and_infers_without():

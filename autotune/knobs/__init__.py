@@ -58,9 +58,13 @@ from autotune.knobs.registry import (
     REGISTRY,
     Resolved,
     apart,
+    compile_knobs,
+    compiles,
     defaults,
     differs_from_default,
     get,
+    inherited_environment,
+    owned_environment,
     parse_assignments,
     per_arm,
     recipe,
@@ -71,10 +75,10 @@ from autotune.knobs.registry import (
 )
 
 __all__ = [
-    "ALONE", "BATCH_KNOB", "PER_ARM", "SHARED", "apart", "keeps_global_batch", "per_arm", "starts_processes",
+    "ALONE", "BATCH_KNOB", "PER_ARM", "SHARED", "apart", "compile_knobs", "compiles", "keeps_global_batch", "per_arm", "starts_processes",
     "BACKEND", "BATCH", "CPUS", "ENV", "KNOBS", "LOADER", "MODEL", "NAMES", "OPTIMIZER", "REGISTRY", "STAGE_HELP",
     "STEP", "CompileSupported", "Condition", "Context", "ForTask", "Glibc", "InputRank", "Knob", "KnobAbove", "KnobError",
     "NativeBF16", "OnDevice", "OptimizerSupports", "Resolved", "accumulation_steps", "cpu_count", "defaults",
-    "differs_from_default", "effects", "exports", "get", "parse_assignments", "recipe", "resolve", "short",
+    "differs_from_default", "effects", "exports", "get", "inherited_environment", "owned_environment", "parse_assignments", "recipe", "resolve", "short",
     "validate_config",
 ]

@@ -31,6 +31,14 @@ class Env(Effect):
 
     names: tuple[str, ...]
     values: Mapping[Any, str] | None = None  # knob value -> the variables' value (absent: unset); None: the value
+    # Other names of the same setting (PyTorch 2.9 reads PYTORCH_ALLOC_CONF before PYTORCH_CUDA_ALLOC_CONF): never set
+    # by the knob, and, like ``names``, never inherited by a trial (:func:`autotune.knobs.owned_environment`).
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def owned(self) -> tuple[str, ...]:
+        """Every variable this effect decides: at the knob's default a trial runs with none of them set."""
+        return self.names + self.aliases
 
     def variables(self, value: Any) -> dict[str, str]:
         if self.values is not None:
@@ -45,14 +53,27 @@ class NumThreads(Effect):
     """``torch.set_num_threads(value)`` in this process (its environment only reaches new processes)."""
 
 
+# The two ways torch sets TF32. PyTorch 2.9 added ``fp32_precision`` (``torch.backends.cuda.matmul.fp32_precision =
+# "tf32"``) and refuses to read a legacy ``allow_tf32`` flag once the new API set the same setting (inductor reads the
+# new one), so a process uses one API: the new one where torch has it (``torch.backends.fp32_precision``).
+LEGACY_TF32 = "allow_tf32"
+FP32_PRECISION = "fp32_precision"
+
+
 @dataclass(frozen=True)
 class Flag(Effect):
     """A global torch attribute (``path`` below ``torch``, e.g. ``backends.cudnn.benchmark``) set to
-    ``value(knob value)`` in the process, on devices of ``device_type`` only."""
+    ``value(knob value)`` in the process, on devices of ``device_type`` only. ``api``: the flag belongs to one of
+    torch's TF32 APIs (:data:`LEGACY_TF32`, :data:`FP32_PRECISION`) and is set only where torch uses that one."""
 
     path: str
     device_type: str
     value: Callable[[Any], Any] = bool
+    api: str = ""
+
+    def in_use(self, fp32_precision_api: bool) -> bool:
+        """Whether this flag is set in a torch that has (or lacks) the ``fp32_precision`` API."""
+        return not self.api or (self.api == FP32_PRECISION) == fp32_precision_api
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,8 @@ from autotune.knobs.core import (
     OptimizerSupports,
 )
 from autotune.knobs.effects import (
+    FP32_PRECISION,
+    LEGACY_TF32,
     Autocast,
     BatchSize,
     ChannelsLast,
@@ -63,8 +65,8 @@ from autotune.knobs.exports import ACCELERATE, HF_TRAINER, LIGHTNING, Job, arg, 
 
 def _precision_how(value: Any) -> str:
     return {
-        "tf32": "torch.backends.cuda.matmul.allow_tf32 = True and torch.backends.cudnn.allow_tf32 = True "
-                "before training",
+        "tf32": "torch.backends.cuda.matmul.fp32_precision = 'tf32' before training (torch 2.9 and newer; before "
+                "2.9: torch.backends.cuda.matmul.allow_tf32 = True; cuDNN convolutions use TF32 by default)",
         "bf16": "with torch.autocast(device_type, dtype=torch.bfloat16): around forward and loss",
         "fp16": "with torch.autocast(device_type, dtype=torch.float16): around forward and loss, "
                 "with torch.amp.GradScaler",
@@ -92,7 +94,8 @@ def _acc_precision(job: Job, name: str, value: Any) -> None:
     elif value == "fp32" and job.cuda and job.values[COMPILE.name] != "off":
         job.by_hand(name, "Accelerate turns TF32 matmuls on when dynamo runs without mixed precision; "
                           "the measured step kept them off",
-                    "torch.backends.cuda.matmul.allow_tf32 = False after creating the Accelerator")
+                    "torch.backends.cuda.matmul.fp32_precision = 'ieee' after creating the Accelerator (torch 2.9 "
+                    "and newer; before 2.9: torch.backends.cuda.matmul.allow_tf32 = False)")
 
 
 PRECISION = Knob(
@@ -108,9 +111,14 @@ PRECISION = Knob(
     effects=(
         Autocast({"bf16": "bfloat16", "fp16": "float16"}),
         GradScaler(("fp16",)),
-        # fp32 keeps PyTorch's defaults: TF32 off for matmuls, on for cuDNN convolutions.
-        Flag("backends.cuda.matmul.allow_tf32", "cuda", lambda value: value == "tf32"),
-        Flag("backends.cudnn.allow_tf32", "cuda", lambda value: True),
+        # fp32 keeps PyTorch's defaults: TF32 off for matmuls, on for cuDNN convolutions; through the one TF32 API
+        # the running torch uses (effects.FP32_PRECISION from torch 2.9, effects.LEGACY_TF32 before).
+        Flag("backends.cuda.matmul.allow_tf32", "cuda", lambda value: value == "tf32", api=LEGACY_TF32),
+        Flag("backends.cudnn.allow_tf32", "cuda", lambda value: True, api=LEGACY_TF32),
+        Flag("backends.cuda.matmul.fp32_precision", "cuda", lambda value: "tf32" if value == "tf32" else "ieee",
+             api=FP32_PRECISION),
+        Flag("backends.cudnn.conv.fp32_precision", "cuda", lambda value: "tf32", api=FP32_PRECISION),
+        Flag("backends.cudnn.rnn.fp32_precision", "cuda", lambda value: "tf32", api=FP32_PRECISION),
     ),
     in_process=PER_ARM,  # autocast and the scaler belong to the arm's step; its TF32 flags are set before each window
     how=_precision_how,
@@ -410,7 +418,8 @@ CUDA_ALLOCATOR = Knob(
     choices=("default", "expandable_segments"),
     when=(OnDevice("cuda"),),
     torch_default="default",
-    effects=(Env(("PYTORCH_CUDA_ALLOC_CONF",), {"expandable_segments": "expandable_segments:True"}),),
+    effects=(Env(("PYTORCH_CUDA_ALLOC_CONF",), {"expandable_segments": "expandable_segments:True"},
+                 aliases=("PYTORCH_ALLOC_CONF",)),),
     how=lambda value: "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the environment before Python starts",
     # the callbacks set it when built (before the Trainer starts CUDA), or on CUDA's running allocator
     exports={HF_TRAINER: callback(), LIGHTNING: callback(), ACCELERATE: by_hand()},
@@ -596,6 +605,38 @@ def per_arm(changes: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]
 BATCH_KNOB: str = next(k.name for k in REGISTRY if any(isinstance(e, BatchSize) for e in k.effects))
 
 
+def owned_environment() -> tuple[str, ...]:
+    """The environment variables the knobs decide (``OMP_NUM_THREADS``, ``PYTORCH_CUDA_ALLOC_CONF``, ``MALLOC_*``...).
+    A trial process never inherits them from the shell that started autotune: at a knob's default PyTorch's default
+    holds, not what the shell exported (the baseline is the defaults); each knob sets its own at other values."""
+    out: list[str] = []
+    for knob in REGISTRY:
+        for effect in knob.effects:
+            if isinstance(effect, Env):
+                out.extend(name for name in effect.owned if name not in out)
+    return tuple(out)
+
+
+def inherited_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of :func:`owned_environment` that ``environ`` sets: what trials run without (a study records
+    and ``run`` names them)."""
+    return {name: environ[name] for name in owned_environment() if name in environ}
+
+
 def starts_processes(config: Mapping[str, Any]) -> bool:
     """A trial of this configuration starts processes of its own (loader or compile workers)."""
     return any(k.starts_processes and config.get(k.name, k.default_for()) != k.default_for() for k in REGISTRY)
+
+
+def compiles(config: Mapping[str, Any]) -> bool:
+    """A trial of this configuration compiles its model (its first step holds the compilation)."""
+    for knob in REGISTRY:
+        for effect in knob.effects:
+            if isinstance(effect, Compile) and config.get(knob.name, effect.off) != effect.off:
+                return True
+    return False
+
+
+def compile_knobs() -> tuple[str, ...]:
+    """The knobs whose values compile the model."""
+    return tuple(k.name for k in REGISTRY if any(isinstance(e, Compile) for e in k.effects))
