@@ -25,7 +25,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from autotune import tuning
-from autotune.errors import AutotuneError, StorageError, StorageUnreachable
+from autotune.errors import AutotuneError, DeviceError, StorageError, StorageUnreachable
 from autotune.request import DEFAULT_POLL_S, TuneConfig
 from autotune.store import Store, StoredStudy
 
@@ -167,12 +167,35 @@ def shares(workers: int, cpus: Sequence[int] | None = None) -> list[list[int]]:
     return out
 
 
+def device_masks(devices: Sequence[int], visible: str | None) -> list[str]:
+    """Each worker's ``CUDA_VISIBLE_DEVICES`` for ``--devices``: the GPU at each index of the mask this process was
+    given (``visible``: indices, UUIDs or MIG names, as CUDA takes them), or the index itself where none was given.
+    ``--devices 0,1`` under ``CUDA_VISIBLE_DEVICES=4,5`` are the GPUs 4 and 5, as ``cuda:0`` and ``cuda:1`` are."""
+    if visible is None:
+        return [str(d) for d in devices]
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    out = []
+    for d in devices:
+        if not 0 <= d < len(entries):
+            raise DeviceError(f"--devices: GPU {d} is not among the {len(entries)} that CUDA_VISIBLE_DEVICES={visible!r} "
+                              f"lets this process use (0 to {len(entries) - 1})")
+        out.append(entries[d])
+    return out
+
+
 def spawn_local(name: str, store: Store, workers: int, devices: Sequence[int] | None, base_device: str,
                 quiet: bool = False) -> list[subprocess.Popen]:
-    """Start the worker processes of ``run --workers K`` (CPU: a share of cores each) or ``--devices`` (one GPU each)."""
+    """Start the worker processes of ``run --workers K`` (CPU: a share of cores each) or ``--devices`` (one GPU each,
+    and a share of the cores where there are as many cores as GPUs: a trial's "other processes" are then those on
+    its own cores and GPU, never the study's other workers)."""
     procs = []
     if devices:
-        plan: list[tuple[dict[str, str], list[str]]] = [({"CUDA_VISIBLE_DEVICES": str(d)}, ["--device", "cuda:0"]) for d in devices]
+        masks = device_masks(devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        cores = os.sched_getaffinity(0)
+        split: list[list[int] | None] = list(shares(len(devices))) if len(cores) >= len(devices) else [None] * len(devices)
+        plan: list[tuple[dict[str, str], list[str]]] = [
+            ({"CUDA_VISIBLE_DEVICES": mask}, ["--device", "cuda:0", *(["--cpus", ",".join(map(str, share))] if share else [])])
+            for mask, share in zip(masks, split)]
     else:
         plan = [({}, ["--device", base_device, "--cpus", ",".join(map(str, share))]) for share in shares(workers)]
     for env_extra, args in plan:

@@ -22,6 +22,7 @@ from click.testing import CliRunner
 
 from autotune import daemon
 from autotune.cli import main
+from autotune.errors import DeviceError
 from autotune.store import LiveStudy, Store, StoredStudy, StoredTrial
 
 TESTS = Path(__file__).parent
@@ -272,6 +273,41 @@ def test_shares_split_the_cores():
     assert daemon.shares(2, [0, 1, 2, 3, 4]) == [[0, 1, 2], [3, 4]]
     with pytest.raises(Exception, match="one worker needs one"):
         daemon.shares(3, [0, 1])
+
+
+def test_devices_are_the_gpus_of_the_mask_this_process_was_given():
+    assert daemon.device_masks([0, 1], None) == ["0", "1"]
+    assert daemon.device_masks([0, 1], "4,5") == ["4", "5"]  # cuda:0 and cuda:1 of this process are GPUs 4 and 5
+    assert daemon.device_masks([1], "GPU-8f6b3c2e, MIG-2a1c") == ["MIG-2a1c"]  # UUIDs and MIG names as CUDA takes them
+    with pytest.raises(DeviceError, match="GPU 2 is not among the 2"):
+        daemon.device_masks([2], "4,5")
+
+
+def test_each_gpu_worker_sees_its_own_gpu_of_an_inherited_mask_and_a_share_of_the_cores(monkeypatch, tmp_path):
+    started = []
+
+    class Popen:
+        def __init__(self, cmd, env, **kwargs):
+            started.append((cmd, env))
+
+    monkeypatch.setattr(daemon.subprocess, "Popen", Popen)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaa,GPU-bbb")
+    monkeypatch.setattr(daemon.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    daemon.spawn_local("s", store, 1, [1, 0], "cuda:0")
+    masks = [env["CUDA_VISIBLE_DEVICES"] for _, env in started]
+    assert masks == ["GPU-bbb", "GPU-aaa"]
+    assert all(cmd[cmd.index("--device") + 1] == "cuda:0" for cmd, _ in started)
+    assert [cmd[cmd.index("--cpus") + 1] for cmd, _ in started] == ["0,1", "2,3"]  # its sibling's cores are not its own
+
+
+def test_a_worker_that_sees_one_gpu_of_several_joins_the_study_made_where_all_were_seen():
+    from autotune import hardware
+
+    made = {"device_type": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "device_count": 4, "torch": "2.11.0",
+            "cuda": "13.0", "cpu_model": "Xeon", "cpu_count": 64, "cpu_capability": "AVX512"}
+    assert hardware.differences(made, {**made, "device_count": 1}) == []
+    assert hardware.differences(made, {**made, "device_name": "NVIDIA H200"}) != []
 
 
 def test_a_worker_joins_a_submitted_job_by_its_name(tmp_path):
