@@ -8,9 +8,13 @@ evidence names a busy study and leaves out measurements much busier than the
 baseline's (:mod:`autotune.evidence`), and ``run`` warns when the machine is
 already busy before it starts (:func:`other_cores_now`).
 
-Other processes' CPU is the machine's busy CPU time minus that of the measuring
-process tree (the trial and its DataLoader workers), over the same wall time, in
-cores: 1.0 means another process kept one core busy on average.
+Other processes' CPU is the busy CPU time of the cores the trial may run on (its
+affinity: a worker of ``run --workers`` is pinned to its share of the machine) minus that
+of the measuring process tree (the trial and its DataLoader workers), over the same wall
+time, in cores: 1.0 means another process kept one of those cores busy on average. The
+study's other workers, on their own cores, are not "other processes" of a trial; and a
+trial measured on a share of the machine says so (``cores`` of ``machine_cores``), since its
+figure holds for such a share.
 
 psutil is imported where a meter reads it: the read commands use :func:`busy_threshold` only,
 and import nothing they do not use (issue 27).
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
     import psutil
@@ -33,11 +37,28 @@ def busy_threshold(cores: int) -> float:
     return max(BUSY_MIN_CORES, 0.25 * max(1, cores))
 
 
-def _busy_cpu_s() -> float:
+def _busy(t: Any) -> float:
+    return float(sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0))
+
+
+def _busy_cpu_s(cores: Sequence[int] | None = None) -> float:
+    """Busy CPU seconds of these cores (all of them for None; all too where the kernel lists fewer CPUs than there are,
+    some offline, so that a list index is no core number)."""
     import psutil
 
-    t = psutil.cpu_times()
-    return sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+    if cores is not None:
+        per = psutil.cpu_times(percpu=True)
+        if len(per) == (os.cpu_count() or 0):
+            return sum(_busy(per[i]) for i in cores if i < len(per))
+    return _busy(psutil.cpu_times())
+
+
+def own_cores() -> list[int]:
+    """The cores this process may run on (its affinity)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return list(range(os.cpu_count() or 1))
 
 
 def _tree_cpu_s(process: psutil.Process) -> float:
@@ -66,13 +87,14 @@ class Meter:
         import psutil
 
         self.process = psutil.Process(pid or os.getpid())
+        self.cores = own_cores()
         self.start_wall = 0.0
         self.start_busy = 0.0
         self.start_tree = 0.0
 
     def start(self) -> Meter:
         self.start_wall = time.monotonic()
-        self.start_busy = _busy_cpu_s()
+        self.start_busy = _busy_cpu_s(self.cores)
         self.start_tree = _tree_cpu_s(self.process)
         return self
 
@@ -80,10 +102,11 @@ class Meter:
         import psutil
 
         wall = time.monotonic() - self.start_wall
-        busy = _busy_cpu_s() - self.start_busy
+        busy = _busy_cpu_s(self.cores) - self.start_busy
         tree = _tree_cpu_s(self.process) - self.start_tree
         other = max(0.0, (busy - tree) / wall) if wall > 0 else 0.0
-        return {"other_cores": round(other, 3), "cores": psutil.cpu_count() or 1, "wall_s": round(wall, 3)}
+        return {"other_cores": round(other, 3), "cores": len(self.cores), "machine_cores": psutil.cpu_count() or 1,
+                "wall_s": round(wall, 3)}
 
 
 def other_cores_now(seconds: float = 0.5) -> dict[str, Any]:
@@ -94,21 +117,81 @@ def other_cores_now(seconds: float = 0.5) -> dict[str, Any]:
 
 
 def gpu_others(device: Any) -> int | None:
-    """Processes other than this one on a CUDA device (None when it cannot be told)."""
+    """Processes other than this trial's on a CUDA device, by NVML (None when it cannot be told)."""
+    return others_on_gpu(gpu_pids(device), {p.pid for p in _tree()})
+
+
+def others_on_gpu(pids: list[int] | None, ours: set[int]) -> int | None:
+    """How many of the processes NVML lists on this trial's GPU (``pids``; None: unknown) are not the trial's own
+    (``ours``: its process tree, as this process numbers them).
+
+    NVML numbers processes as the host does. Inside a container (a PID namespace of its own) this process is
+    listed under a number it cannot know: none of ``ours`` is among ``pids``. It holds a context on the GPU it
+    measures on, so it is one of them, and the others are the rest. Where NVML lists none at all, it cannot see
+    the processes from here: unknown, never "none"."""
+    if pids is None or not pids:
+        return None
+    if ours & set(pids):
+        return len([p for p in pids if p not in ours])
+    return len(pids) - 1
+
+
+def _tree() -> list[Any]:
+    import psutil
+
+    me = psutil.Process()
+    try:
+        return [me, *me.children(recursive=True)]
+    except psutil.Error:
+        return [me]
+
+
+def gpu_pids(device: Any) -> list[int] | None:
+    """The processes that hold a context on this CUDA device, as NVML lists them: through torch (pynvml), else
+    ``nvidia-smi`` by the device's UUID; None when neither can tell."""
     try:
         import torch
 
         text = torch.cuda.list_gpu_processes(device)
-    except Exception:  # noqa: BLE001 - no pynvml, no driver: unknown
-        return None
+    except Exception:  # noqa: BLE001 - no driver, no pynvml
+        text = ""
     pids = []
     for line in text.splitlines():
         parts = line.split()
         if len(parts) >= 2 and parts[0] == "process" and parts[1].isdigit():
             pids.append(int(parts[1]))
-    if not pids and "no processes" not in text and "process" not in text:
+    if pids or "no processes" in text:
+        return pids
+    return _smi_pids(device)
+
+
+def _smi_pids(device: Any) -> list[int] | None:
+    import shutil
+    import subprocess
+
+    try:
+        import torch
+
+        uuid = str(getattr(torch.cuda.get_device_properties(device), "uuid", "") or "")
+    except Exception:  # noqa: BLE001
         return None
-    return len([p for p in pids if p != os.getpid()])
+    smi = shutil.which("nvidia-smi")
+    if not uuid or smi is None:
+        return None
+    try:
+        done = subprocess.run([smi, "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    wanted = uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+    pids = []
+    for line in done.stdout.splitlines():
+        pid, _, gpu = (part.strip() for part in line.partition(","))
+        if gpu == wanted and pid.isdigit():
+            pids.append(int(pid))
+    return pids
 
 
 def text(other_cores: float, cores: int) -> str:

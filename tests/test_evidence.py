@@ -236,6 +236,25 @@ def test_measurements_much_busier_than_the_baselines_are_left_out_of_the_claim()
     assert "2 taken while it was much busier than during the baseline's were left out" in ev.load.text()
 
 
+def test_figures_measured_on_a_share_of_the_machine_say_so_in_the_verdict():
+    """run --workers 2 on 2 cores: each trial on 1 of them; a claim measured on a share holds for such a share."""
+    study = new_study(fingerprint=FP)
+    for rate, role, changes in ((100.0, "baseline", {}), (150.0, "search", {"precision": "bf16"})):
+        trial(study, rate, role=role, config={**BASE, **changes}, result={"load": {"other_cores": 0.0, "cores": 1}})
+    for k in range(1, 5):
+        for number, rate in ((0, 100.0), (1, 150.0)):
+            records.save_measurement(study, number, f"race-a-{k}", samples_per_s=rate * (1 + 0.01 * k), outcome=R.OK,
+                                     peak_memory_bytes=None, other_cores=0.1, wall_s=None, cores=1)
+    ev = evidence(study)
+    assert ev.load.cores == 1 and ev.load.machine_cores == 2 and not ev.load.was_busy
+    v = ev.verdict()
+    assert v.state == "gain" and v.text.endswith("measured on 1 of the machine's 2 CPUs: the figures hold for such a share")
+    whole = new_study(fingerprint=FP)
+    loaded(whole, 100.0, 0.1, role="baseline"), loaded(whole, 150.0, 0.1, precision="bf16")
+    rounds(whole, {0: (100.0, 0.1), 1: (150.0, 0.1)})
+    assert evidence(whole).load.share is None and "CPUs" not in evidence(whole).verdict().text
+
+
 def test_a_configuration_measured_only_while_much_busier_cannot_win():
     study = new_study(fingerprint=FP)
     loaded(study, 100.0, 0.0, role="baseline"), loaded(study, 400.0, 1.9, precision="bf16")

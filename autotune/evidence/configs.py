@@ -45,6 +45,7 @@ class Config:
     failed_repeats: int = 0
     changes: dict[str, Any] = field(default_factory=dict)
     loads: dict[str, float] = field(default_factory=dict)  # round -> cores other processes used meanwhile
+    slices: dict[str, int] = field(default_factory=dict)  # round -> the cores its process could run on, where recorded
     left_out: frozenset[str] = frozenset()  # rounds much busier than the baseline's: not part of the claim
     key: str = ""  # the configuration's key (knobs.Resolved.key)
     together: list[Measurement] = field(default_factory=list)  # measured alternately with others in one process
@@ -98,7 +99,7 @@ class Config:
 def measured(study: StoredStudy, max_memory_bytes: int | None) -> dict[int, Config]:
     """Every successful measured trial of ``study`` as a :class:`Config`, with its re-measurements in processes of
     their own and the load during each (not yet joined with the shared processes: :func:`join`)."""
-    repeats, failed, loads = _repeats(study)
+    repeats, failed, loads, slices = _repeats(study)
     configs: dict[int, Config] = {}
     for t in study.trials:
         if not t.ok:
@@ -117,6 +118,7 @@ def measured(study: StoredStudy, max_memory_bytes: int | None) -> dict[int, Conf
             repeats=repeats.get(t.number, []),
             failed_repeats=failed.get(t.number, 0),
             loads=_first_load(t) | loads.get(t.number, {}),
+            slices=_first_slice(t) | slices.get(t.number, {}),
             key=str(t.config_key or ""),
         )
     return configs
@@ -146,6 +148,8 @@ def join(configs: dict[int, Config], blocks: Iterable[Block], trial_of: dict[str
                 configs[number].failed_repeats += 1
             if number is not None and b.other_cores is not None:
                 configs[number].loads[b.round_id] = float(b.other_cores)
+            if number is not None and b.cores:
+                configs[number].slices[b.round_id] = int(b.cores)
     return within
 
 
@@ -154,18 +158,28 @@ def _first_load(t: StoredTrial) -> dict[str, float]:
     return {f"search-{t.number}": float(other)} if other is not None else {}
 
 
-def _repeats(study: StoredStudy) -> tuple[dict[int, list[Measurement]], dict[int, int], dict[int, dict[str, float]]]:
-    """Re-measurements by trial (and legacy ``confirmations``), the failed ones counted, and the load during each."""
+def _first_slice(t: StoredTrial) -> dict[str, int]:
+    cores = (t.result.get("load") or {}).get("cores")
+    return {f"search-{t.number}": int(cores)} if cores else {}
+
+
+def _repeats(study: StoredStudy) -> tuple[dict[int, list[Measurement]], dict[int, int], dict[int, dict[str, float]],
+                                           dict[int, dict[str, int]]]:
+    """Re-measurements by trial (and legacy ``confirmations``), the failed ones counted, and the load during each
+    and the cores its process could run on."""
     out: dict[int, list[Measurement]] = {}
     failed: dict[int, int] = {}
     loads: dict[int, dict[str, float]] = {}
+    slices: dict[int, dict[str, int]] = {}
     for m in study.remeasurements():
         if m.other_cores is not None:
             loads.setdefault(m.trial, {})[m.round_id] = float(m.other_cores)
+        if m.cores:
+            slices.setdefault(m.trial, {})[m.round_id] = int(m.cores)
         if m.samples_per_s:
             out.setdefault(m.trial, []).append((m.round_id, float(m.samples_per_s)))
         else:
             failed[m.trial] = failed.get(m.trial, 0) + 1
     for values in out.values():
         values.sort(key=lambda m: m[0])
-    return out, failed, loads
+    return out, failed, loads, slices

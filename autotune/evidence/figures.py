@@ -210,7 +210,12 @@ class Evidence:
         load-sensitive knob is not recommended."""
         key = ("verdict", ablated)
         if key not in self._memo:
-            self._memo[key] = self._ablated(self._raced_verdict()) if ablated else self._raced_verdict()
+            verdict = self._ablated(self._raced_verdict()) if ablated else self._raced_verdict()
+            if self.load.share and verdict.state in ("gain", "no_gain"):
+                verdict = Verdict(verdict.state, verdict.winner, verdict.leader, verdict.speedup, verdict.tied,
+                                  verdict.confirmed, verdict.simpler_preferred,
+                                  Said(f"{said(verdict.text)}; {self.load.share}"))
+            self._memo[key] = verdict
         return self._memo[key]  # type: ignore[no-any-return]
 
     def ablation(self) -> A.Ablation | None:

@@ -26,27 +26,37 @@ class Load:
     baseline's measurements (their median), and is then left out of its configuration's claim.
     """
 
-    cores: int
+    cores: int  # the cores the measuring processes could run on (their share, with run --workers)
     baseline_other: float  # the median of other processes' cores during the baseline's measurements
     measurements: int  # measurements whose load is known
     busy: int  # of them, taken on a busy machine
     max_other: float
     median_other: float
     left_out: int = 0
+    machine_cores: int = 0  # the machine's (0: not known); more than ``cores``: the figures hold for such a share
 
     @classmethod
     def of(cls, configs: Iterable[Config], baseline: Config | None, fingerprint: Mapping[str, Any]) -> Load:
         from autotune.load import busy_threshold
 
         configs = list(configs)
-        cores = int(fingerprint.get("cpu_count") or 0) or 1
+        machine = int(fingerprint.get("cpu_count") or 0)
+        slices = [n for c in configs for n in c.slices.values()]
+        cores = int(statistics.median(slices)) if slices else machine or 1
         every = [v for c in configs for v in c.loads.values()]
         base = [v for v in baseline.loads.values()] if baseline else []
         threshold = busy_threshold(cores)
         probe = cls(cores, statistics.median(base) if base else 0.0, len(every), sum(1 for v in every if v > threshold),
-                    max(every, default=0.0), statistics.median(every) if every else 0.0)
+                    max(every, default=0.0), statistics.median(every) if every else 0.0, 0, machine)
         left = sum(1 for c in configs for v in c.loads.values() if probe.much_busier(v))
         return cls(**{**probe.__dict__, "left_out": left})
+
+    @property
+    def share(self) -> str | None:
+        """Where the measuring processes had a share of the machine's cores: what the figures hold for."""
+        if self.machine_cores and self.cores < self.machine_cores:
+            return f"measured on {self.cores} of the machine's {self.machine_cores} CPUs: the figures hold for such a share"
+        return None
 
     @property
     def threshold(self) -> float:
@@ -73,7 +83,7 @@ class Load:
         return text
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "busy_machine": self.was_busy, "text": self.text()}
+        return {**self.__dict__, "busy_machine": self.was_busy, "text": self.text(), "share": self.share}
 
 
 def leave_out(configs: Iterable[Config], load: Load) -> None:

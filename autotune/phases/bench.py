@@ -102,7 +102,7 @@ def record_measurement(live: LiveStudy, trial: int, round_id: str, result: R.Tri
     rate = float(result.samples_per_s) if ok else None  # type: ignore[arg-type]
     live.save_measurement(trial, round_id, samples_per_s=rate, outcome=result.outcome if ok or not result.ok else R.ERROR,
                           peak_memory_bytes=result.peak_memory_bytes if ok else None,
-                          other_cores=(result.load or {}).get("other_cores"),
+                          other_cores=(result.load or {}).get("other_cores"), cores=(result.load or {}).get("cores"),
                           wall_s=result.wall_s)  # what it cost: the dashboard's time per trial counts it
     return rate
 
@@ -121,7 +121,8 @@ def record_paired(live: LiveStudy, round_id: str, keys: Sequence[str], trials: S
             outcome = UNCOMPARED  # it ran, but the process had nothing to compare it with (its reference failed)
         arms.append({"key": key, "trial": trial, "samples_per_s": float(rate) if good else None,  # type: ignore[arg-type]
                      "outcome": R.OK if good else outcome})
-    live.save_paired(round_id, arms, other_cores=(result.load or {}).get("other_cores"), wall_s=result.wall_s, **purpose)
+    live.save_paired(round_id, arms, other_cores=(result.load or {}).get("other_cores"), cores=(result.load or {}).get("cores"),
+                     wall_s=result.wall_s, **purpose)
     return [a["samples_per_s"] for a in arms]
 
 

@@ -285,6 +285,7 @@ class Remeasurement:
     other_cores: float | None = None
     wall_s: float | None = None
     at: float | None = None
+    cores: int | None = None  # the cores its process could run on (None: not recorded)
 
 
 @dataclass(frozen=True)
@@ -299,6 +300,7 @@ class Block:
     outcomes: dict[str, str] = field(default_factory=dict)
     wall_s: float | None = None  # the process's wall time, when stored
     at: float | None = None
+    cores: int | None = None  # the cores the process could run on (None: not recorded)
 
 
 class StoredStudy:
@@ -430,7 +432,7 @@ class StoredStudy:
                 continue
             yield Remeasurement(round_id, number, value.get("samples_per_s"), str(value.get("outcome") or ""),
                                 value.get("peak_memory_bytes"), value.get("other_cores"), value.get("wall_s"),
-                                value.get("at"))
+                                value.get("at"), value.get("cores"))
         for trial, rates in (self._attrs.get(CONFIRMATIONS) or {}).items():
             for i, rate in enumerate(rates):
                 yield Remeasurement(f"confirm-{i + 1}", int(trial), float(rate), OK)
@@ -447,7 +449,7 @@ class StoredStudy:
                              {a["key"]: a.get("trial") for a in arms}, value.get("other_cores"), purpose,
                              {a["key"]: str(a.get("outcome") or "") for a in arms},
                              float(value["wall_s"]) if isinstance(value.get("wall_s"), (int, float)) else None,
-                             value.get("at")))
+                             value.get("at"), value.get("cores")))
         out.sort(key=lambda b: b.round_id)
         return out
 
@@ -496,18 +498,20 @@ def measurement(round_id: str, trial: int) -> str:
 
 
 def save_measurement(study: optuna.Study, trial: int, round_id: str, *, samples_per_s: float | None, outcome: str,
-                     peak_memory_bytes: int | None, other_cores: float | None, wall_s: float | None) -> None:
-    """Store one re-measurement of a trial's configuration."""
+                     peak_memory_bytes: int | None, other_cores: float | None, wall_s: float | None,
+                     cores: int | None = None) -> None:
+    """Store one re-measurement of a trial's configuration (``cores``: those its process could run on)."""
     study.set_user_attr(measurement(round_id, trial), {
         "samples_per_s": samples_per_s, "outcome": outcome, "peak_memory_bytes": peak_memory_bytes,
-        "other_cores": other_cores, "wall_s": wall_s, "at": now()})
+        "other_cores": other_cores, "wall_s": wall_s, "at": now(), **({"cores": cores} if cores else {})})
 
 
 def save_paired(study: optuna.Study, round_id: str, arms: Sequence[Mapping[str, Any]], *, other_cores: float | None,
-                wall_s: float | None, **purpose: Any) -> None:
+                wall_s: float | None, cores: int | None = None, **purpose: Any) -> None:
     """Store one process's measurements of several configurations (each arm: key, trial, samples_per_s, outcome)."""
     study.set_user_attr(PAIRED + round_id, {"arms": [dict(a) for a in arms], "other_cores": other_cores,
-                                            "wall_s": wall_s, "at": now(), **purpose})
+                                            "wall_s": wall_s, "at": now(), **({"cores": cores} if cores else {}),
+                                            **purpose})
 
 
 def save_race(study: optuna.Study, race_id: str, record: Mapping[str, Any]) -> None:
