@@ -5,18 +5,28 @@ synchronised at window edges; throughput is the median over windows, with the
 coefficient of variation across them as its spread. Memory on CUDA is the
 caching allocator's peak after a reset; on CPU the peak resident memory of the
 trial's whole process tree (DataLoader workers counted by their unique pages).
+
+Which peak: what the user's training needs from its start through its steady steps, one-time
+costs included (the first step's compilation, max-autotune's kernel benchmarks, cuDNN
+benchmark's algorithm search, the warm-up), because the training pays them too and a
+memory budget must hold through them. The protocol's own extras are not: the memory is read
+at the end of the timed windows (``on_memory_checkpoint``), before the FLOP count (an
+extra step on the uncompiled model, which can need more memory than the compiled one) and
+the profiled steps. The steady-state peak alone (after warm-up) is read too
+(``on_warm``), and kept beside it for whoever asks how much the one-time costs took.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import resource
 import statistics
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import psutil
 import torch
@@ -172,12 +182,22 @@ class StepLoop:
     step_s: float = 0.0  # time spent in steps so far (host clock; what a progress report divides by)
     first_step_s: float | None = None  # the first step's time (compilation included), once it is done
     first_done_at: float | None = None  # perf_counter() when the first step ended
+    started_at: float | None = None  # perf_counter() when the first step began
+    batch_samples: int | None = None  # the samples in the first batch the loader gave (its leading size)
+    pinned_batches: bool | None = None  # whether that batch came in page-locked host memory
     _bad: torch.Tensor | None = None
 
     def one(self, stepper: Stepper | None = None) -> None:
         t0 = time.perf_counter()
+        if self.started_at is None:
+            self.started_at = t0
         host = [next(self.batches) for _ in range(self.plan.accumulation)]
         self.data_s += time.perf_counter() - t0
+        if self.batch_samples is None:
+            first = first_tensor(host[0])
+            if first is not None:
+                self.batch_samples = int(first.shape[0]) if first.dim() else 1
+                self.pinned_batches = bool(first.is_pinned()) if first.device.type == "cpu" else None
         out = (stepper or self.stepper)([self.plan.to_device(b) for b in host])
         finite = torch.isfinite(out.detach()).all() if out.is_floating_point() else torch.ones((), dtype=torch.bool)
         self._bad = ~finite if self._bad is None else (self._bad | ~finite)
@@ -204,6 +224,18 @@ class StepLoop:
         return time.perf_counter() - t0
 
 
+def first_tensor(batch: Any) -> torch.Tensor | None:
+    """The first tensor of a batch (a tensor, a tuple or list of them, a dict), None when it holds none."""
+    if isinstance(batch, torch.Tensor):
+        return batch
+    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (tuple, list)) else ()
+    for item in items:
+        found = first_tensor(item)
+        if found is not None:
+            return found
+    return None
+
+
 def check_parameters(model: torch.nn.Module) -> None:
     for name, p in model.named_parameters():
         if p.is_floating_point() and not bool(torch.isfinite(p).all()):
@@ -211,6 +243,37 @@ def check_parameters(model: torch.nn.Module) -> None:
 
 
 # ---------------------------------------------------------------- profile
+
+
+#: What the names of a profile's events say of the knobs in force, counted in calls over the profiled steps: device
+#: kernels (cuBLAS, cuDNN, CUTLASS, ATen's), host-side ops and CUDA runtime calls. The evidence that a knob reached
+#: the step, from the step itself: TF32, bf16 and fp16 GEMMs and convolutions, NHWC convolutions (and layout
+#: conversions to and from NCHW), fused and foreach optimizer kernels, page-locked and pageable host-to-device copies,
+#: CUDA graph launches, and the forward ops whose count activation checkpointing raises (they run again in backward).
+KERNEL_CLASSES: dict[str, re.Pattern[str]] = {
+    # cuBLAS and cuDNN name their TF32 kernels so; CUTLASS's are s1688/s16816 GEMMs on float inputs (not bf16_/fp16_)
+    "tf32": re.compile(r"tf32|(?<!bf16_)(?<!fp16_)(?:s1688|s16816)gemm", re.I),
+    "bf16": re.compile(r"bf16|bfloat16", re.I),
+    "fp16": re.compile(r"(?<![bB])f16|fp16|h1688|h16816|\bhalf", re.I),
+    "nhwc": re.compile(r"^(?!.*(nchwtonhwc|nhwctonchw)).*nhwc", re.I),
+    "layout_conversions": re.compile(r"nchwtonhwc|nhwctonchw", re.I),
+    "fused_optimizer": re.compile(r"_fused_(adam|sgd|adagrad)|fused(adam|sgd)", re.I),
+    "foreach_optimizer": re.compile(r"_foreach_|multi_tensor_apply(?!.*fused)", re.I),
+    "pinned_copies": re.compile(r"htod \(pinned", re.I),
+    "pageable_copies": re.compile(r"htod \(pageable", re.I),
+    "graph_launches": re.compile(r"cudaGraphLaunch", re.I),
+    "forward_ops": re.compile(r"^aten::(convolution|linear|addmm|bmm|matmul)$"),
+}
+
+
+def kernel_classes(events: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """Calls by class (:data:`KERNEL_CLASSES`) among profile events given as (name, calls)."""
+    out = dict.fromkeys(KERNEL_CLASSES, 0)
+    for name, calls in events:
+        for cls, pattern in KERNEL_CLASSES.items():
+            if pattern.search(name):
+                out[cls] += int(calls)
+    return out
 
 
 def summarise_profile(prof: Any, device_type: str, top: int = 10) -> dict[str, Any]:
@@ -235,6 +298,7 @@ def summarise_profile(prof: Any, device_type: str, top: int = 10) -> dict[str, A
             if t > 0
         ],
         "h2d_copy_us": round(h2d, 1) if use_device else None,
+        "kernels": kernel_classes((evt.key, int(evt.count)) for evt in events),
     }
 
 
@@ -309,8 +373,13 @@ def run_protocol(
     eager: Stepper | None = None,
     on_memory_checkpoint: Callable[[], None] | None = None,
     dominated: Callable[[float], bool] | None = None,
+    on_warm: Callable[[], None] | None = None,
 ) -> Measurement:
-    """First step, warm-up to steady, timed windows, profile. Raises NonFinite.
+    """First step, warm-up to steady, timed windows, memory, FLOP count, profile. Raises NonFinite.
+
+    ``on_warm()`` runs once warm-up is over, ``on_memory_checkpoint()`` once the timed windows are (or the trial was
+    cut): the trial's memory is read there, before the FLOP count and the profile add their own (the module's
+    docstring says which peak is measured).
 
     ``dominated(median_so_far)`` is asked after ``settings.cut_after_windows`` windows;
     when it says yes the remaining windows and the profile are skipped (``cut_short``).
@@ -328,8 +397,6 @@ def run_protocol(
 
     flops = None
     warm_start = time.perf_counter()
-    if settings.count_flops and eager is not None:
-        flops = count_flops(loop, eager)
     times: list[float] = []
     while True:
         times.append(loop.timed(1))
@@ -341,11 +408,17 @@ def run_protocol(
             if dominated(WARMUP_CUT_FACTOR * rate):
                 loop.check_finite()
                 phases["warmup"] = time.perf_counter() - warm_start
+                if on_memory_checkpoint is not None:
+                    on_memory_checkpoint()
+                if settings.count_flops and eager is not None:
+                    flops = count_flops(loop, eager)
                 return Measurement(time_to_first_step_s=first, warmup_steps=len(times), window_samples_per_s=[rate],
                                    window_steps=min(3, len(times)), data_wait_share=0.0, phases_s=phases,
                                    flops_per_step=flops, profile={}, cut_short=True, cut_in_warmup=True)
     loop.check_finite()
     phases["warmup"] = time.perf_counter() - warm_start
+    if on_warm is not None:
+        on_warm()
 
     per_window = window_steps(statistics.median(times[-3:]), settings)
     data_before = loop.data_s
@@ -367,6 +440,10 @@ def run_protocol(
 
     if on_memory_checkpoint is not None:
         on_memory_checkpoint()
+    if settings.count_flops and eager is not None:
+        flops_start = time.perf_counter()
+        flops = count_flops(loop, eager)
+        phases["flops"] = time.perf_counter() - flops_start
 
     profile: dict[str, Any] = {}
     if settings.profile_steps > 0 and not cut:

@@ -48,6 +48,9 @@ class TrialResult:
     error: dict[str, Any] | None = None
     notes: dict[str, Any] = field(default_factory=dict)
     load: dict[str, Any] = field(default_factory=dict)  # what else ran on the machine meanwhile (autotune.load)
+    # the configuration as the trial process found it in force (autotune.arm.Arm.state): flags read back from torch,
+    # the batches the step got, the optimizer's kernels, the weights' layout, the allocator's segments
+    applied: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

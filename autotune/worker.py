@@ -49,19 +49,32 @@ def run(request: TrialRequest) -> R.TrialResult:
         plan, loop, eager, eager_model = arm.plan, arm.loop, arm.eager, arm.eager_model
         peak: dict[str, int] = {}
 
-        def memory_checkpoint() -> None:
-            monitor.sample()  # DataLoader workers are alive now; the periodic samples may have missed their peak
+        def warm() -> None:
+            """Warm-up is over: the one-time costs so far are kept, and the steady-state peak is read from here on."""
             if device.type == "cuda":
-                peak["reserved"] = torch.cuda.max_memory_reserved(device)
-                peak["allocated"] = torch.cuda.max_memory_allocated(device)
+                peak["startup_reserved"] = torch.cuda.max_memory_reserved(device)
+                peak["startup_allocated"] = torch.cuda.max_memory_allocated(device)
+                torch.cuda.reset_peak_memory_stats(device)
+
+        def memory_checkpoint() -> None:
+            """The end of the timed windows: the trial's memory, before the FLOP count and the profile add theirs."""
+            monitor.sample()  # DataLoader workers are alive now; the periodic samples may have missed their peak
+            peak["host"] = monitor.peak_so_far()
+            if device.type == "cuda":
+                steady_reserved = torch.cuda.max_memory_reserved(device)
+                steady_allocated = torch.cuda.max_memory_allocated(device)
+                peak["reserved"] = max(steady_reserved, peak.get("startup_reserved", 0))
+                peak["allocated"] = max(steady_allocated, peak.get("startup_allocated", 0))
+                if "startup_reserved" in peak:
+                    peak["steady_reserved"] = steady_reserved
 
         dominators = request.dominators
         margin = float(request.cut_margin or settings.cut_margin)  # the study's, never below its noise
 
         def dominated(median_so_far: float) -> bool:
             """A front point at least ``margin`` faster that needs no more memory than this trial already has."""
-            if device.type == "cuda":
-                used = float(torch.cuda.max_memory_reserved(device))
+            if device.type == "cuda":  # the peak since the trial began: the steady one is read after a reset at warm()
+                used = float(max(torch.cuda.max_memory_reserved(device), peak.get("startup_reserved", 0)))
             else:
                 used = float(monitor.peak_so_far())
             return any(t >= median_so_far * (1 + margin) and mem <= used for t, mem in dominators)
@@ -69,7 +82,8 @@ def run(request: TrialRequest) -> R.TrialResult:
         progress.loop = loop
         meter = load.Meter().start()
         m = run_protocol(
-            loop, settings, eager=eager, on_memory_checkpoint=memory_checkpoint, dominated=dominated if dominators else None
+            loop, settings, eager=eager, on_memory_checkpoint=memory_checkpoint, dominated=dominated if dominators else None,
+            on_warm=warm,
         )
         result.load = meter.stop()
         if device.type == "cuda":
@@ -88,6 +102,7 @@ def run(request: TrialRequest) -> R.TrialResult:
         result.timed_steps = m.window_steps * len(m.window_samples_per_s)
         result.profile = m.profile
         result.phases_s = m.phases_s
+        result.applied = arm.state()
         result.notes.update(plan.notes)
         if m.cut_short:
             result.notes["cut_short"] = True
@@ -102,7 +117,11 @@ def run(request: TrialRequest) -> R.TrialResult:
             result.mfu = result.achieved_flops / peak_flops if peak_flops else None
         if device.type == "cuda":
             result.memory = {"peak_reserved_bytes": peak["reserved"], "peak_allocated_bytes": peak["allocated"]}
+            if "steady_reserved" in peak:
+                result.memory["steady_reserved_bytes"] = peak["steady_reserved"]  # after warm-up: no one-time costs
             result.peak_memory_bytes = peak["reserved"]
+        else:
+            result.peak_memory_bytes = peak.get("host")
         del loop, eager, eager_model, arm
     except NotApplicableAtRuntime as exc:
         result.outcome = R.NOT_APPLICABLE
@@ -148,11 +167,13 @@ class ProgressFile:
         loop = self.loop
         now = time.perf_counter()
         out: dict[str, Any] = {"elapsed_s": round(now - self.start, 3), "steps": 0, "first_step_s": None,
-                               "since_first_step_s": None, "samples_per_s": None}
+                               "in_first_step_s": None, "since_first_step_s": None, "samples_per_s": None}
         if loop is not None:
             out.update(steps=loop.steps, first_step_s=loop.first_step_s, samples_per_s=loop.rate())
             if loop.first_done_at is not None:
                 out["since_first_step_s"] = round(now - loop.first_done_at, 3)
+            elif loop.started_at is not None:  # compiling, for a compiled configuration
+                out["in_first_step_s"] = round(now - loop.started_at, 3)
         return out
 
     def _run(self) -> None:

@@ -35,7 +35,33 @@ def test_protocol_in_process():
     assert len(m.window_samples_per_s) == 3 and m.samples_per_s > 0
     assert m.flops_per_step and m.flops_per_step > 0
     assert m.profile["top_ops"] and 0 <= m.profile["data_wait_share"] <= 1
-    assert set(m.phases_s) == {"first_step", "warmup", "timed", "profile"}
+    assert set(m.phases_s) == {"first_step", "warmup", "timed", "flops", "profile"}
+
+
+def test_the_memory_is_read_after_the_windows_and_before_the_flop_count_and_the_profile(monkeypatch):
+    """The trial's peak is what the training needs (its one-time costs included), not the protocol's own extras: the
+    FLOP count runs an extra step on the uncompiled model, the profile more steps under the profiler."""
+    import autotune.protocol as protocol
+
+    loop, _ = _loop(nn.Linear(4, 2))
+    events: list[str] = []
+    real_count, real_profile = protocol.count_flops, protocol.profile_steps
+    monkeypatch.setattr(protocol, "count_flops", lambda *a: (events.append("flops"), real_count(*a))[1])
+    monkeypatch.setattr(protocol, "profile_steps", lambda *a: (events.append("profile"), real_profile(*a))[1])
+    real_timed = loop.timed
+
+    def timed(n=1, stepper=None):  # a timed call between warm-up's end and the memory is a window
+        events.append("window" if "warm" in events and "memory" not in events else "step")
+        return real_timed(n, stepper)
+
+    loop.timed = timed  # type: ignore[method-assign]
+    m = run_protocol(loop, Settings.quick(), eager=loop.stepper, on_warm=lambda: events.append("warm"),
+                     on_memory_checkpoint=lambda: events.append("memory"))
+    assert m.flops_per_step and m.flops_per_step > 0
+    tail = [e for e in events if e != "step"]
+    assert tail[0] == "warm" and tail.index("memory") == tail.index("warm") + 1 + len(m.window_samples_per_s)
+    assert tail[-3:] == ["memory", "flops", "profile"] and events.count("window") == len(m.window_samples_per_s)
+    assert events.index("warm") > events.index("step")  # after the first step and the warm-up
 
 
 class _Nan(nn.Linear):
@@ -103,3 +129,32 @@ def test_lean_settings_keep_the_windows_and_drop_the_profile_and_the_flop_count(
     lean = full.lean()
     assert lean.profile_steps == 0 and lean.count_flops is False
     assert (lean.windows, lean.window_s, lean.max_warmup_s) == (full.windows, full.window_s, full.max_warmup_s)
+
+
+def test_kernel_names_tell_the_knobs_in_force():
+    """Names as cuBLAS, cuDNN, ATen and the profiler give them on an H100 (and a CPU's ATen ops)."""
+    from autotune.protocol import kernel_classes
+
+    named = {
+        "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel": "tf32",
+        "cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4": "tf32",
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64": "bf16",
+        "ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn": "fp16",
+        "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>": "layout_conversions",
+        "sm80_xmma_fprop_implicit_gemm_indexed_wo_smem_f32f32_tf32f32_f32_nhwckrsc_nhwc": "nhwc",
+        "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+        "TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4>>": "fused_optimizer",
+        "aten::_fused_adamw_": "fused_optimizer",
+        "aten::_foreach_addcmul_": "foreach_optimizer",
+        "Memcpy HtoD (Pinned -> Device)": "pinned_copies",
+        "Memcpy HtoD (Pageable -> Device)": "pageable_copies",
+        "cudaGraphLaunch": "graph_launches",
+        "aten::convolution": "forward_ops",
+    }
+    for name, cls in named.items():
+        found = {k for k, v in kernel_classes([(name, 3)]).items() if v}
+        assert cls in found, (name, found)
+    assert kernel_classes([("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 1)])["fp16"] == 0  # bf16 is not fp16
+    assert kernel_classes([("nchwToNhwcKernel", 1)])["nhwc"] == 0  # a conversion is no NHWC convolution
+    assert kernel_classes([("sm90_xmma_gemm_f32f32_f32f32_f32_nn_n", 1)])["tf32"] == 0  # strict fp32
+    assert kernel_classes([("ampere_bf16_s16816gemm_bf16_128x128_ldg8", 1)])["tf32"] == 0  # a bf16 tensor-core GEMM
