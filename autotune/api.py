@@ -36,7 +36,8 @@ from autotune import knobs, shipping, tuning
 from autotune import study as S
 from autotune.errors import AutotuneError, FieldError, KnobError, SpecError, WorkloadError, in_words, said
 from autotune.evidence import Verdict, evidence_of
-from autotune.request import DEFAULT_CONFIRM, DEFAULT_PICK, DEFAULT_SAMPLER, DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS
+from autotune.request import (DEFAULT_COMPILE_LIMIT_S, DEFAULT_CONFIRM, DEFAULT_PICK, DEFAULT_SAMPLER,
+                              DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS)
 from autotune.request import VERIFY_ROUNDS
 from autotune.request import MeasureConfig, TuneConfig, WorkloadSpec, declared
 from autotune.request import parse_model_args, parse_shape
@@ -286,6 +287,7 @@ def tune(
     batch_ceiling: bool | None = None,
     warm_start: bool = False,
     early_stop: bool = True,
+    compile_limit: float | str = DEFAULT_COMPILE_LIMIT_S,
     progress: bool = True,
 ) -> TuneResult:
     """Tune a model's performance knobs (``autotune run`` as a function); resume the study if it exists.
@@ -302,6 +304,8 @@ def tune(
     (default: on a GPU, or with ``max_memory``). ``warm_start``: a new study first measures the winners of
     earlier studies in the same storage on this kind of machine (off by default: across models it bought nothing).
     ``early_stop``: cut a trial short when a point of the front beats it (False: as ``--no-early-stop``).
+    ``compile_limit`` (seconds or ``"3m"``): a compiled configuration whose first step (the compilation) runs longer
+    is stopped and recorded as too slow.
     ``progress``: a progress bar and one line per trial (False: silent).
 
     Ctrl-C (a notebook's interrupt) stops the running trial, records it as interrupted
@@ -319,7 +323,7 @@ def tune(
     job = TuneConfig.from_keywords(
         spec, space=space, trials=trials, time_budget=time_budget, max_memory=max_memory, global_batch=global_batch,
         sampler=sampler, seed=seed, quick=quick, early_stop=early_stop, confirm=confirm, trial_timeout=trial_timeout,
-        batch_ceiling=batch_ceiling, warm_start=warm_start,
+        batch_ceiling=batch_ceiling, warm_start=warm_start, compile_limit=compile_limit,
     )
     name = study or default_study(spec)
     store = _store(storage, name)
@@ -331,7 +335,7 @@ def tune(
                                   on_probe=lambda *probe: bar.print(ceilings.probe_text(*probe)))
         bar.done = prepared.measured
         for line in prepared.opening():
-            bar.print(line)
+            bar.print(in_words(said(line), _word))
         summary = prepared.run()
     except KeyboardInterrupt:
         bar.close()

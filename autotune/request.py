@@ -45,6 +45,9 @@ DEFAULT_CONFIRM = 8  # rounds of the final race at most
 MAX_CONFIRM = 50
 MAX_TRIALS = 100_000
 DEFAULT_TRIAL_TIMEOUT_S = 600.0
+# A compiled configuration's first step (compilation; max-autotune's kernel benchmarks too) may take this long: a GPU
+# study's first hour must not go to kernel autotuning (a max-autotune first step can run for many minutes).
+DEFAULT_COMPILE_LIMIT_S = 180.0
 DEFAULT_POLL_S = 30.0  # how often a worker --all looks for new jobs
 MAX_REPEAT = 100  # measure --repeat: new processes at most
 VERIFY_ROUNDS = (2, 4, 50)  # autotune verify's rounds: at least (an interval needs two of each), by default, at most
@@ -394,6 +397,11 @@ class TuneConfig:
     trial_timeout_s: float = declare(
         DEFAULT_TRIAL_TIMEOUT_S, what="the trial timeout", flag="--trial-timeout", keyword="trial_timeout",
         unit="duration", rule=Positive(), show_default=True, help="Kill a trial after this long (e.g. 300, 5m).")
+    compile_limit_s: float = declare(
+        DEFAULT_COMPILE_LIMIT_S, what="the compile limit", flag="--compile-limit", keyword="compile_limit",
+        unit="duration", rule=Positive(), show_default=True,
+        help="Stop a compiled configuration whose first step (the compilation, max-autotune's kernel benchmarks "
+             "included) runs longer than this; it is recorded as too slow and the search steers away (e.g. 3m).")
     batch_ceiling: bool | None = declare(  # probe the largest batch that fits; None: on a GPU or with a memory budget
         None, flag="--batch-ceiling/--no-batch-ceiling", rule=Switch(maybe=True),
         help="First find the largest batch that fits (doubling, then bisection, in isolated trials) and search no "

@@ -23,13 +23,14 @@ import tempfile
 import time
 from typing import Any, Mapping, Sequence
 
-from autotune import forkserver
+from autotune import forkserver, knobs
 from autotune import result as R
 from autotune.errors import SpecError, WorkloadError
 from autotune.forkserver import Ending, kill_group
 from autotune.messages import PairedRequest, ProbeAnswer, ProbeRequest, Request, TrialRequest
 from autotune.protocol import Settings
 from autotune.request import DEFAULT_TRIAL_TIMEOUT_S, WorkloadSpec, option
+from autotune.units import format_duration
 
 
 def warm_up() -> None:
@@ -65,10 +66,12 @@ class Runner:
         timeout_s: float = DEFAULT_TRIAL_TIMEOUT_S,
         settings: Settings | None = None,
         global_batch: int | None = None,
+        compile_limit_s: float | None = None,
     ) -> None:
         self.spec = spec
         self.device = device
         self.timeout_s = timeout_s
+        self.compile_limit_s = compile_limit_s  # a compiled configuration's first step may run this long (None: no limit)
         self.settings = settings or Settings()
         self.global_batch = global_batch
         self._current: Any = None
@@ -76,12 +79,13 @@ class Runner:
 
     # ------------------------------------------------------------ processes
 
-    def _spawn(self, request: Request, timeout_s: float, limit_s: float | None = None
+    def _spawn(self, request: Request, timeout_s: float, limit_s: float | None = None, first_limit_s: float | None = None
                ) -> tuple[Ending, dict[str, Any] | None, list[str], float]:
         """Run one child within ``timeout_s``; returns (how it ended, its answer as JSON data, log tail, wall seconds).
 
         ``limit_s``: stop the child once it has run this long after its first step (compilation
-        is in the first); the last progress it reported is then ``self.last_progress``.
+        is in the first); ``first_limit_s``: once its first step has run this long. The last progress it
+        reported is then ``self.last_progress``.
         """
         server = forkserver.get()
         with tempfile.TemporaryDirectory(prefix="autotune-trial-") as tmp:
@@ -94,7 +98,8 @@ class Runner:
             child = server.spawn(request, result_path, log_path, timeout_s)
             self._current = child.pid
             try:
-                ending = child.wait(stop=None if limit_s is None else lambda: self._past(limit_s, progress_path))
+                watch = limit_s is not None or first_limit_s is not None
+                ending = child.wait(stop=(lambda: self._past(limit_s, first_limit_s, progress_path)) if watch else None)
             finally:
                 self._current = None
                 # Whatever the trial left in its group (DataLoader workers, grandchildren) goes too.
@@ -106,15 +111,18 @@ class Runner:
                     payload = json.load(fh)
             return ending, payload, _tail(log_path), wall
 
-    def _past(self, limit_s: float, progress_path: str) -> bool:
-        """Whether the child's last progress report says it has run past ``limit_s`` since its first step."""
+    def _past(self, limit_s: float | None, first_limit_s: float | None, progress_path: str) -> bool:
+        """Whether the child's last progress report says it has run past ``limit_s`` since its first step, or past
+        ``first_limit_s`` in its first step."""
         try:
             with open(progress_path) as fh:
                 self.last_progress = json.load(fh)
         except (OSError, ValueError):
             return False
         since = self.last_progress.get("since_first_step_s")
-        return since is not None and since > limit_s
+        within = self.last_progress.get("in_first_step_s")
+        return ((limit_s is not None and since is not None and since > limit_s)
+                or (first_limit_s is not None and within is not None and within > first_limit_s))
 
     def stop(self) -> None:
         """Kill the running trial's process group (from a signal handler or another thread)."""
@@ -161,9 +169,15 @@ class Runner:
             global_batch=self.global_batch, dominators=tuple((float(t), float(m)) for t, m in dominators),
             cut_margin=cut_margin,
         )
-        ending, payload, log, wall = self._spawn(request, self.timeout_s, limit_s)
+        first_limit = self.compile_limit_s if knobs.compiles(config) else None
+        ending, payload, log, wall = self._spawn(request, self.timeout_s, limit_s, first_limit)
         exitcode = ending.code
-        if ending.stopped:
+        if ending.stopped and self.last_progress.get("since_first_step_s") is None and first_limit is not None:
+            result = R.TrialResult.failure(
+                R.SLOWER, f"stopped after {wall:.0f} s: its first step (the compilation) ran past the "
+                f"{format_duration(first_limit)} compile limit ({option('compile_limit_s')})",
+                stderr_tail=log, progress=dict(self.last_progress))
+        elif ending.stopped:
             got = self.last_progress
             rate = got.get("samples_per_s")
             result = R.TrialResult.failure(

@@ -33,11 +33,12 @@ from autotune import knobs, load, view, warmstart
 from autotune import space as spaces
 from autotune import study as S
 from autotune.ceiling import Ceiling
-from autotune.errors import SpaceError, StudyError
+from autotune.errors import Said, SpaceError, StudyError
 from autotune.phases import Bench, Seeds
 from autotune.phases.bench import OnMeasure, slow_limit
 from autotune.protocol import Settings
 from autotune.request import TuneConfig, option
+from autotune.units import format_duration
 from autotune.runner import Runner
 from autotune.store import LiveStudy, Store, StoredStudy, kind
 #: ``AUTOTUNE_PAIRED=1``: the race measures candidates alongside the defaults inside shared processes
@@ -101,6 +102,14 @@ class Prepared:
             lines.append(f"warning: the machine is busy: {load.text(other, cores)} just now; figures measured while it "
                          "stays busy say little about a quiet machine (they are named in the verdict, and threads are "
                          "not recommended from them)")
+        if set(self.searched) & set(knobs.compile_knobs()):
+            lines.append(Said(f"compile: a compiled configuration's first step (the compilation, max-autotune's kernel "
+                              f"benchmarks included) is stopped after {format_duration(self.config.compile_limit_s)} and "
+                              f"recorded as too slow ({option('compile_limit_s')})"))
+        inherited = knobs.inherited_environment(os.environ)
+        if inherited:
+            lines.append("not passed to trials: " + ", ".join(f"{k}={v}" for k, v in inherited.items())
+                         + ": the knobs set these (at a knob's default, PyTorch's default holds)")
         if self.ceiling is not None:
             lines.append(f"batch ceiling: {self.ceiling.text()}")
         if self.warm:
@@ -152,7 +161,8 @@ def _prepare(config: TuneConfig, name: str, store: Store, device: str, *, on_tri
         store.load(name)  # the clear error: no such study, and those there are
     space = load_space(config, device)
     runner = Runner(config.spec, device=device, timeout_s=config.trial_timeout_s,
-                    settings=Settings.quick() if config.quick else Settings(), global_batch=config.global_batch)
+                    settings=Settings.quick() if config.quick else Settings(), global_batch=config.global_batch,
+                    compile_limit_s=config.compile_limit_s)
     probe = runner.probe()
     ctx = knobs.Context.from_dict(probe["context"])
     base = S.base_config(ctx, space.fixed, probe["workload"].get(knobs.BATCH_KNOB))
@@ -263,6 +273,9 @@ def placement(device: str) -> dict[str, Any]:
     out: dict[str, Any] = {"host": socket.gethostname(), "device": device, "cpus": sorted(os.sched_getaffinity(0))}
     if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
         out["cuda_visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    inherited = knobs.inherited_environment(os.environ)
+    if inherited:
+        out["not_inherited"] = inherited  # the shell's values of variables the knobs set: trials ran without them
     return out
 
 

@@ -133,13 +133,13 @@ class _EnvCheck(_Tiny):
         super().__init__("ok")
         self.var, self.value, self.threads = var, value, threads
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # value None: the variable must be unset
         assert os.environ.get(self.var) == self.value, f"{self.var}={os.environ.get(self.var)!r}"
         assert not self.threads or torch.get_num_threads() == self.threads, torch.get_num_threads()
         return super().forward(x)
 
 
-def env_check(var: str, value: str, threads: int = 0) -> nn.Module:
+def env_check(var: str, value: str | None, threads: int = 0) -> nn.Module:
     return _EnvCheck(var, value, threads)
 
 

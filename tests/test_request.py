@@ -180,10 +180,10 @@ def test_every_field_of_a_request_is_declared_or_internal():
 
 SPECIFIC = {"global_batch": 64, "seed": 3, "space": "cpu", "sampler": "tpe", "confirm": 0, "trials": 5, "quick": True,
             "early_stop": False, "warm_start": True, "batch_ceiling": True, "time_budget": "2h", "max_memory": "1GiB",
-            "trial_timeout": "5m"}
+            "trial_timeout": "5m", "compile_limit": "90s"}
 SPECIFIC_FLAGS = ["--global-batch", "64", "--seed", "3", "--space", "cpu", "--sampler", "tpe", "--confirm", "0", "--trials", "5",
                   "--quick", "--no-early-stop", "--warm-start", "--batch-ceiling", "--time-budget", "2h", "--max-memory",
-                  "1GiB", "--trial-timeout", "5m"]
+                  "1GiB", "--trial-timeout", "5m", "--compile-limit", "90s"]
 
 
 def test_the_command_line_and_tune_build_the_same_job(tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from autotune import result as R
-from autotune.errors import SpecError, WorkloadError
+from autotune.errors import SpecError, WorkloadError, in_words
 from autotune.runner import Runner, group_alive
 from autotune.workload import WorkloadSpec
 
@@ -145,6 +145,26 @@ def test_the_limit_never_applies_to_the_first_step(quick):
     res = runner.measure({}, limit_s=limit)
     assert res.outcome == R.OK, res.error
     assert res.time_to_first_step_s >= first > limit  # the first step really took longer than the limit
+
+
+def test_a_compiled_configuration_whose_first_step_runs_past_the_compile_limit_is_stopped_as_slower(quick):
+    """--compile-limit: a max-autotune first step must not take the study's hour. The first forward sleeps 20 s
+    (as a long kernel autotuning would) under a 2 s limit."""
+    runner = Runner(WorkloadSpec("failing_workloads:slow_first", model_args=(("first", 20.0),)), timeout_s=120,
+                    settings=quick, compile_limit_s=2.0)
+    started = time.monotonic()
+    res = runner.measure({"compile": "default"})
+    assert res.outcome == R.SLOWER, res.error
+    assert time.monotonic() - started < 18  # stopped near its limit, not after the sleep
+    assert "first step (the compilation) ran past the 2.0s compile limit (--compile-limit)" in in_words(res.error["message"])
+
+
+def test_the_compile_limit_leaves_an_eager_first_step_alone(quick):
+    runner = Runner(WorkloadSpec("failing_workloads:slow_first", model_args=(("first", 4.0),)), timeout_s=120,
+                    settings=quick, compile_limit_s=1.0)
+    res = runner.measure({})
+    assert res.outcome == R.OK, res.error
+    assert res.time_to_first_step_s >= 4.0
 
 
 def test_a_competing_process_is_measured_and_named(quick, hog):

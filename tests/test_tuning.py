@@ -110,3 +110,29 @@ def test_warm_cache_reads_with_the_collector_paused_and_freezes_what_it_read(tmp
     gc.disable()
     assert LiveStudy(optuna.load_study(study_name="g", storage=Store.open(url).storage)).warm_cache() is True
     assert enabled == [False, False] and not gc.isenabled()
+
+
+def _opening(searched: list[str]) -> list[str]:
+    from types import SimpleNamespace
+
+    prepared = tuning.Prepared(
+        config=SimpleNamespace(trials=2, compile_limit_s=180.0), name="cnn", store=SimpleNamespace(shown="studies/cnn.db"),
+        live=None, created=True, recovered=[], tuner=None, device="cuda:0", space_name="default", configurations=4,
+        searched=searched, measured=0, runner=None)  # type: ignore[arg-type]
+    return prepared.opening()
+
+
+def test_run_says_how_long_a_compilation_may_take_where_compile_is_searched(monkeypatch):
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    lines = _opening(["precision", "compile"])
+    assert any(line.startswith("compile: a compiled configuration's first step (the compilation, max-autotune's kernel "
+                               "benchmarks included) is stopped after 3m00s") for line in lines), lines
+    assert not any(line.startswith("compile:") for line in _opening(["precision"]))
+
+
+def test_run_names_the_shells_variables_that_trials_do_not_inherit(monkeypatch):
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:128")
+    lines = _opening(["precision"])
+    assert "not passed to trials: PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128: the knobs set these (at a knob's " \
+           "default, PyTorch's default holds)" in lines
+    assert tuning.placement("cpu")["not_inherited"] == {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"}
