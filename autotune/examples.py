@@ -160,13 +160,24 @@ def images(length: int = 1 << 16, size: int = 32) -> Dataset:
     return SyntheticImages(length=length, size=size)
 
 
-def resnet50(num_classes: int = 1000, image_size: int = 224) -> Workload:
-    """torchvision's ResNet-50 (needs the ``vision`` extra: pip install -e '.[vision]')."""
+def resnet(arch: str = "resnet50", num_classes: int = 1000, image_size: int = 224) -> Workload:
+    """One of torchvision's ResNets by name (``resnet18`` ... ``resnet152``), training at ``image_size`` (needs the
+    ``vision`` extra: pip install -e '.[vision]')."""
     try:
         import torchvision
     except Exception as exc:  # noqa: BLE001 - a broken torchvision raises all sorts
         from autotune.errors import WorkloadError
 
-        raise WorkloadError(f"autotune.examples:resnet50 needs torchvision ({type(exc).__name__}: {exc})") from None
+        raise WorkloadError(f"autotune.examples:{arch} needs torchvision ({type(exc).__name__}: {exc})") from None
     example = (torch.zeros(3, image_size, image_size), torch.tensor(num_classes - 1))
-    return Workload(model=torchvision.models.resnet50(num_classes=num_classes), example=example, task="train")
+    return Workload(model=getattr(torchvision.models, arch)(num_classes=num_classes), example=example, task="train")
+
+
+def resnet50(num_classes: int = 1000, image_size: int = 224) -> Workload:
+    """torchvision's ResNet-50 (needs the ``vision`` extra: pip install -e '.[vision]')."""
+    return resnet("resnet50", num_classes, image_size)
+
+
+def resnet18(num_classes: int = 1000, image_size: int = 64) -> Workload:
+    """torchvision's ResNet-18 at small images (64x64 by default; needs the ``vision`` extra)."""
+    return resnet("resnet18", num_classes, image_size)
