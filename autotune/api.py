@@ -3,7 +3,7 @@ scripts.
 
 ``tune`` is ``autotune run`` as a function: it translates its arguments into the one typed
 request (:class:`autotune.request.TuneConfig`) and runs it through
-:func:`autotune.tuning.prepare` (the one composition behind ``run``,
+:func:`autotune.tuning.preparation.prepare` (the one composition behind ``run``,
 ``worker`` and ``submit``), then returns a :class:`TuneResult` with the study, its Pareto
 front, the verdict and ``export()``.
 
@@ -11,7 +11,7 @@ The model (and data) may be named as on the command line (``"mypkg.models:build"
 ``"hf:gpt2"``) or passed as a Python object: a factory function, a class, a lambda, an
 ``nn.Module``, even one defined in a notebook, in a script's ``__main__`` or inside
 another function. Trials run in processes forked from a server that cannot import those,
-so such an object travels by value, pickled with cloudpickle (:mod:`autotune.shipping`);
+so such an object travels by value, pickled with cloudpickle (:mod:`autotune.workloads.shipping`);
 an object an importable module defines is named ``module:attr`` instead, as the CLI would.
 
 The keywords are the request's fields, as declared in :mod:`autotune.request` (with the
@@ -27,13 +27,16 @@ import sys
 import types
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import optuna
 
-from autotune import ceiling as ceilings
-from autotune import knobs, shipping, tuning
-from autotune import study as S
+from autotune.tuning import ceiling as ceilings
+from autotune import knobs
+from autotune.workloads import shipping
+from autotune.tuning import fleet
+from autotune.tuning import preparation as tuning
+from autotune.tuning import loop as S
 from autotune.errors import AutotuneError, FieldError, KnobError, SpecError, WorkloadError, in_words, said
 from autotune.evidence import Verdict, evidence_of
 from autotune.request import (DEFAULT_COMPILE_LIMIT_S, DEFAULT_CONFIRM, DEFAULT_PICK, DEFAULT_SAMPLER,
@@ -42,10 +45,10 @@ from autotune.request import VERIFY_ROUNDS
 from autotune.request import MeasureConfig, TuneConfig, WorkloadSpec, declared
 from autotune.request import parse_model_args, parse_shape
 from autotune.result import TrialResult
-from autotune.stats import Noise, Ratio
+from autotune.evidence.stats import Noise, Ratio
 from autotune.store import Store, StoredStudy
 from autotune.units import parse_size
-from autotune.specs import import_spec
+from autotune.workloads.specs import import_spec
 
 __all__ = ["TuneResult", "measure", "tune", "verify"]
 
@@ -83,7 +86,7 @@ def _part(obj: Any, what: str, pickled: dict[str, str]) -> str | None:
     from torch import nn
     from torch.utils.data import Dataset
 
-    from autotune.workload import Workload
+    from autotune.workloads.contract import Workload
 
     if not callable(obj) and not isinstance(obj, (nn.Module, Workload, Dataset)):
         raise SpecError(f"{what}={type(obj).__name__}: expected a module:attr string, "
@@ -128,7 +131,7 @@ def _spec(model: Any, data: Any, model_args: Any, input_shape: Any, num_classes:
 
 
 def _device(device: str | None) -> str:
-    from autotune.hardware import check_device, default_device
+    from autotune.machine.hardware import check_device, default_device
 
     return check_device(str(device)) if device is not None else default_device()
 
@@ -190,9 +193,9 @@ class TuneResult:
     (trial, changes, samples/s, processes, peak memory, speed-up); ``verdict``: the
     :class:`autotune.evidence.Verdict`; ``winner``: the verdict's trial number (the
     baseline's when nothing beats PyTorch's defaults; None before any result);
-    ``speedup``: the verdict's :class:`autotune.stats.Ratio` over the defaults, with its
+    ``speedup``: the verdict's :class:`autotune.evidence.stats.Ratio` over the defaults, with its
     interval; ``noise``: the noise between processes; ``summary``: what this run did
-    (:class:`autotune.study.Summary`).
+    (:class:`autotune.tuning.loop.Summary`).
     """
 
     def __init__(self, study: optuna.Study, store: Store, summary: S.Summary | None = None) -> None:
@@ -236,8 +239,8 @@ class TuneResult:
         fastest (the fastest-looking, labelled with the verdict), smallest or balanced;
         ``max_memory``: only front points within it.
         """
-        from autotune import export as C
-        from autotune import frameworks
+        from autotune.export import document as C
+        from autotune.export import frameworks
 
         frameworks.check_format(format)
         doc = C.export(self.view, pick, _size(max_memory, "max_memory"), self.store.shown)
@@ -288,6 +291,8 @@ def tune(
     warm_start: bool = False,
     early_stop: bool = True,
     compile_limit: float | str = DEFAULT_COMPILE_LIMIT_S,
+    workers: int = 1,
+    devices: str | Sequence[int] | None = None,
     progress: bool = True,
 ) -> TuneResult:
     """Tune a model's performance knobs (``autotune run`` as a function); resume the study if it exists.
@@ -305,13 +310,16 @@ def tune(
     earlier studies in the same storage on this kind of machine (off by default: across models it bought nothing).
     ``early_stop``: cut a trial short when a point of the front beats it (False: as ``--no-early-stop``).
     ``compile_limit`` (seconds or ``"3m"``): a compiled configuration whose first step (the compilation) runs longer
-    is stopped and recorded as too slow.
+    is stopped and recorded as too slow. ``workers``: trials at once on this machine, each worker pinned to its share
+    of the cores (as ``run --workers``); ``devices``: GPUs to use at once (``[0, 1]`` or ``"0,1"``), one trial each
+    (as ``run --devices``).
     ``progress``: a progress bar and one line per trial (False: silent).
 
     Ctrl-C (a notebook's interrupt) stops the running trial, records it as interrupted
     (the next call measures it again) and raises KeyboardInterrupt.
     """
-    dev = _device(device)
+    here = fleet.Here.of(workers, devices)
+    dev = here.device(_device(device))
     if model is None:
         if study is None:
             raise SpecError("tune(): pass a model, or model=None with study=NAME to resume that study's workload")
@@ -327,16 +335,16 @@ def tune(
     )
     name = study or default_study(spec)
     store = _store(storage, name)
-    from autotune.progress import Progress
+    from autotune.tuning.progress import Progress
 
     bar = Progress(trials, job.time_budget_s, 0, enabled=progress, echo=_echo)
     try:
         prepared = tuning.prepare(job, name, store, dev, on_trial=bar, on_repeat=bar.repeat,
                                   on_probe=lambda *probe: bar.print(ceilings.probe_text(*probe)))
         bar.done = prepared.measured
-        for line in prepared.opening():
+        for line in prepared.opening(here.processes):
             bar.print(in_words(said(line), _word))
-        summary = prepared.run()
+        summary = here.run(prepared)
     except KeyboardInterrupt:
         bar.close()
         if progress:
@@ -413,8 +421,8 @@ def measure_spec(
     """Measure one configuration of a workload ``request.repeat`` times, each in a new process (``measure`` and
     ``autotune measure``). ``on_result(i, result)`` after each. A failing configuration is a result; a
     workload that cannot be built raises WorkloadError."""
-    from autotune.protocol import Settings
-    from autotune.runner import Runner
+    from autotune.trial.protocol import Settings
+    from autotune.trial.runner import Runner
 
     spec, global_batch = request.spec, request.global_batch
     runner = Runner(spec, device=device, timeout_s=request.trial_timeout_s,
@@ -449,18 +457,18 @@ def verify(
     progress: bool = True,
 ) -> Any:
     """Measure an exported configuration against its defaults again, on this machine (``autotune verify`` as a
-    function; see :mod:`autotune.verification`).
+    function; see :mod:`autotune.export.verify`).
 
     ``export``: a file written by ``autotune export STUDY -o FILE`` (or ``TuneResult.export()``'s document).
     ``rounds``: at most this many rounds (at least 2), each the defaults and the configuration in fresh
     processes; it stops once the interval is clear of the claim's lower bound. ``device`` (default: the
     export's, else this machine's), ``quick`` (short windows), ``trial_timeout`` as for :func:`measure`;
     ``model_args``: the workload's arguments changed since (set over the export's). Returns a
-    :class:`autotune.verification.Verification`: ``verdict`` ("holds", "weaker", "gone", "busy" or "failed"),
-    ``holds``, ``measured`` and ``claim.speedup`` (:class:`autotune.stats.Ratio`), ``changed`` (what differs
+    :class:`autotune.export.verify.Verification`: ``verdict`` ("holds", "weaker", "gone", "busy" or "failed"),
+    ``holds``, ``measured`` and ``claim.speedup`` (:class:`autotune.evidence.stats.Ratio`), ``changed`` (what differs
     from where the claim was measured), ``text()`` and ``to_dict()``.
     """
-    from autotune import verification as V
+    from autotune.export import verify as V
 
     if model_args is not None and not isinstance(model_args, Mapping):
         raise SpecError(f"model_args={model_args!r}: expected a dict of keyword arguments")

@@ -3,8 +3,8 @@
 A :class:`TuneConfig` holds a whole job: the workload (a :class:`WorkloadSpec`), the
 search space, the budget and how to measure; a :class:`MeasureConfig` one configuration's
 measurement. ``autotune run``, ``autotune submit``, ``autotune measure``, ``autotune.tune()``
-and ``autotune.measure()`` only translate their arguments into one; :mod:`autotune.tuning`
-and :mod:`autotune.study` take it (or what derives from it) and nothing else. A job is
+and ``autotune.measure()`` only translate their arguments into one; :mod:`autotune.tuning.preparation`
+and :mod:`autotune.tuning.loop` take it (or what derives from it) and nothing else. A job is
 stored on its study (``job``), so a worker on another machine joins with nothing but a
 study name and a storage URL.
 
@@ -432,7 +432,7 @@ class TuneConfig:
         return self.space or ("cpu" if device == "cpu" else "default")
 
     def probes_ceiling(self, device: str) -> bool:
-        """Whether to find the batch ceiling before searching batch sizes (see :mod:`autotune.ceiling`)."""
+        """Whether to find the batch ceiling before searching batch sizes (see :mod:`autotune.tuning.ceiling`)."""
         if self.batch_ceiling is not None:
             return self.batch_ceiling
         return device != "cpu" or self.max_memory_bytes is not None
@@ -477,7 +477,7 @@ class MeasureConfig:
 # ---------------------------------------------------------------- where a job runs
 
 #: Not fields of a job (a job is the same wherever it runs), but named on the same surfaces: declared here so that
-#: the CLI and the API name them alike. Their values are checked where they are used (autotune.store, autotune.hardware).
+#: the CLI and the API name them alike. Their values are checked where they are used (autotune.store, autotune.machine.hardware).
 WHERE: dict[str, Declared] = {
     "study": Declared(
         flag="--study", name="study", default=None, help="Study name (default: derived from --model).",
@@ -489,6 +489,12 @@ WHERE: dict[str, Declared] = {
                  "worker": "The shared storage URL (PostgreSQL, MySQL, journal:PATH, or a SQLite file on this machine)."}),
     "device": Declared(
         flag="--device", name="device", default=None, help="cpu, cuda or cuda:N (default: cuda:0 if there is one, else cpu)."),
+    "workers": Declared(
+        what="the workers", flag="--workers", name="workers", default=1, rule=Whole(1), show_default=True,
+        help="Trials at once on this machine, each worker pinned to its share of the cores."),
+    "devices": Declared(
+        what="the GPUs", flag="--devices", name="devices", default=None,
+        help="GPUs to use at once, e.g. 0,1,2,3: one trial per GPU, each trial sees only its GPU (and a share of the cores)."),
 }
 
 #: Every declared field by name: the workload's, the job's, the measurement's and where a job runs.

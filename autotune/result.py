@@ -15,7 +15,7 @@ TIMEOUT = "timeout"
 CRASHED = "crashed"
 NOT_APPLICABLE = "not_applicable"
 INTERRUPTED = "interrupted"
-SLOWER = "slower"  # stopped: ran k times the defaults' whole trial without finishing (autotune.phases.bench.SLOW_FACTOR)
+SLOWER = "slower"  # stopped: ran k times the defaults' whole trial without finishing (autotune.tuning.phases.bench.SLOW_FACTOR)
 
 OUTCOMES = (OK, OOM, NAN, ERROR, TIMEOUT, CRASHED, NOT_APPLICABLE, INTERRUPTED, SLOWER)
 
@@ -47,8 +47,8 @@ class TrialResult:
     device: str | None = None
     error: dict[str, Any] | None = None
     notes: dict[str, Any] = field(default_factory=dict)
-    load: dict[str, Any] = field(default_factory=dict)  # what else ran on the machine meanwhile (autotune.load)
-    # the configuration as the trial process found it in force (autotune.arm.Arm.state): flags read back from torch,
+    load: dict[str, Any] = field(default_factory=dict)  # what else ran on the machine meanwhile (autotune.machine.load)
+    # the configuration as the trial process found it in force (autotune.trial.arm.Arm.state): flags read back from torch,
     # the batches the step got, the optimizer's kernels, the weights' layout, the allocator's segments
     applied: dict[str, Any] = field(default_factory=dict)
 
@@ -79,7 +79,7 @@ class TrialResult:
 
 @dataclass
 class PairedResult:
-    """What one process measured of several configurations timed alternately (:mod:`autotune.paired`).
+    """What one process measured of several configurations timed alternately (:mod:`autotune.trial.paired`).
 
     ``arms`` (one dict per configuration, in the order asked): ``config`` (as resolved where it ran),
     ``outcome``, ``samples_per_s`` (the median of its windows), ``window_samples_per_s``, ``error``,

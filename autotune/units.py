@@ -6,7 +6,9 @@ CLI's parameter types, ``autotune.tune(time_budget="2h")``), and then applies it
 
 from __future__ import annotations
 
+import datetime as dt
 import re
+import time
 
 from autotune.errors import UnitError
 
@@ -105,3 +107,23 @@ def format_flops(x: float | None) -> str:
 def plural(n: int, word: str, many: str | None = None) -> str:
     """``1 process``, ``2 processes``: a count and its noun."""
     return f"{n} {word if n == 1 else (many or (word + 'es' if word.endswith(('s', 'x', 'ch', 'sh')) else word + 's'))}"
+
+
+# ---------------------------------------------------------------- the clock
+
+
+def now() -> float:
+    """Seconds since the epoch: the one clock records are stamped with (``at``, ``started``, an owner's start)."""
+    return time.time()
+
+
+def iso(at: float | None = None) -> str:
+    """A moment as exports and records write it for people and other programs: ``2026-11-27T06:29:29+00:00`` (UTC;
+    now by default)."""
+    moment = dt.datetime.fromtimestamp(now() if at is None else at, dt.timezone.utc)
+    return moment.isoformat(timespec="seconds")
+
+
+def local_time(at: float | None = None) -> str:
+    """A moment on this machine's clock face, for log lines: ``06:29:29`` (now by default)."""
+    return dt.datetime.fromtimestamp(now() if at is None else at).strftime("%H:%M:%S")

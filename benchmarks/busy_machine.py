@@ -36,7 +36,7 @@ from harness import say
 
 from autotune.api import measure
 from autotune.evidence import Evidence, evidence_of
-from autotune.stats import geomean
+from autotune.evidence.stats import geomean
 
 CNN = ["--model", "autotune.examples:cnn"]
 HF = ["--model", "hf:gpt2", "--model-arg", "n_layer=2", "--model-arg", "n_embd=128", "--model-arg", "n_head=2", "--seq-len", "64"]

@@ -26,14 +26,16 @@ from pathlib import Path
 import harness
 from harness import say
 
-from autotune import export as C
-from autotune import knobs, tuning
+from autotune.export import document as C
+from autotune import knobs
+from autotune.tuning import preparation as tuning
 from autotune.request import TuneConfig
 from autotune.store import StoredStudy
-from autotune.runner import warm_up
-from autotune.stats import geomean
-from autotune.workload import WorkloadSpec
+from autotune.trial.runner import warm_up
+from autotune.evidence.stats import geomean
+from autotune.workloads.contract import WorkloadSpec
 from autotune.evidence import evidence_of
+from autotune.machine import identity
 
 
 def outside() -> WorkloadSpec:
@@ -81,10 +83,11 @@ def main() -> None:
     import os
     import platform
 
-    from autotune import hardware, load
+    from autotune.machine import hardware
+    from autotune.machine import load
 
     busy = load.other_cores_now(2.0)
-    say(f"machine: {hardware.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, {platform.python_version()}; "
+    say(f"machine: {identity.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, {platform.python_version()}; "
         f"{time.strftime('%Y-%m-%d %H:%M')}; other processes used {busy['other_cores']:.1f} cores at the start; "
         f"{args.trials} trials per study")
     out = {}

@@ -1,6 +1,6 @@
-"""How long ``autotune.report.write_dashboard`` takes on a 200-trial study stored in SQLite.
+"""How long ``autotune.reports.dashboard.write_dashboard`` takes on a 200-trial study stored in SQLite.
 
-Builds a made-up study (autotune/made_up.py) into a temporary SQLite file, then, several
+Builds a made-up study (autotune/testing/studies.py) into a temporary SQLite file, then, several
 times, opens a store of its own, as a new CLI process does, and times reading the study
 (``Store.read``) and writing its dashboard; prints the median, the spread and the page size
 (and the share of it that is plotly.js, read from the page's own script element). Target: under 5 s on a
@@ -20,9 +20,9 @@ from pathlib import Path
 import harness
 import optuna
 from harness import say
-from autotune.made_up import make_study
+from autotune.testing.studies import make_study
 
-from autotune import report
+from autotune.reports import dashboard as report
 from autotune.knobs import cpu_count
 
 TARGET_S = 5.0

@@ -2,7 +2,7 @@
 
     python benchmarks/fleet.py [--trials 30] [--postgres URL] [--throughput-trials 16]
 
-1. Coordination overhead: the search phase alone (autotune.phases.Search, as `autotune run`
+1. Coordination overhead: the search phase alone (autotune.tuning.phases.Search, as `autotune run`
    runs it: ask, suggest, claim through the storage, heartbeats, tell, the evidence read for
    each trial line) with an instant fake measurement and neither noise floor nor race, so all
    that is timed is the coordination; per storage (SQLite file,
@@ -28,11 +28,12 @@ from pathlib import Path
 import harness
 from harness import say
 
-from autotune import knobs, space
+from autotune import knobs
+from autotune.knobs import space
 from autotune import result as R
-from autotune.phases import Bench, Search, SearchOptions, Seeds, Session
-from autotune.phases.sampler import make_sampler
-from autotune.phases.seeds import base_config
+from autotune.tuning.phases import Bench, Search, SearchOptions, Seeds, Session
+from autotune.tuning.phases.sampler import make_sampler
+from autotune.tuning.phases.seeds import base_config
 from autotune.store import LiveStudy
 from autotune.evidence import evidence_of
 

@@ -4,7 +4,7 @@
                                      [--rounds 4] [--sampler random] [--sizes 100,200,300,1000] [--no-sampler]
 
 1. The fleet: K worker processes (K = 1, 8, 32, 64), each the search phase as ``autotune worker
-   --no-race`` runs it (autotune.phases.Search over a LiveStudy: ``create_or_check``, stale-trial
+   --no-race`` runs it (autotune.tuning.phases.Search over a LiveStudy: ``create_or_check``, stale-trial
    recovery, ask, suggest, claim through the storage, heartbeats on PostgreSQL, tell, the evidence
    read for each trial line and for cutting dominated trials, the session record) with one change:
    the measurement is a
@@ -28,10 +28,10 @@
    The default sampler for the fleet is ``random`` so the coordination is timed alone (the sampler's
    own cost is part 2); ``--sampler gp`` times the default one.
 2. The sampler's suggestion time as the study grows: studies of ``--sizes`` complete trials
-   (autotune/made_up.py: the cpu space's 9 knobs, two objectives, two constraints; past 1,000
+   (autotune/testing/studies.py: the cpu space's 9 knobs, two objectives, two constraints; past 1,000
    trials jittered copies), a suggestion = ``ask`` + the suggestions of every knob, median of
    ``--repeat`` (the first, which imports and compiles, left out), for GP, TPE and the default
-   (``gp``: GP then TPE past autotune.phases.sampler.GP_MAX_TRIALS).
+   (``gp``: GP then TPE past autotune.tuning.phases.sampler.GP_MAX_TRIALS).
 3. Memory: each worker's proportional set size (PSS) once started and at the end; how many workers
    this machine's memory holds at that size.
 
@@ -72,8 +72,9 @@ SPACE_DICT = {"search": {
 
 
 def _space() -> tuple[Any, Any, dict[str, Any], Any]:
-    from autotune import knobs, space
-    from autotune.phases.seeds import base_config
+    from autotune import knobs
+    from autotune.knobs import space
+    from autotune.tuning.phases.seeds import base_config
 
     ctx = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
     sp = space.parse(SPACE_DICT, "fleet.toml", "fleet")
@@ -94,9 +95,9 @@ def child(url: str, budget: int, step: float, sampler: str, folder: Path, index:
     import random
 
     from autotune import result as R
-    from autotune import tuning
-    from autotune.phases import Bench, Search, SearchOptions, Seeds, Session
-    from autotune.phases.sampler import make_sampler
+    from autotune.tuning import preparation as tuning
+    from autotune.tuning.phases import Bench, Search, SearchOptions, Seeds, Session
+    from autotune.tuning.phases.sampler import make_sampler
     from autotune.request import DEFAULT_TRIAL_TIMEOUT_S, stale_grace
     from autotune.store import LiveStudy
 
@@ -230,7 +231,7 @@ def fresh_url(kind: str, folder: Path, pg: str | None, tag: str) -> str:
 
 
 def fleet_run(kind: str, workers: int, step: float, args: argparse.Namespace, pg: str | None, folder: Path) -> dict[str, Any]:
-    from autotune.phases.sampler import make_sampler
+    from autotune.tuning.phases.sampler import make_sampler
 
     tag = f"fleet_{kind}_{workers}_{int(step * 1000)}"
     run_dir = folder / tag
@@ -355,9 +356,9 @@ def fleet_run(kind: str, workers: int, step: float, args: argparse.Namespace, pg
 
 def sampler_growth(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
     import optuna
-    from autotune.made_up import SEARCH, grow, make_study
+    from autotune.testing.studies import SEARCH, grow, make_study
 
-    from autotune.phases.sampler import GPThenTPE, make_sampler
+    from autotune.tuning.phases.sampler import GPThenTPE, make_sampler
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rows = []
@@ -492,7 +493,7 @@ def _memory(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _text(runs: list[dict[str, Any]], growth: list[dict[str, Any]], memory: dict[str, Any], args: argparse.Namespace,
           notes: list[str], pg_version: str | None, max_conn: int | None) -> list[str]:
-    from autotune.phases.sampler import GP_MAX_TRIALS
+    from autotune.tuning.phases.sampler import GP_MAX_TRIALS
 
     m = _machine()
     lines = [f"fleet_scale: K worker processes (the search loop, a measurement that sleeps `step` s), sampler "

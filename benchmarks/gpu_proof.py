@@ -20,7 +20,7 @@ The parts:
    forward ops run again by activation checkpointing) and the state it found in force (cuDNN benchmark read back
    from torch, the GradScaler's scale, the allocator's expandable segments, the batches the step received), never
    the configuration it was given. Each compile mode's time to first step, too.
-4. studies: ``autotune run --quick`` as a function (:func:`autotune.tuning.prepare`), of the cnn example and of
+4. studies: ``autotune run --quick`` as a function (:func:`autotune.tuning.preparation.prepare`), of the cnn example and of
    torchvision's ResNet-18 at 64x64 images: the verdict, its interval, MFU, time to first step by compile mode.
 
 With ``--device cpu`` (or on a machine without CUDA) it runs every line a CPU can: CUDA-only knobs and checks say
@@ -42,14 +42,16 @@ from typing import Any, Callable
 import harness
 from harness import say
 
-from autotune import forkserver, hardware, knobs, load
+from autotune import knobs
+from autotune.trial import forkserver
+from autotune.machine import hardware
 from autotune import result as R
 from autotune.evidence import evidence_of
-from autotune.protocol import Settings
+from autotune.trial.protocol import Settings
 from autotune.request import TuneConfig
-from autotune.runner import Runner
+from autotune.trial.runner import Runner
 from autotune.units import format_bytes, format_duration, parse_duration
-from autotune.workload import WorkloadSpec
+from autotune.workloads.contract import WorkloadSpec
 
 CNN = WorkloadSpec("autotune.examples:cnn")
 MLP = WorkloadSpec("autotune.examples:mlp")
@@ -96,7 +98,7 @@ def fork_server_part(device: str) -> dict[str, Any]:
 
     def watch() -> None:
         while not done.wait(0.25):
-            pids = load.gpu_pids(device)
+            pids = hardware.gpu_pids(device)
             if pids is not None:
                 seen.append(pids)
 
@@ -315,7 +317,7 @@ def torchvision_imports() -> bool:
 
 
 def study_part(device: str, spec: WorkloadSpec, trials: int, folder: Path, budget: float) -> dict[str, Any]:
-    from autotune import tuning
+    from autotune.tuning import preparation as tuning
 
     name = spec.model.split(":")[-1]
     say(f"4. a short study of {name} ({trials} trials, --quick)")

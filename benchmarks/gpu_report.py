@@ -17,12 +17,15 @@ from pathlib import Path
 import harness
 from harness import say
 
-from autotune import hardware, knobs, tuning
-from autotune.protocol import cv
+from autotune import knobs
+from autotune.machine import hardware
+from autotune.tuning import preparation as tuning
+from autotune.trial.protocol import cv
 from autotune.request import TuneConfig
-from autotune.runner import Runner, warm_up
-from autotune.workload import WorkloadSpec
+from autotune.trial.runner import Runner, warm_up
+from autotune.workloads.contract import WorkloadSpec
 from autotune.evidence import evidence_of
+from autotune.machine import identity
 
 EXAMPLES = {
     "cnn": ("autotune.examples:cnn", "cnn"),
@@ -92,7 +95,7 @@ def main() -> None:
                 continue
             out["fingerprint"] = probe["fingerprint"]
             ctx = knobs.Context.from_dict(probe["context"])
-            say(f"== {name} on {hardware.short(probe['fingerprint'])}")
+            say(f"== {name} on {identity.short(probe['fingerprint'])}")
             defaults = [runner.measure({}) for _ in range(args.repeat)]
             rates = [r.samples_per_s for r in defaults if r.ok]
             recipe = runner.measure(knobs.recipe(ctx, knobs.defaults(ctx)))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autotune import knobs
-from autotune.workload import WorkloadSpec
+from autotune.workloads.contract import WorkloadSpec
 
 GRIDS = {
     "cnn": {

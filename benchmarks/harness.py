@@ -175,7 +175,7 @@ def _torch() -> dict[str, Any]:
     if capability is not None:
         out["torch_cpu_capability"] = capability()
     if torch.cuda.is_available():
-        from autotune.hardware import driver_version
+        from autotune.machine.hardware import driver_version
 
         props = torch.cuda.get_device_properties(0)
         out["gpu"] = (f"{props.name}, {props.total_memory / 2**30:.0f} GiB, {torch.cuda.device_count()} device(s), "

@@ -2,9 +2,9 @@
 
 ``benchmarks/paths_agree.py`` found that glibc's malloc gives the large blocks of a CPU step back
 to the system and faults them in again on the next step, unless the heap has already grown
-(:mod:`autotune.heap`). This script measures the knob itself: the defaults against the defaults
+(:mod:`autotune.machine.heap`). This script measures the knob itself: the defaults against the defaults
 with ``host_allocator=retain``, each in a process of its own, alternating, ``--rounds`` rounds;
-the speed-up with its 90% interval between processes (``autotune.stats``, the noise pooled from
+the speed-up with its 90% interval between processes (``autotune.evidence.stats``, the noise pooled from
 both configurations' rounds), and the peak memory of each (what retaining costs).
 
     python benchmarks/host_heap.py [--models autotune.examples:mlp,autotune.examples:cnn,...] [--rounds 5]
@@ -31,14 +31,17 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
 
-    from autotune import hardware, knobs, load, stats
-    from autotune.protocol import Settings
-    from autotune.runner import Runner, warm_up
-    from autotune.workload import WorkloadSpec
+    from autotune import knobs
+    from autotune.machine import hardware, identity
+    from autotune.machine import load
+    from autotune.evidence import stats
+    from autotune.trial.protocol import Settings
+    from autotune.trial.runner import Runner, warm_up
+    from autotune.workloads.contract import WorkloadSpec
 
     warm_up()
     busy = load.other_cores_now(2.0)
-    say(f"machine: {hardware.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+    say(f"machine: {identity.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
         f"{platform.libc_ver()[0]} {platform.libc_ver()[1]}; {time.strftime('%Y-%m-%d %H:%M')}; "
         f"other processes used {busy['other_cores']:.1f} cores at the start")
     say(f"the defaults against the defaults with host_allocator=retain, each in a process of its own, {args.rounds} rounds")

@@ -5,7 +5,7 @@ A read command's fixed cost is mostly imports: a 100-trial ``status`` spent abou
 for all of ``autotune --help``. Target: ``status`` of a 100-trial study at most 3x ``--help`` on
 the same machine (6.4x when the issue was filed).
 
-Builds a study of ``--trials`` trials with autotune/made_up.py in ``--workdir`` (kept and reused),
+Builds a study of ``--trials`` trials with autotune/testing/studies.py in ``--workdir`` (kept and reused),
 then runs each command in a fresh process as a user runs it (``python -m autotune.cli ...``, from
 the work folder), ``--repeat`` rounds, the commands taken in turn within each round so that a busy
 spell falls on all of them; each command's best wall time (and its best CPU time, user + system, less
@@ -34,7 +34,7 @@ from typing import Any
 import harness
 from harness import say
 
-from autotune.made_up import make_study
+from autotune.testing.studies import make_study
 
 NAME = "startup"
 TARGET_STATUS_RATIO = 3.0  # issue 27: status of a 100-trial study at most 3x autotune --help

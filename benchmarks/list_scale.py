@@ -1,9 +1,9 @@
 """A year of nightly studies in one database (issue 27): how long `autotune list` and `status` take over it.
 
 Builds ``--studies`` studies (default 365) of ``--trials`` trials each (default 30, the README's main job) in one
-SQLite file with autotune/made_up.py (a made-up study each, seeded by its night: trials, failures, a race, a
+SQLite file with autotune/testing/studies.py (a made-up study each, seeded by its night: trials, failures, a race, a
 session), and a copy of the file in which each study's views are kept, as the run that wrote it last leaves them
-(``autotune.view.keep``, autotune/store/kept.py). Both files are kept in ``--workdir`` and reused.
+(``autotune.reports.view.keep``, autotune/store/kept.py). Both files are kept in ``--workdir`` and reused.
 
 Then, in a fresh process each, as a user runs them, ``--repeat`` times (median): ``list``, ``list --json`` and
 ``status`` of one study, on a file of one study (the first night alone) and on the year's file, kept and computed.
@@ -41,7 +41,7 @@ def build(path: Path, studies: int, trials: int) -> None:
         return
     import optuna
 
-    from autotune.made_up import add_race, add_sessions, make_study
+    from autotune.testing.studies import add_race, add_sessions, make_study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     tmp = path.with_name(f".building-{path.name}")
@@ -61,7 +61,7 @@ def build(path: Path, studies: int, trials: int) -> None:
 
 def kept_copy(path: Path, studies: int) -> Path:
     """A copy of ``path`` with every study's views kept on it (what each night's run leaves)."""
-    from autotune import view
+    from autotune.reports import view
     from autotune.store import Store
 
     out = path.with_name(path.stem + "-kept.db")

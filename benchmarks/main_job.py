@@ -32,6 +32,7 @@ from pathlib import Path
 import harness
 from harness import say
 from autotune.evidence import evidence_of
+from autotune.machine import identity
 
 JOBS = {
     "cnn": ["--model", "autotune.examples:cnn", "--trials", "30"],
@@ -77,13 +78,14 @@ def run(name: str) -> dict:
 
 
 def main() -> None:
-    from autotune import hardware, load
+    from autotune.machine import hardware
+    from autotune.machine import load
 
     ap = harness.arguments(__doc__, repeat=1)
     ap.add_argument("--jobs", nargs="*", default=list(JOBS))
     args = ap.parse_args()
     busy = load.other_cores_now(2.0)
-    say(f"machine: {hardware.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+    say(f"machine: {identity.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
         f"{time.strftime('%Y-%m-%d %H:%M')}; other processes used {busy['other_cores']:.1f} cores at the start")
     out: dict[str, list[dict]] = {}
     for name in args.jobs:

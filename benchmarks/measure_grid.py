@@ -19,8 +19,9 @@ import harness
 from grids import GRIDS
 from harness import say
 
-from autotune import hardware, knobs
-from autotune.runner import Runner
+from autotune import knobs
+from autotune.trial.runner import Runner
+from autotune.machine import identity
 
 DATA = harness.HERE / "data"
 
@@ -64,7 +65,7 @@ def measure(name: str) -> Path:
     DATA.mkdir(exist_ok=True)
     path = DATA / f"grid_{name}.json"
     path.write_text(json.dumps(doc, indent=1))
-    say(f"wrote {path} ({len(rows)} configurations, {hardware.short(probe['fingerprint'])})")
+    say(f"wrote {path} ({len(rows)} configurations, {identity.short(probe['fingerprint'])})")
     return path
 
 

@@ -51,11 +51,11 @@ def _arm(model: str, config: dict[str, Any]) -> Any:
     import torch
 
     from autotune import knobs
-    from autotune.plan import Plan, infinite
-    from autotune.protocol import StepLoop
-    from autotune.specs import build
-    from autotune.arm import context_for
-    from autotune.workload import WorkloadSpec
+    from autotune.trial.plan import Plan, infinite
+    from autotune.trial.protocol import StepLoop
+    from autotune.workloads.specs import build
+    from autotune.trial.arm import context_for
+    from autotune.workloads.contract import WorkloadSpec
 
     device = torch.device("cpu")
     workload = build(WorkloadSpec(model))

@@ -38,11 +38,11 @@ import harness
 from harness import say
 
 USER_LOOP = """
-import importlib, json, sys, time, torch, autotune, autotune.workload
+import importlib, json, sys, time, torch, autotune, autotune.workloads.contract
 cfg = autotune.load_config(sys.argv[1], check_hardware=False)
 module, attr = sys.argv[2].split(":")
 model = getattr(importlib.import_module(module), attr)()
-dataset = autotune.workload.SyntheticDataset(model.example_input)
+dataset = autotune.workloads.contract.SyntheticDataset(model.example_input)
 model, loader, step = cfg.apply(model, dataset, torch.optim.AdamW(model.parameters(), lr=1e-4))
 batches = iter(loader)
 for _ in range(20):
@@ -70,18 +70,20 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     args = ap.parse_args()
 
-    from autotune import hardware, knobs, load
-    from autotune.export import SCHEMA
-    from autotune.protocol import Settings
-    from autotune.runner import Runner, warm_up
-    from autotune.workload import WorkloadSpec
+    from autotune import knobs
+    from autotune.machine import hardware, identity
+    from autotune.machine import load
+    from autotune.export.document import SCHEMA
+    from autotune.trial.protocol import Settings
+    from autotune.trial.runner import Runner, warm_up
+    from autotune.workloads.contract import WorkloadSpec
 
     sets = args.set or ["precision=bf16", "batch_size=128", "optimizer_impl=fused"]
     base = {**knobs.defaults(), **knobs.parse_assignments(args.both)}
     cand = {**base, **knobs.parse_assignments(sets)}
     warm_up()
     busy = load.other_cores_now(2.0)
-    say(f"machine: {hardware.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+    say(f"machine: {identity.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
         f"{time.strftime('%Y-%m-%d %H:%M')}; other processes used {busy['other_cores']:.1f} cores at the start")
     say(f"model {args.model}; candidate {knobs.short(cand)}; baseline {knobs.short(base) or 'the defaults'}; "
         f"{args.rounds} rounds, each path alternating")

@@ -4,7 +4,7 @@
         [--candidates 6] [--confirm 8]
 
 Runs the whole loop (search, noise floor, race, what each knob bought, the smallest configuration that keeps the
-gain) over :mod:`autotune.made_up_machine` (measurements of known truth with seeded noise; a process costs one
+gain) over :mod:`autotune.testing.fake` (measurements of known truth with seeded noise; a process costs one
 unit of time), in a 48-configuration space, for each scenario and trial budget over ``--seeds`` seeds. Scenarios:
 
 - ``clear``: bf16 truly 3x, every other configuration a fixed draw in 0.95-1.05 of its precision's speed, ±3%
@@ -33,11 +33,12 @@ import time
 import harness
 from harness import say
 
-from autotune import knobs, space
-from autotune import made_up_machine as M
-from autotune import study as S
+from autotune import knobs
+from autotune.knobs import space
+from autotune.testing import fake as M
+from autotune.tuning import loop as S
 from autotune.evidence import evidence_of
-from autotune.phases import Bench, Seeds
+from autotune.tuning.phases import Bench, Seeds
 from autotune.store import LiveStudy, Store
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)

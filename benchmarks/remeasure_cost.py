@@ -19,9 +19,9 @@ import time
 import harness
 from harness import say
 
-from autotune.protocol import Settings
+from autotune.trial.protocol import Settings
 from autotune.request import WorkloadSpec
-from autotune.runner import Runner
+from autotune.trial.runner import Runner
 
 WORKLOADS = [
     ("cnn", WorkloadSpec("autotune.examples:cnn")),

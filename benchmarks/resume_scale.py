@@ -6,7 +6,7 @@
    mlp example (``--quick``, 3 trials, no race) in a wide CPU space (batch sizes 8..2048 in steps of
    8: about 15,000 configurations, so that 10,000 trials do not exhaust it), then grown to
    ``--trials`` trials in memory: Optuna's RandomSampler draws each configuration through the
-   search's own ``suggest`` (autotune.phases.Search as `autotune run` builds it: tuning.prepare),
+   search's own ``suggest`` (autotune.tuning.phases.Search as `autotune run` builds it: tuning.prepare),
    and each trial is written as the search records one, as a typed trial
    (autotune.store.StoredTrial: role, configuration and its key, the compact result, duration,
    placement, owner; a configuration drawn again is a cache answer, ``duplicate_of`` the trial that
@@ -16,7 +16,7 @@
 2. Runs ``autotune run --model autotune.examples:mlp --space WIDE --quick --trials M+1 --confirm 0``
    (M: the measured configurations the study holds, so the run measures one more) on a fresh copy of
    it, ``--repeat`` times, as a user runs it, with ``AUTOTUNE_TRACE=1`` (the search prints each step
-   of each trial on stderr as it ends: autotune.phases.search), its output read line by line as it
+   of each trial on stderr as it ends: autotune.tuning.phases.search), its output read line by line as it
    arrives. Reported: time from the process's start to the study prepared (its opening line
    arrives), to its first trial (the first ``ask`` began) and to its first measurement (a sampler
    that proposes configurations measured already gets cache answers first, each a trial line), and
@@ -97,7 +97,7 @@ def build(n: int, workdir: Path) -> Path:
     """The study of ``n`` trials as a SQLite file in ``workdir`` (built when missing)."""
     import optuna
 
-    from autotune import tuning
+    from autotune.tuning import preparation as tuning
 
     done = workdir / f"resume-{n}.db"
     if done.exists():
@@ -135,7 +135,7 @@ def build(n: int, workdir: Path) -> Path:
 def _grow(study: Any, n: int, search: Any, placement: dict[str, Any]) -> None:
     """Grow ``study`` to ``n`` trials: each configuration drawn by RandomSampler through ``search.suggest`` (the
     search's own define-by-run space) on a scratch study, and written as the search records a trial, measured or
-    answered from the cache (autotune.phases.search), all in one write (records.add_trials)."""
+    answered from the cache (autotune.tuning.phases.search), all in one write (records.add_trials)."""
     import math
 
     import optuna
@@ -194,7 +194,7 @@ def _grow(study: Any, n: int, search: Any, placement: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------- one resumed run, timed from outside
 
-TRACE = "autotune-trace "  # the lines AUTOTUNE_TRACE=1 adds on stderr (autotune.phases.search)
+TRACE = "autotune-trace "  # the lines AUTOTUNE_TRACE=1 adds on stderr (autotune.tuning.phases.search)
 
 
 def measured_configurations(db: Path) -> int:

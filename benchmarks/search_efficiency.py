@@ -4,7 +4,7 @@
     python benchmarks/search_efficiency.py [--seeds 20] [--trials 40] [--examples cnn mlp] [--samplers tpe random ...]
 
 For each example grid (benchmarks/data/grid_<example>.json) and each sampler, runs
-the search phase alone (autotune.phases.Search, as `autotune run` runs it: baseline and
+the search phase alone (autotune.tuning.phases.Search, as `autotune run` runs it: baseline and
 recipe seeds, failure feedback, de-duplication, early stopping; no noise floor, no race)
 with a lookup in the table instead of a measurement, over many seeds, and prints:
 
@@ -29,13 +29,14 @@ import optuna
 from grids import GRIDS
 from harness import say
 
-from autotune import knobs, space
+from autotune import knobs
+from autotune.knobs import space
 from autotune import result as R
-from autotune.phases import Bench, Search, SearchOptions, Seeds, Session
-from autotune.phases.sampler import make_sampler
-from autotune.phases.seeds import base_config
-from autotune.protocol import Settings
-from autotune.report import hypervolume_2d
+from autotune.tuning.phases import Bench, Search, SearchOptions, Seeds, Session
+from autotune.tuning.phases.sampler import make_sampler
+from autotune.tuning.phases.seeds import base_config
+from autotune.trial.protocol import Settings
+from autotune.reports.dashboard import hypervolume_2d
 from autotune.store import DIRECTIONS, LiveStudy
 
 HERE = harness.HERE

@@ -21,10 +21,11 @@ import time
 import harness
 from harness import say
 
-from autotune import hardware, knobs
-from autotune.protocol import cv
-from autotune.runner import Runner, warm_up
-from autotune.workload import WorkloadSpec
+from autotune import knobs
+from autotune.machine import hardware
+from autotune.trial.protocol import cv
+from autotune.trial.runner import Runner, warm_up
+from autotune.workloads.contract import WorkloadSpec
 
 EXAMPLES = {
     "cnn": (WorkloadSpec("autotune.examples:cnn"), [
@@ -54,8 +55,9 @@ EXAMPLES = {
 CONTROL = """
 import statistics, sys, time, torch
 from torch.utils.data import default_collate
-from autotune.specs import build
-from autotune.workload import WorkloadSpec, default_loss, split_batch, call_model
+from autotune.workloads.specs import build
+from autotune.workloads.contract import WorkloadSpec, default_loss, split_batch, call_model
+from autotune.machine import identity
 w = build(WorkloadSpec(sys.argv[1]))
 model, opt = w.model, torch.optim.AdamW(w.model.parameters(), lr=1e-4)
 batch = default_collate([w.dataset[i] for i in range(32)])
@@ -129,7 +131,7 @@ def main() -> None:
         }
         out["examples"][name] = ex
         say()
-        say(f"== {name} on {device} ({hardware.short(probe['fingerprint'])})")
+        say(f"== {name} on {device} ({identity.short(probe['fingerprint'])})")
         say(f"per-trial overhead: median {ex['overhead_s']['median']:.3f} s (min {min(overheads):.3f}, max {max(overheads):.3f}) "
             f"of a {ex['trial_wall_s_median']:.2f} s trial")
         say(f"repeatability: {args.repeat} processes, defaults {statistics.median(rates):.1f} samples/s, CV across processes "

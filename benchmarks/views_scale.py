@@ -1,6 +1,6 @@
 """How long the read commands take on studies of 100, 10,000 and 100,000 trials (issues 16 and 27).
 
-Builds realistic studies with autotune/made_up.py (baseline, recipe, search trials
+Builds realistic studies with autotune/testing/studies.py (baseline, recipe, search trials
 with oom/nan/error/interrupted failures, duplicates answered from the cache, a noise
 floor and a race stored as ``measurement:*`` study attributes, and ``session:*``
 records). Above 1,000 trials the factory's trials are copied with jittered figures
@@ -10,7 +10,7 @@ the factory's few hundred distinct configurations answered from the cache again 
 again. Each study is written to SQLite (and, with ``--journal``, to a journal file).
 
 Each study is timed twice: as a run leaves it (``kept``: its views kept on it by the run that wrote it last,
-autotune/store/kept.py; built here by the same call, ``autotune.view.keep``, on a copy of the file) and as a study
+autotune/store/kept.py; built here by the same call, ``autotune.reports.view.keep``, on a copy of the file) and as a study
 being written is read (``computed``: no kept views, so every read command reads the trials and computes them).
 
 Then each read command runs in a fresh process, as a user runs it, ``--repeat`` times
@@ -115,7 +115,7 @@ def build(n: int, workdir: Path, journal: bool) -> dict[str, str]:
 
 def kept_copy(urls: dict[str, str], n: int, workdir: Path) -> str:
     """A copy of the SQLite study with its views kept on it, as the run that wrote it last leaves a study."""
-    from autotune import view
+    from autotune.reports import view
     from autotune.store import Store
 
     path = workdir / f"scale-{n}-kept.db"
@@ -132,7 +132,7 @@ def kept_copy(urls: dict[str, str], n: int, workdir: Path) -> str:
 
 def _in_memory(n: int) -> Any:
     import optuna
-    from autotune.made_up import add_race, add_sessions, grow, make_study
+    from autotune.testing.studies import add_race, add_sessions, grow, make_study
 
     from autotune.store import StoredStudy
 

@@ -5,14 +5,14 @@
 For each pair of grids (benchmarks/data/grid_<example>.json), the warm-start source is a study
 tuned on the OTHER grid, so the target's grid played no part in picking it:
 
-1. source: the tuning loop as `autotune run` composes its phases (autotune.study.Tuner over a
+1. source: the tuning loop as `autotune run` composes its phases (autotune.tuning.loop.Tuner over a
    LiveStudy and a Bench that looks the grid up: baseline, noise floor, recipe, the sampler, the
    final race) replayed against the source grid, ``--source-trials`` configurations, every
    re-measurement drawn with a between-process noise of ``--noise`` (log-normal), so the verdict
    (autotune.evidence) has real intervals to decide with;
 2. target, twice with the same sampler seed, the search phase alone with its noise floor
-   (autotune.phases.Search, no race): without warm start, and with it: the seeds are chosen by
-   the product's own code (autotune.warmstart.seeds, as tuning.prepare calls it on a new study)
+   (autotune.tuning.phases.Search, no race): without warm start, and with it: the seeds are chosen by
+   the product's own code (autotune.tuning.warmstart.seeds, as tuning.prepare calls it on a new study)
    from the storage holding the source study, and queued after the baseline and the recipe.
 
 Both grids were measured on one kind of machine (same fingerprint), so the "same kind" condition
@@ -45,12 +45,14 @@ import optuna
 from grids import GRIDS
 from harness import say
 
-from autotune import knobs, space, warmstart
+from autotune import knobs
+from autotune.knobs import space
+from autotune.tuning import warmstart
 from autotune import result as R
-from autotune import study as S
-from autotune.phases import Bench, Search, SearchOptions, Seeds, Session, floor
-from autotune.phases.sampler import make_sampler
-from autotune.phases.seeds import base_config
+from autotune.tuning import loop as S
+from autotune.tuning.phases import Bench, Search, SearchOptions, Seeds, Session, floor
+from autotune.tuning.phases.sampler import make_sampler
+from autotune.tuning.phases.seeds import base_config
 from autotune.store import LiveStudy, Store, kind
 
 HERE = harness.HERE
@@ -61,7 +63,7 @@ SHARE = 0.95
 
 def memory_store() -> Store:
     """A new, empty store in memory (SQLite's), for the source study and the warm-started target: what
-    autotune.warmstart reads (its studies' descriptions, its Optuna storage) through the product's own Store."""
+    autotune.tuning.warmstart reads (its studies' descriptions, its Optuna storage) through the product's own Store."""
     return harness.open_store("sqlite:///:memory:", fresh=True)
 
 

@@ -13,35 +13,15 @@ import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn
 
 import pytest
 
-from autotune.protocol import Settings
+from autotune.testing.suite import CI_VAR, POSTGRES_CTL_VAR, POSTGRES_URL_VAR, START_ONE, in_ci, need, wait_until  # noqa: F401
+from autotune.trial.protocol import Settings
 
 TESTS = Path(__file__).parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
-
-
-CI_VAR = "CI"
-
-
-def in_ci() -> bool:
-    """True where the environment says this is CI (``CI=true``, as CI services and .ci/run set it)."""
-    return os.environ.get(CI_VAR, "").strip().lower() in ("true", "1", "yes")
-
-
-def need(reason: str) -> NoReturn:
-    """This test cannot run here, for ``reason`` (what is missing, and how to get it).
-
-    Outside CI the test skips with the reason. In CI it fails with it: CI installs PostgreSQL,
-    Chromium and the test extra and runs as root, so a missing part there is a broken CI, not a
-    machine without it, and a run that skipped those tests must not pass."""
-    if in_ci():
-        pytest.fail(f"{reason} [{CI_VAR}={os.environ.get(CI_VAR)}: a test that cannot run fails in CI instead of "
-                    "skipping]", pytrace=False)
-    pytest.skip(reason)
 
 
 @pytest.fixture
@@ -62,21 +42,6 @@ def user_module(tmp_path, monkeypatch):
         return name
 
     return write
-
-
-def wait_until(predicate, timeout: float, what, interval: float = 0.05):
-    """Poll ``predicate()`` until it returns something truthy, and return that; fail the test,
-    naming ``what`` it waited for (a string, or a callable giving one: the state at the deadline),
-    when ``timeout`` seconds pass first. Tests wait on conditions with this instead of sleeping
-    for a guessed while; the pause between polls is the only sleep."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"waited {timeout:g} s for {what() if callable(what) else what}, in vain", pytrace=False)
-        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
 
 
 @pytest.fixture
@@ -103,9 +68,6 @@ def hog():
 
 # ---------------------------------------------------------------- PostgreSQL (.ci/postgres.sh)
 
-POSTGRES_URL_VAR = "AUTOTUNE_TEST_POSTGRES_URL"
-POSTGRES_CTL_VAR = "AUTOTUNE_TEST_POSTGRES_CTL"
-START_ONE = "start one with: source .ci/postgres.sh"
 
 
 class SecretURL(str):

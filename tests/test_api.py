@@ -17,12 +17,13 @@ import torch
 from torch import nn
 
 import autotune
-from autotune import api, shipping
+from autotune import api
+from autotune.workloads import shipping
 from autotune.errors import AutotuneError, KnobError, SpecError, WorkloadError
 from autotune.evidence import Verdict
-from autotune.stats import Noise, Ratio
-from autotune.specs import build
-from autotune.workload import WorkloadSpec
+from autotune.evidence.stats import Noise, Ratio
+from autotune.workloads.specs import build
+from autotune.workloads.contract import WorkloadSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -155,7 +156,7 @@ def test_without_cloudpickle_a_callable_is_refused_in_one_line(monkeypatch):
 
 
 def test_objects_of_importable_modules_are_named_not_pickled():
-    from autotune import examples
+    from autotune.workloads import examples
 
     spec = api._spec(examples.cnn, None, {"width": 8}, None, None, None)
     assert spec.model == "autotune.examples:cnn" and spec.pickled == () and spec.model_args == (("width", 8),)
@@ -263,14 +264,14 @@ def test_sizes_durations_and_bad_arguments(tmp_path, monkeypatch):
 def test_progress_lines_without_a_terminal_or_in_jupyter(monkeypatch):
     from rich.console import Console
 
-    from autotune import progress
-    from autotune.study import TrialRecord
+    from autotune.tuning import progress
+    from autotune.tuning.loop import TrialRecord
 
     rec = TrialRecord(0, "baseline", {}, "ok", 100.0, 1024**2)
     lines: list[str] = []
     silent = progress.Progress(3, None, 0, enabled=False, echo=lines.append)
     silent(rec)
-    silent.repeat("floor", 0, 90.0)
+    silent.repeat("noise floor: baseline", 0, 90.0)
     assert lines == []
 
     plain = progress.Progress(3, None, 0, echo=lines.append)  # pytest's stdout is no terminal: lines, no bar
@@ -327,7 +328,7 @@ def test_default_study_names_tell_unrelated_workloads_apart():
 
 
 def test_the_results_repr_shows_the_recommendations_own_figures(tmp_path):
-    from autotune.made_up import make_study
+    from autotune.testing.studies import make_study
 
     url = f"sqlite:///{tmp_path}/r.db"
     study = make_study(url, n_trials=12, name="r")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from autotune import arm, hardware
+from autotune.trial import arm
+from autotune.machine import hardware
 
 
 def test_a_cuda_device_without_an_index_is_set_as_cuda_0(monkeypatch):

@@ -10,10 +10,12 @@ import random
 import pytest
 from click.testing import CliRunner
 
-from autotune import ceiling as C
-from autotune import cli, tuning
+from autotune.evidence import ceiling as recorded
+from autotune.tuning import ceiling as C
+from autotune import cli
+from autotune.tuning import preparation as tuning
 from autotune import result as R
-from autotune import space as spaces
+from autotune.knobs import space as spaces
 from autotune.request import TuneConfig, WorkloadSpec
 from autotune.store import Store
 
@@ -125,10 +127,10 @@ def test_a_study_fits_its_batch_sizes_to_the_ceiling_once_and_shows_it(tmp_path)
     import json
 
     assert json.loads(doc.output)["batch_ceiling"]["batch_size"] == 48
-    from autotune import report
+    from autotune.reports import dashboard as report
 
     assert report.header_info(Store.open(url).read("capped"))["batch_ceiling"]["text"].startswith("48 (64 ran out of memory")
-    assert C.describe(Store.open(url).read("capped")) == json.loads(doc.output)["batch_ceiling"]
+    assert recorded.describe(Store.open(url).read("capped")) == json.loads(doc.output)["batch_ceiling"]
 
 
 def test_by_default_a_cpu_study_without_a_memory_budget_does_not_probe():

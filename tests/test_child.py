@@ -1,10 +1,10 @@
-"""The trial process's entry (autotune.child): a request is answered by its type, and a probe's failure is an
+"""The trial process's entry (autotune.trial.child): a request is answered by its type, and a probe's failure is an
 answer, not an exception."""
 
 from __future__ import annotations
 
-from autotune import child
-from autotune.messages import ProbeAnswer, ProbeRequest
+from autotune.trial import child
+from autotune.trial.messages import ProbeAnswer, ProbeRequest
 from autotune.request import WorkloadSpec
 
 

@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import main
+from autotune.machine import identity
 
 
 def invoke(*args: str):
@@ -110,7 +111,7 @@ def test_user_module_errors(user_module):
 
 
 def test_dashboard_command(tmp_path):
-    from autotune.made_up import make_study
+    from autotune.testing.studies import make_study
 
     url = f"sqlite:///{tmp_path}/demo.db"
     make_study(url, n_trials=12, name="demo")
@@ -173,7 +174,7 @@ def test_every_command_takes_the_storage_from_the_environment(args):
 
 def test_a_real_server_is_shown_without_its_password(postgres_url, tmp_path):
     from sqlalchemy.engine import make_url
-    from autotune.made_up import make_study
+    from autotune.testing.studies import make_study
 
     from autotune import store as storage
 
@@ -216,11 +217,11 @@ def test_the_read_commands_import_neither_torch_nor_the_trial_modules(tmp_path):
     import subprocess
     import sys
 
-    from autotune.made_up import make_study
+    from autotune.testing.studies import make_study
 
     make_study(tmp_path / "s.db", n_trials=12, name="s")
     url = f"sqlite:///{tmp_path / 's.db'}"
-    heavy = ("torch", "scipy.stats", "autotune.runner", "autotune.workload", "autotune.protocol", "autotune.plan")
+    heavy = ("torch", "scipy.stats", "autotune.trial.runner", "autotune.workloads.contract", "autotune.trial.protocol", "autotune.trial.plan")
     for args in (["status", "s"], ["status", "s", "--json"], ["list"], ["export", "s", "-o", str(tmp_path / "x.json")],
                  ["dashboard", "s", "-o", str(tmp_path / "d.html")]):
         code = ("import sys; from autotune import cli\n"
@@ -231,7 +232,7 @@ def test_the_read_commands_import_neither_torch_nor_the_trial_modules(tmp_path):
 
 
 def test_status_without_a_name_shows_the_only_study_or_lists_them(tmp_path, monkeypatch):
-    from autotune.made_up import make_study
+    from autotune.testing.studies import make_study
 
     monkeypatch.chdir(tmp_path)
     res = CliRunner().invoke(main, ["status"])
@@ -256,7 +257,7 @@ def test_the_recommendation_is_the_first_row_of_the_front_table_even_off_the_fro
 
 
 def test_status_marks_the_recommendation_and_json_names_it(tmp_path):
-    from autotune.made_up import make_study
+    from autotune.testing.studies import make_study
 
     url = f"sqlite:///{tmp_path}/demo.db"
     make_study(url, n_trials=20, name="demo")
@@ -270,8 +271,8 @@ def test_status_marks_the_recommendation_and_json_names_it(tmp_path):
 
 
 def test_a_trial_line_shows_one_measurement_as_one_measurement():
-    from autotune.progress import speedup_text
-    from autotune.stats import Ratio
+    from autotune.tuning.progress import speedup_text
+    from autotune.evidence.stats import Ratio
 
     assert speedup_text(Ratio(10.61, 1.03, 108.8, processes=1, reference_processes=3)) == "10.61x, 1 run"
     assert speedup_text(Ratio(1.2, 1.1, 1.3, processes=4, reference_processes=7)) == "1.20x (1.10-1.30)"
@@ -299,9 +300,9 @@ def test_measure_says_compilation_only_when_it_compiled():
 @pytest.mark.parametrize("columns", [80, 100])
 def test_list_breaks_no_word_on_a_narrow_terminal(tmp_path, monkeypatch, columns):
     """Every name, figure and word of `list` stays whole on an 80- or 100-column terminal (cells fold between words)."""
-    from autotune.made_up import make_study
+    from autotune.testing.studies import make_study
 
-    from autotune import hardware, progress
+    from autotune.tuning import progress
 
     url = f"sqlite:///{tmp_path / ('a-long-folder-name-' * 4)}.db"
     for name in ("hf-gpt2-7f3a9c21", "cnn-images-0c4d"):
@@ -313,7 +314,7 @@ def test_list_breaks_no_word_on_a_narrow_terminal(tmp_path, monkeypatch, columns
     assert out.exit_code == 0, out.output
     storage, machine, *table = out.output.splitlines()
     assert storage == f"storage {url}"  # what every row shares, said once, whole
-    assert machine == f"machine {hardware.short(docs[0]['fingerprint'])}"
+    assert machine == f"machine {identity.short(docs[0]['fingerprint'])}"
     words = " ".join(table).split()
     for d in docs:
         whole = [d["study"], *d["speedup"]["text"].split(), *d["verdict"].replace("_", " ").split(), str(d["measured"])]

@@ -16,7 +16,7 @@ import optuna
 import psutil
 import pytest
 from click.testing import CliRunner
-from conftest import wait_until
+from autotune.testing.suite import wait_until
 
 from autotune.cli import main
 from autotune.store import Store, StoredStudy, records
@@ -81,7 +81,7 @@ def test_status_and_list(mlp_study):
 
 
 def test_a_run_keeps_the_views_status_and_export_show(mlp_study):
-    from autotune import view
+    from autotune.reports import view
 
     url, _ = mlp_study
     store = Store(url, read_only=True)
@@ -171,7 +171,17 @@ def _start(tmp_path: Path, study: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "autotune.cli", "run", "--model", "failing_workloads:slow", "--space", "cpu",
            "--study", study, "--storage", f"sqlite:///{tmp_path}/{study}.db", "--trials", "8", "--quick", "--seed", "1",
            "--no-early-stop", "--confirm", "2"]
-    return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # The run gets the signal dispositions of a process started from a terminal whatever started the suite (a shell's
+    # background job starts it with SIGINT ignored, and a process keeps an ignored signal ignored): Ctrl-C interrupts.
+    return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_default_signals)
+
+
+def _default_signals() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _wait_for_running(tmp_path: Path, study: str, min_done: int, pid: int, timeout: float = 120) -> StoredStudy:
@@ -181,7 +191,7 @@ def _wait_for_running(tmp_path: Path, study: str, min_done: int, pid: int, timeo
         try:
             view = stored(f"sqlite:///{tmp_path}/{study}.db", study)
             done = sum(1 for t in view.trials if t.outcome is not None)
-            server = [p for p in _trial_processes(pid) if "autotune.forkserver" in " ".join(p.cmdline())]
+            server = [p for p in _trial_processes(pid) if "autotune.trial.forkserver" in " ".join(p.cmdline())]
             trial_running = bool(server and server[0].children())
             if done >= min_done and any(t.running for t in view.trials) and trial_running:
                 return view

@@ -12,9 +12,8 @@ from click.testing import CliRunner
 
 import autotune
 import autotune.examples
-import autotune.workload
-from autotune import config as C
-from autotune import export as E
+import autotune.workloads.contract
+from autotune.export import config as C
 from autotune.cli import main
 from autotune.errors import ConfigError
 
@@ -132,10 +131,10 @@ def test_a_document_that_does_not_say_which_optimizer_keeps_the_optimizer_kernel
 
 
 USER_SCRIPT = """
-import json, sys, time, torch, autotune, autotune.examples, autotune.workload
+import json, sys, time, torch, autotune, autotune.examples, autotune.workloads.contract
 cfg = autotune.load_config(sys.argv[1])
 model = autotune.examples.mlp()
-dataset = autotune.workload.SyntheticDataset(model.example_input)
+dataset = autotune.workloads.contract.SyntheticDataset(model.example_input)
 model, loader, step = cfg.apply(model, dataset, torch.optim.AdamW(model.parameters(), lr=1e-4))
 batches = iter(loader)
 for _ in range(10):  # warm-up
@@ -176,7 +175,7 @@ def test_user_loop_matches_the_study(study):
 
 def test_every_view_quotes_the_same_speedup(study):
     """The run's summary, status --json, export and the dashboard's info functions: one speed-up, one interval."""
-    from autotune import report
+    from autotune.reports import dashboard as report
     from autotune.store import Store
 
     url, folder, run_output = study

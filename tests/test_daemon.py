@@ -20,10 +20,11 @@ from typing import Callable
 import pytest
 from click.testing import CliRunner
 
-from autotune import daemon
+from autotune.tuning import fleet as daemon
 from autotune.cli import main
 from autotune.errors import DeviceError
 from autotune.store import LiveStudy, Store, StoredStudy, StoredTrial
+from autotune.machine import identity
 
 TESTS = Path(__file__).parent
 SPACE = "[search]\nprecision = ['fp32', 'bf16']\nbatch_size = { low = 8, high = 256, step = 8 }\n"
@@ -302,12 +303,11 @@ def test_each_gpu_worker_sees_its_own_gpu_of_an_inherited_mask_and_a_share_of_th
 
 
 def test_a_worker_that_sees_one_gpu_of_several_joins_the_study_made_where_all_were_seen():
-    from autotune import hardware
 
     made = {"device_type": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "device_count": 4, "torch": "2.11.0",
             "cuda": "13.0", "cpu_model": "Xeon", "cpu_count": 64, "cpu_capability": "AVX512"}
-    assert hardware.differences(made, {**made, "device_count": 1}) == []
-    assert hardware.differences(made, {**made, "device_name": "NVIDIA H200"}) != []
+    assert identity.differences(made, {**made, "device_count": 1}) == []
+    assert identity.differences(made, {**made, "device_name": "NVIDIA H200"}) != []
 
 
 def test_a_worker_joins_a_submitted_job_by_its_name(tmp_path):
@@ -319,3 +319,49 @@ def test_a_worker_joins_a_submitted_job_by_its_name(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     assert "job 'fleet': working on study 'fleet@" in res.stdout and "Traceback" not in res.stderr
     assert_exact(kind_study(url, "fleet"), 3)
+
+
+def test_tune_with_two_workers_does_what_run_with_two_workers_does(tmp_path, monkeypatch):
+    """tune(workers=2): two worker processes, each on its share of the cores, measure the budget exactly once."""
+    import autotune
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    (tmp_path / "space.toml").write_text(SPACE)
+    url = f"sqlite:///{tmp_path}/two.db"
+    result = autotune.tune("failing_workloads:tiny", space=str(tmp_path / "space.toml"), study="two", storage=url,
+                           trials=6, quick=True, early_stop=False, confirm=0, seed=1, sampler="tpe", workers=2,
+                           progress=False)
+    assert result.measured == 6
+    study = read(url, "two")
+    assert_exact(study, 6)
+    share_of: dict = {}
+    for t in study.trials:
+        if t.measured:
+            share_of.setdefault(owner_pid(t), set()).add(tuple(t.placement["cpus"]))
+    assert len(share_of) == 2 and all(len(used) == 1 for used in share_of.values()), share_of
+
+
+@pytest.mark.parametrize(("keywords", "options", "said_api", "said_cli"), [
+    ({"workers": 0}, ["--workers", "0"], "the workers (workers=) must be a whole number of at least 1, not 0",
+     "the workers (--workers) must be a whole number of at least 1, not 0"),
+    ({"devices": "0,a"}, ["--devices", "0,a"], "devices='0,a': expected GPU numbers such as 0,1,2,3",
+     "--devices '0,a': expected GPU numbers such as 0,1,2,3"),
+    ({"devices": [0]}, ["--devices", "0"], "this machine has no CUDA device", "this machine has no CUDA device"),
+])
+def test_tune_and_run_refuse_bad_workers_and_devices_alike(tmp_path, monkeypatch, keywords, options, said_api, said_cli):
+    """The same checks on both surfaces, each in its own words, before anything is stored."""
+    import autotune
+    import torch
+
+    from autotune.errors import AutotuneError
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(AutotuneError) as caught:
+        autotune.tune("autotune.examples:mlp", progress=False, **keywords)
+    assert said_api in str(caught.value)
+    res = CliRunner().invoke(main, ["run", "--model", "autotune.examples:mlp", *options])
+    assert res.exit_code == 2 and said_cli in res.output and "Traceback" not in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1
+    assert not (tmp_path / "studies").exists() or not any((tmp_path / "studies").iterdir())

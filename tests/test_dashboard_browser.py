@@ -4,7 +4,7 @@ The page carries a self-test: opened with ``#selftest`` it writes a JSON summary
 (JavaScript errors, marks drawn per figure, resources fetched, whether the front
 table sorts) into ``<pre id="autotune-selftest">``, which ``--dump-dom`` prints.
 A second run takes a screenshot. Needs Debian's ``chromium`` package (CI installs
-it); skipped with the reason when no Chromium can be found, and failed with it in CI (conftest.need).
+it); skipped with the reason when no Chromium can be found, and failed with it in CI (autotune.testing.suite.need).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import need
-from autotune.made_up import MiB, add_failed_trial, add_race, make_study, storage_url
+from autotune.testing.suite import need
+from autotune.testing.studies import MiB, add_failed_trial, add_race, make_study, storage_url
 
-from autotune import report
+from autotune.reports import dashboard as report
 from autotune.store import Store, StoredStudy
 from autotune.store import records
 from autotune.evidence import evidence_of
@@ -130,7 +130,7 @@ def test_screenshot(page, tmp_path):
     assert len(data) > 100_000  # a blank page compresses to a few kB
 
 
-# ---------------------------------------------------------------- what a reader sees (issue 19)
+# ---------------------------------------------------------------- what a reader sees
 
 
 def lm_speed(config) -> float:
@@ -235,7 +235,7 @@ def test_what_each_knob_bought_draws_one_bar_a_step(tmp_path):
 def test_a_study_of_ten_thousand_trials_draws_every_figure_in_a_small_page(tmp_path):
     """10,000 trials (9,000 distinct measurements, ~8% failures): the page stays under 5 MB, every figure draws
     without an error, the cloud of trials in WebGL, and the front and every failure count exactly."""
-    from autotune.made_up import jittered_copies
+    from autotune.testing.studies import jittered_copies
 
     study = make_study(optuna.storages.InMemoryStorage(), n_trials=60, seed=5, name="big")
     ev = evidence_of(StoredStudy.of(study))

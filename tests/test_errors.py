@@ -10,7 +10,6 @@ import pickle
 import re
 from pathlib import Path
 
-import pytest
 
 from autotune import errors
 from autotune.errors import (CLOSE, OPEN, AutotuneError, FieldValueError, Said, StorageUnreachable, StudyError,
@@ -90,15 +89,15 @@ def test_errors_import_nothing_of_autotunes():
 #: Texts below the edges that still spell a declared option in the command line's words, and why. Every other
 #: message names its options as terms (autotune.request.option), which each surface words as its own.
 CLI_WORDS_LEFT = {
-    "autotune/phases/race.py": "why the race stopped: stored with the study's race record and composed into the run's "
-                               "summary line by autotune.study, which shows it as text",
-    "autotune/phases/bought.py": "as the race's: why the ablation stopped, stored with its record",
-    "autotune/phases/search.py": "why the search stopped: composed into the run's summary line by autotune.study",
-    "autotune/progress.py": "the lines a run prints as each trial ends (its own wording for both surfaces)",
-    "autotune/ceiling.py": "the batch ceiling's probe text, stored with the study and printed as it is",
+    "autotune/tuning/phases/race.py": "why the race stopped: stored with the study's race record and composed into the run's "
+                               "summary line by autotune.tuning.loop, which shows it as text",
+    "autotune/tuning/phases/bought.py": "as the race's: why the ablation stopped, stored with its record",
+    "autotune/tuning/phases/search.py": "why the search stopped: composed into the run's summary line by autotune.tuning.loop",
+    "autotune/tuning/progress.py": "the lines a run prints as each trial ends (its own wording for both surfaces)",
+    "autotune/evidence/ceiling.py": "the batch ceiling's text, of what is stored with the study, printed as it is",
     "autotune/knobs/registry.py": "a knob's description (the knobs table and the space files' comments)",
-    "autotune/made_up.py": "made-up studies for tests and benchmarks: the race record's stored text, as the race writes it",
-    "autotune/shipping.py": "a command line given as one on both surfaces (`autotune worker --study NAME`), beside its "
+    "autotune/testing/studies.py": "made-up studies for tests and benchmarks: the race record's stored text, as the race writes it",
+    "autotune/workloads/shipping.py": "a command line given as one on both surfaces (`autotune worker --study NAME`), beside its "
                             "Python counterpart (autotune.tune(..., study=NAME))",
 }
 

@@ -13,7 +13,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune import result as R
-from autotune import stats
+from autotune.evidence import stats
 from autotune.evidence import Evidence, evidence_of
 from autotune.store import StoredStudy
 from autotune.store import records
@@ -267,7 +267,7 @@ def test_a_configuration_measured_only_while_much_busier_cannot_win():
 
 def paired_process(study: optuna.Study, round_id: str, rates: dict[str, float | None], other_cores: float = 0.0,
                    outcomes: dict[str, str] | None = None, **purpose) -> None:
-    """One process that measured several configurations (by key) alternately, as autotune.paired stores it."""
+    """One process that measured several configurations (by key) alternately, as autotune.trial.paired stores it."""
     arms = [{"key": k, "trial": None, "samples_per_s": r, "outcome": (outcomes or {}).get(k) or (R.OK if r else R.ERROR)}
             for k, r in rates.items()]
     records.save_paired(study, round_id, arms, other_cores=other_cores, wall_s=None, **purpose)

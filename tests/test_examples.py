@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autotune import examples, knobs
-from autotune.plan import Plan
-from autotune.specs import build
-from autotune.workload import WorkloadSpec
+from autotune import knobs
+from autotune.workloads import examples
+from autotune.trial.plan import Plan
+from autotune.workloads.specs import build
+from autotune.workloads.contract import WorkloadSpec
 
 
 MAX_STEP_FLOPS = 10e9  # a step of 16 samples: well under a second on a 2-core CPU (tens of GFLOP/s)

@@ -10,10 +10,11 @@ import time
 import pytest
 import torch
 
-from autotune import forkserver, knobs
+from autotune import knobs
+from autotune.trial import forkserver
 from autotune.errors import TrialProcessError
-from autotune.messages import TrialRequest
-from autotune.workload import WorkloadSpec
+from autotune.trial.messages import TrialRequest
+from autotune.workloads.contract import WorkloadSpec
 
 
 def _trial_request(model: str) -> TrialRequest:

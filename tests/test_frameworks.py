@@ -14,18 +14,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from autotune import callbacks as C
-from autotune import frameworks as F
+from autotune.export import callbacks as C
+from autotune.export import frameworks as F
 from autotune import knobs
 from autotune.errors import ConfigError, KnobError
 from autotune.knobs.registry import hf_checkpointing_argument
-from autotune.plan import Plan
+from autotune.trial.plan import Plan
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=8)
 
 
 def make_doc(device: str = "cpu", task: str = "train", global_batch: int | None = None, **values) -> dict:
-    """An export document as autotune.config.export writes it, built by hand."""
+    """An export document as autotune.export.config.export writes it, built by hand."""
     ctx = knobs.Context(device_type=device.split(":")[0], task=task, input_rank=4, cpu_count=8)
     return {
         "schema": "autotune.config/2",
@@ -269,7 +269,7 @@ def test_real_training_arguments(tmp_path, monkeypatch):
 
 def test_real_trainer_trains_two_steps(tmp_path):
     transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
-    from autotune import hf
+    from autotune.workloads import hf
 
     workload = hf.build("gpt2", n_layer=1, n_embd=32, n_head=2, vocab_size=128, seq_len=16)
     doc = make_doc(precision="bf16", batch_size=4, num_workers=1, optimizer_impl="fused", global_batch=8)
@@ -540,7 +540,8 @@ def test_lightning_with_the_exported_callback_trains_with_the_knobs_in_force(tmp
 
 def test_the_header_names_an_interval_only_when_there_is_one():
     """A speed-up measured before the noise was known has no interval: the header does not call it one."""
-    from autotune import frameworks, stats
+    from autotune.export import frameworks
+    from autotune.evidence import stats
 
     with_interval = stats.Ratio(1.3, 1.1, 1.5, processes=4, reference_processes=4).to_dict()
     without = stats.Ratio(2.7, processes=1, reference_processes=1).to_dict()

@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autotune import hardware, knobs
+from autotune import knobs
+from autotune.machine import hardware
 from autotune import result as R
-from autotune.examples import SmallResNet
-from autotune.plan import Plan, fp32_precision_api
-from autotune.runner import Runner
-from autotune.workload import WorkloadSpec
+from autotune.workloads.examples import SmallResNet
+from autotune.trial.plan import Plan, fp32_precision_api
+from autotune.trial.runner import Runner
+from autotune.workloads.contract import WorkloadSpec
 
 pytestmark = [
     pytest.mark.gpu,

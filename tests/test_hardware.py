@@ -4,8 +4,9 @@ import pytest
 
 import torch
 
-from autotune import hardware
+from autotune.machine import hardware
 from autotune.errors import DeviceError
+from autotune.machine import identity
 
 
 def test_peak_flops_table():
@@ -32,8 +33,8 @@ def test_fingerprint_and_differences():
     fp = hardware.fingerprint("cpu")
     assert fp["device_type"] == "cpu" and fp["cpu_count"] >= 1 and fp["torch"]
     other = dict(fp, torch="0.0.1")
-    assert hardware.differences(fp, other) == [f"torch: {fp['torch']} (stored) vs 0.0.1 (here)"]
-    assert hardware.differences(fp, dict(fp, python="0.0")) == []  # not part of the identity
+    assert identity.differences(fp, other) == [f"torch: {fp['torch']} (stored) vs 0.0.1 (here)"]
+    assert identity.differences(fp, dict(fp, python="0.0")) == []  # not part of the identity
 
 
 def test_the_cpu_vector_isa_is_part_of_the_identity_and_the_kind():
@@ -42,10 +43,10 @@ def test_the_cpu_vector_isa_is_part_of_the_identity_and_the_kind():
     fp = hardware.fingerprint("cpu")
     assert fp["cpu_capability"]  # AVX2, AVX512, DEFAULT, ...
     wider = dict(fp, cpu_capability="AVX512" if fp["cpu_capability"] != "AVX512" else "AVX2")
-    assert hardware.differences(fp, wider) == [f"cpu_capability: {fp['cpu_capability']} (stored) vs {wider['cpu_capability']} (here)"]
+    assert identity.differences(fp, wider) == [f"cpu_capability: {fp['cpu_capability']} (stored) vs {wider['cpu_capability']} (here)"]
     assert storage.kind(fp) != storage.kind(wider) and fp["cpu_capability"].lower() in storage.kind(fp)
     older = {k: v for k, v in fp.items() if k != "cpu_capability"}  # a study made before it was recorded
-    assert hardware.differences(older, wider) == []
+    assert identity.differences(older, wider) == []
 
 
 # ---------------------------------------------------------------- native bf16 on the CPU
@@ -98,9 +99,10 @@ def test_cpu_flags_reads_the_first_cpu_only():
 
 
 def test_the_probe_records_native_bf16_in_the_context(monkeypatch):
-    from autotune import arm, knobs
-    from autotune.specs import build
-    from autotune.workload import WorkloadSpec
+    from autotune import knobs
+    from autotune.trial import arm
+    from autotune.workloads.specs import build
+    from autotune.workloads.contract import WorkloadSpec
 
     w = build(WorkloadSpec("autotune.examples:mlp"))
     for native in (False, True):

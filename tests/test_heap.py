@@ -1,4 +1,4 @@
-"""autotune.heap and the host_allocator knob: glibc keeps freed memory for the next step, in this process and in
+"""autotune.machine.heap and the host_allocator knob: glibc keeps freed memory for the next step, in this process and in
 the processes a configuration starts, and the knob says where it does not apply."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from autotune import heap, knobs
+from autotune import knobs
+from autotune.machine import heap
 
 pytestmark = pytest.mark.skipif(not heap.available(), reason="needs glibc")
 
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.skipif(not heap.available(), reason="needs glibc")
 # times; prints the minor page faults of each time.
 STEPS = """
 import json, resource, sys, torch
-from autotune.plan import Plan
+from autotune.trial.plan import Plan
 if sys.argv[1] != "none":
     Plan.from_config({"host_allocator": sys.argv[1]}, "cpu", "train").apply_process()
 faults = []
@@ -47,7 +48,7 @@ def test_retain_keeps_freed_memory_so_later_steps_touch_no_fresh_pages():
 
 
 def test_retain_sets_the_environment_for_processes_started_later():
-    from autotune.plan import Plan
+    from autotune.trial.plan import Plan
 
     knob = knobs.KNOBS["host_allocator"]
     env = Plan.from_config({"host_allocator": "retain"}, "cpu", "train").environment()

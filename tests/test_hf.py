@@ -10,12 +10,12 @@ import sys
 import pytest
 import torch
 
-from autotune import hf
+from autotune.workloads import hf
 from autotune import result as R
 from autotune.errors import SpecError
-from autotune.runner import Runner
-from autotune.specs import build, import_spec
-from autotune.workload import Workload, WorkloadSpec, default_loss, split_batch, call_model
+from autotune.trial.runner import Runner
+from autotune.workloads.specs import build, import_spec
+from autotune.workloads.contract import Workload, WorkloadSpec, default_loss, split_batch, call_model
 
 needs_transformers = pytest.mark.skipif(
     importlib.util.find_spec("transformers") is None, reason="transformers is not installed (pip install -e '.[hf]')"

@@ -1,4 +1,4 @@
-"""The read commands start only what they use (issue 27, point 2): each runs in a fresh interpreter, as a user runs
+"""The read commands start only what they use : each runs in a fresh interpreter, as a user runs
 it, on a small real study, and the modules it loaded are checked: no torch, no Optuna (a read-only store reads the
 tables itself), no Alembic, no SQLAlchemy for a SQLite file, no psutil, no plotly outside ``dashboard``. benchmarks/import_time.py measures what
 the imports cost."""
@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from autotune.made_up import make_study
+from autotune.testing.studies import make_study
 from autotune.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 
 #: What no read command loads (top-level modules), and why.
 FORBIDDEN = {
-    "torch": "the trial stack's, never a read's (DESIGN.md: read commands never import torch)",
+    "torch": "the trial stack's, never a read's (read commands never import torch)",
     "optuna": "a read-only store reads the tables into typed trials itself: no Optuna storage, no FrozenTrial",
     "alembic": "Optuna's storage checks its schema with it: a read-only store builds no Optuna storage",
     "mako": "Alembic's templates",

@@ -19,7 +19,7 @@ def test_registry_has_every_design_knob_once():
         "precision", "compile", "memory_format", "batch_size", "num_workers", "prefetch_factor",
         "persistent_workers", "pin_memory", "activation_checkpointing", "cudnn_benchmark",
         "optimizer_impl", "threads", "cuda_allocator",
-        "host_allocator",  # beyond the design's table: glibc's heap (autotune.heap), found by benchmarks/paths_agree.py
+        "host_allocator",  # beyond the design's table: glibc's heap (autotune.machine.heap), found by benchmarks/paths_agree.py
     }
     assert set(knobs.NAMES) == expected
     assert len(knobs.NAMES) == len(knobs.REGISTRY)
@@ -106,14 +106,14 @@ def knob_literals(path: Path) -> list[tuple[int, str]]:
 
 #: Modules that name knobs as data, not as logic, and why.
 KNOBS_AS_DATA = {
-    "made_up.py": "made-up studies for the suite and the read benchmarks: a fake performance model over knob values",
+    "testing/studies.py": "made-up studies for the suite and the read benchmarks: a fake performance model over knob values",
 }
 
 
 def test_no_module_outside_the_registry_names_a_knob():
     sources = [p for p in PACKAGE.rglob("*.py")
                if not p.is_relative_to(REGISTRY_DIR) and str(p.relative_to(PACKAGE)) not in KNOBS_AS_DATA]
-    assert len(sources) > 20 and PACKAGE / "plan.py" in sources and PACKAGE / "frameworks.py" in sources
+    assert len(sources) > 20 and PACKAGE / "trial/plan.py" in sources and PACKAGE / "export/frameworks.py" in sources
     found = []
     for path in sources:
         where = path.relative_to(PACKAGE)

@@ -1,6 +1,8 @@
 """The package's layering as written in pyproject.toml ([tool.importlinter]): no import circles among autotune's
-modules (lazy imports count), the layers from the faces down, and only the store importing Optuna's storages. These tests run `lint-imports` on the repository,
-and on a copy of it with one import added, to show that each contract fails when that import breaks it."""
+modules (lazy imports count), the rooms from the faces down and each room's modules in order (every module in one),
+the read side importing neither torch nor the trial side, and only the store importing Optuna's storages. These tests
+run `lint-imports` on the repository, and on a copy of it with one import (or one module) added, to show that each
+contract fails when that import breaks it."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CIRCLES = "No import circles among autotune's modules"
 LAYERS = "Layers: the faces"
+TRIAL = "Layers inside autotune.trial"
+READ_SIDE = "The read side imports neither torch nor the trial side"
 STORAGES = "Only autotune.store imports optuna.storages"
 LINT = "from importlinter.cli import lint_imports_command; lint_imports_command(prog_name='lint-imports')"
 
@@ -41,6 +45,8 @@ def test_the_import_contracts_hold():
     assert verdict(report, CIRCLES) == "KEPT", report
     assert verdict(report, LAYERS) == "KEPT", report
     assert verdict(report, STORAGES) == "KEPT", report
+    assert verdict(report, READ_SIDE) == "KEPT", report
+    assert " BROKEN" not in report, report  # every room's inner order too
 
 
 @pytest.mark.parametrize(("module", "target", "contract", "said"), [
@@ -48,10 +54,17 @@ def test_the_import_contracts_hold():
     ("knobs/core.py", "autotune.knobs.registry", CIRCLES, "No cycles are allowed in autotune.knobs. "
                                                           "It could be made acyclic by removing 1 dependency: "
                                                           "- .core -> .registry"),
-    # hf (below plan) importing plan closes no circle, but climbs a layer.
-    ("hf.py", "autotune.plan", LAYERS, "autotune.hf is not allowed to import autotune.plan"),
+    # hf (in the workloads, below the trial) importing the plan climbs a layer.
+    ("workloads/hf.py", "autotune.trial.plan", LAYERS, "autotune.workloads is not allowed to import autotune.trial: "
+                                                       "- autotune.workloads.hf -> autotune.trial.plan"),
+    # inside a room: the plan (what a trial applies) reaching up to the runner (the parent's side)
+    ("trial/plan.py", "autotune.trial.runner", TRIAL, "autotune.trial.plan is not allowed to import autotune.trial.runner"),
+    # a view importing torch lazily, inside a function: a read command would load it
+    ("reports/view.py", "torch", READ_SIDE, "autotune.reports is not allowed to import torch"),
+    # the figures reaching the trial side
+    ("evidence/verdict.py", "autotune.trial.runner", READ_SIDE, "autotune.evidence is not allowed to import autotune.trial"),
     # a read reaching Optuna's storages itself, around the store that owns them
-    ("view.py", "optuna.storages", STORAGES, "autotune is not allowed to import optuna.storages"),
+    ("reports/view.py", "optuna.storages", STORAGES, "autotune is not allowed to import optuna.storages"),
 ])
 def test_an_added_import_breaks_its_contract(tmp_path, module, target, contract, said):
     shutil.copytree(ROOT / "autotune", tmp_path / "autotune", ignore=shutil.ignore_patterns("__pycache__"))
@@ -60,3 +73,28 @@ def test_an_added_import_breaks_its_contract(tmp_path, module, target, contract,
     path.write_text(path.read_text() + f"\n\ndef _added() -> None:\n    import {target}  # noqa: F401\n")
     report = lint(tmp_path)
     assert verdict(report, contract) == "BROKEN" and said in report, report
+
+
+def test_a_module_in_no_room_breaks_the_layers(tmp_path):
+    """Every module is in the layers: a new module at the top of the package, in none of them, fails the contract."""
+    shutil.copytree(ROOT / "autotune", tmp_path / "autotune", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "autotune" / "stray.py").write_text('"""A module nobody placed."""\n')
+    report = lint(tmp_path)
+    assert verdict(report, LAYERS) == "BROKEN" and "autotune.stray" in report, report
+
+
+def test_no_module_passes_600_lines():
+    """A module past ~600 lines holds more than one concept: it is split (a package, as the dashboard is)."""
+    long = {str(p.relative_to(ROOT)): n for p in (ROOT / "autotune").rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 600}
+    assert not long, f"split these modules: {long}"
+
+
+def test_every_room_says_what_it_holds():
+    """Each package of the tree opens with a docstring that says what it is for (a newcomer reads the tree)."""
+    import ast
+
+    silent = [str(p.relative_to(ROOT)) for p in (ROOT / "autotune").rglob("__init__.py")
+              if not ast.get_docstring(ast.parse(p.read_text()))]
+    assert not silent, silent

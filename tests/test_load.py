@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from autotune import load, tuning
+from autotune.machine import load
+from autotune.tuning import preparation as tuning
 
 
 def test_another_process_using_a_core_is_measured(hog):

@@ -1,4 +1,4 @@
-"""What crosses the trial process boundary (autotune.messages): each request survives the pipe as the same typed
+"""What crosses the trial process boundary (autotune.trial.messages): each request survives the pipe as the same typed
 object, and only the wire form names its kind."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from autotune.messages import PairedRequest, ProbeAnswer, ProbeRequest, TrialRequest, from_wire
-from autotune.protocol import Settings
+from autotune.trial.messages import PairedRequest, ProbeAnswer, ProbeRequest, TrialRequest, from_wire
+from autotune.trial.protocol import Settings
 from autotune.request import WorkloadSpec
 
 SPEC = WorkloadSpec("autotune.examples:mlp", model_args=(("width", 8),), pickled=(("pickled:abc", "data"),))
@@ -31,7 +31,7 @@ def test_a_request_reads_back_as_the_same_object(request_):
 
 
 def test_a_request_without_a_kind_is_a_trial():
-    """``python -m autotune.worker REQUEST.json`` reads a trial's request as written by hand."""
+    """``python -m autotune.trial.single REQUEST.json`` reads a trial's request as written by hand."""
     read = from_wire({"spec": SPEC.to_dict(), "config": {"threads": 1}})
     assert read == TrialRequest(spec=SPEC, config={"threads": 1})
 

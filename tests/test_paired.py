@@ -1,4 +1,4 @@
-"""Configurations measured alternately in one process (autotune.paired): each arm is its own, a switch leaves no
+"""Configurations measured alternately in one process (autotune.trial.paired): each arm is its own, a switch leaves no
 trace, what cannot share a process is refused, and a failing arm leaves the others measured."""
 
 from __future__ import annotations
@@ -6,14 +6,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autotune import knobs, paired
+from autotune import knobs
+from autotune.trial import paired
 from autotune import result as R
 from autotune.knobs import effects as fx
-from autotune.messages import PairedRequest
-from autotune.plan import fp32_precision_api
-from autotune.protocol import Settings
+from autotune.trial.messages import PairedRequest
+from autotune.trial.plan import fp32_precision_api
+from autotune.trial.protocol import Settings
 from autotune.request import WorkloadSpec
-from autotune.runner import Runner
+from autotune.trial.runner import Runner
 
 QUICK = Settings(windows=3, window_s=0.03, min_warmup_steps=2, min_warmup_s=0.0, max_warmup_s=1.0, profile_steps=0,
                  count_flops=False)

@@ -1,21 +1,23 @@
-"""Each phase of the tuning loop (autotune.phases) run alone, on a fake study of known truth: what it measures, through
+"""Each phase of the tuning loop (autotune.tuning.phases) run alone, on a fake study of known truth: what it measures, through
 which of the bench's ways, and what it leaves on the study. The loop composed: tests/test_study.py, tests/test_race.py."""
 
 from __future__ import annotations
 
 import json
-import math
-import random
 
 import pytest
 
-from autotune import ablation as A
-from autotune import knobs, space
+from autotune.evidence import ablation as A
+from autotune import knobs
+from autotune.knobs import space
 from autotune import result as R
-from autotune import study as S
-from autotune.phases import Bench, Search, SearchOptions, Seeds, Session, bought, floor, minimal, race
-from autotune.store import LiveStudy, Store
+from autotune.tuning import loop as S
+from autotune.tuning.phases import Bench, Search, SearchOptions, Seeds, Session, bought, floor, minimal, race
+from autotune.store import LiveStudy
+from autotune.store import RaceStop
 from autotune.evidence import evidence_of
+from autotune.testing import fake as M
+from autotune.testing import studies as made_up
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
 # Two knobs an arm of a shared process may change, the host heap retained (so the defaults may share one too).
@@ -32,28 +34,12 @@ def truth(config) -> float:
 
 def fake(seed: int, calls: list):
     """One process per measurement: ``truth`` with lognormal noise; each configuration measured is kept in ``calls``."""
-    rng = random.Random(seed)
-
-    def measure(config, dominators=(), margin=None):
-        calls.append(dict(config))
-        return R.TrialResult(outcome=R.OK, samples_per_s=100.0 * truth(config) * math.exp(rng.gauss(0.0, NOISE)),
-                             samples_per_s_cv=0.01, peak_memory_bytes=10**8, wall_s=0.01)
-
-    return measure
+    return M.lognormal(truth, seed, NOISE, calls)
 
 
 def fake_together(seed: int, calls: list):
     """Several configurations alternately in one process: the process's factor is shared by its arms."""
-    rng = random.Random(10_000 + seed)
-
-    def together(configs):
-        calls.append([dict(c) for c in configs])
-        process = math.exp(rng.gauss(0.0, NOISE))
-        return R.PairedResult(outcome=R.OK, wall_s=0.01, arms=[
-            {"config": dict(c), "outcome": R.OK, "samples_per_s": 100.0 * truth(c) * process * math.exp(rng.gauss(0.0, WITHIN))}
-            for c in configs])
-
-    return together
+    return M.shared(truth, seed, NOISE, within=WITHIN, calls=calls)
 
 
 def never(*args, **kwargs):
@@ -61,11 +47,9 @@ def never(*args, **kwargs):
 
 
 def study(name: str = "phases", seed: int = 0, url: str = "sqlite:///:memory:") -> tuple[LiveStudy, Seeds]:
-    attrs = {"workload": {"model": "x:y"}, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
-             "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
-    optuna_study, _ = Store(url).create_or_check(name, attrs, S.make_sampler("random", seed))
+    live = made_up.live_study(url, name, SPACE, CTX, seed=seed)
     base = S.base_config(CTX, SPACE.fixed, None)
-    return LiveStudy(optuna_study, grace_s=60), Seeds(space.effective(SPACE, CTX, base), CTX, base)
+    return live, Seeds(space.effective(SPACE, CTX, base), CTX, base)
 
 
 def searched(live: LiveStudy, seeds: Seeds, trials: int, seed: int = 0) -> list:
@@ -117,13 +101,13 @@ def test_the_race_alone_on_a_searched_study_settles_on_the_truly_faster_configur
     searched(live, seeds, trials=4, seed=3)  # every configuration of the space
     again: list = []
     report = race.run(live, Bench(never, remeasure=fake(4, again)), rounds=6)
-    assert report is not None and report.stopped.startswith("settled"), report
+    assert report is not None and report.stop is RaceStop.SETTLED, report
     assert report.measurements == len(again) == report.processes and report.rounds >= race.MIN_ROUNDS
     verdict = evidence_of(live.view()).verdict(ablated=False)
     assert verdict.state == "gain" and truth(evidence_of(live.view()).configs[verdict.winner].config) == 2.0
     assert verdict.speedup.low <= 2.0 <= verdict.speedup.high
     (race_id, record), = live.view().races()
-    assert race_id == report.race_id and record["done"] and record["rounds_run"] == report.rounds
+    assert race_id == report.race_id and record.done and record.rounds_run == report.rounds
     assert race.run(live, Bench(never, remeasure=never), rounds=6) is None  # done: a later run measures nothing
 
 

@@ -6,9 +6,9 @@ from torch import nn
 
 from autotune import knobs
 from autotune.errors import KnobError
-from autotune.examples import SmallResNet, TinyLM
+from autotune.workloads.examples import SmallResNet, TinyLM
 from autotune.knobs import effects as fx
-from autotune.plan import (CARRIED_OUT, NotApplicableAtRuntime, Plan, checkpoint_blocks, declared, fp32_precision_api,
+from autotune.trial.plan import (CARRIED_OUT, NotApplicableAtRuntime, Plan, checkpoint_blocks, declared, fp32_precision_api,
                            infinite, optimizer_switches)
 
 CPU = knobs.Context(device_type="cpu", task="train", input_rank=4)

@@ -2,7 +2,7 @@
 
 The server is the one .ci/postgres.sh starts (``source .ci/postgres.sh``; .ci/run does it);
 without one these tests skip, saying why, and in CI (``CI=true``) they fail with the reason
-(conftest.need). Each test gets a database of its own (the ``postgres_url`` fixture in conftest.py).
+(autotune.testing.suite.need). Each test gets a database of its own (the ``postgres_url`` fixture in conftest.py).
 """
 
 from __future__ import annotations
@@ -15,21 +15,15 @@ from pathlib import Path
 import optuna
 import pytest
 import sqlalchemy.exc
-from conftest import POSTGRES_CTL_VAR, POSTGRES_URL_VAR
+from autotune.testing.suite import POSTGRES_CTL_VAR, POSTGRES_URL_VAR
 
 from autotune import store as storage
 from autotune.errors import StorageUnreachable, StudyError
+from autotune import knobs
 from autotune.store import Store
+from autotune.testing import studies as made_up
 
-ATTRS = {
-    "workload": {"model": "x:y"},
-    "space": {"name": "test", "path": "test.toml"},
-    "space_hash": "0123abcd",
-    "fingerprint": {"device_type": "cpu", "torch": "2"},
-    "device": "cpu",
-    "context": {},
-    "global_batch": None,
-}
+ATTRS = made_up.description(made_up.space_of_one(), knobs.Context())
 
 
 def password(url: str) -> str:

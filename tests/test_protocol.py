@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from autotune import knobs
-from autotune.protocol import MemoryMonitor, NonFinite, Settings, StepLoop, cv, run_protocol
-from autotune.plan import Plan, infinite
+from autotune.trial.protocol import NonFinite, Settings, StepLoop, cv, run_protocol
+from autotune.trial.plan import Plan, infinite
 
 
 def test_cv():
@@ -41,7 +41,7 @@ def test_protocol_in_process():
 def test_the_memory_is_read_after_the_windows_and_before_the_flop_count_and_the_profile(monkeypatch):
     """The trial's peak is what the training needs (its one-time costs included), not the protocol's own extras: the
     FLOP count runs an extra step on the uncompiled model, the profile more steps under the profiler."""
-    import autotune.protocol as protocol
+    import autotune.trial.protocol as protocol
 
     loop, _ = _loop(nn.Linear(4, 2))
     events: list[str] = []
@@ -83,7 +83,7 @@ GROWTH = 256 << 20  # what the measured process allocates and touches
 LAUNCH = "import subprocess, sys; sys.exit(subprocess.run([sys.executable, '-c', sys.argv[1]]).returncode)"
 PEAK_SCRIPT = f"""
 import json, resource, psutil, torch
-from autotune.protocol import MemoryMonitor
+from autotune.trial.protocol import MemoryMonitor
 old_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 before = psutil.Process().memory_info().rss
 mon = MemoryMonitor().start(watch_children=False)
@@ -133,7 +133,7 @@ def test_lean_settings_keep_the_windows_and_drop_the_profile_and_the_flop_count(
 
 def test_kernel_names_tell_the_knobs_in_force():
     """Names as cuBLAS, cuDNN, ATen and the profiler give them on an H100 (and a CPU's ATen ops)."""
-    from autotune.protocol import kernel_classes
+    from autotune.trial.protocol import kernel_classes
 
     named = {
         "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel": "tf32",

@@ -1,12 +1,12 @@
 """The race and the verdict, against fake studies of known truth with lognormal noise between processes.
 
 Each fake measurement is ``truth(config) * exp(N(0, 0.15))``: 15% noise between
-processes, the machine's spread described in DESIGN.md. 20 seeds per scenario.
+processes, the spread between processes measured on the 2-core machines (benchmarks/results/paired_noise.txt). 20 seeds per scenario.
 
 That is the noise the statistics assume (independent, lognormal, no order). The scenarios at the end
 hold the same promises under fakes that break those assumptions: slow drift, heavy tails, an order
 effect within a round, per-arm factors that do not cancel in a shared process, and a space larger
-than the trial budget. The measurement models are autotune/made_up_machine.py's (the race-cost benchmark uses them
+than the trial budget. The measurement models are autotune/testing/fake.py's (the race-cost benchmark uses them
 too), with this file's noise figures.
 """
 
@@ -18,21 +18,23 @@ import random
 
 import pytest
 
-from autotune import export as C
-from autotune import knobs, space
-from autotune import made_up_machine as M
+from autotune.export import document as C
+from autotune import knobs
+from autotune.knobs import space
+from autotune.testing import fake as M
 from autotune import result as R
-from autotune import study as S
+from autotune.tuning import loop as S
 from autotune.evidence import evidence_of
-from autotune.phases import Bench, Seeds, floor, race
+from autotune.tuning.phases import Bench, Seeds, floor, race
 from autotune.request import DEFAULT_CONFIRM
-from autotune.store import LiveStudy, Store
+from autotune.store import RaceStop
+from autotune.testing import studies as made_up
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
 RACE_SPACE = {"precision": ["fp32", "bf16"], "optimizer_impl": ["default", "foreach", "fused"], "num_workers": [0, 1]}
 SPACE = space.parse({"search": RACE_SPACE}, "race.toml", "race")
 # The same space with the host heap fixed at retain: only there may the defaults share a process with a candidate
-# (autotune.heap, knobs.apart), so the races of shared processes below run in it.
+# (autotune.machine.heap, knobs.apart), so the races of shared processes below run in it.
 RETAINED = space.parse({"search": RACE_SPACE, "fixed": {"host_allocator": "retain"}}, "race.toml", "race")
 NOISE = 0.15
 SEEDS = range(20)
@@ -54,10 +56,7 @@ def tune(truth, seed: int, name: str = "race", options: S.Options | None = None,
 def tune_live(truth, seed: int, name: str = "race", options: S.Options | None = None, calls: list | None = None,
               together=None, sp=SPACE, ablate=None, measure=None):
     """:func:`tune`, returning the study to go on writing (a :class:`autotune.store.LiveStudy`)."""
-    attrs = {"workload": {"model": "x:y"}, "space": sp.to_dict(), "space_hash": sp.hash(),
-             "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
-    study, _ = Store("sqlite:///:memory:").create_or_check(name, attrs, S.make_sampler("random", seed))
-    live = LiveStudy(study)
+    live = made_up.live_study("sqlite:///:memory:", name, sp, CTX, seed=seed, grace_s=None)
     options = options or S.Options(trials=12, max_repeats=500)
     measure = measure or noisy(truth, seed, calls)
     return live, loop(live, measure, options, sp, together=together, ablate=ablate).run()
@@ -177,7 +176,7 @@ def test_a_stopped_race_resumes_where_it_stopped():
     with pytest.raises(KeyboardInterrupt):
         loop(live, stopped_in_round_two, S.Options(trials=12, max_repeats=500, race_rounds=3)).run()
     races = live.view().races()
-    assert len(races) == 1 and not races[0][1]["done"]
+    assert len(races) == 1 and not races[0][1].done
     first_round = race_rounds(live.view())
     assert len({r for r, _ in first_round}) == 1  # round 1 stored, round 2 not begun
     again = loop(live, inner, S.Options(trials=12, max_repeats=500, race_rounds=3)).run()
@@ -186,7 +185,7 @@ def test_a_stopped_race_resumes_where_it_stopped():
     assert again.race.measurements < 7 * 3  # rounds 2 and 3 only, and only the candidates still undecided
     assert first_round <= race_rounds(live.view())
     after = live.view().races()
-    assert [i for i, _ in after] == [races[0][0]] and after[0][1]["done"]
+    assert [i for i, _ in after] == [races[0][0]] and after[0][1].done
 
 
 def test_a_race_that_spent_its_budget_is_extended_by_a_bigger_confirm():
@@ -196,7 +195,7 @@ def test_a_race_that_spent_its_budget_is_extended_by_a_bigger_confirm():
         return 1.0 if all(config[k] == v for k, v in {"precision": "fp32", "optimizer_impl": "default", "num_workers": 0}.items()) else 1.5
 
     live, summary = tune_live(truth, seed, options=S.Options(trials=12, max_repeats=500, race_rounds=1))
-    assert summary.race is not None and summary.race.stopped.startswith("budget") and summary.race.rounds == 1
+    assert summary.race is not None and summary.race.stop is RaceStop.ROUNDS and summary.race.rounds == 1
     more = loop(live, noisy(truth, seed + 100), S.Options(trials=12, max_repeats=500, race_rounds=4)).run()
     assert more.new == 0 and more.race is not None, "the finished race was not extended"
     assert more.race.race_id == summary.race.race_id and more.race.candidates == summary.race.candidates
@@ -205,7 +204,7 @@ def test_a_race_that_spent_its_budget_is_extended_by_a_bigger_confirm():
     races = view.races()
     assert len(races) == 1
     record = races[0][1]
-    assert record["done"] and record["rounds_run"] == more.race.rounds and record["rounds"] == 4
+    assert record.done and record.rounds_run == more.race.rounds and record.rounds == 4
     rounds = {m.round_id for m in view.remeasurements() if m.round_id.startswith(f"race-{more.race.race_id}-")}
     assert len(rounds) == more.race.rounds
 
@@ -213,12 +212,12 @@ def test_a_race_that_spent_its_budget_is_extended_by_a_bigger_confirm():
 def test_the_race_honours_the_time_budget_and_numbers_its_rounds():
     study, summary = tune_live(lambda c: 1.5 if is_fast(c) else 1.0, 3, options=S.Options(trials=12, max_repeats=500, race_rounds=0))
     seen: list[str] = []
-    late = race.run(study, Bench(noisy(lambda c: 1.0, 3), on_repeat=lambda w, n, r: seen.append(w)), 5, deadline=time.time() - 1)
+    late = race.run(study, Bench(noisy(lambda c: 1.0, 3), on_repeat=lambda w, n, r, shared: seen.append(w)), 5, deadline=time.time() - 1)
     assert late is not None and late.rounds == 0 and late.stopped == "time budget spent (--time-budget)" and not seen
-    later = race.run(study, Bench(noisy(lambda c: 1.0, 3), on_repeat=lambda w, n, r: seen.append(w)), 5)
+    later = race.run(study, Bench(noisy(lambda c: 1.0, 3), on_repeat=lambda w, n, r, shared: seen.append(w)), 5)
     assert later is None and not seen  # that race is over: the deadline ended it, and a later run does not take it up
     fresh, _ = tune_live(lambda c: 1.5 if is_fast(c) else 1.0, 4, name="race2", options=S.Options(trials=12, max_repeats=500, race_rounds=0))
-    report = race.run(fresh, Bench(noisy(lambda c: 1.0, 4), on_repeat=lambda w, n, r: seen.append(w)), 5)
+    report = race.run(fresh, Bench(noisy(lambda c: 1.0, 4), on_repeat=lambda w, n, r, shared: seen.append(w)), 5)
     assert report is not None and report.rounds >= 1
     assert seen[0] == "race round 1 of at most 5" and f"race round {report.rounds} of at most 5" in seen
 
@@ -346,10 +345,10 @@ def heap_first_study():
 
 
 def test_a_path_that_starts_with_the_heap_leaves_out_what_bought_nothing_after_it():
-    """The pure reading of such a path (autotune.ablation.analyse): the heap's step from the winner's claim, bf16's
+    """The pure reading of such a path (autotune.evidence.ablation.analyse): the heap's step from the winner's claim, bf16's
     and fused's from the shared processes; fused bought nothing, so the recommendation stops at bf16."""
-    from autotune import ablation as A
-    from autotune.stats import Noise, Ratio
+    from autotune.evidence import ablation as A
+    from autotune.evidence.stats import Noise, Ratio
 
     keys = ["heap", "heap+bf16", "heap+bf16+fused"]
     rounds = {"heap": [(1, 100.0), (2, 90.0), (3, 110.0)], "heap+bf16": [(1, 150.0), (2, 136.0), (3, 164.0)],
@@ -423,12 +422,9 @@ def test_a_knob_that_buys_nothing_is_dropped_from_the_recommendation_and_the_res
 
 
 def two_knobs():
-    """A space of two knobs, precision and the optimizer's kernels, and the attributes of a study of it."""
-    sp = space.parse({"search": {"precision": ["fp32", "bf16"], "optimizer_impl": ["default", "fused"]},
-                      "fixed": {"host_allocator": "retain"}}, "two.toml", "two")  # retained: the path shares processes
-    attrs = {"workload": {"model": "x:y"}, "space": sp.to_dict(), "space_hash": sp.hash(),
-             "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
-    return sp, attrs
+    """A space of two knobs, precision and the optimizer's kernels."""
+    return space.parse({"search": {"precision": ["fp32", "bf16"], "optimizer_impl": ["default", "fused"]},
+                        "fixed": {"host_allocator": "retain"}}, "two.toml", "two")  # retained: the path shares processes
 
 
 def bf16_pays(config) -> float:
@@ -440,12 +436,12 @@ def test_the_smallest_configuration_that_keeps_the_gain_is_measured_on_its_own_a
     """Two trials: the defaults and the recipe (bf16 and the fused optimizer). Only bf16 pays (1.5x): the race
     confirms the recipe, the path shows fused bought nothing, and bf16 alone, never measured by the search, is
     measured once as a trial of its own and becomes the recommendation in every view."""
-    sp, attrs = two_knobs()
+    sp = two_knobs()
     truth = bf16_pays
 
     named = 0
     for seed in range(5):
-        live = LiveStudy(Store("sqlite:///:memory:").create_or_check(f"two{seed}", attrs, S.make_sampler("random", seed))[0])
+        live = made_up.live_study("sqlite:///:memory:", f"two{seed}", sp, CTX, seed=seed, grace_s=None)
         seen: list = []
         summary = loop(live, noisy(truth, seed), S.Options(trials=2, max_repeats=50), sp, on_trial=seen.append,
                        together=noisy_together(truth, seed)).run()
@@ -489,9 +485,7 @@ def test_a_candidate_out_of_memory_beside_the_defaults_is_raced_alone_instead():
                 arm.update(outcome=R.OOM, samples_per_s=None)
         return result
 
-    attrs = {"workload": {"model": "x:y"}, "space": RETAINED.to_dict(), "space_hash": RETAINED.hash(),
-             "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
-    live = LiveStudy(Store("sqlite:///:memory:").create_or_check("oom", attrs, S.make_sampler("random", 3))[0])
+    live = made_up.live_study("sqlite:///:memory:", "oom", RETAINED, CTX, seed=3, grace_s=None)
     calls: list = []
     summary = loop(live, noisy(truth, 3, calls), S.Options(trials=12, max_repeats=500), RETAINED, together=together).run()
     ev = evidence_of(live.view())
@@ -524,15 +518,15 @@ def test_a_knob_that_bought_nothing_before_one_that_paid_is_left_out_too(monkeyp
     """The path adds the fused optimizer (truly nothing) before bf16 (truly 1.5x), as a wrong order of effects from
     the search would: a start of that path cannot leave fused out, so the path is measured once more, bf16 first,
     and the recommendation is bf16 alone."""
-    from autotune import ablation as A
+    from autotune.evidence import ablation as A
 
     monkeypatch.setattr(A, "order", lambda changes, measured: sorted(changes, key=lambda k: k != "optimizer_impl"))
-    sp, attrs = two_knobs()
+    sp = two_knobs()
     truth = bf16_pays
 
     left_out = 0
     for seed in range(5):
-        live = LiveStudy(Store("sqlite:///:memory:").create_or_check(f"order{seed}", attrs, S.make_sampler("random", seed))[0])
+        live = made_up.live_study("sqlite:///:memory:", f"order{seed}", sp, CTX, seed=seed, grace_s=None)
         summary = loop(live, noisy(truth, seed), S.Options(trials=2, max_repeats=50), sp,
                        together=noisy_together(truth, seed)).run()
         study = live.view()

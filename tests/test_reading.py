@@ -13,9 +13,9 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
-from autotune.made_up import make_study
+from autotune.testing.studies import make_study
 
-from autotune import view
+from autotune.reports import view
 from autotune.errors import StorageError, StudyError
 from autotune.store import Store, StoredStudy, reading
 from autotune.store import records
@@ -154,8 +154,8 @@ def results_of_every_shape(study: optuna.Study, shapes: list[Any] = SHAPES) -> N
 def test_status_list_and_trials_leave_the_bulk_of_each_result_unread_and_export_reads_it(store_url, monkeypatch):
     if store_url.startswith("journal:"):
         pytest.skip("a journal file is read through Optuna's journal storage")
-    from autotune import trial_table
-    from autotune.export import export
+    from autotune.reports import trials as trial_table
+    from autotune.export.document import export
     from autotune.store.tables import Tables
 
     writer = Store(store_url)

@@ -13,7 +13,7 @@ made), with a smaller budget than written:
 A line that cannot run here is listed in EXCLUDED with the reason. A line in neither (a new line that does not run)
 fails the test, and so does an exclusion whose line is gone, so that each line is run or consciously left out.
 A line with an ``hf:`` model runs where transformers is installed (the test extra installs it); elsewhere the test
-skips once the other lines ran, naming the lines left out, and fails so in CI (conftest.need).
+skips once the other lines ran, naming the lines left out, and fails so in CI (autotune.testing.suite.need).
 
 CI (.ci/run) runs the README's set-up and test lines as written: a test below holds them equal.
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import need
+from autotune.testing.suite import need
 
 from autotune.cli import main
 
@@ -348,4 +348,4 @@ def test_ci_runs_the_readmes_set_up_and_test_lines_as_written():
     # nothing else installs the checkout or runs the tests in another way (python3 -m pytest, pip install -e .)
     others = [c for c in commands if c not in readme.values() and (re.search(r"\bpytest\b", c) or "install -e" in c)]
     assert not others, f".ci/run runs the tests or the set-up otherwise than the README says: {others}"
-    assert "export CI=true" in commands  # a test that cannot run fails there (conftest.need)
+    assert "export CI=true" in commands  # a test that cannot run fails there (autotune.testing.suite.need)

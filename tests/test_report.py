@@ -1,6 +1,6 @@
-"""The dashboard (autotune.report): every info function on a stored study, escaping, the page, watch.
+"""The dashboard (autotune.reports.dashboard): every info function on a stored study, escaping, the page, watch.
 
-The studies are written through the store's writers (autotune/made_up.py, autotune.store.records) and
+The studies are written through the store's writers (autotune/testing/studies.py, autotune.store.records) and
 read back as the StoredStudy every view computes from."""
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import time
 
 import optuna
 import pytest
-from autotune.made_up import CAPACITY, MiB, add_failed_trial, add_race, make_study, storage_url
+from autotune.testing.studies import CAPACITY, MiB, add_failed_trial, add_race, make_study, storage_url
 
-from autotune import knobs, report
+from autotune import knobs
+from autotune.reports import dashboard as report
 from autotune.errors import AutotuneError
 from autotune.store import Store, StoredStudy
 from autotune.store import records
@@ -33,7 +34,7 @@ def read(study) -> StoredStudy:
 
 
 def made(**kwargs) -> StoredStudy:
-    """A made-up study in memory (autotune.made_up.make_study), read."""
+    """A made-up study in memory (autotune.testing.studies.make_study), read."""
     return read(make_study(optuna.storages.InMemoryStorage(), **kwargs))
 
 
@@ -465,7 +466,7 @@ def test_watch_rewrites_until_told(stored, tmp_path):
         report.watch(lambda: study, target, interval_s=0)
 
 
-# ---------------------------------------------------------------- issue 19: what a reader sees
+# ---------------------------------------------------------------- what a reader sees
 
 
 SEPARATORS = (";", ",", "·", ":")

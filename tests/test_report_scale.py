@@ -1,4 +1,4 @@
-"""The dashboard of a large study (autotune.report past its thresholds): the cloud and the failures in WebGL with
+"""The dashboard of a large study (autotune.reports.dashboard past its thresholds): the cloud and the failures in WebGL with
 their numbers as typed arrays, the histories aggregated, the failures table grouped by error, and a page whose size
 grows far slower than the study. The thresholds are lowered (module constants) so that studies of a few hundred
 trials stand for ones of 100,000 and the tests take seconds; tests/test_dashboard_browser.py draws a real 10,000."""
@@ -13,11 +13,11 @@ from functools import lru_cache
 import numpy as np
 import optuna
 import pytest
-from autotune.made_up import jittered_copies, make_study
+from autotune.testing.studies import jittered_copies, make_study
 
-from autotune import report
+from autotune.reports import dashboard as report
 from autotune.evidence import evidence_of
-from autotune.report import failures, figures, knob_effects, page
+from autotune.reports.dashboard import charts, failures, knob_effects, page, timeline
 from autotune.store import StoredStudy
 
 
@@ -32,7 +32,7 @@ def grown(n: int) -> StoredStudy:
 @pytest.fixture
 def small_thresholds(monkeypatch):
     """Thresholds a hundredth or less of the real ones: 10 points make a cloud, 20 failures a grouped table."""
-    monkeypatch.setattr(figures, "DENSE", 10)
+    monkeypatch.setattr(charts, "DENSE", 10)
     monkeypatch.setattr(failures, "MAX_FAILURE_ROWS", 20)
     monkeypatch.setattr(knob_effects, "PARALLEL_LINES", 100)
 
@@ -67,7 +67,7 @@ def test_a_large_cloud_and_its_failures_are_drawn_in_webgl_every_one_exactly(sma
         by_outcome.setdefault(f["outcome"], []).append(f["number"])
     for outcome, numbers in by_outcome.items():
         mine = [t for t in failed if t["legendgroup"] == f"failed:{outcome}"]
-        if len(numbers) <= figures.DENSE:
+        if len(numbers) <= charts.DENSE:
             continue
         assert sorted(n for t in mine for n in typed(t["customdata"])) == sorted(numbers)  # every failure, once
         assert [t["name"] for t in mine if t["showlegend"]] == [f"{outcome} ({len(numbers)})"]
@@ -94,7 +94,7 @@ def test_a_large_history_is_drawn_by_its_changes_and_its_time_in_bins(small_thre
         assert steps[max(x for x in steps if x <= number)] == value
     durations = figure_json(report.duration_figure(info))
     bars = [t for t in durations["data"] if t["type"] == "bar"]
-    assert max(len(t["x"]) for t in bars) <= figures.BINS < len(info["durations"])
+    assert max(len(t["x"]) for t in bars) <= timeline.BINS < len(info["durations"])
     trial_time = sum(d["duration_s"] for d in info["durations"])
     drawn = sum(y for t in bars if not t["name"].startswith("re-measured") for y in t["y"])
     assert drawn == pytest.approx(trial_time)  # every trial's time, in its bin
@@ -123,7 +123,7 @@ def test_the_page_grows_far_slower_than_the_study(small_thresholds):
     per_trial = (sizes[900] - sizes[300]) / 600
     assert per_trial < 100, per_trial  # 74 here; each point with its own hover and mark: over 300
     with pytest.MonkeyPatch.context() as unlimited:  # the same study drawn point by point
-        unlimited.setattr(figures, "DENSE", 10**9)
+        unlimited.setattr(charts, "DENSE", 10**9)
         unlimited.setattr(failures, "MAX_FAILURE_ROWS", 10**9)
         unlimited.setattr(knob_effects, "PARALLEL_LINES", 10**9)
         full = len(page.render_html(grown(900))) - embedded

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune import api, cli, request
-from autotune import study as S
+from autotune.tuning import loop as S
 from autotune.errors import FieldError, FieldSpecError, FieldValueError, KnobError, SpecError
 from autotune.request import FIELDS, MeasureConfig, TuneConfig, WorkloadSpec, declarations
 from autotune.units import DURATION_EXPECTED
@@ -28,19 +28,19 @@ def test_every_default_is_written_once_and_every_face_uses_it():
     options = {p.name: p for p in cli.run.params}
     assert (options["trials"].default, options["confirm"].default, options["sampler"].default) == (job.trials, job.confirm, job.sampler)
     assert options["trial_timeout"].type.convert(options["trial_timeout"].default, None, None) == job.trial_timeout_s
-    from autotune import tuning
+    from autotune.tuning import preparation as tuning
     from autotune.store import Store
 
     tuner = S.Options()
     live, _ = tuning.open_live(job, Store("sqlite:///:memory:"), "s", {})  # the study the loop writes: its grace
     assert (tuner.trials, tuner.race_rounds, live.grace_s) == (job.trials, job.confirm, job.stale_grace_s)
-    from autotune.runner import Runner
+    from autotune.trial.runner import Runner
 
     assert inspect.signature(Runner).parameters["timeout_s"].default == job.trial_timeout_s
 
 
 def test_the_stale_grace_derives_from_the_trial_timeout():
-    from autotune import tuning
+    from autotune.tuning import preparation as tuning
     from autotune.store import Store
 
     assert TuneConfig(spec=SPEC, trial_timeout_s=100).stale_grace_s == 260
@@ -99,17 +99,16 @@ WORKLOAD = [n for n in declarations(WorkloadSpec)]
 JOB = [n for n in declarations(TuneConfig)]
 MEASUREMENT = [n for n in declarations(MeasureConfig)]
 WHERE = ["study", "storage", "device"]
-CLI_FIELDS = {"run": WORKLOAD + JOB + WHERE, "submit": WORKLOAD + JOB + WHERE, "measure": WORKLOAD + MEASUREMENT + ["device"],
-              "worker": WHERE}
-API_FIELDS = {"tune": WORKLOAD + JOB + WHERE, "measure": WORKLOAD + MEASUREMENT + ["device"]}
+HERE = ["workers", "devices"]  # how a run measures on this machine: run's and tune()'s (a submitted job runs elsewhere)
+CLI_FIELDS = {"run": WORKLOAD + JOB + WHERE + HERE, "submit": WORKLOAD + JOB + WHERE,
+              "measure": WORKLOAD + MEASUREMENT + ["device"], "worker": WHERE}
+API_FIELDS = {"tune": WORKLOAD + JOB + WHERE + HERE, "measure": WORKLOAD + MEASUREMENT + ["device"]}
 
 #: What a surface has beyond the declared fields, and why (a new option or argument must say why here).
 CLI_ONLY = {
     ("run", "seq_len"): "sugar for --model-arg seq_len=N on hf: models (tune() takes model_args={'seq_len': N})",
     ("submit", "seq_len"): "as run's",
     ("measure", "seq_len"): "as run's",
-    ("run", "workers"): "processes on this machine sharing the study: the command's own (tune() runs in its caller)",
-    ("run", "devices"): "GPUs at once, one trial process each: the command's own, as --workers",
     ("measure", "assignments"): "--set KNOB=VALUE: the knob values (measure()'s config), checked by the knob registry",
     ("measure", "as_json"): "--json: how the command prints (measure() returns the results)",
     ("worker", "all_jobs"): "the daemon's own setting: every submitted job",
@@ -189,7 +188,7 @@ SPECIFIC_FLAGS = ["--global-batch", "64", "--seed", "3", "--space", "cpu", "--sa
 def test_the_command_line_and_tune_build_the_same_job(tmp_path, monkeypatch):
     """Every field of the job set away from its default, once by options and once by keywords: submit stores the
     job tune() would have run."""
-    from autotune import tuning
+    from autotune.tuning import preparation as tuning
     from autotune.store import Store
 
     expected = TuneConfig.from_keywords(SPEC, **SPECIFIC)

@@ -10,8 +10,8 @@ import pytest
 
 from autotune import result as R
 from autotune.errors import SpecError, WorkloadError, in_words
-from autotune.runner import Runner, group_alive
-from autotune.workload import WorkloadSpec
+from autotune.trial.runner import Runner, group_alive
+from autotune.workloads.contract import WorkloadSpec
 
 
 def run(model: str, quick, config=None, timeout: float = 120, **spec) -> R.TrialResult:
@@ -77,7 +77,7 @@ def test_timeout_kills_the_whole_group(quick):
     # nothing new left under this process, other than the fork server itself
     after = {p.pid for p in me.children(recursive=True)} - before
     leftovers = [p for p in after if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-    server = [p for p in leftovers if "autotune.forkserver" in " ".join(psutil.Process(p).cmdline())]
+    server = [p for p in leftovers if "autotune.trial.forkserver" in " ".join(psutil.Process(p).cmdline())]
     assert set(leftovers) <= set(server)
 
 

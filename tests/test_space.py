@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune import knobs, space
+from autotune import knobs
+from autotune.knobs import space
 from autotune.errors import SpaceError
 
 SPACES_DIR_IN_PACKAGE = Path(space.__file__).resolve().parent / "search_spaces"
@@ -189,7 +190,7 @@ def test_the_opening_says_what_was_left_out_here(monkeypatch):
     for name in knobs.owned_environment():  # what the shell exported is named in a line of its own
         monkeypatch.delenv(name, raising=False)
 
-    from autotune import tuning
+    from autotune.tuning import preparation as tuning
 
     fitted = space.fit(space.load("cpu"), NO_BF16, knobs.defaults(NO_BF16))
 

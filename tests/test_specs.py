@@ -1,13 +1,13 @@
-"""Where a spec leads (autotune.specs): every way a module:attr spec can be wrong is one line, and hf: specs reach
-autotune.hf."""
+"""Where a spec leads (autotune.workloads.specs): every way a module:attr spec can be wrong is one line, and hf: specs reach
+autotune.workloads.hf."""
 
 from __future__ import annotations
 
 import pytest
 
-from autotune import hf
+from autotune.workloads import hf
 from autotune.errors import SpecError
-from autotune.specs import import_spec
+from autotune.workloads.specs import import_spec
 
 
 def test_spec_without_colon():

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from autotune import stats
+from autotune.evidence import stats
 
 
 def test_pooled_noise_recovers_the_spread_between_processes():

@@ -1,13 +1,14 @@
-"""Steering a long study's sampler off measured configurations (autotune.phases.steer), and the search that uses it
-past the default sampler's hand-over (autotune.phases.search.Search.steer); the Gaussian process is never steered."""
+"""Steering a long study's sampler off measured configurations (autotune.tuning.phases.steer), and the search that uses it
+past the default sampler's hand-over (autotune.tuning.phases.search.Search.steer); the Gaussian process is never steered."""
 
 from __future__ import annotations
 
-from autotune import knobs, space
+from autotune import knobs
+from autotune.knobs import space
 from autotune import result as R
-from autotune import study as S
-from autotune.phases import Bench, Seeds, steer
-from autotune.store import LiveStudy, Store
+from autotune.tuning import loop as S
+from autotune.tuning.phases import Bench, Seeds, steer
+from autotune.testing import studies as made_up
 
 DIMS = {"precision": space.Dimension("precision", ("fp32", "bf16")),
         "batch_size": space.Dimension("batch_size", low=16, high=64, step=16)}
@@ -37,12 +38,8 @@ SMALL = space.parse({"search": {"precision": ["fp32", "bf16"], "batch_size": {"l
 
 def _search(tmp_path, limit):
     """A Tuner over SMALL with the default sampler handing over to TPE past ``limit`` complete trials."""
-    attrs = {"workload": {"model": "x:y"}, "space": SMALL.to_dict(), "space_hash": SMALL.hash(),
-             "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(),
-             "global_batch": None}
     sampler = S.make_sampler("gp", seed=0, n_startup_trials=2, gp_max_trials=limit)
-    study, _ = Store(f"sqlite:///{tmp_path}/s.db").create_or_check("s", attrs, sampler)
-    live = LiveStudy(study, grace_s=60)
+    live = made_up.live_study(f"sqlite:///{tmp_path}/s.db", "s", SMALL, CTX, sampler=sampler)
     base = S.base_config(CTX, SMALL.fixed, None)
     eff = space.effective(SMALL, CTX, base)
 

@@ -14,16 +14,18 @@ from pathlib import Path
 
 import optuna
 from click.testing import CliRunner
-from conftest import need
+from autotune.testing.suite import need
 
 from autotune import cli
 from autotune.store import recovery
 from autotune import result as R
 from autotune import store as storage
-from autotune import study as S
+from autotune.tuning import loop as S
 from autotune.errors import StorageError, StorageUnreachable, StudyError
 from autotune.request import WorkloadSpec
+from autotune import knobs
 from autotune.store import Store, check_name, redact, redact_message
+from autotune.testing import studies as made_up
 
 SECRET = "SECRETPW"
 
@@ -116,8 +118,7 @@ def test_journal_folder_missing_is_one_line(tmp_path):
         Store(f"journal:{tmp_path}/nope/x.log").create("x")
 
 
-ATTRS = {"workload": {"model": "x:y"}, "space": {"name": "s"}, "space_hash": "h", "fingerprint": {"device_type": "cpu"},
-         "device": "cpu", "context": {}, "global_batch": None}
+ATTRS = made_up.description(made_up.space_of_one(), knobs.Context())
 
 
 def test_a_study_another_process_is_still_describing_is_joined_not_refused(tmp_path):
@@ -336,11 +337,12 @@ def read_only_folder(tmp_path):
 
 
 def _tuner(store: Store, evaluate, trials: int = 6) -> S.Tuner:
-    from autotune import knobs, space
+    from autotune import knobs
+    from autotune.knobs import space
 
     CTX = knobs.Context(device_type="cpu", task="train", input_rank=2, cpu_count=2)
     SPACE = space.parse({"search": {"batch_size": {"low": 16, "high": 256, "step": 16}}}, "test.toml", "test")
-    from autotune.phases import Bench, Seeds
+    from autotune.tuning.phases import Bench, Seeds
 
     study, _ = store.create_or_check("s", {**ATTRS, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
                                            "context": CTX.to_dict()}, S.make_sampler("random", 0))
@@ -495,7 +497,7 @@ def test_a_journal_record_left_half_written_is_cut_not_joined_to_the_next(tmp_pa
 def test_a_writer_finds_its_study_without_reading_every_studys_attributes(store_url, monkeypatch):
     """Loading a study checks its name in one query: the list of every study (each one's attributes and kept views,
     a year of nightly studies in one database) is read only to say what there is when the name is not there."""
-    from autotune.made_up import make_study
+    from autotune.testing.studies import make_study
 
     store = Store(store_url)
     for k in range(3):

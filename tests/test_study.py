@@ -1,4 +1,4 @@
-"""The tuning loop (autotune.study.Tuner: the phases composed) with a cheap fake objective (the real worker is tested
+"""The tuning loop (autotune.tuning.loop.Tuner: the phases composed) with a cheap fake objective (the real worker is tested
 in test_runner/test_cli_run); each phase alone: tests/test_phases.py."""
 
 from __future__ import annotations
@@ -10,12 +10,15 @@ import statistics
 import optuna
 import pytest
 
-from autotune import knobs, space
+from autotune import knobs
+from autotune.knobs import space
 from autotune import result as R
-from autotune import study as S
-from autotune.phases import Bench, Seeds, bench, claims, floor, sampler, seeds
-from autotune.store import LiveStudy, Store, records
+from autotune.tuning import loop as S
+from autotune.tuning.phases import Bench, Seeds, bench, claims, floor, sampler, seeds
+from autotune.store import LiveStudy, records
 from autotune.evidence import evidence_of
+from autotune.testing import fake as M
+from autotune.testing import studies as made_up
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
 SPACE = space.parse(
@@ -34,28 +37,29 @@ SPACE = space.parse(
 )
 
 
-def fake(calls: list, fail=lambda c: False):
-    def evaluate(config, dominators=(), margin=None):
-        calls.append(dict(config))
-        if fail(config):
-            return R.TrialResult.failure(R.OOM, "fake out of memory")
-        bs = config["batch_size"]
-        speed = bs * (2.0 if config["precision"] == "bf16" else 1.0) * (1 + 0.1 * config["num_workers"])
-        speed *= 0.8 if config["memory_format"] == "channels_last" else 1.0
-        mem = int(bs * 1e6 * (0.6 if config["precision"] == "bf16" else 1.0))
-        return R.TrialResult(outcome=R.OK, samples_per_s=speed, samples_per_s_cv=0.01, peak_memory_bytes=mem, wall_s=0.01)
+def speed(config) -> float:
+    """The fake's truth, in hundreds of samples/s: the batch, bf16 twice as fast, loader workers 10% each,
+    channels-last 20% slower."""
+    bs = config["batch_size"]
+    rate = bs * (2.0 if config["precision"] == "bf16" else 1.0) * (1 + 0.1 * config["num_workers"])
+    return rate * (0.8 if config["memory_format"] == "channels_last" else 1.0) / 100.0
 
-    return evaluate
+
+def memory(config) -> int:
+    return int(config["batch_size"] * 1e6 * (0.6 if config["precision"] == "bf16" else 1.0))
+
+
+def fake(calls: list, fail=lambda c: False):
+    """Measures the truth exactly (no noise); ``fail(config)``: it runs out of memory."""
+    return M.lognormal(speed, 0, 0.0, calls, peak=memory, fail=lambda c: R.OOM if fail(c) else None)
 
 
 def make(tmp_path, name="s", sampler="tpe", seed=0, url=None):
     url = url or f"sqlite:///{tmp_path}/{name}.db"
-    attrs = {"workload": {"model": "x:y"}, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
-             "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
-    study, _ = Store(url).create_or_check(name, attrs, S.make_sampler(sampler, seed))
+    live = made_up.live_study(url, name, SPACE, CTX, sampler=sampler, seed=seed)
     base = S.base_config(CTX, SPACE.fixed, None)
     eff = space.effective(SPACE, CTX, base)
-    return LiveStudy(study, grace_s=60), eff, base, url
+    return live, eff, base, url
 
 
 def tuner(live, eff, base, evaluate, options=None, remeasure=None, warm=(), **kw):
@@ -126,7 +130,7 @@ def test_failures_never_reach_the_front(tmp_path):
     failed = [t for t in live.trials() if t.outcome == R.OOM]
     assert failed, "the fake failure region was never sampled"
     assert all(t.constraints["failed"] == 1.0 for t in failed)
-    assert all(t.error["message"] == "fake out of memory" for t in failed)
+    assert all(t.error["message"] == "out of memory (made up)" for t in failed)
     assert not {t.number for t in failed} & {t.number for t in live.study.best_trials}
 
 
@@ -281,7 +285,7 @@ def test_a_claim_waits_for_an_earlier_trial_still_choosing_so_a_configuration_is
 
 
 def test_a_trial_over_the_memory_budget_says_so_in_its_line(tmp_path):
-    from autotune.progress import trial_line
+    from autotune.tuning.progress import trial_line
 
     live, eff, base, _ = make(tmp_path)
     shown: list = []
@@ -327,7 +331,7 @@ def test_a_configuration_may_run_three_times_the_defaults_whole_trial(tmp_path):
 
 
 def test_the_baseline_line_is_followed_by_the_estimate_of_the_rest():
-    from autotune.progress import estimate_line
+    from autotune.tuning.progress import estimate_line
 
     assert estimate_line(10.0, 600.0) == ("the defaults took 10.0s per trial here: the rest of the study (trials, noise "
                                           "floor, race) will take up to about 10m00s")
@@ -346,7 +350,7 @@ def test_defaults_that_fail_end_the_study_in_one_line_now_and_on_every_later_run
     live, eff, base, _ = make(tmp_path)
     calls: list = []
     seen: list = []
-    with pytest.raises(WorkloadError, match=r"PyTorch's defaults failed when measured \(trial #0, oom: fake out of memory\)"):
+    with pytest.raises(WorkloadError, match=r"PyTorch's defaults failed when measured \(trial #0, oom: out of memory \(made up\)\)"):
         tuner(live, eff, base, fake(calls, fail=lambda c: c == base), S.Options(trials=20), on_trial=seen.append).run()
     assert len(calls) == 1 and [r.role for r in seen] == ["baseline"]  # shown, then nothing else measured
     with pytest.raises(WorkloadError, match="start a new study"):

@@ -7,9 +7,10 @@ import io
 import json
 
 from click.testing import CliRunner
-from autotune.made_up import make_study
+from autotune.testing.studies import make_study
 
-from autotune import trial_table, view
+from autotune.reports import trials as trial_table
+from autotune.reports import view
 from autotune.cli import main
 from autotune.store import Store
 

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from autotune import tuning
+from autotune.tuning import preparation as tuning
 from autotune.request import TuneConfig
 from autotune.store import LiveStudy, Store
-from autotune.workload import WorkloadSpec
+from autotune.workloads.contract import WorkloadSpec
 
 
 def test_the_race_shares_processes_only_when_asked_and_what_each_knob_bought_by_default(tmp_path, monkeypatch):
     """The race's claims rest on separate processes unless AUTOTUNE_PAIRED=1 asks for shared ones (measured biased
     at glibc's default heap: benchmarks/paths_agree.py); what each knob bought is measured in shared processes by
-    default, where knobs.apart lets them be shared (autotune.phases.bought). Seen through a fake runner: the processes
+    default, where knobs.apart lets them be shared (autotune.tuning.phases.bought). Seen through a fake runner: the processes
     each way of measuring starts, as the configurations each one measures."""
     from autotune import result as R
 
@@ -64,7 +64,7 @@ def test_warm_cache_fills_optunas_trial_cache_as_its_own_read_would(tmp_path):
     every read after it (Optuna's, incremental) sees what a study read the usual way sees, new trials included."""
     import optuna
     from optuna.trial import TrialState
-    from autotune.made_up import make_study
+    from autotune.testing.studies import make_study
 
     url = f"sqlite:///{tmp_path}/w.db"
     make_study(url, n_trials=30, seed=3, name="w")
@@ -94,12 +94,12 @@ def test_warm_cache_fills_optunas_trial_cache_as_its_own_read_would(tmp_path):
 
 def test_warm_cache_reads_with_the_collector_paused_and_freezes_what_it_read(tmp_path, collector_seen):
     """The bulk read of a resumed study runs with Python's cyclic collector paused (its collections walked the growing
-    heap again and again: issue 27) and leaves what it read frozen, out of later collections' walks; the collector
+    heap again and again) and leaves what it read frozen, out of later collections' walks; the collector
     is on again afterwards, unless the caller had paused it."""
     import gc
 
     import optuna
-    from autotune.made_up import make_study
+    from autotune.testing.studies import make_study
     from autotune.store import reading
 
     url = f"sqlite:///{tmp_path}/g.db"

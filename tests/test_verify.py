@@ -1,19 +1,19 @@
-"""autotune.verification (``autotune verify``, ``autotune.verify``): the decision against fakes of known truth,
+"""autotune.export.verify (``autotune verify``, ``autotune.verify``): the decision against fakes of known truth,
 what changed, every bad input in one line, and one real check of a built-in example."""
 
 from __future__ import annotations
 
 import json
-import math
-import random
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
-from autotune import stats
-from autotune import verification as V
+from autotune.evidence import stats
+from autotune.export import verify as V
 from autotune.cli import main
 from autotune.result import TrialResult
+from autotune.testing import fake as M
 
 DEFAULTS = {"batch_size": 32, "optimizer_impl": "default"}
 KNOBS = {"batch_size": 128, "optimizer_impl": "fused"}
@@ -25,7 +25,7 @@ HERE = {"fingerprint": FINGERPRINT, "context": CONTEXT}
 
 
 def document(estimate: float = 2.0, low: float | None = 1.8, high: float | None = 2.2, **over) -> dict:
-    """A minimal export, as autotune.export writes it (the fields verify reads)."""
+    """A minimal export, as autotune.export.document writes it (the fields verify reads)."""
     doc = {
         "schema": "autotune.config/2",
         "autotune_version": "0.1.0",
@@ -46,28 +46,28 @@ def document(estimate: float = 2.0, low: float | None = 1.8, high: float | None 
     return doc
 
 
-class Fake:
-    """Measures a configuration of known truth: the defaults at 100 samples/s, the exported knobs ``truth`` times
-    as fast, each with lognormal noise ``sigma`` between processes (seeded); ``other_cores``: the machine's load."""
+def fake(truth: float, sigma: float = 0.05, seed: int = 0, other_cores: float = 0.0, fail: str | None = None):
+    """Measures a configuration of known truth (:mod:`autotune.testing.fake`): the defaults at 100 samples/s, the
+    exported knobs ``truth`` times as fast, each with lognormal noise ``sigma`` between processes (seeded);
+    ``other_cores``: the machine's load; ``fail``: the outcome the exported knobs fail with. Its ``calls`` name what
+    each measurement measured, in order."""
+    def which(config) -> str:
+        return "configuration" if dict(config) == KNOBS else "defaults"
 
-    def __init__(self, truth: float, sigma: float = 0.05, seed: int = 0, other_cores: float = 0.0,
-                 fail: str | None = None) -> None:
-        self.truth, self.sigma, self.other_cores, self.fail = truth, sigma, other_cores, fail
-        self.rng = random.Random(seed)
-        self.calls: list[str] = []
+    measure = M.lognormal(lambda c: truth if which(c) == "configuration" else 1.0, seed, sigma, other_cores=other_cores,
+                          fail=lambda c: fail if which(c) == "configuration" else None)
+    calls: list[str] = []
 
-    def __call__(self, config) -> TrialResult:
-        which = "configuration" if dict(config) == KNOBS else "defaults"
-        self.calls.append(which)
-        if self.fail is not None and which == "configuration":
-            return TrialResult.failure(self.fail, "ran out of memory at batch 128")
-        rate = 100.0 * (self.truth if which == "configuration" else 1.0) * math.exp(self.rng.gauss(0.0, self.sigma))
-        return TrialResult(outcome="ok", config=dict(config), samples_per_s=rate,
-                           load={"other_cores": self.other_cores, "cores": 2})
+    def measured(config) -> TrialResult:
+        calls.append(which(config))
+        return measure(config)
+
+    measured.calls = calls  # type: ignore[attr-defined]
+    return measured
 
 
-def check(truth: float, seed: int = 0, rounds: int = 4, **fake) -> tuple[V.Verification, Fake]:
-    measure = Fake(truth, seed=seed, **fake)
+def check(truth: float, seed: int = 0, rounds: int = 4, **made) -> tuple[V.Verification, Any]:
+    measure = fake(truth, seed=seed, **made)
     return V.verify(V.read(document()), measure, here=HERE, device="cpu", rounds=rounds), measure
 
 
@@ -134,7 +134,7 @@ def test_a_busy_machine_is_never_called_gone_or_weaker():
 def test_a_configuration_that_fails_here_is_named():
     outcome, measure = check(2.0, fail="oom")
     assert outcome.verdict == "failed" and outcome.exit_code == 1 and measure.calls == ["defaults", "configuration"]
-    assert "ended oom in round 1" in outcome.text() and "ran out of memory" in outcome.text()
+    assert "ended oom in round 1" in outcome.text() and "out of memory (made up)" in outcome.text()
 
 
 # ---------------------------------------------------------------- what changed
@@ -166,7 +166,7 @@ def test_nothing_changed_is_said_too():
 
 
 def test_an_export_carries_its_defaults_and_reads_back_as_a_claim(tmp_path):
-    from autotune.made_up import add_race, make_study
+    from autotune.testing.studies import add_race, make_study
 
     study = make_study(tmp_path / "s.db", n_trials=12, name="s")
     from autotune.store import StoredStudy
@@ -268,7 +268,7 @@ def test_the_python_face_refuses_bad_input_in_its_own_words(tmp_path):
 def test_the_command_prints_the_verdict_and_exits_by_it(tmp_path, monkeypatch, truth, verdict, code):
     """`autotune verify` over a fake measurement of known truth: the rounds, what changed, the load and the verdict as
     lines (exit 0 only when it holds), and the same as JSON."""
-    monkeypatch.setattr(V, "runner_for", lambda *a, **k: (HERE, Fake(truth)))
+    monkeypatch.setattr(V, "runner_for", lambda *a, **k: (HERE, fake(truth)))
     path = write(tmp_path, document())
     res = CliRunner().invoke(main, ["verify", path], catch_exceptions=False)
     assert res.exit_code == code, res.output
@@ -277,7 +277,7 @@ def test_the_command_prints_the_verdict_and_exits_by_it(tmp_path, monkeypatch, t
     assert lines[1].startswith("round 1: defaults") and lines[2].startswith("round 1: configuration")
     assert lines[-3].startswith("changed since it was measured: nothing")
     assert lines[-2].startswith("machine quiet while measuring") and lines[-1].startswith(f"{verdict}: ")
-    monkeypatch.setattr(V, "runner_for", lambda *a, **k: (HERE, Fake(truth)))
+    monkeypatch.setattr(V, "runner_for", lambda *a, **k: (HERE, fake(truth)))
     res = CliRunner().invoke(main, ["verify", path, "--json"], catch_exceptions=False)
     out = json.loads(res.output)
     assert res.exit_code == code and out["verdict"] == verdict and out["changed"] == []
@@ -285,14 +285,15 @@ def test_the_command_prints_the_verdict_and_exits_by_it(tmp_path, monkeypatch, t
 
 
 def test_knobs_that_do_not_apply_here_are_named():
-    class Dropping(Fake):
-        def __call__(self, config):
-            result = super().__call__(config)
-            if dict(config) == KNOBS:
-                result.not_applicable = {"optimizer_impl": "this optimizer has no fused kernel"}
-            return result
+    measure = fake(2.0)
 
-    outcome = V.verify(V.read(document()), Dropping(2.0), here=HERE, device="cpu")
+    def dropping(config):
+        result = measure(config)
+        if dict(config) == KNOBS:
+            result.not_applicable = {"optimizer_impl": "this optimizer has no fused kernel"}
+        return result
+
+    outcome = V.verify(V.read(document()), dropping, here=HERE, device="cpu")
     assert outcome.not_applicable == {"optimizer_impl": "this optimizer has no fused kernel"}
     said = "not applicable here, so measured without: optimizer_impl: this optimizer has no fused kernel"
     assert said in outcome.lines()
@@ -301,7 +302,7 @@ def test_knobs_that_do_not_apply_here_are_named():
 
 def test_knobs_that_cannot_run_here_name_what_changed(monkeypatch):
     """threads=16, measured on a 16-CPU machine, on one of 2: one line, with the CPU count that changed."""
-    import autotune.runner
+    import autotune.trial.runner
 
     class Probe:
         def __init__(self, *a, **k):
@@ -310,7 +311,7 @@ def test_knobs_that_cannot_run_here_name_what_changed(monkeypatch):
         def probe(self):
             return HERE
 
-    monkeypatch.setattr(autotune.runner, "Runner", Probe)
+    monkeypatch.setattr(autotune.trial.runner, "Runner", Probe)
     claim = V.read(document(knobs={**KNOBS, "threads": 16}, fingerprint={**FINGERPRINT, "cpu_count": 16}))
     with pytest.raises(Exception, match=r"cannot run here: knob 'threads': 16 is out of range \[1, 2\] \(changed since "
                                         r"it was measured: cpu_count: 16 \(stored\) vs 2 \(here\)\)"):

@@ -1,6 +1,6 @@
-"""Warm start (autotune/warmstart.py): a new study first measures the winners of earlier studies of its kind.
+"""Warm start (autotune/tuning/warmstart.py): a new study first measures the winners of earlier studies of its kind.
 
-The earlier studies are real ones: tuned by the real study loop (autotune.study.Tuner) in a real SQLite
+The earlier studies are real ones: tuned by the real study loop (autotune.tuning.loop.Tuner) in a real SQLite
 store, with a fake measurement whose fastest configuration is known, so each one has a 'gain' verdict
 with a known winner.
 """
@@ -15,15 +15,19 @@ from typing import Any, Mapping
 import optuna
 import pytest
 
-from autotune import knobs, space, tuning, warmstart
+from autotune import knobs
+from autotune.knobs import space
+from autotune.tuning import preparation as tuning
+from autotune.tuning import warmstart
 from autotune import result as R
-from autotune import study as S
-from autotune.phases import Bench, Seeds
-from autotune.protocol import Settings
+from autotune.tuning import loop as S
+from autotune.tuning.phases import Bench, Seeds
 from autotune.request import TuneConfig, WorkloadSpec
 from autotune.store import LiveStudy, Store, kind
 from autotune.store import records
 from autotune.evidence import evidence_of
+from autotune.testing import fake as M
+from autotune.testing import studies as made_up
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
 SAME = {"device_type": "cpu", "device_name": "Test CPU", "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.5.0"}
@@ -46,24 +50,23 @@ EARLIER = [
 
 
 def peaked(best: Mapping[str, Any], calls: list | None = None, interrupt_role: list | None = None):
-    """A fake measurement: twice as fast for every knob that has its ``best`` value (so ``best`` wins)."""
+    """A fake measurement (:mod:`autotune.testing.fake`, no noise): twice as fast for every knob that has its ``best``
+    value (so ``best`` wins); ``interrupt_role``: the next measurement is interrupted (Ctrl-C) while it holds one."""
+    measure = M.lognormal(lambda c: 2.0 ** sum(1 for k, v in best.items() if c.get(k) == v), 0, 0.0, calls)
 
     def evaluate(config, dominators=(), margin=None):
-        if calls is not None:
-            calls.append(dict(config))
         if interrupt_role:
+            if calls is not None:
+                calls.append(dict(config))
             interrupt_role.pop()
             raise KeyboardInterrupt
-        matches = sum(1 for k, v in best.items() if config.get(k) == v)
-        return R.TrialResult(outcome=R.OK, samples_per_s=100.0 * 2**matches, samples_per_s_cv=0.01,
-                             peak_memory_bytes=100_000_000, wall_s=0.01)
+        return measure(config)
 
     return evaluate
 
 
 def attrs(sp: space.Space, fingerprint: Mapping[str, Any]) -> dict[str, Any]:
-    return {"workload": {"model": "x:y"}, "space": sp.to_dict(), "space_hash": sp.hash(),
-            "fingerprint": dict(fingerprint), "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
+    return made_up.description(sp, CTX, fingerprint=dict(fingerprint))
 
 
 def tuned(store: Store, name: str, fingerprint: Mapping[str, Any], search: Mapping[str, Any], best: Mapping[str, Any],
@@ -229,23 +232,11 @@ def test_a_resumed_study_queues_its_seeds_once_and_looks_for_no_new_ones(url):
 # ---------------------------------------------------------------- through tuning.prepare (the wiring of run and tune())
 
 
-class FakeRunner:
-    """tuning.Runner without processes: the probe says this machine is of SAME's kind."""
-
-    def __init__(self, spec: WorkloadSpec, **_: Any) -> None:
-        self.spec = spec
-        self.settings = Settings()  # as Runner's: the floor and the race measure again with settings.lean()
-
-    def probe(self) -> dict[str, Any]:
-        return {"context": CTX.to_dict(), "workload": {}, "fingerprint": dict(SAME)}
-
-    def measure(self, config, dominators=(), margin=None, **_: Any) -> R.TrialResult:
-        return peaked({"batch_size": 112})(config)
-
-
 def test_prepare_queues_the_seeds_of_a_new_study_and_says_so_unless_warm_start_is_off(url, tmp_path, monkeypatch):
-    monkeypatch.setattr(tuning, "Runner", FakeRunner)
-    monkeypatch.setattr("autotune.load.other_cores_now", lambda *a, **k: {})  # no half-second wait
+    # no processes: the probe says this machine is of SAME's kind
+    monkeypatch.setattr(tuning, "Runner", M.Runner.factory(
+        peaked({"batch_size": 112}), {"context": CTX.to_dict(), "workload": {}, "fingerprint": dict(SAME)}))
+    monkeypatch.setattr("autotune.machine.load.other_cores_now", lambda *a, **k: {})  # no half-second wait
     toml = tmp_path / "target.toml"
     toml.write_text("[search]\nprecision = ['fp32', 'bf16']\nbatch_size = { low = 16, high = 128, step = 16 }\n"
                     "optimizer_impl = ['default', 'foreach']\nmemory_format = ['contiguous', 'channels_last']\n")

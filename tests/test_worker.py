@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from autotune import result as R
-from autotune.runner import Runner
-from autotune.workload import WorkloadSpec
+from autotune.trial.runner import Runner
+from autotune.workloads.contract import WorkloadSpec
 
 
 def test_a_trial_shows_its_optimizer_kernels_and_batch_from_the_step_itself(quick):

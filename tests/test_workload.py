@@ -6,8 +6,8 @@ import torch
 from autotune import Workload
 from autotune.errors import SpecError, WorkloadError
 from autotune.request import WorkloadSpec, parse_model_args, parse_shape
-from autotune.specs import build
-from autotune.workload import SyntheticDataset, default_loss, input_rank, split_batch
+from autotune.workloads.specs import build
+from autotune.workloads.contract import SyntheticDataset, default_loss, input_rank, split_batch
 
 
 def test_factory_raises_or_returns_wrong_type(user_module):

@@ -1,7 +1,7 @@
 """``autotune run``, ``autotune submit`` and ``autotune worker``: a tuning job run here, recorded for a fleet, or joined.
 
 Each builds the one typed request (:class:`autotune.request.TuneConfig`) from its options
-(:mod:`autotune.cli.options`) and hands it to :mod:`autotune.tuning` or :mod:`autotune.daemon`.
+(:mod:`autotune.cli.options`) and hands it to :mod:`autotune.tuning.preparation` or :mod:`autotune.tuning.fleet`.
 """
 
 from __future__ import annotations
@@ -16,18 +16,16 @@ from autotune.cli.edge import _STORES, study_store
 from autotune.cli.options import DURATION, JOB, WORKLOAD, job_from, options, resolve_device, workload_from
 from autotune.cli.reads import _print_status
 from autotune.errors import KnobError
-from autotune.progress import Progress
+from autotune.tuning.progress import Progress
 from autotune.request import DEFAULT_POLL_S
-from autotune.units import format_duration
+from autotune.units import format_duration, local_time
 
 
 # ---------------------------------------------------------------- run
 
 
 @click.command()
-@options("run", *WORKLOAD, *JOB, "study", "storage",
-         click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Trials at once on this machine, each worker pinned to its share of the cores."),
-         click.option("--devices", default=None, help="GPUs to use at once, e.g. 0,1,2,3: one trial per GPU, each trial sees only its GPU."))
+@options("run", *WORKLOAD, *JOB, "study", "storage", "workers", "devices")
 def run(study: str | None, storage: str | None, workers: int, devices: str | None, **fields: Any) -> None:
     """Tune a model: search the knob space; resume the study if it exists.
 
@@ -38,46 +36,31 @@ def run(study: str | None, storage: str | None, workers: int, devices: str | Non
       autotune run --model mypkg.models:build --workers 2 --study mymodel    # two trials at a time, cores split
       (mypkg stands for your own package: those lines show the options, they do not run as they are)
     """
-    from autotune import tuning
+    from autotune.tuning import fleet
+    from autotune.tuning import preparation as tuning
 
     spec, dev, _ = workload_from(fields)
-    gpus = _parse_devices(devices)
+    here = fleet.Here.of(workers, devices)
     job = job_from(spec, fields)
     name = study or _default_study(spec)
     store = study_store(name, storage)
-    parallel = workers > 1 or bool(gpus)
-    if gpus:
-        dev = "cuda:0"
     progress = Progress(job.trials, job.time_budget_s, 0)
-    prepared = tuning.prepare(job, name, store, dev, on_trial=progress, on_repeat=progress.repeat, on_probe=_print_probe)
+    prepared = tuning.prepare(job, name, store, here.device(dev), on_trial=progress, on_repeat=progress.repeat,
+                              on_probe=_print_probe)
     progress.done = prepared.measured
-    for line in prepared.opening(len(gpus) if gpus else workers):
+    for line in prepared.opening(here.processes):
         click.echo(line)
-    summary = _until_stopped(lambda: _run_parallel(prepared, workers, gpus, dev) if parallel else prepared.run(), progress)
+    summary = _until_stopped(lambda: here.run(prepared), progress)
     click.echo(summary.text())
-    from autotune import view
+    from autotune.reports import view
 
     _print_status(view.status_of(store, prepared.name), store)  # as every read command shows it (kept by the run)
 
 
 def _print_probe(batch: int, outcome: str, peak: int | None) -> None:
-    from autotune import ceiling
+    from autotune.tuning import ceiling
 
     click.echo(ceiling.probe_text(batch, outcome, peak))
-
-
-def _parse_devices(devices: str | None) -> list[int]:
-    if not devices:
-        return []
-    try:
-        ids = [int(x) for x in devices.split(",") if x.strip()]
-    except ValueError:
-        raise KnobError(f"--devices {devices!r}: expected GPU numbers such as 0,1,2,3") from None
-    from autotune.hardware import check_device
-
-    for i in ids:
-        check_device(f"cuda:{i}")
-    return ids
 
 
 def _default_study(spec: Any) -> str:
@@ -148,25 +131,6 @@ def _sigterm_as_ctrl_c() -> Iterator[None]:
         sys.unraisablehook = hook
 
 
-def _run_parallel(prepared: Any, workers: int, gpus: list[int], dev: str) -> Any:
-    """``run --workers K``: K worker processes measure; this one waits, then runs the final race."""
-    import signal
-
-    from autotune import daemon
-
-    procs = daemon.spawn_local(prepared.name, prepared.store, workers, gpus, dev)
-    try:
-        for p in procs:
-            p.wait()
-    except KeyboardInterrupt:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            p.wait()
-        raise
-    return prepared.run(poll_s=0.5)  # the budget is spent: this records nothing new but runs the race and the verdict
-
-
 @click.command()
 @options("worker", "device", "study", "storage",
          click.option("--all", "all_jobs", is_flag=True, help="Be a daemon: work on every submitted job with budget left, and wait for more."),
@@ -186,7 +150,7 @@ def worker(device: str | None, study: str | None, storage: str | None, all_jobs:
       autotune worker --all --storage journal:/shared/autotune.log --exit-when-idle
       (db stands for your PostgreSQL server, /shared for a file system every machine mounts)
     """
-    from autotune import daemon
+    from autotune.tuning import fleet as daemon
 
     if not storage:
         raise KnobError("worker needs --storage URL (the storage the study or jobs live in)")
@@ -235,9 +199,7 @@ def _parse_cpus(text: str) -> set[int]:
 
 
 def _now() -> str:
-    import datetime as dt
-
-    return dt.datetime.now().strftime("%H:%M:%S")
+    return local_time()
 
 
 @click.command()
@@ -251,7 +213,7 @@ def submit(study: str | None, storage: str, **fields: Any) -> None:
       autotune submit --model autotune.examples:mlp --study mlp-nightly --trials 20 --storage journal:/shared/autotune.log
       (mypkg stands for your own package, db for your PostgreSQL server, /shared for a file system every machine mounts)
     """
-    from autotune import tuning
+    from autotune.tuning import preparation as tuning
 
     spec, _, _ = workload_from({**fields, "device": "cpu"})
     job = job_from(spec, fields)

@@ -11,7 +11,7 @@ import click
 
 from autotune import knobs
 from autotune.cli.options import WORKLOAD, measurement_from, options, workload_from
-from autotune.progress import console
+from autotune.tuning.progress import console
 from autotune.units import format_bytes, format_duration, format_flops, format_rate
 
 
@@ -121,7 +121,7 @@ def measure(assignments: tuple[str, ...], as_json: bool, **fields: Any) -> None:
       (mypkg stands for your own package: that line shows the options, it does not run as it is)
     """
     from autotune.api import measure_spec
-    from autotune.protocol import cv
+    from autotune.trial.protocol import cv
 
     spec, dev, _ = workload_from(fields)
     request = measurement_from(spec, fields)

@@ -141,7 +141,7 @@ JOB = ("space", "trials", "time_budget_s", "max_memory_bytes", "global_batch", "
 
 def make_spec(model: str, data: str | None, model_args: tuple[str, ...], input_shape: str | None, num_classes: int | None, task: str | None) -> Any:
     from autotune.request import parse_model_args, parse_shape
-    from autotune.specs import import_spec
+    from autotune.workloads.specs import import_spec
 
     spec = WorkloadSpec(
         model=model,
@@ -182,6 +182,6 @@ def measurement_from(spec: Any, options: dict[str, Any]) -> MeasureConfig:
 
 
 def resolve_device(device: str | None) -> str:
-    from autotune.hardware import check_device, default_device
+    from autotune.machine.hardware import check_device, default_device
 
     return check_device(device) if device else default_device()

@@ -1,6 +1,6 @@
 """``autotune list``, ``status``, ``trials``, ``export`` and ``dashboard``: the commands that read studies (never torch).
 
-Each opens its store read-only and shows what :mod:`autotune.view` and :mod:`autotune.evidence` computed.
+Each opens its store read-only and shows what :mod:`autotune.reports.view` and :mod:`autotune.evidence` computed.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import click
 from autotune import knobs
 from autotune.cli.edge import open_store, study_store
 from autotune.cli.options import DURATION, SIZE, storage_option
-from autotune.frameworks import FORMATS
-from autotune.progress import console
+from autotune.export.frameworks import FORMATS
+from autotune.tuning.progress import console
 from autotune.request import DEFAULT_PICK, PICKS
 from autotune.units import format_bytes, format_duration, format_rate
+from autotune.machine import identity
 
 
 # ---------------------------------------------------------------- list / status / export
@@ -52,15 +53,14 @@ def _the_only_study(storage: str | None) -> str:
 
 
 def _print_status(doc: dict[str, Any], store: Any) -> None:
-    """The status table of ``doc`` (:func:`autotune.view.status_of`)."""
+    """The status table of ``doc`` (:func:`autotune.reports.view.status_of`)."""
     from rich.table import Table
 
-    from autotune import hardware
 
     out = console()
     counts = ", ".join(f"{k} {v}" for k, v in sorted(doc["outcomes"].items(), key=lambda kv: -kv[1]))
     out.print(f"study {doc['study']} ({store.shown})", markup=False)
-    out.print(f"workload {doc['workload'].get('model')}  device {doc['device']}  {hardware.short(doc['fingerprint'])}", markup=False)
+    out.print(f"workload {doc['workload'].get('model')}  device {doc['device']}  {identity.short(doc['fingerprint'])}", markup=False)
     out.print(f"trials {doc['trials']}: {counts or 'none'}; time spent {format_duration(doc['time_spent_s'])}", markup=False)
     out.print(doc["noise_text"], markup=False)
     if doc.get("within_process_noise_text"):
@@ -88,7 +88,7 @@ def _print_status(doc: dict[str, Any], store: Any) -> None:
 
 
 def _print_ablation(out: Any, ablation: dict[str, Any] | None) -> None:
-    """What each knob of the winner bought, from the defaults: one row a step (autotune.ablation)."""
+    """What each knob of the winner bought, from the defaults: one row a step (autotune.evidence.ablation)."""
     if not ablation or len(ablation["steps"]) < 2:
         return
     from rich.table import Table
@@ -116,7 +116,7 @@ def list_cmd(storage: str | None, as_json: bool) -> None:
       autotune list --storage journal:/shared/autotune.log --json
       (db stands for your PostgreSQL server, /shared for a file system every machine mounts)
     """
-    from autotune import hardware, view
+    from autotune.reports import view
     from autotune.store import STUDIES_DIR, redact
 
     urls = [storage] if storage else [f"sqlite:///{p}" for p in sorted(STUDIES_DIR.glob("*.db"))]
@@ -142,7 +142,7 @@ def list_cmd(storage: str | None, as_json: bool) -> None:
 
     shared = {}
     for col, values in (("storage", {d["storage"] for d in docs}),
-                        ("machine", {hardware.short(d["fingerprint"]) for d in docs if d["kind"] != "job"})):
+                        ("machine", {identity.short(d["fingerprint"]) for d in docs if d["kind"] != "job"})):
         if len(values) == 1:
             shared[col] = values.pop()
             click.echo(f"{col} {shared[col]}")
@@ -163,7 +163,7 @@ def list_cmd(storage: str | None, as_json: bool) -> None:
             activity += [f"{plural(d['workers_recently'], 'worker')} lately"] if d["workers_recently"] else []
             row = {"study": d["study"], "trials": measured + (f" ({d['failed']} failed)" if d["failed"] else ""),
                    "activity": ", ".join(activity) or "-", "speed-up": d["speedup"]["text"] if d["speedup"] else "-",
-                   "verdict": d["verdict"].replace("_", " "), "machine": hardware.short(d["fingerprint"])}
+                   "verdict": d["verdict"].replace("_", " "), "machine": identity.short(d["fingerprint"])}
         row["storage"] = d["storage"]
         table.add_row(*(v for k, v in row.items() if k not in shared))
     console().print(table)
@@ -182,7 +182,7 @@ def status(study_name: str | None, storage: str | None, as_json: bool) -> None:
       autotune status mynet --storage postgresql://tuner@db/autotune --json
       (db stands for your PostgreSQL server)
     """
-    from autotune import view
+    from autotune.reports import view
 
     study_name = study_name or _the_only_study(storage)
     store = study_store(study_name, storage, read_only=True)
@@ -210,7 +210,8 @@ def trials_cmd(study_name: str | None, storage: str | None, as_json: bool, as_cs
       autotune trials mynet --csv
       autotune trials mynet --storage postgresql://tuner@db/autotune --json
     """
-    from autotune import trial_table, view
+    from autotune.reports import trials as trial_table
+    from autotune.reports import view
 
     if as_json and as_csv:
         raise click.UsageError("choose one of --json and --csv")
@@ -266,8 +267,9 @@ def export(study_name: str, pick: str, max_memory: int | None, storage: str | No
       autotune export mynet --format hf-trainer -o training_args.py
       autotune export mynet --pick smallest --max-memory 20GiB --format lightning
     """
-    from autotune import export as C
-    from autotune import frameworks, view
+    from autotune.export import document as C
+    from autotune.export import frameworks
+    from autotune.reports import view
 
     frameworks.check_format(fmt)
     if output is not None:
@@ -288,7 +290,7 @@ def export(study_name: str, pick: str, max_memory: int | None, storage: str | No
         click.echo(json.dumps(doc, indent=2, default=str))
         return
     path = C.write(doc, output)
-    from autotune.stats import interval_label
+    from autotune.evidence.stats import interval_label
     from autotune.units import plural
 
     speed = f", {doc['speedup']['text']} the defaults{interval_label(doc['speedup'])}" if doc["speedup"] else ""
@@ -316,7 +318,8 @@ def dashboard(study_name: str, storage: str | None, output: str | None, watch_s:
     """
     from pathlib import Path
 
-    from autotune import report, view
+    from autotune.reports import dashboard as report
+    from autotune.reports import view
 
     store = study_store(study_name, storage, read_only=True)
 

@@ -1,4 +1,4 @@
-"""``autotune verify``: does an exported claim still hold on this machine? (:mod:`autotune.verification`)."""
+"""``autotune verify``: does an exported claim still hold on this machine? (:mod:`autotune.export.verify`)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def verify(export_file: str, rounds: int, device: str | None, trial_timeout: flo
       autotune verify best.json
       autotune verify best.json --rounds 6 --json > verified.json
     """
-    from autotune import verification as V
+    from autotune.export import verify as V
 
     def echo(line: str) -> None:
         if not as_json:

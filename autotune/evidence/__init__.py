@@ -8,20 +8,22 @@ builds it once per study read). The run's summary and table, ``status`` (and ``-
 ``export``, warm start and the dashboard read them from here and nowhere else, so one
 configuration never shows two speed-ups.
 
-- :mod:`.configs`: each measured configuration with every measurement of it, and its claim;
-- :mod:`.load`: how busy the machine was, and what that leaves out of a claim;
+- :mod:`.configs`: each measured configuration (:class:`Measured`) with every measurement of it, and its claim;
+- :mod:`.stats`: the statistics every figure rests on: noise, paired ratios, intervals adjusted for comparisons and looks;
+- :mod:`.busy`: how busy the machine was, and what that leaves out of a claim;
+- :mod:`.ablation`: what each knob of a winner bought, read from the path's measurements;
 - :mod:`.figures`: :class:`Evidence`: the comparisons, the front, the race's candidates and the verdict;
-- :mod:`.model`: the search's measurements as one effect per knob value, with its fit check (not used yet);
-- :mod:`.verdict`: :class:`Verdict`, the answer a user reads.
+- :mod:`.verdict`: :class:`Verdict`, the answer a user reads;
+- :mod:`.ceiling`: the batch ceiling a study stored, in words.
 """
 
 from __future__ import annotations
 
 import weakref
 
-from autotune.evidence.configs import Config
+from autotune.evidence.configs import Measured
 from autotune.evidence.figures import Evidence
-from autotune.evidence.load import WITHIN_PREFIXES, Load
+from autotune.evidence.busy import WITHIN_PREFIXES, Load
 from autotune.evidence.verdict import Verdict
 from autotune.store.records import StoredStudy
 
@@ -37,4 +39,4 @@ def evidence_of(study: StoredStudy) -> Evidence:
     return built
 
 
-__all__ = ["Config", "Evidence", "Load", "Verdict", "WITHIN_PREFIXES", "evidence_of"]
+__all__ = ["Evidence", "Load", "Measured", "Verdict", "WITHIN_PREFIXES", "evidence_of"]

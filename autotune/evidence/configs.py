@@ -7,7 +7,7 @@ A configuration's measurements come from the stored study (:class:`autotune.stor
   the baseline's noise-floor repeats (``floor-<k>``), the race's rounds (``race-<id>-<k>``, the
   baseline measured in every round, interleaved) and the ``confirmations`` of studies made before
   the race existed (``confirm-<k>``);
-- the processes that measured several configurations alternately (:mod:`autotune.paired`,
+- the processes that measured several configurations alternately (:mod:`autotune.trial.paired`,
   :meth:`~autotune.store.StoredStudy.blocks`): the race's rounds for configurations that can share
   a process with the defaults (``pair-<id>-<k>``) and the ablation's (``abl-<id>-<k>``); their arms
   name configurations by key, so a configuration measured as a trial later (the ablation's
@@ -26,13 +26,13 @@ from typing import Any, Iterable
 
 from autotune import knobs
 from autotune import result as R
-from autotune import stats
+from autotune.evidence import stats
 from autotune.store.records import UNCOMPARED, Block, StoredStudy, StoredTrial
-from autotune.stats import Measurement
+from autotune.evidence.stats import Measurement
 
 
 @dataclass
-class Config:
+class Measured:
     """One measured, successful configuration and every measurement of it."""
 
     number: int
@@ -96,11 +96,11 @@ class Config:
         return bool(self.repeats) or bool(self.together)
 
 
-def measured(study: StoredStudy, max_memory_bytes: int | None) -> dict[int, Config]:
-    """Every successful measured trial of ``study`` as a :class:`Config`, with its re-measurements in processes of
+def measured(study: StoredStudy, max_memory_bytes: int | None) -> dict[int, Measured]:
+    """Every successful measured trial of ``study`` as a :class:`Measured`, with its re-measurements in processes of
     their own and the load during each (not yet joined with the shared processes: :func:`join`)."""
     repeats, failed, loads, slices = _repeats(study)
-    configs: dict[int, Config] = {}
+    configs: dict[int, Measured] = {}
     for t in study.trials:
         if not t.ok:
             continue
@@ -108,7 +108,7 @@ def measured(study: StoredStudy, max_memory_bytes: int | None) -> dict[int, Conf
         feasible = all(v <= 0 for v in t.constraints.values())
         if max_memory_bytes:
             feasible = feasible and peak <= max_memory_bytes
-        configs[t.number] = Config(
+        configs[t.number] = Measured(
             number=t.number,
             role=t.role,
             config=dict(t.config),
@@ -124,14 +124,14 @@ def measured(study: StoredStudy, max_memory_bytes: int | None) -> dict[int, Conf
     return configs
 
 
-def set_changes(configs: Iterable[Config], baseline: Config | None) -> None:
+def set_changes(configs: Iterable[Measured], baseline: Measured | None) -> None:
     """Each configuration's knobs that differ from the baseline's (from PyTorch's defaults before it is measured)."""
     reference = baseline.config if baseline else knobs.defaults()
     for c in configs:
         c.changes = {k: v for k, v in c.config.items() if k in reference and reference[k] != v}
 
 
-def join(configs: dict[int, Config], blocks: Iterable[Block], trial_of: dict[str, int]) -> dict[str, list[Measurement]]:
+def join(configs: dict[int, Measured], blocks: Iterable[Block], trial_of: dict[str, int]) -> dict[str, list[Measurement]]:
     """Join each arm of the processes that measured several configurations alternately to its configuration (by
     key, ``trial_of``); returns every key's within-process measurements, trials or not."""
     within: dict[str, list[Measurement]] = {}

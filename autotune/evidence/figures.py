@@ -2,17 +2,17 @@
 
 A speed-up between two configurations measured alternately in the same processes is their
 mean log-ratio over those processes, with the within-process noise
-(:func:`autotune.stats.within_process_noise`); otherwise the ratio of their claims
+(:func:`autotune.evidence.stats.within_process_noise`); otherwise the ratio of their claims
 (:mod:`autotune.evidence.configs`), with the noise between processes. A configuration's figure
 (samples/s) is then the baseline's times its speed-up, so the figure and the speed-up a view
 shows never disagree. The front, the race's candidates and the verdict are computed here from
 the same comparisons.
 
 The verdict (:class:`autotune.evidence.verdict.Verdict`): the raced configurations (or, before
-a race, every one) are compared through the noise (:func:`autotune.stats.choose`); once the path
-to the winner has been measured (what each knob bought, :mod:`autotune.ablation`), it names the
+a race, every one) are compared through the noise (:func:`autotune.evidence.stats.choose`); once the path
+to the winner has been measured (what each knob bought, :mod:`autotune.evidence.ablation`), it names the
 smallest configuration that keeps the gain, without the knobs that bought nothing beyond the
-noise. On a busy machine (:class:`autotune.evidence.load.Load`) a configuration whose gain rests
+noise. On a busy machine (:class:`autotune.evidence.busy.Load`) a configuration whose gain rests
 on a load-sensitive knob (``threads``: fewer threads suffer less from other processes) is not
 recommended: the verdict names what was seen and how to re-check it on a quiet machine, and
 recommends among the others.
@@ -24,17 +24,18 @@ import itertools
 import math
 from typing import Any, Sequence
 
-from autotune import ablation as A
-from autotune import knobs, stats
+from autotune.evidence import ablation as A
+from autotune import knobs
+from autotune.evidence import stats
 from autotune.evidence import configs as C
-from autotune.evidence.configs import Config
-from autotune.evidence.load import Load, leave_out
+from autotune.evidence.configs import Measured
+from autotune.evidence.busy import Load, leave_out
 from autotune.store.records import StoredStudy
 from autotune.evidence.verdict import Verdict
 from autotune.evidence.verdict import changes_text as _changes_text
 from autotune.errors import Said, either, said
 from autotune.request import option, pickled_name
-from autotune.stats import Measurement, Noise, Ratio
+from autotune.evidence.stats import Measurement, Noise, Ratio
 from autotune.units import plural
 
 
@@ -49,8 +50,8 @@ class Evidence:
         self.study = study
         self._memo: dict[Any, Any] = {}
         self.max_memory_bytes = max_memory_bytes if max_memory_bytes is not None else study.max_memory_bytes
-        self.configs: dict[int, Config] = C.measured(study, self.max_memory_bytes)
-        self.baseline: Config | None = next((c for c in self.configs.values() if c.is_baseline), None)
+        self.configs: dict[int, Measured] = C.measured(study, self.max_memory_bytes)
+        self.baseline: Measured | None = next((c for c in self.configs.values() if c.is_baseline), None)
         C.set_changes(self.configs.values(), self.baseline)
         # Processes that measured several configurations alternately: each arm joins its configuration by key.
         self.trial_of: dict[str, int] = {}
@@ -152,7 +153,7 @@ class Evidence:
 
     # ------------------------------------------------------------ the study
 
-    def ok(self, feasible_only: bool = True) -> list[Config]:
+    def ok(self, feasible_only: bool = True) -> list[Measured]:
         return [c for c in self.configs.values() if c.feasible or not feasible_only]
 
     def front(self) -> list[int]:
@@ -189,7 +190,7 @@ class Evidence:
             return []
         leader = points[0]
 
-        def overlaps(c: Config) -> bool:
+        def overlaps(c: Measured) -> bool:
             if not self.noise.known or self.noise.sigma is None:
                 return True
             half = stats.t_quantile(self.noise.df) * self.noise.sigma
@@ -219,7 +220,7 @@ class Evidence:
         return self._memo[key]  # type: ignore[no-any-return]
 
     def ablation(self) -> A.Ablation | None:
-        """What each knob of the race's winner bought, from the defaults (:mod:`autotune.ablation`): measured in
+        """What each knob of the race's winner bought, from the defaults (:mod:`autotune.evidence.ablation`): measured in
         shared processes once the race is over, one step when the winner changes a single knob; None before."""
         if "ablation" not in self._memo:
             self._memo["ablation"] = None
@@ -255,7 +256,7 @@ class Evidence:
             return A.Ablation("", w.number, (step,), w.key, w.number, {}, 0)
         plans = [(ablation_id, plan) for ablation_id, plan in self.study.ablation_plans() if plan.get("winner_key") == w.key]
         # the newest path measured whole (one measured again in another order, when a knob that bought nothing
-        # stood before one that paid: autotune.ablation.reordered), else the one before it
+        # stood before one that paid: autotune.evidence.ablation.reordered), else the one before it
         for ablation_id, plan in sorted(plans, key=lambda kv: -float(kv[1].get("started", 0.0))):
             keys = [p["key"] for p in plan.get("path") or []]
             processes = sum(1 for b in self.blocks if b.purpose.get("ablation") == ablation_id)
@@ -359,7 +360,7 @@ class Evidence:
         return Verdict("gain", winner, leader, s, tied, confirmed, choice.simpler_than_leader, Said(text))
 
     def choose(self, pool: Sequence[int]) -> stats.Choice:
-        """The verdict's rule (:func:`autotune.stats.choose`) over these configurations (the race's rule too)."""
+        """The verdict's rule (:func:`autotune.evidence.stats.choose`) over these configurations (the race's rule too)."""
         assert self.baseline is not None
         return stats.choose(
             [str(n) for n in pool],
@@ -419,5 +420,4 @@ def _looks(study: StoredStudy) -> int:
     races = [record for _, record in study.races()]
     if not races:
         return 1
-    latest = max(races, key=lambda v: v.get("started", 0.0))
-    return max(1, int(latest.get("looks") or 1))
+    return max(races, key=lambda r: r.started).looks

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from autotune import knobs
-from autotune.stats import Ratio
+from autotune.evidence.stats import Ratio
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,11 @@ names a knob (``tests/test_knobs.py`` checks the package's sources for that).
 The package's parts:
 
 - :mod:`~autotune.knobs.core`: the vocabulary (:class:`Knob`, :class:`Context`, the conditions);
-- :mod:`~autotune.knobs.effects`: what applying a knob does, as data that :mod:`autotune.plan` carries out;
+- :mod:`~autotune.knobs.effects`: what applying a knob does, as data that :mod:`autotune.trial.plan` carries out;
 - :mod:`~autotune.knobs.exports`: the :class:`~autotune.knobs.exports.Job` a knob's framework mapping writes into;
-- :mod:`~autotune.knobs.registry`: the declarations themselves and the functions that read them.
+- :mod:`~autotune.knobs.registry`: the declarations themselves;
+- :mod:`~autotune.knobs.reading`: the functions that read them (a knob by name, resolving a configuration, ...);
+- :mod:`~autotune.knobs.space`: the search space a study searches, read from a TOML file and fitted to a workload.
 
 Importing it imports neither torch nor Optuna: read commands stay light.
 """
@@ -48,14 +50,10 @@ from autotune.knobs.core import (
     OnDevice,
     OptimizerSupports,
     accumulation_steps,
-    cpu_count,
     keeps_global_batch,
 )
-from autotune.knobs.registry import (
+from autotune.knobs.reading import (
     BATCH_KNOB,
-    KNOBS,
-    NAMES,
-    REGISTRY,
     Resolved,
     apart,
     compile_knobs,
@@ -73,12 +71,13 @@ from autotune.knobs.registry import (
     starts_processes,
     validate_config,
 )
+from autotune.knobs.registry import KNOBS, NAMES, REGISTRY
 
 __all__ = [
     "ALONE", "BATCH_KNOB", "PER_ARM", "SHARED", "apart", "compile_knobs", "compiles", "keeps_global_batch", "per_arm", "starts_processes",
     "BACKEND", "BATCH", "CPUS", "ENV", "KNOBS", "LOADER", "MODEL", "NAMES", "OPTIMIZER", "REGISTRY", "STAGE_HELP",
     "STEP", "CompileSupported", "Condition", "Context", "ForTask", "Glibc", "InputRank", "Knob", "KnobAbove", "KnobError",
-    "NativeBF16", "OnDevice", "OptimizerSupports", "Resolved", "accumulation_steps", "cpu_count", "defaults",
+    "NativeBF16", "OnDevice", "OptimizerSupports", "Resolved", "accumulation_steps", "defaults",
     "differs_from_default", "effects", "exports", "get", "inherited_environment", "owned_environment", "parse_assignments", "recipe", "resolve", "short",
     "validate_config",
 ]

@@ -13,19 +13,19 @@ its terms. Nothing here imports torch.
 from __future__ import annotations
 
 import operator
-import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping
 
 from autotune.errors import KnobError
 from autotune.knobs.effects import Effect, LoaderArg
+from autotune.machine.load import cpu_count
 
 # How a framework export expresses a knob: a function of (the rendering, a :class:`autotune.knobs.exports.Job`; the
 # knob's name; its value) that writes the value into the job as an argument or a by-hand step. Declared here by its
 # shape, so that the vocabulary the exports are written in does not import them.
 Export = Callable[[Any, str, Any], None]
 
-# How a knob's values may share one trial process (autotune.paired: a candidate and the defaults measured alternately
+# How a knob's values may share one trial process (autotune.trial.paired: a candidate and the defaults measured alternately
 # in one process, so that the process's own speed cancels in their ratio).
 PER_ARM = "per_arm"  # its value may differ between the arms of one process: each arm applies it to its own objects
 SHARED = "shared"  # it sets process-wide state: every arm of a process has the same value
@@ -51,14 +51,6 @@ STAGE_HELP = {
 }
 
 
-def cpu_count() -> int:
-    """CPUs this process may run on (affinity-aware)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
-
-
 @dataclass(frozen=True)
 class Context:
     """What a trial knows about where it runs; decides which knobs apply."""
@@ -70,10 +62,10 @@ class Context:
     cpu_count: int = field(default_factory=cpu_count)
     optimizer_params: frozenset[str] = frozenset({"foreach", "fused"})
     compile_supported: bool = True
-    # The CPU runs bf16 natively (AVX512-BF16, AMX, Arm BF16: autotune.hardware.native_bf16). True where not known
+    # The CPU runs bf16 natively (AVX512-BF16, AMX, Arm BF16: autotune.machine.hardware.native_bf16). True where not known
     # (a study stored before it was recorded), so that nothing is left out of a search on a guess.
     cpu_bf16: bool = True
-    # The C library is glibc, whose malloc options the host_allocator knob sets (autotune.heap). True where not known.
+    # The C library is glibc, whose malloc options the host_allocator knob sets (autotune.machine.heap). True where not known.
     glibc: bool = True
 
     def to_dict(self) -> dict[str, Any]:
@@ -253,7 +245,7 @@ class Knob:
     """One performance knob, declared as data.
 
     Besides its values and where it applies, a knob declares how it is applied
-    (``effects``, carried out by :mod:`autotune.plan`), what a user writes to apply a value
+    (``effects``, carried out by :mod:`autotune.trial.plan`), what a user writes to apply a value
     by hand (``how``), and how each framework export expresses it (``exports``: format ->
     a function that writes the value into a :class:`~autotune.knobs.exports.Job` as an
     argument, or as a by-hand step that says why and how).
@@ -274,28 +266,28 @@ class Knob:
     pays_when: Mapping[Any, tuple[Condition, ...]] = field(default_factory=dict)
     torch_default: str = ""  # what PyTorch does when nobody sets it, in words
     recipe: Any = None  # the tuning guides' "every trick on" value; None: leave at the default
-    effects: tuple[Effect, ...] = ()  # what applying a value does (autotune.plan carries out each kind)
+    effects: tuple[Effect, ...] = ()  # what applying a value does (autotune.trial.plan carries out each kind)
     how: Callable[[Any], str] | None = None  # what to write by hand for a value, whatever the framework
     exports: Mapping[str, Export] = field(default_factory=dict)  # framework format -> how it expresses the knob
     always_stated: bool = False  # exports state it even at its default, which is nobody's choice (the batch size)
     # Its gain depends on what else runs on the machine (fewer threads suffer less from other processes): never
-    # recommended from measurements taken on a busy machine (autotune.evidence, autotune.load).
+    # recommended from measurements taken on a busy machine (autotune.evidence, autotune.machine.load).
     load_sensitive: bool = False
     # Whether its values may differ between configurations measured alternately in one process (PER_ARM: a fresh
     # model, optimizer, loader and step per arm, and nothing it sets outlives the arm), must be equal there (SHARED:
     # process-wide state such as threads, environment variables or loader worker processes), or keep a non-default
     # value out of shared processes altogether (ALONE: torch.compile's caches and recompilations). See
-    # autotune.paired and the README ("Shared processes").
+    # autotune.trial.paired and the README ("Shared processes").
     in_process: str = SHARED
     # The values at which arms may share a process at all (None: any). The host heap at glibc's default carries one
-    # arm's allocations into the next arm's speed (autotune.heap), so host_allocator shares only at "retain".
+    # arm's allocations into the next arm's speed (autotune.machine.heap), so host_allocator shares only at "retain".
     shares_at: tuple[Any, ...] | None = None
     why_apart: str = ""  # what apart() says at a value outside shares_at
     # False for a knob added after studies were stored: at its default it is left out of a configuration's key
     # (Resolved.key), so the keys of those studies' trials, measured at that default, stay what they were.
     keyed_at_default: bool = True
     # At any value but its default a trial starts processes of its own (loader workers, compile workers): the
-    # trial's memory is then that of its whole process tree, sampled (autotune.protocol.MemoryMonitor).
+    # trial's memory is then that of its whole process tree, sampled (autotune.trial.protocol.MemoryMonitor).
     starts_processes: bool = False
 
     @property

@@ -1,4 +1,4 @@
-"""What applying a knob does, as data: the effects a knob declares and :mod:`autotune.plan` carries out.
+"""What applying a knob does, as data: the effects a knob declares and :mod:`autotune.trial.plan` carries out.
 
 Why: the registry is the one place that names knobs, yet applying one needs torch
 (setting a thread count, converting a model to channels-last, wrapping blocks in
@@ -79,7 +79,7 @@ class Flag(Effect):
 @dataclass(frozen=True)
 class Mallopt(Effect):
     """glibc malloc options (``mallopt(3)``, by name: ``M_MMAP_MAX``, ...) set in this process at the knob values
-    ``options`` names (:mod:`autotune.heap`); an :class:`Env` beside it carries them to processes started later."""
+    ``options`` names (:mod:`autotune.machine.heap`); an :class:`Env` beside it carries them to processes started later."""
 
     options: Mapping[Any, Mapping[str, int]]
 

@@ -1,8 +1,8 @@
-"""The registry: every performance knob autotune tunes, declared once, and the functions that read it.
+"""The registry: every performance knob autotune tunes, declared once (the functions that read it: :mod:`autotune.knobs.reading`).
 
 Each declaration below holds everything about one knob: its values and PyTorch's
 default, where it applies, the tuning guides' recipe value, what applying it does
-(``effects``, carried out by :mod:`autotune.plan`), what to write by hand (``how``), and
+(``effects``, carried out by :mod:`autotune.trial.plan`), what to write by hand (``how``), and
 how each framework export expresses it (``exports``, with the mapping functions written
 just above the knob). This is the only module that names knobs: adding one means adding
 its declaration here, to ``REGISTRY``, and its tests.
@@ -14,11 +14,9 @@ by-hand steps in it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
-from autotune.errors import KnobError, named
-from autotune.heap import NEVER_TRIM
+from autotune.machine.heap import NEVER_TRIM
 from autotune.knobs.core import (
     ALONE,
     BACKEND,
@@ -31,7 +29,6 @@ from autotune.knobs.core import (
     PER_ARM,
     STEP,
     CompileSupported,
-    Context,
     ForTask,
     Glibc,
     InputRank,
@@ -427,7 +424,7 @@ CUDA_ALLOCATOR = Knob(
 
 # ---------------------------------------------------------------- host_allocator
 
-RETAIN = {"M_MMAP_MAX": 0, "M_TRIM_THRESHOLD": NEVER_TRIM}  # autotune.heap: no mmap'd blocks, no trimming
+RETAIN = {"M_MMAP_MAX": 0, "M_TRIM_THRESHOLD": NEVER_TRIM}  # autotune.machine.heap: no mmap'd blocks, no trimming
 
 HOST_ALLOCATOR = Knob(
     "host_allocator",
@@ -453,7 +450,7 @@ HOST_ALLOCATOR = Knob(
 )
 
 
-# ---------------------------------------------------------------- the registry and its readers
+# ---------------------------------------------------------------- the registry (its readers: autotune.knobs.reading)
 
 REGISTRY: tuple[Knob, ...] = (
     PRECISION,
@@ -474,169 +471,3 @@ REGISTRY: tuple[Knob, ...] = (
 
 KNOBS: dict[str, Knob] = {k.name: k for k in REGISTRY}
 NAMES: tuple[str, ...] = tuple(KNOBS)
-
-
-def get(name: str) -> Knob:
-    try:
-        return KNOBS[name]
-    except KeyError:
-        raise KnobError(f"unknown knob {name!r}; known knobs: {', '.join(NAMES)}") from None
-
-
-def defaults(ctx: Context | None = None) -> dict[str, Any]:
-    """The PyTorch defaults, as knob values."""
-    return {k.name: k.default_for(ctx) for k in REGISTRY}
-
-
-def parse_assignments(items: Iterable[str], ctx: Context | None = None) -> dict[str, Any]:
-    """Parse ``name=value`` strings (``--set``) into validated knob values."""
-    out: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise KnobError(f"{named('config', f'--set {item!r}', repr(item))}: expected name=value")
-        name, raw = item.split("=", 1)
-        knob = get(name.strip())
-        out[knob.name] = knob.validate(raw, ctx)
-    return out
-
-
-def validate_config(config: Mapping[str, Any], ctx: Context | None = None) -> dict[str, Any]:
-    """Validate a knob->value mapping (from JSON or TOML); raises KnobError."""
-    return {get(name).name: get(name).validate(value, ctx) for name, value in config.items()}
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """A configuration as it will really run: every knob's value, and what was dropped."""
-
-    config: dict[str, Any]
-    not_applicable: dict[str, str]
-
-    def key(self) -> str:
-        """A canonical string of the effective configuration (for de-duplication)."""
-        return ";".join(f"{name}={KNOBS[name].format(self.config[name])}" for name in NAMES
-                        if KNOBS[name].keyed_at_default or self.config[name] != KNOBS[name].default)
-
-
-def resolve(config: Mapping[str, Any], ctx: Context) -> Resolved:
-    """Fill in defaults and drop (to the default) every knob that does not apply here.
-
-    Knobs are resolved in registry order against the values decided so far, so a
-    knob that depends on another (``prefetch_factor`` on ``num_workers``) is
-    declared after it and sees the value that will really be used.
-    """
-    effective: dict[str, Any] = {}
-    dropped: dict[str, str] = {}
-    requested = dict(config)
-    for knob in REGISTRY:
-        default = knob.default_for(ctx)
-        value = requested.get(knob.name, default)
-        context_config = {**requested, **effective}
-        reason = knob.not_applicable(value, ctx, context_config)
-        if reason is not None:
-            if knob.name in requested and value != default:
-                dropped[knob.name] = reason
-            # The default of an inapplicable knob may itself not apply (e.g. none at all).
-            value = default
-        effective[knob.name] = value
-    return Resolved(effective, dropped)
-
-
-def differs_from_default(config: Mapping[str, Any], ctx: Context | None = None) -> dict[str, Any]:
-    """The knobs of ``config`` whose value differs from PyTorch's default."""
-    base = defaults(ctx)
-    return {k: v for k, v in config.items() if k in base and base[k] != v}
-
-
-def short(config: Mapping[str, Any], ctx: Context | None = None) -> str:
-    """A short human string of the knobs that differ from the defaults."""
-    diff = differs_from_default(config, ctx)
-    if not diff:
-        return "defaults"
-    return " ".join(f"{k}={KNOBS[k].format(v)}" for k, v in diff.items())
-
-
-def recipe(ctx: Context, base: Mapping[str, Any]) -> dict[str, Any]:
-    """The tuning guides' "every trick on" configuration, as far as it applies here."""
-    config = dict(base)
-    for knob in REGISTRY:
-        if knob.recipe is None:
-            continue
-        value = knob.recipe
-        if knob.is_range:
-            low, high = knob.bounds(ctx)
-            value = max(low, min(high, int(value)))
-        config[knob.name] = value
-    return resolve(config, ctx).config
-
-
-def apart(configs: Sequence[Mapping[str, Any]]) -> str | None:
-    """Why these configurations cannot be measured alternately in one process (None when they can).
-
-    Each knob's ``in_process`` decides (:mod:`autotune.paired`): a PER_ARM knob may differ between the arms,
-    a SHARED knob sets process-wide state and must be equal in all of them, and an ALONE knob at any value
-    but its default keeps a configuration out of shared processes. A knob with ``shares_at`` lets arms share a
-    process only at those values (the host heap: only where it carries no history from one arm to the next).
-    """
-    if len(configs) < 2:
-        return None
-    for knob in REGISTRY:
-        values = [c.get(knob.name, knob.default_for()) for c in configs]
-        if knob.shares_at is not None and any(v not in knob.shares_at for v in values):
-            bad = next(v for v in values if v not in knob.shares_at)
-            return f"{knob.name}={knob.format(bad)}: {knob.why_apart}"
-        if knob.in_process == PER_ARM:
-            continue
-        if knob.in_process == ALONE and any(v != knob.default_for() for v in values):
-            return f"{knob.name}={knob.format(next(v for v in values if v != knob.default_for()))} needs a process of its own"
-        if any(v != values[0] for v in values[1:]):
-            return f"{knob.name} differs ({', '.join(sorted({knob.format(v) for v in values}))}): it is the process's own"
-    return None
-
-
-def per_arm(changes: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Split knob changes into those an arm of a shared process can make (PER_ARM) and the rest."""
-    inside = {k: v for k, v in changes.items() if k in KNOBS and KNOBS[k].in_process == PER_ARM}
-    return inside, {k: v for k, v in changes.items() if k not in inside}
-
-
-#: The knob that sets the batch: the batch-size ceiling searches it, a workload may fix it, and --global-batch
-#: is kept by accumulating it.
-BATCH_KNOB: str = next(k.name for k in REGISTRY if any(isinstance(e, BatchSize) for e in k.effects))
-
-
-def owned_environment() -> tuple[str, ...]:
-    """The environment variables the knobs decide (``OMP_NUM_THREADS``, ``PYTORCH_CUDA_ALLOC_CONF``, ``MALLOC_*``...).
-    A trial process never inherits them from the shell that started autotune: at a knob's default PyTorch's default
-    holds, not what the shell exported (the baseline is the defaults); each knob sets its own at other values."""
-    out: list[str] = []
-    for knob in REGISTRY:
-        for effect in knob.effects:
-            if isinstance(effect, Env):
-                out.extend(name for name in effect.owned if name not in out)
-    return tuple(out)
-
-
-def inherited_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables of :func:`owned_environment` that ``environ`` sets: what trials run without (a study records
-    and ``run`` names them)."""
-    return {name: environ[name] for name in owned_environment() if name in environ}
-
-
-def starts_processes(config: Mapping[str, Any]) -> bool:
-    """A trial of this configuration starts processes of its own (loader or compile workers)."""
-    return any(k.starts_processes and config.get(k.name, k.default_for()) != k.default_for() for k in REGISTRY)
-
-
-def compiles(config: Mapping[str, Any]) -> bool:
-    """A trial of this configuration compiles its model (its first step holds the compilation)."""
-    for knob in REGISTRY:
-        for effect in knob.effects:
-            if isinstance(effect, Compile) and config.get(knob.name, effect.off) != effect.off:
-                return True
-    return False
-
-
-def compile_knobs() -> tuple[str, ...]:
-    """The knobs whose values compile the model."""
-    return tuple(k.name for k in REGISTRY if any(isinstance(e, Compile) for e in k.effects))

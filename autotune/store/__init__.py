@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.store.base import METRICS, Store, check_matches
 from autotune.store.names import NAME_CHARS, STUDIES_DIR, check_name, default_url, kind
+from autotune.store.races import RaceRecord, RaceStop
 from autotune.store.records import Block, Remeasurement, StoredStudy, StoredTrial
 from autotune.store.secrets import MASK, redact, redact_message
 
@@ -37,7 +38,7 @@ def open(url: str, *, read_only: bool = False) -> Store:  # noqa: A001 - the pac
 
 
 def __getattr__(name: str) -> Any:
-    """What needs Optuna, imported when first asked for: a read command imports no Optuna (issue 27)."""
+    """What needs Optuna, imported when first asked for: a read command imports no Optuna."""
     if name == "LiveStudy":
         from autotune.store.live import LiveStudy
 
@@ -49,6 +50,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Block", "DIRECTIONS", "LiveStudy", "MASK", "METRICS", "NAME_CHARS", "Remeasurement", "STUDIES_DIR", "Store",
+__all__ = ["Block", "DIRECTIONS", "LiveStudy", "MASK", "METRICS", "NAME_CHARS", "RaceRecord", "RaceStop", "Remeasurement", "STUDIES_DIR", "Store",
            "StoredStudy", "StoredTrial", "check_matches", "check_name", "default_url", "kind", "open", "redact",
            "redact_message"]

@@ -35,7 +35,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-from autotune import __version__, hardware
+from autotune._version import __version__
 from autotune.errors import AutotuneError, StorageError, StorageUnreachable, StudyError
 from autotune.request import option
 from autotune.store import kept as keeping
@@ -45,6 +45,7 @@ from autotune.store.faults import first_line
 from autotune.store.names import check_name, default_url
 from autotune.store.records import StoredStudy
 from autotune.store.secrets import redact, redact_message
+from autotune.store.matching import check_matches
 
 if TYPE_CHECKING:
     import optuna
@@ -578,30 +579,3 @@ def _wait_until_described(study: optuna.Study) -> None:
     while (StoredStudy(study.study_name, study.user_attrs, []).created_at is None and time.monotonic() < deadline
            and not study.get_trials(deepcopy=False)):
         time.sleep(0.1)
-
-
-def check_matches(study: optuna.Study, attrs: Mapping[str, Any], shown: str) -> None:
-    """Refuse a run whose space, fingerprint, workload or device differ from the stored study's."""
-    view = StoredStudy(study.study_name, study.user_attrs, [])
-    stored = study.user_attrs
-    if not view.described:
-        raise StudyError(f"study {study.study_name!r} in {shown} was not made by autotune; choose another {option('study')} name")
-    if len(study.directions) != 2:
-        raise StudyError(f"study {study.study_name!r} has {len(study.directions)} objectives; autotune studies have 2")
-    new_name = f"{study.study_name}-2"
-    how = f"start a new study with {option('study', new_name)} (or another {option('storage')})"
-    problems: list[str] = []
-    if view.space_hash != attrs.get("space_hash"):
-        problems.append(f"the search space differs from the study's ({view.space.get('path')})")
-    diffs = hardware.differences(view.fingerprint, attrs["fingerprint"])
-    if diffs:
-        problems.append("the hardware/software differ: " + "; ".join(diffs))
-    for key in ("workload", "device", "global_batch"):
-        if key in attrs and stored.get(key) != attrs.get(key):
-            problems.append(f"the {key} differs: {stored.get(key)} (stored) vs {attrs.get(key)} (this run)")
-    if problems:
-        raise StudyError(
-            f"study {study.study_name!r} was made for another setup, and results are never mixed: "
-            + "; ".join(problems)
-            + f". To keep both, {how}."
-        )

@@ -6,7 +6,7 @@ first trial (benchmarks/results/resume_scale.txt). :func:`autotune.store.reading
 the same trials in one pass (held equal to Optuna's read by tests/test_reading.py); they are put in
 the cache as Optuna's own first read leaves it, with Python's cyclic collector paused during the read
 and what it read frozen out of later collections (two thirds of the read's time, and of the first
-evidence's, went to collections walking those trials again: issue 27).
+evidence's, went to collections walking those trials again).
 """
 
 from __future__ import annotations

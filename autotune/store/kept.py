@@ -2,10 +2,10 @@
 
 A read command's figures depend on every trial (the front, the configurations measured more
 than once, the failures), so reading them costs in proportion to the study: a 10,000-trial
-``status`` read 10,000 trials to print one table (issue 27), and ``list`` over a year of nightly
+``status`` read 10,000 trials to print one table, and ``list`` over a year of nightly
 studies read every trial of every study. Yet a study nobody is running does not change. So the
-run that stops last (:meth:`autotune.tuning.Prepared.run`) computes the views as every read
-command computes them (:mod:`autotune.view`) and keeps them on the study, as the user attribute
+run that stops last (:meth:`autotune.tuning.preparation.Prepared.run`) computes the views as every read
+command computes them (:mod:`autotune.reports.view`) and keeps them on the study, as the user attribute
 :data:`KEPT`, with the study's key at that moment (:func:`keys_of`). A read command reads the part
 of the attribute it shows and the key (one aggregate query over the trials, and the study's
 attributes it reads anyway) and shows the kept views only while the key is the same; otherwise it
@@ -22,7 +22,7 @@ The key holds what can change a view:
   races, sessions; a hash of their JSON), and how many system attributes it has;
 - :data:`FORMAT` and autotune's version: a kept view written by another version is not shown.
 
-A large study's dashboard page is kept too, as drawn (:func:`autotune.report.draw`; compressed:
+A large study's dashboard page is kept too, as drawn (:func:`autotune.reports.dashboard.draw`; compressed:
 :func:`pack`), in an attribute of its own (:data:`PAGE`, with the same key) that only ``dashboard``
 reads: drawing a 100,000-trial page took most of the command's time.
 
@@ -39,7 +39,7 @@ import json
 import zlib
 from typing import Any, Mapping
 
-from autotune import __version__
+from autotune._version import __version__
 
 KEPT = "view:kept"  # the study user attribute that holds the kept views
 PAGE = "view:kept:page"  # ... and the one that holds a large study's dashboard page (read by `dashboard` only)

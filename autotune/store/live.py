@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 
 from autotune.store import cache, recovery
 from autotune.store import records as rec
+from autotune.store.races import RaceRecord
 from autotune.store.records import StoredStudy, StoredTrial
 
 
@@ -130,7 +131,7 @@ class LiveStudy:
     def save_paired(self, round_id: str, arms: Sequence[Mapping[str, Any]], **record: Any) -> None:
         rec.save_paired(self.study, round_id, arms, **record)
 
-    def save_race(self, race_id: str, record: Mapping[str, Any]) -> None:
+    def save_race(self, race_id: str, record: RaceRecord) -> None:
         rec.save_race(self.study, race_id, record)
 
     def save_ablation_plan(self, ablation_id: str, plan: Mapping[str, Any]) -> None:

@@ -35,7 +35,7 @@ from autotune.store import kept
 from autotune.store.records import (CONSTRAINTS, OWNER, RESULT, RESULT_READ_WITH_TRIAL, LazyResult, StoredTrial,
                                     constraints_of)
 
-if TYPE_CHECKING:  # imported where used: a read command's typed trials need no Optuna (issue 27)
+if TYPE_CHECKING:  # imported where used: a read command's typed trials need no Optuna
     import optuna
     from optuna.trial import FrozenTrial
 
@@ -56,7 +56,7 @@ def collector_paused() -> Iterator[None]:
     a read command's typed trials), none of them garbage; each allocation burst set off collections that walked the
     whole growing heap again, and every later full collection (building the evidence, typing the trials) walked
     them once more: with the collector paused and the read frozen, a resumed 10,000-trial study's read took 0.55 s
-    instead of 1.7 s here, and its evidence 0.14 s instead of 0.5 s (issue 27). Frozen objects are still freed when
+    instead of 1.7 s here, and its evidence 0.14 s instead of 0.5 s. Frozen objects are still freed when
     their last reference goes (reference counting); only a reference cycle among them would outlive its use, and
     the trials hold none. A collector the caller had paused stays paused.
     """

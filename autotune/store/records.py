@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
+from autotune.store.races import RaceRecord
+from autotune.units import now
+
 if TYPE_CHECKING:  # Optuna is imported where a study is written (a read builds these records from the tables alone)
     import optuna
     from optuna.trial import FrozenTrial
@@ -48,7 +51,7 @@ JOB_RECORD = "autotune_job"  # on a submitted job's record (a study without tria
 JOB_OF = "job_of"  # on a per-kind study: the job record it works for
 DEADLINE = "deadline"  # epoch seconds: no trial of a fleet's job starts after it
 WARM_START = "warm_start"  # the earlier studies' winners chosen as seeds
-BATCH_CEILING = "batch_ceiling"  # the largest batch that fits (autotune.ceiling)
+BATCH_CEILING = "batch_ceiling"  # the largest batch that fits (autotune.tuning.ceiling)
 SAMPLER_SWITCH = "sampler_switch"  # the default sampler handed over from GP to TPE
 CONFIRMATIONS = "confirmations"  # re-measurements of studies made before the race existed
 # one attribute per record
@@ -453,10 +456,11 @@ class StoredStudy:
         out.sort(key=lambda b: b.round_id)
         return out
 
-    def races(self) -> list[tuple[str, Mapping[str, Any]]]:
+    def races(self) -> list[tuple[str, RaceRecord]]:
         """Every race's record, (id, record), oldest first."""
-        found = [(k[len(RACE):], v) for k, v in self._attrs.items() if k.startswith(RACE) and isinstance(v, Mapping)]
-        return sorted(found, key=lambda kv: kv[1].get("started", 0.0))
+        found = [(k[len(RACE):], RaceRecord.from_dict(v)) for k, v in self._attrs.items()
+                 if k.startswith(RACE) and isinstance(v, Mapping)]
+        return sorted(found, key=lambda kv: kv[1].started)
 
     def ablation_plans(self) -> list[tuple[str, Mapping[str, Any]]]:
         """Every plan of what each knob bought, (id, plan), oldest first."""
@@ -477,7 +481,7 @@ class StoredStudy:
 
     def with_trials(self, trials: Sequence[StoredTrial]) -> StoredStudy:
         """The same study (its description and records) with these trials instead: a made-up study grown past what
-        was stored (autotune/made_up.py's ``jittered_copies``), read as any other."""
+        was stored (autotune/testing/studies.py's ``jittered_copies``), read as any other."""
         return StoredStudy(self.name, self._attrs, trials)
 
 
@@ -486,11 +490,7 @@ class StoredStudy:
 
 def owner() -> dict[str, Any]:
     """Who runs a trial: recorded on it so that another process can tell whether it is stale."""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "started": dt.datetime.now(dt.timezone.utc).timestamp()}
-
-
-def now() -> float:
-    return dt.datetime.now(dt.timezone.utc).timestamp()
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": now()}
 
 
 def measurement(round_id: str, trial: int) -> str:
@@ -514,8 +514,8 @@ def save_paired(study: optuna.Study, round_id: str, arms: Sequence[Mapping[str, 
                                             **purpose})
 
 
-def save_race(study: optuna.Study, race_id: str, record: Mapping[str, Any]) -> None:
-    study.set_user_attr(RACE + race_id, dict(record))
+def save_race(study: optuna.Study, race_id: str, record: RaceRecord) -> None:
+    study.set_user_attr(RACE + race_id, record.to_dict())
 
 
 def save_ablation_plan(study: optuna.Study, ablation_id: str, plan: Mapping[str, Any]) -> None:
@@ -552,7 +552,7 @@ def add_trials(study: optuna.Study, trials: Sequence[StoredTrial],
                distributions: Mapping[str, optuna.distributions.BaseDistribution]) -> None:
     """Add finished trials to a study in one write, each as the store holds it: Optuna's state, values, constraints
     and parameters (``distributions``: of each parameter name), its marks and its owner; numbered after the study's
-    own. For a made-up study grown fast to thousands of trials (autotune/made_up.py, benchmarks/resume_scale.py):
+    own. For a made-up study grown fast to thousands of trials (autotune/testing/studies.py, benchmarks/resume_scale.py):
     asking and telling each one through the loop reads the whole study for every trial. ``started``/``completed``
     are kept where given (else now)."""
     import optuna

@@ -2,7 +2,7 @@
 
 Building Optuna's ``RDBStorage`` costs a read command more than the read itself: it imports
 Alembic and SQLAlchemy's ORM, and checks the schema by loading Alembic's migration scripts
-(0.26 s of a 0.7 s ``status`` here, issue 27). A read-only store on a SQLite file or a
+(0.26 s of a 0.7 s ``status`` here). A read-only store on a SQLite file or a
 PostgreSQL server reads Optuna's tables directly instead (:mod:`.reading`): a SQLite file
 through Python's ``sqlite3`` (``mode=ro``, as :func:`autotune.store.sqlite.read_only_url`
 opens it; SQLAlchemy is not imported), a server through a plain SQLAlchemy engine with a

@@ -1,0 +1,66 @@
+"""The batch-size ceiling as a study stores it: the largest batch that fits, how it was found, and its words.
+
+The probe that finds it runs trials (:mod:`autotune.tuning.ceiling`); what it found is a record of the study
+(``batch_ceiling``), which ``status``, its JSON and the dashboard show as :func:`describe` words it. Here, below
+the views and apart from the trial side, so a read command shows it without importing the probe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune import knobs
+from autotune.store.records import StoredStudy
+
+
+@dataclass
+class Ceiling:
+    """The largest batch found to fit, and how it was found.
+
+    ``batch_size``: the ceiling (None: not even the smallest batch fits); ``limit``: what
+    stopped it (``oom``, ``max_memory``, another outcome such as ``crashed``, or ``space``
+    when the space's top fits); ``first_failing``: the smallest batch seen not to fit;
+    ``probes``: (batch, outcome, peak bytes) in the order run; ``seconds``: their wall time.
+    """
+
+    batch_size: int | None
+    limit: str
+    first_failing: int | None = None
+    probes: list[tuple[int, str, int | None]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {knobs.BATCH_KNOB: self.batch_size, "limit": self.limit, "first_failing": self.first_failing,
+                "probes": [list(p) for p in self.probes], "seconds": round(self.seconds, 1)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Ceiling:
+        return cls(d.get(knobs.BATCH_KNOB), str(d.get("limit", "")), d.get("first_failing"),
+                   [(int(b), str(o), p) for b, o, p in d.get("probes", [])], float(d.get("seconds", 0.0)))
+
+    def text(self) -> str:
+        """One line for people: ``192 (224 ran out of memory; 6 probes, 14 s)``."""
+        n = len(self.probes)
+        cost = f"{n} probe{'s' if n != 1 else ''}, {self.seconds:.0f} s"
+        if self.batch_size is None:
+            return f"none: the smallest batch, {self.first_failing}, does not fit ({_why(self.limit)}; {cost})"
+        if self.limit == "space":
+            return f"{self.batch_size} (the top of the searched range fits; {cost})"
+        return f"{self.batch_size} ({self.first_failing} {_why(self.limit)}; {cost})"
+
+
+def _why(limit: str) -> str:
+    return {"oom": "ran out of memory", "max_memory": "needs more than --max-memory"}.get(limit, f"failed: {limit}")
+
+
+def describe(raw: StoredStudy | Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A study's ceiling (:attr:`autotune.store.StoredStudy.batch_ceiling`, or the study itself) as every view
+    shows it (``status``, ``status --json``, the dashboard): its fields and ``text``; None when it did not probe."""
+    if isinstance(raw, StoredStudy):
+        raw = raw.batch_ceiling
+    if not isinstance(raw, Mapping):
+        return None
+    found = Ceiling.from_dict(raw)
+    return {**found.to_dict(), "text": found.text()}

@@ -1,0 +1,398 @@
+"""How a resolved configuration is applied: the one place that turns knob values into PyTorch calls.
+
+The trial worker and :meth:`autotune.export.config.Config.apply` (a user's own training
+script) both go through :class:`Plan`, so what a user applies is exactly what was
+measured: environment and backend flags, model transforms (device, memory format,
+activation checkpointing, compile), the optimizer's implementation, DataLoader
+arguments, and the step itself (autocast, GradScaler, gradient accumulation,
+non-blocking copies).
+
+The plan names no knob: each knob of the registry declares its effects
+(:mod:`autotune.knobs.effects`), and the plan carries out each kind of effect for
+whichever knob declares it. A knob absent from the plan's configuration is not applied
+(PyTorch's own default holds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from autotune import knobs
+from autotune.machine import heap
+from autotune.errors import KnobError
+from autotune.knobs import effects as fx
+from autotune.workloads.contract import call_model, default_loss, default_optimizer, main_tensor, split_batch
+
+E = TypeVar("E", bound=fx.Effect)
+
+# The kinds of effect this module carries out (subclasses included); a knob declaring any other kind would do
+# nothing, which tests/test_plan.py forbids.
+CARRIED_OUT: tuple[type[fx.Effect], ...] = (
+    fx.Env, fx.NumThreads, fx.Mallopt, fx.Flag, fx.LoaderArg, fx.ChannelsLast, fx.CheckpointBlocks, fx.Compile, fx.OptimizerImpl,
+    fx.Autocast, fx.GradScaler,
+)
+
+
+def declared(kind: type[E]) -> Iterator[tuple[knobs.Knob, E]]:
+    """Every (knob, effect) of the registry whose effect is of this kind, in registry order."""
+    for knob in knobs.REGISTRY:
+        for effect in knob.effects:
+            if isinstance(effect, kind):
+                yield knob, effect
+
+
+def fp32_precision_api() -> bool:
+    """Whether this torch sets TF32 through ``fp32_precision`` (2.9 and newer), which must not be mixed with the
+    legacy ``allow_tf32`` flags (:data:`autotune.knobs.effects.FP32_PRECISION`)."""
+    return hasattr(torch.backends, "fp32_precision")
+
+
+class NotApplicableAtRuntime(Exception):
+    """A knob turned out not to apply once the workload was built (e.g. no blocks to checkpoint)."""
+
+    def __init__(self, knob: str, reason: str) -> None:
+        super().__init__(f"{knob}: {reason}")
+        self.knob = knob
+        self.reason = reason
+
+
+def optimizer_switches() -> frozenset[str]:
+    """The optimizer keywords a knob may switch on (the values of an :class:`~autotune.knobs.effects.OptimizerImpl`
+    knob other than its default: foreach, fused)."""
+    return frozenset(str(c) for knob, eff in declared(fx.OptimizerImpl) for c in knob.choices or () if c != eff.default)
+
+
+def optimizer_params(optimizer: torch.optim.Optimizer) -> frozenset[str]:
+    """Which implementation switches (foreach, fused) the optimizer's class accepts."""
+    import inspect
+
+    try:
+        params = inspect.signature(type(optimizer).__init__).parameters
+    except (TypeError, ValueError):
+        return frozenset()
+    return frozenset(p for p in optimizer_switches() if p in params)
+
+
+def checkpoint_blocks(model: nn.Module) -> list[nn.Module]:
+    """The repeated blocks activation checkpointing wraps: items of the outermost ModuleLists,
+    else the children of the largest Sequential that hold parameters."""
+    blocks: list[nn.Module] = []
+    seen: set[int] = set()
+    for module in model.modules():
+        if id(module) in seen:
+            continue
+        if isinstance(module, nn.ModuleList):
+            for sub in module.modules():
+                seen.add(id(sub))
+            blocks.extend(m for m in module if any(True for _ in m.parameters()))
+    if blocks:
+        return blocks
+    best: list[nn.Module] = []
+    for module in model.modules():
+        if isinstance(module, nn.Sequential):
+            with_params = [m for m in module if any(True for _ in m.parameters())]
+            if len(with_params) > len(best):
+                best = with_params
+    return best if len(best) >= 2 else []
+
+
+def _checkpointed(forward: Callable[..., Any]) -> Callable[..., Any]:
+    from torch.utils.checkpoint import checkpoint
+
+    @functools.wraps(forward)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():
+            return forward(*args, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+    return wrapper
+
+
+def infinite(loader: Iterable[Any]) -> Iterator[Any]:
+    """Cycle a DataLoader forever (each pass is an epoch, as in real training)."""
+    while True:
+        empty = True
+        for batch in loader:
+            empty = False
+            yield batch
+        if empty:
+            raise KnobError("the DataLoader yields no batch: the dataset is smaller than one batch")
+
+
+@dataclass
+class Plan:
+    """A resolved configuration bound to a device and a task."""
+
+    config: dict[str, Any]
+    device: torch.device
+    task: str = "train"
+    accumulation: int = 1
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(
+        cls, config: Mapping[str, Any], device: str | torch.device, task: str, global_batch: int | None = None
+    ) -> Plan:
+        plan = cls(dict(config), torch.device(device), task)
+        steps = knobs.accumulation_steps(global_batch, plan.batch_size)  # checked for every task
+        plan.accumulation = steps if task == "train" else 1
+        return plan
+
+    # ------------------------------------------------------------ the knobs' effects
+
+    def applied(self, kind: type[E]) -> Iterator[tuple[knobs.Knob, E, Any]]:
+        """(knob, effect, value) for each knob in the configuration that declares an effect of this kind."""
+        for knob, effect in declared(kind):
+            if knob.name in self.config:
+                yield knob, effect, self.config[knob.name]
+
+    def value(self, kind: type[fx.Effect]) -> Any:
+        """The value of the (first) knob with an effect of this kind: configured, else its default."""
+        for knob, _ in declared(kind):
+            return self.config.get(knob.name, knob.default_for())
+        return None
+
+    @property
+    def precision(self) -> str:
+        """The value of the knob that sets the step's autocast (``fp32``, ``tf32``, ``bf16``, ``fp16``)."""
+        return str(self.value(fx.Autocast))
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.value(fx.BatchSize))
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.batch_size * self.accumulation
+
+    # ------------------------------------------------------------ process level
+
+    def environment(self) -> dict[str, str]:
+        """Variables that must be set before torch (or CUDA) reads them."""
+        env: dict[str, str] = {}
+        for _, effect, value in self.applied(fx.Env):
+            env.update(effect.variables(value))
+        return env
+
+    def apply_process(self) -> None:
+        """Set environment variables, thread count, malloc options and global backend flags in this process."""
+        os.environ.update(self.environment())
+        for _, _, threads in self.applied(fx.NumThreads):
+            if threads and torch.get_num_threads() != int(threads):
+                torch.set_num_threads(int(threads))
+        for _, effect, value in self.applied(fx.Mallopt):
+            if value in effect.options:
+                heap.set_options(effect.options[value])
+        self.apply_flags()
+
+    def apply_flags(self) -> None:
+        """Set the global backend flags of this configuration (TF32, cuDNN benchmark) in this process: once per
+        trial, or before each window of an arm that shares its process with others (:mod:`autotune.trial.paired`)."""
+        new_api = fp32_precision_api()
+        for _, flag, value in self.applied(fx.Flag):
+            if flag.device_type == self.device.type and flag.in_use(new_api):
+                *parents, attribute = flag.path.split(".")
+                owner: Any = torch
+                for part in parents:
+                    owner = getattr(owner, part)
+                setattr(owner, attribute, flag.value(value))
+
+    def flag_values(self) -> dict[str, Any]:
+        """The global backend flags this plan's knobs set, as they stand now in this process (what an arm of a
+        shared process ran under: :mod:`autotune.trial.paired` records it, and tests check it equals the arm's own)."""
+        out: dict[str, Any] = {}
+        new_api = fp32_precision_api()
+        for _, flag in declared(fx.Flag):
+            if flag.device_type == self.device.type and flag.in_use(new_api):
+                owner: Any = torch
+                for part in flag.path.split("."):
+                    owner = getattr(owner, part)
+                out[flag.path] = owner
+        return out
+
+    # ------------------------------------------------------------ model and optimizer
+
+    @property
+    def channels_last(self) -> bool:
+        return any(value == effect.on for _, effect, value in self.applied(fx.ChannelsLast))
+
+    def prepare_model(self, model: nn.Module, compile: bool = True) -> nn.Module:
+        """Move and transform the model; compile it last (``compile=False`` leaves that to the caller)."""
+        model = model.to(self.device)
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        for knob, _, value in self.applied(fx.CheckpointBlocks):
+            if not value or self.task != "train":
+                continue
+            blocks = checkpoint_blocks(model)
+            if not blocks:
+                raise NotApplicableAtRuntime(knob.name, "the model has no ModuleList or Sequential of blocks to wrap")
+            for block in blocks:
+                block.forward = _checkpointed(block.forward)  # type: ignore[method-assign]
+            self.notes["checkpointed_blocks"] = len(blocks)
+        model.train(self.task == "train")
+        if compile:
+            model = self.compile_model(model)
+        return model
+
+    def compile_model(self, model: nn.Module) -> nn.Module:
+        for _, effect, mode in self.applied(fx.Compile):
+            if mode != effect.off:
+                model = torch.compile(model, mode=None if mode == effect.plain else mode)  # type: ignore[assignment]
+        return model
+
+    def build_optimizer(
+        self,
+        model: nn.Module,
+        factory: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | torch.optim.Optimizer | None = None,
+    ) -> torch.optim.Optimizer | None:
+        """The optimizer (from a factory, or an instance already built on the model's parameters)
+        with the configured implementation (foreach/fused: rebuilt with the same hyperparameters)."""
+        if self.task != "train":
+            return None
+        if isinstance(factory, torch.optim.Optimizer):
+            optimizer = factory
+        else:
+            params = [p for p in model.parameters() if p.requires_grad]
+            optimizer = (factory or default_optimizer)(params)
+        for knob, effect, impl in self.applied(fx.OptimizerImpl):
+            if impl == effect.default:
+                continue
+            if impl not in optimizer_params(optimizer):
+                raise NotApplicableAtRuntime(knob.name, f"{type(optimizer).__name__} takes no {impl}= argument")
+            switches = optimizer_switches()
+            groups = [{k: v for k, v in g.items() if k not in switches} for g in optimizer.param_groups]
+            try:
+                optimizer = type(optimizer)(groups, **{impl: True})
+            except (RuntimeError, ValueError, TypeError) as exc:
+                raise NotApplicableAtRuntime(knob.name, f"{impl}: {exc}") from None
+        return optimizer
+
+    # ------------------------------------------------------------ data
+
+    @property
+    def pin_memory(self) -> bool:
+        return self.device.type == "cuda" and any(bool(value) for _, _, value in self.applied(fx.PinnedCopies))
+
+    def loader_kwargs(self) -> dict[str, Any]:
+        """DataLoader arguments: one per knob with a :class:`~autotune.knobs.effects.LoaderArg` that is in force."""
+        kwargs: dict[str, Any] = {"drop_last": True}
+        for knob, effect, value in self.applied(fx.LoaderArg):
+            if not knob.in_force(self.config, self.task):
+                continue  # e.g. prefetch_factor without workers, which DataLoader rejects
+            kwargs[effect.keyword] = self.pin_memory if isinstance(effect, fx.PinnedCopies) else knob.parse(value)
+        return kwargs
+
+    def make_loader(
+        self, dataset: Dataset, collate_fn: Callable[[list[Any]], Any] | None = None, **overrides: Any
+    ) -> DataLoader:
+        kwargs = {**self.loader_kwargs(), **overrides}
+        if collate_fn is not None:
+            kwargs["collate_fn"] = collate_fn
+        if any(kwargs.get(effect.keyword) for _, effect in declared(fx.PinnedCopies)):
+            kwargs["pin_memory_device"] = str(self.device)
+        try:
+            return DataLoader(dataset, **kwargs)
+        except TypeError:  # older torch without pin_memory_device
+            kwargs.pop("pin_memory_device", None)
+            return DataLoader(dataset, **kwargs)
+
+    def to_device(self, batch: Any) -> Any:
+        """Copy a batch to the device (non-blocking from pinned memory), 4-D inputs channels-last."""
+        if isinstance(batch, torch.Tensor):
+            out = batch.to(self.device, non_blocking=self.pin_memory)
+            if self.channels_last and out.dim() == 4 and out.is_floating_point():
+                out = out.contiguous(memory_format=torch.channels_last)
+            return out
+        if isinstance(batch, (tuple, list)):
+            return type(batch)(self.to_device(b) for b in batch)
+        if isinstance(batch, dict):
+            return {k: self.to_device(v) for k, v in batch.items()}
+        return batch
+
+    # ------------------------------------------------------------ the step
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        for _, effect, value in self.applied(fx.Autocast):
+            dtype = effect.dtypes.get(value)
+            if dtype is not None:
+                return torch.autocast(device_type=self.device.type, dtype=getattr(torch, dtype))
+        return contextlib.nullcontext()
+
+    def make_scaler(self) -> Any:
+        if self.task == "train" and any(value in effect.values for _, effect, value in self.applied(fx.GradScaler)):
+            return torch.amp.GradScaler(self.device.type)
+        return None
+
+    def stepper(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+        loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
+    ) -> Stepper:
+        return Stepper(self, model, optimizer, loss_fn or default_loss, self.make_scaler())
+
+
+@dataclass
+class Stepper:
+    """Runs one real step on batches already on the device."""
+
+    plan: Plan
+    model: nn.Module
+    optimizer: torch.optim.Optimizer | None
+    loss_fn: Callable[[Any, Any], torch.Tensor]
+    scaler: Any = None
+
+    def __call__(self, batches: list[Any]) -> torch.Tensor:
+        if self.plan.task == "train":
+            return self.train(batches)
+        return self.infer(batches)
+
+    def train(self, batches: list[Any]) -> torch.Tensor:
+        loss = torch.zeros(())
+        for batch in batches:
+            loss = self.micro(batch)
+        self.finish()
+        return loss
+
+    def micro(self, batch: Any) -> torch.Tensor:
+        """Forward and backward of one micro-batch (already on the device); returns the detached loss."""
+        inputs, target = split_batch(batch)
+        with self.plan.autocast():
+            output = call_model(self.model, inputs)
+            loss = self.loss_fn(output, target)
+        if self.plan.accumulation > 1:
+            loss = loss / self.plan.accumulation
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        return loss.detach()
+
+    def finish(self) -> None:
+        """The optimizer step after the micro-batches of one step, then zero_grad(set_to_none=True)."""
+        assert self.optimizer is not None
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def infer(self, batches: list[Any]) -> torch.Tensor:
+        out = torch.zeros(())
+        with torch.inference_mode():
+            for batch in batches:
+                inputs, _ = split_batch(batch)
+                with self.plan.autocast():
+                    out = main_tensor(call_model(self.model, inputs))
+        return out
+

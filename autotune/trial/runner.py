@@ -1,0 +1,247 @@
+"""The parent side of a trial: send a typed request to an isolated process with its timeout, type its outcome.
+
+Trials are forked from a warm fork server (:mod:`autotune.trial.forkserver`): a separate
+interpreter that imported torch and the trial code once and never touched a GPU or
+started a thread pool. Each trial is a fresh fork of it (tens of milliseconds instead of the ~2 s a new
+interpreter needs to import torch), becomes the leader of a new process group,
+sets its environment-level knobs before anything reads them, and writes one JSON
+answer. The runner makes the request (:mod:`autotune.trial.messages`) and hands it to the
+fork server with the trial timeout, once; the whole group is killed at that deadline,
+when a trial runs slower than its limit, or on interrupt, so DataLoader workers never
+outlive their trial. Every ending (an answer, a crash, a signal, the timeout) becomes a
+:class:`~autotune.result.TrialResult` (or a :class:`~autotune.result.PairedResult`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from typing import Any, Mapping, Sequence
+
+from autotune import knobs
+from autotune.trial import forkserver
+from autotune import result as R
+from autotune.errors import SpecError, WorkloadError
+from autotune.trial.forkserver import Ending, kill_group
+from autotune.trial.messages import PairedRequest, ProbeAnswer, ProbeRequest, Request, TrialRequest
+from autotune.trial.protocol import Settings
+from autotune.request import DEFAULT_TRIAL_TIMEOUT_S, WorkloadSpec, option
+from autotune.units import format_duration
+
+
+def warm_up() -> None:
+    """Start the fork server now (it imports torch once; about 2 s) rather than on the first trial."""
+    forkserver.get().start()
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover
+        return True
+    return True
+
+
+def _tail(path: str, lines: int = 20) -> list[str]:
+    try:
+        with open(path, errors="replace") as fh:
+            return fh.read()[-8000:].splitlines()[-lines:]
+    except OSError:
+        return []
+
+
+class Runner:
+    """Runs trials (and workload probes) in isolated processes."""
+
+    def __init__(
+        self,
+        spec: WorkloadSpec,
+        device: str = "cpu",
+        timeout_s: float = DEFAULT_TRIAL_TIMEOUT_S,
+        settings: Settings | None = None,
+        global_batch: int | None = None,
+        compile_limit_s: float | None = None,
+    ) -> None:
+        self.spec = spec
+        self.device = device
+        self.timeout_s = timeout_s
+        self.compile_limit_s = compile_limit_s  # a compiled configuration's first step may run this long (None: no limit)
+        self.settings = settings or Settings()
+        self.global_batch = global_batch
+        self._current: Any = None
+        self.last_progress: dict[str, Any] = {}
+
+    # ------------------------------------------------------------ processes
+
+    def _spawn(self, request: Request, timeout_s: float, limit_s: float | None = None, first_limit_s: float | None = None
+               ) -> tuple[Ending, dict[str, Any] | None, list[str], float]:
+        """Run one child within ``timeout_s``; returns (how it ended, its answer as JSON data, log tail, wall seconds).
+
+        ``limit_s``: stop the child once it has run this long after its first step (compilation
+        is in the first); ``first_limit_s``: once its first step has run this long. The last progress it
+        reported is then ``self.last_progress``.
+        """
+        server = forkserver.get()
+        with tempfile.TemporaryDirectory(prefix="autotune-trial-") as tmp:
+            result_path = os.path.join(tmp, "result.json")
+            log_path = os.path.join(tmp, "output.log")
+            progress_path = os.path.join(tmp, "progress.json")
+            request = dataclasses.replace(request, sys_path=tuple(sys.path), cwd=os.getcwd(), progress_path=progress_path)
+            start = time.perf_counter()
+            self.last_progress = {}
+            child = server.spawn(request, result_path, log_path, timeout_s)
+            self._current = child.pid
+            try:
+                watch = limit_s is not None or first_limit_s is not None
+                ending = child.wait(stop=(lambda: self._past(limit_s, first_limit_s, progress_path)) if watch else None)
+            finally:
+                self._current = None
+                # Whatever the trial left in its group (DataLoader workers, grandchildren) goes too.
+                kill_group(child.pid)
+            wall = time.perf_counter() - start
+            payload = None
+            if os.path.exists(result_path):
+                with open(result_path) as fh:
+                    payload = json.load(fh)
+            return ending, payload, _tail(log_path), wall
+
+    def _past(self, limit_s: float | None, first_limit_s: float | None, progress_path: str) -> bool:
+        """Whether the child's last progress report says it has run past ``limit_s`` since its first step, or past
+        ``first_limit_s`` in its first step."""
+        try:
+            with open(progress_path) as fh:
+                self.last_progress = json.load(fh)
+        except (OSError, ValueError):
+            return False
+        since = self.last_progress.get("since_first_step_s")
+        within = self.last_progress.get("in_first_step_s")
+        return ((limit_s is not None and since is not None and since > limit_s)
+                or (first_limit_s is not None and within is not None and within > first_limit_s))
+
+    def stop(self) -> None:
+        """Kill the running trial's process group (from a signal handler or another thread)."""
+        pid = self._current
+        if pid is not None:
+            kill_group(pid)
+
+    # ------------------------------------------------------------ public
+
+    def probe(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """Build the workload in a child and return its context, fingerprint and facts; raises on user errors.
+
+        Bounded by the trial timeout (``--trial-timeout``): building the workload is part of every trial.
+        """
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        ending, payload, log, _ = self._spawn(ProbeRequest(spec=self.spec, device=self.device), timeout_s)
+        answer = ProbeAnswer.from_dict(payload) if payload is not None else None
+        if answer is not None and answer.ok and answer.probe is not None:
+            return answer.probe
+        error = answer.error if answer is not None else None
+        if error and error.get("user"):
+            raise (SpecError if error["type"] == "SpecError" else WorkloadError)(error.get("said") or error["message"])
+        if ending.timed_out:
+            raise WorkloadError(f"building the workload took more than {timeout_s:g} s ({option('trial_timeout')}) and was stopped")
+        detail = error["message"] if error else describe_exit(ending.code, log)
+        raise WorkloadError(f"building the workload failed: {detail}")
+
+    def measure(
+        self, config: Mapping[str, Any], dominators: Sequence[tuple[float, float]] = (), cut_margin: float | None = None,
+        settings: Settings | None = None, limit_s: float | None = None,
+    ) -> R.TrialResult:
+        """Measure one configuration in an isolated process; every ending becomes a TrialResult.
+
+        ``dominators`` ((samples/s, peak bytes) of the current front) let the trial stop
+        early when one of them is ``cut_margin`` faster at no more memory (default:
+        measure.Settings.cut_margin; the study passes one never below its noise floor).
+        ``settings``: this trial's, instead of the runner's (the batch-ceiling probes).
+        ``limit_s``: a trial whose steps after the first take longer than this is stopped as
+        ``slower`` (the study passes a multiple of the defaults' whole trial; see
+        :func:`autotune.tuning.phases.bench.slow_limit`); ``--trial-timeout`` still bounds the whole trial.
+        """
+        request = TrialRequest(
+            spec=self.spec, device=self.device, config=dict(config), settings=settings or self.settings,
+            global_batch=self.global_batch, dominators=tuple((float(t), float(m)) for t, m in dominators),
+            cut_margin=cut_margin,
+        )
+        first_limit = self.compile_limit_s if knobs.compiles(config) else None
+        ending, payload, log, wall = self._spawn(request, self.timeout_s, limit_s, first_limit)
+        exitcode = ending.code
+        if ending.stopped and self.last_progress.get("since_first_step_s") is None and first_limit is not None:
+            result = R.TrialResult.failure(
+                R.SLOWER, f"stopped after {wall:.0f} s: its first step (the compilation) ran past the "
+                f"{format_duration(first_limit)} compile limit ({option('compile_limit_s')})",
+                stderr_tail=log, progress=dict(self.last_progress))
+        elif ending.stopped:
+            got = self.last_progress
+            rate = got.get("samples_per_s")
+            result = R.TrialResult.failure(
+                R.SLOWER, f"stopped after {wall:.0f} s: {limit_s:.0f} s after its first step (a multiple of the "
+                f"defaults' whole trial) it had not finished; {got.get('steps', 0)} steps"
+                + (f" at {rate:.1f} samples/s so far" if rate else ""), stderr_tail=log, progress=dict(got))
+            if rate:
+                result.notes["samples_per_s_so_far"] = rate
+        elif ending.timed_out:
+            result = R.TrialResult.failure(
+                R.TIMEOUT, f"the trial ran past its {self.timeout_s:g} s timeout and was killed", stderr_tail=log
+            )
+        elif payload is not None:
+            result = R.TrialResult.from_dict(payload)
+            if result.error is not None and result.outcome != R.OK:
+                result.error.setdefault("stderr_tail", log)
+        elif exitcode is not None and exitcode < 0:
+            result = R.TrialResult.failure(R.CRASHED, describe_exit(exitcode, log), signal=-exitcode, stderr_tail=log)
+        else:
+            result = R.TrialResult.failure(R.ERROR, describe_exit(exitcode, log), exitcode=exitcode, stderr_tail=log)
+        if not result.config:
+            result.config = dict(config)
+        result.device = self.device
+        inner = sum(result.phases_s.values()) if result.phases_s else 0.0
+        result.wall_s = wall
+        result.overhead_s = wall - inner if result.ok else None
+        return result
+
+    def measure_together(self, configs: Sequence[Mapping[str, Any]], settings: Settings | None = None,
+                         unchecked: bool = False) -> R.PairedResult:
+        """Measure ``configs`` alternately in one isolated process (:mod:`autotune.trial.paired`), the first being the
+        reference; every ending becomes a PairedResult. The trial timeout bounds each arm: the process may run
+        ``len(configs)`` times as long as one trial. ``unchecked``: measure even what :func:`autotune.knobs.apart`
+        keeps apart (only ``benchmarks/paths_agree.py``, which measures the bias that check prevents)."""
+        request = PairedRequest(
+            spec=self.spec, device=self.device, arms=tuple(dict(c) for c in configs),
+            settings=settings or self.settings, global_batch=self.global_batch, unchecked=unchecked,
+        )
+        timeout_s = self.timeout_s * max(1, len(configs))
+        ending, payload, log, wall = self._spawn(request, timeout_s)
+        exitcode = ending.code
+        if ending.timed_out:
+            result = R.PairedResult.failure(R.TIMEOUT, f"the paired measurement ran past its {timeout_s:g} s timeout "
+                                            "and was killed", len(configs), stderr_tail=log)
+        elif payload is not None:
+            result = R.PairedResult.from_dict(payload)
+        elif exitcode is not None and exitcode < 0:
+            result = R.PairedResult.failure(R.CRASHED, describe_exit(exitcode, log), len(configs), signal=-exitcode,
+                                            stderr_tail=log)
+        else:
+            result = R.PairedResult.failure(R.ERROR, describe_exit(exitcode, log), len(configs), exitcode=exitcode,
+                                            stderr_tail=log)
+        result.wall_s = wall
+        return result
+
+
+def describe_exit(exitcode: int | None, log: list[str]) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        extra = " (the kernel's OOM killer sends SIGKILL)" if -exitcode == signal.SIGKILL else ""
+        return f"the trial process was killed by {name}{extra}"
+    last = next((line for line in reversed(log) if line.strip()), "")
+    return f"the trial process exited with code {exitcode} without a result" + (f": {last}" if last else "")

@@ -1,0 +1,167 @@
+"""The batch-size ceiling: the largest batch that fits, found before the search spends trials above it.
+
+Lightning's batch-size finder doubles the batch until it runs out of memory, then
+bisects between the last batch that fit and the first that did not. This does the same
+through isolated trials (each probe a short run of the real step in its own process, as a
+trial is), so an out-of-memory error ends a probe, never the study or the machine's other
+work. A batch "fits" when its probe runs and its peak memory is within ``--max-memory``
+(when one is given); the ceiling is the largest fitting batch on the space's grid (its
+``step``), at most the space's top.
+
+The probe runs PyTorch's defaults at each batch (fp32, no activation checkpointing):
+the configuration that needs the most memory in most spaces, so what fits there fits
+the cheaper configurations too; a configuration that would fit a still larger batch (bf16
+with checkpointing) is not searched above the ceiling, a deliberate trade for not spending
+the study's trials on batches that cannot run.
+
+The result is stored on the study (``batch_ceiling``) once and read back on every resume
+and by every worker, so the searched range (and with it Optuna's distributions) never
+changes within a study.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from autotune import knobs
+from autotune import result as R
+from autotune.knobs.space import Dimension
+from autotune.evidence.ceiling import Ceiling
+
+if TYPE_CHECKING:  # pragma: no cover
+    from autotune.trial.protocol import Settings
+    from autotune.trial.runner import Runner
+
+MAX_PROBES = 16  # enough for an exact ceiling on a grid of 128 batch sizes (2 log2 n + 1 probes at most)
+
+#: ``fits(batch_size)`` -> (fits, outcome, peak memory bytes or None)
+Fits = Callable[[int], tuple[bool, str, int | None]]
+
+
+def probe_text(batch: int, outcome: str, peak: int | None) -> str:
+    """One probe as the progress lines show it: ``batch ceiling probe: batch 64: oom``."""
+    from autotune.units import format_bytes
+
+    return f"batch ceiling probe: batch {batch}: {outcome}" + (f", peak {format_bytes(peak)}" if peak else "")
+
+
+def find(fits: Fits, values: list[int], start: int | None = None, max_probes: int = MAX_PROBES) -> Ceiling:
+    """The largest of ``values`` (the searched batch sizes) for which ``fits`` holds.
+
+    Doubles from ``start`` (default: the smallest value) until a batch does not fit or the
+    largest value is reached (halves while the start does not fit), then bisects between the
+    last batch that fit and the first that did not: at most 2 log2(n) + 1 probes for n
+    values. Past ``max_probes`` it settles for the largest batch seen to fit. Assumes that fitting is monotone in the batch (a batch that fits implies
+    that every smaller one does), as memory is.
+    """
+    grid = sorted(set(int(v) for v in values))
+    if not grid:
+        raise ValueError("no batch sizes to probe")
+    began = time.perf_counter()
+    probes: list[tuple[int, str, int | None]] = []
+    seen: dict[int, tuple[bool, str]] = {}
+
+    def check(i: int) -> bool:
+        b = grid[i]
+        if b not in seen:
+            ok, outcome, peak = fits(b)
+            probes.append((b, R.OK if ok else outcome, peak))
+            seen[b] = (ok, outcome)
+        return seen[b][0]
+
+    def done(best: int | None, failing: int | None) -> Ceiling:
+        return Ceiling(None if best is None else grid[best], "space" if failing is None else seen[grid[failing]][1],
+                       None if failing is None else grid[failing], probes, time.perf_counter() - began)
+
+    i = 0 if start is None else min(range(len(grid)), key=lambda k: (abs(grid[k] - start), k))
+    best: int | None = None
+    while True:  # doubling
+        if len(probes) >= max_probes:
+            return done(best, None)
+        if not check(i):
+            failing = i
+            break
+        best = i
+        if i == len(grid) - 1:
+            return done(best, None)
+        i = next((k for k in range(i + 1, len(grid)) if grid[k] >= 2 * grid[i]), len(grid) - 1)
+    while best is None:  # the start did not fit: halve until one does
+        if failing == 0:
+            return done(None, 0)
+        i = next((k for k in range(failing - 1, -1, -1) if grid[k] <= grid[failing] // 2), 0)
+        if len(probes) >= max_probes:
+            return done(None, failing)
+        if check(i):
+            best = i
+        else:
+            failing = i
+    while failing - best > 1 and len(probes) < max_probes:  # bisection
+        mid = (best + failing) // 2
+        if check(mid):
+            best = mid
+        else:
+            failing = mid
+    return done(best, failing)
+
+
+def fits_with(measure: Callable[[Mapping[str, Any]], R.TrialResult], base: Mapping[str, Any],
+              max_memory_bytes: int | None) -> Fits:
+    """A ``fits`` function that runs ``base`` at each batch through ``measure`` (an isolated short trial)."""
+
+    def fits(batch: int) -> tuple[bool, str, int | None]:
+        res = measure({**base, knobs.BATCH_KNOB: batch})
+        peak = res.peak_memory_bytes
+        if not res.ok:
+            return False, res.outcome, peak
+        if max_memory_bytes and peak is not None and peak > max_memory_bytes:
+            return False, "max_memory", peak
+        return True, R.OK, peak
+
+    return fits
+
+
+def probe_settings() -> Settings:
+    """A probe runs a few steps (enough for the optimizer's state and the peak), not a measurement."""
+    from autotune.trial.protocol import Settings
+
+    return Settings(windows=1, window_s=0.05, min_warmup_steps=2, min_warmup_s=0.0, max_warmup_steps=3,
+                    max_warmup_s=5.0, profile_steps=0, count_flops=False)
+
+
+def probe(runner: Runner, base: Mapping[str, Any], dim: Dimension, max_memory_bytes: int | None,
+          on_probe: Callable[[int, str, int | None], None] | None = None) -> Ceiling:
+    """The ceiling among ``dim``'s batch sizes: PyTorch's defaults (``base``) run at each batch in isolated trials."""
+    settings = probe_settings()
+
+    def measure(config: Mapping[str, Any]) -> R.TrialResult:
+        return runner.measure(config, settings=settings)
+
+    fits = fits_with(measure, base, max_memory_bytes)
+
+    def reporting(batch: int) -> tuple[bool, str, int | None]:
+        ok, outcome, peak = fits(batch)
+        if on_probe is not None:
+            on_probe(batch, R.OK if ok else outcome, peak)
+        return ok, outcome, peak
+
+    return find(reporting, [int(v) for v in dim.values()], start=int(base.get(knobs.BATCH_KNOB) or dim.values()[0]))
+
+
+def clip(dim: Dimension, ceiling: Ceiling, baseline: int) -> Dimension | None:
+    """``dim`` without the batch sizes above the ceiling (the baseline's stays: it is always measured);
+    None when no more than one value is left to search."""
+    top = ceiling.batch_size
+    if top is None:
+        kept = Dimension(dim.knob, (baseline,))
+    elif dim.choices is None:
+        assert dim.low is not None
+        if top < dim.low:
+            kept = Dimension(dim.knob, (baseline,))
+        else:
+            kept = Dimension(dim.knob, None, dim.low, dim.low + (min(top, dim.high or top) - dim.low) // dim.step * dim.step, dim.step)
+    else:
+        kept = Dimension(dim.knob, tuple(v for v in dim.choices if v <= top) or (baseline,))
+    kept = kept.with_value(baseline)
+    return kept if len(kept.values()) > 1 else None

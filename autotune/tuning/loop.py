@@ -1,0 +1,154 @@
+"""The tuning loop: the phases (:mod:`autotune.tuning.phases`) composed into one run over a study.
+
+A run searches until the budget is spent, measuring the noise floor as soon as the baseline
+is measured; then, unless the request leaves it to another process, it races the leaders
+against the defaults, measures what each knob of the winner bought and, when some bought
+nothing, the smallest configuration that keeps the gain; the verdict comes from the evidence
+of the study the phases leave. :class:`Options` is the request's part that the loop follows
+(derived once: :meth:`Options.of`); :class:`Summary` is what a run reports.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from autotune.evidence import Verdict, evidence_of
+from autotune.tuning.phases import Bench, Search, SearchOptions, Seeds, Session, TrialRecord, bought, claims, floor
+from autotune.tuning.phases import minimal, race
+from autotune.tuning.phases.sampler import GP_MAX_TRIALS, GPThenTPE, make_sampler
+from autotune.tuning.phases.seeds import base_config, baseline_failure
+from autotune.request import DEFAULT_CONFIRM, DEFAULT_SAMPLER, SAMPLERS, TuneConfig
+from autotune.store import LiveStudy
+from autotune import result as R
+
+__all__ = ["DEFAULT_SAMPLER", "GPThenTPE", "GP_MAX_TRIALS", "Options", "SAMPLERS", "Summary", "TrialRecord", "Tuner",
+           "base_config", "baseline_failure", "make_sampler"]
+
+
+@dataclass
+class Options(SearchOptions):
+    """How a run goes: the search's budget and measurement choices, the run's time, and the phases after it."""
+
+    time_budget_s: float | None = None
+    deadline: float | None = None  # epoch seconds: no trial starts after it (a fleet's --time-budget)
+    floor_repeats: int = floor.FLOOR_REPEATS  # the baseline again in this many processes, early
+    race_rounds: int = DEFAULT_CONFIRM  # at most this many rounds of the final race (--confirm; 0: none)
+    race_candidates: int = race.MAX_CANDIDATES
+
+    @classmethod
+    def of(cls, config: TuneConfig, *, max_memory_bytes: int | None, race: bool = True, deadline: float | None = None,
+           placement: Mapping[str, Any] | None = None) -> Options:
+        """The options for a request (``max_memory_bytes``: the study's stored budget; ``race``: False for workers
+        that leave the final race to another process; ``deadline``: a fleet's stored --time-budget). The stale
+        grace is the study's own (:class:`autotune.store.LiveStudy`, opened with the request's)."""
+        return cls(trials=config.trials, max_memory_bytes=max_memory_bytes, early_stop=config.early_stop,
+                   race_rounds=config.confirm if race else 0, deadline=deadline, placement=dict(placement or {}))
+
+    def estimate_s(self, trial_s: float, remaining: int, elapsed_s: float = 0.0) -> float:
+        """The rest of the study at the defaults' pace: the remaining trials, the noise floor, and a race of
+        ``race_candidates`` configurations and the baseline for all its rounds (an upper bound: a race stops
+        as soon as it is settled, and dominated trials are cut short); never past the time budget, which ends
+        the study first (``elapsed_s``: spent of it already)."""
+        race_measurements = self.race_rounds * (self.race_candidates + 1) if self.race_rounds else 0
+        rest = trial_s * (max(0, remaining) + self.floor_repeats + race_measurements)
+        ends = [self.time_budget_s - elapsed_s if self.time_budget_s is not None else None,
+                self.deadline - time.time() if self.deadline is not None else None]
+        return min([rest, *(max(0.0, e) for e in ends if e is not None)])
+
+
+@dataclass
+class Summary:
+    """What a run did: why its search stopped, the configurations it measured, what it measured again, the race and
+    what each knob bought (their reports), and the verdict of the study it leaves."""
+
+    reason: str
+    measured: int
+    new: int
+    duplicates: int
+    elapsed_s: float
+    repeats: int = 0  # re-measurements (noise floor, race and ablation) taken by this run: configurations measured
+    repeat_processes: int = 0  # ... and the processes they took (a shared process measures several configurations)
+    race: race.RaceReport | None = None
+    ablation: bought.AblationReport | None = None
+    verdict: Verdict | None = None
+    records: list[TrialRecord] = field(default_factory=list)
+
+    def text(self) -> str:
+        """The line a run ends with (``autotune run`` and ``autotune.tune``)."""
+        from autotune.units import format_duration, plural
+
+        r = self.race
+        raced = (f"; race: {plural(r.rounds, 'round')}, {plural(r.measurements, 'measurement')} in "
+                 f"{plural(r.processes, 'process')} ({r.stopped})") if r else ""
+        if self.ablation is not None:
+            raced += f"; each knob's step measured in {plural(self.ablation.processes, 'shared process')}"
+        return (f"done: {self.reason}; {plural(self.new, 'new configuration')} and "
+                f"{plural(self.repeats, 'repeat measurement')} ({plural(self.repeat_processes, 'process')}) "
+                f"in {format_duration(self.elapsed_s)}{raced}")
+
+
+class Tuner:
+    """One run of the phases over a study: ``seeds`` say what is searched and measured first, ``bench`` how this
+    process measures; ``on_trial(record)`` is told after each trial, ``check()`` runs before each (it raises when
+    the store can no longer keep results: :meth:`autotune.store.Store.check_alive`)."""
+
+    def __init__(self, live: LiveStudy, seeds: Seeds, bench: Bench, options: Options | None = None,
+                 on_trial: Callable[[TrialRecord], None] | None = None, check: Callable[[], None] | None = None) -> None:
+        self.live = live
+        self.seeds = seeds
+        self.bench = bench
+        self.options = options or Options()
+        self.on_trial = on_trial
+        self.search = Search(live, seeds, bench, self.options, on_trial=self._shown, check=check)
+        self._session: Session | None = None
+
+    def sampler_opening(self) -> str | None:
+        """Before the first trial: the sampler's hand-over, when a resumed study is past it already."""
+        return self.search.handover.opening()
+
+    def run(self, *, poll_s: float | None = None) -> Summary:
+        """Search, then race, measure what each knob bought and the minimal configuration (``poll_s``: how often to
+        look while other processes measure the rest of the budget; default: the options')."""
+        live, bench, opts = self.live, self.bench, self.options
+        session = self._session = Session(live, opts.time_budget_s, opts.deadline)
+        counted = bench.counts()
+        noise = floor.Floor(live, bench, opts.floor_repeats)
+
+        def floor_first() -> None:  # before each trial: the noise floor, as soon as the baseline is measured
+            if noise():
+                session.save()
+
+        try:
+            found = self.search.run(session, between=floor_first, poll_s=poll_s)
+            summary = Summary(found.reason, found.measured, found.new, found.duplicates, 0.0, records=found.records)
+            if opts.race_rounds > 0:
+                end = session.end()
+                summary.race = race.run(live, bench, opts.race_rounds, opts.race_candidates, deadline=end)
+                if bench.ablate is not None:
+                    summary.ablation = bought.run(live, bench, self.seeds.ctx, deadline=end)
+                    rec = minimal.run(live, self.search, end)
+                    if rec is not None:
+                        summary.records.append(rec)
+                        self._shown(rec)
+                        if rec.duplicate_of is None:
+                            summary.new += 1
+                session.save()
+        finally:
+            session.save()
+        measurements, processes = bench.counts()
+        summary.elapsed_s = session.elapsed_s
+        summary.repeats, summary.repeat_processes = measurements - counted[0], processes - counted[1]
+        summary.verdict = evidence_of(live.view()).verdict()
+        return summary
+
+    def _shown(self, rec: TrialRecord) -> None:
+        """Tell ``on_trial`` a trial's record; the baseline's first measurement carries the estimate of the rest."""
+        if rec.role == "baseline" and rec.outcome == R.OK and rec.duration_s and rec.duplicate_of is None:
+            assert self._session is not None
+            measured = claims.budget_counts(self.live.trials())[0]
+            rec.estimate_s = self.options.estimate_s(rec.duration_s, self.options.trials - measured,
+                                                     self._session.elapsed_s)
+        if self.on_trial:
+            self.on_trial(rec)

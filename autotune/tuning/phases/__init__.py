@@ -1,0 +1,37 @@
+"""The tuning loop's phases, in the order a run takes them, each a unit over the stored study.
+
+1. **search** (:mod:`.search`): Optuna suggests configurations and each is measured once in a
+   fresh process until the budget is spent; the seeds come first (:mod:`.seeds`: PyTorch's
+   defaults, the guides' recipe, earlier studies' winners), configurations are claimed through
+   the storage so processes sharing a study never measure one twice (:mod:`.claims`), and the
+   default sampler hands over from a Gaussian process to TPE in long studies (:mod:`.sampler`).
+2. **noise floor** (:mod:`.floor`): right after the baseline trial, the defaults measured again in
+   processes of their own, so that every comparison after it knows the machine's noise. It runs
+   inside the search, before the next trial.
+3. **race** (:mod:`.race`): the configurations the evidence cannot separate from the fastest,
+   measured again round after round until the verdict is settled.
+4. **what each knob bought** (:mod:`.bought`): the path from the defaults to the winner, one knob
+   at a time, each step measured in shared processes.
+5. **minimal configuration** (:mod:`.minimal`): the shortest start of that path that keeps the
+   gain, measured as a trial of its own when the search never measured it.
+
+Every phase is a function (the search a class, for its state across trials) over a
+:class:`autotune.store.LiveStudy` (what the study holds; every write goes through it) and a
+:class:`.bench.Bench` (how this process measures), with its own few settings, and returns its
+report; it reads what it needs from the study, so each runs alone on a study in the right
+state (a benchmark or a test measures one phase without the others), and a stopped run
+resumes each where it stopped. The time a run may take is its :class:`.session.Session`.
+:class:`autotune.tuning.loop.Tuner` composes them; the figures come from
+:class:`autotune.evidence.Evidence`, computed from the study each phase leaves.
+"""
+
+from __future__ import annotations
+
+from autotune.tuning.phases import bought, claims, floor, minimal, race, sampler, seeds
+from autotune.tuning.phases.bench import Bench
+from autotune.tuning.phases.search import Search, SearchOptions, SearchReport, TrialRecord
+from autotune.tuning.phases.seeds import Seeds
+from autotune.tuning.phases.session import Session
+
+__all__ = ["Bench", "Search", "SearchOptions", "SearchReport", "Seeds", "Session", "TrialRecord", "bought", "claims",
+           "floor", "minimal", "race", "sampler", "seeds"]

@@ -1,0 +1,291 @@
+"""The race: at the end, the configurations the evidence cannot separate from the fastest, measured again until
+the verdict is settled.
+
+The candidates (:meth:`autotune.evidence.Evidence.race_candidates`) are measured again,
+round after round. Given shared processes (``bench.together``: ``AUTOTUNE_PAIRED=1``, see
+:data:`autotune.tuning.preparation.PAIRED_ENV`), those that can share a process with the defaults
+(every knob they change acts on the arm's own model, optimizer, loader or step, and the
+host heap is retained: :func:`autotune.knobs.apart`) are measured alternately with the
+defaults in one process per round (:mod:`autotune.trial.paired`), where the process's own speed
+cancels in their ratio; the others in a process each, the baseline in every round,
+interleaved in a rotating order. After each round a candidate leaves once it cannot change
+the verdict (slower than the fastest or the defaults beyond the noise, neither faster than the
+winner nor simpler, or faster by no more than ``INDIFFERENCE``, an equivalent: :func:`_decide`),
+so measurements go to the comparisons still undecided. The race stops at a planned look (:func:`look_rounds`) once the verdict is
+settled, at once when it cannot end in a claim, or after ``rounds`` rounds (the
+``--confirm`` budget). Claims are adjusted for the looks.
+
+Every re-measurement is a record of its own (``measurement:race-<id>-<k>:<trial>``, or
+``paired:pair-<id>-<k>-<g>`` for a shared process) and the race's plan and state one more
+(``race:<id>``), so a race stopped half-way resumes on the next run, and two processes never
+overwrite each other's measurements.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from autotune import knobs
+from autotune import result as R
+from autotune.evidence import Evidence, evidence_of
+from autotune.tuning.phases.bench import Bench
+from autotune.tuning.phases.claims import owned_elsewhere
+from autotune.evidence.stats import t_quantile
+from autotune.store import LiveStudy, StoredStudy
+from autotune.store.races import RaceRecord, RaceStop
+from autotune.store.records import owner
+
+MAX_CANDIDATES = 6
+MIN_ROUNDS = 3  # rounds before a race of separate processes may stop (the noise between processes is large: at 15%,
+# a look after two rounds let a lucky round stop the race on the wrong winner in 1-3 seeds of 20)
+MIN_ROUNDS_WITHIN = 2  # ... of shared processes only: two give the within-process noise its degrees of freedom
+INDIFFERENCE = 0.03  # a rival that cannot be more than 3% faster than the winner is equivalent to it: the simpler wins
+MAX_ARMS = 5  # configurations one process measures alternately: the defaults and up to four candidates
+
+
+@dataclass
+class RaceReport:
+    """What this run's race did: its candidates, rounds, measurements and processes, who left and why it stopped."""
+
+    race_id: str
+    candidates: list[int]
+    rounds: int = 0
+    measurements: int = 0  # configurations measured (an arm of a shared process counts as one)
+    processes: int = 0  # processes started for them
+    eliminated: dict[int, str] = field(default_factory=dict)
+    stop: RaceStop | None = None
+    stopped: str = ""  # the stop in words
+    within: list[int] = field(default_factory=list)  # candidates measured alternately with the defaults in one process
+    looks: int = 1
+
+
+def look_rounds(min_rounds: int, rounds: int) -> list[int]:
+    """The rounds after which a race may stop: ``min_rounds``, then each doubling, and the budget's last.
+    Few looks, so that adjusting the claim for them (:mod:`autotune.evidence.stats`) costs little width."""
+    if rounds <= min_rounds:
+        return [max(1, rounds)]
+    out = []
+    k = min_rounds
+    while k < rounds:
+        out.append(k)
+        k *= 2
+    return [*out, rounds]
+
+
+def _rounds_begun(view: StoredStudy, race_id: str) -> int:
+    """Rounds of this race with any measurement stored (a failed one counts, so a failing configuration cannot
+    loop forever): rounds race-<id>-<k> of a process each, pair-<id>-<k>-<g> of shared processes."""
+    begun = {m.round_id.rsplit("-", 1)[1] for m in view.remeasurements() if m.round_id.startswith(f"race-{race_id}-")}
+    begun |= {b.round_id.split("-")[2] for b in view.blocks() if b.round_id.startswith(f"pair-{race_id}-")}
+    return len(begun)
+
+
+def run(live: LiveStudy, bench: Bench, rounds: int, max_candidates: int = MAX_CANDIDATES, min_rounds: int = MIN_ROUNDS,
+        deadline: float | None = None) -> RaceReport | None:
+    """Race the candidates tied with the fastest; resumes a race a stopped run left unfinished.
+
+    A race covers the trials measured when it started; once the study holds more, a new race
+    starts (the earlier rounds still count as evidence). Candidates that can share a process
+    with the defaults (:func:`autotune.knobs.apart`) are measured alternately with them in one
+    process per round (``bench.together``; their noise is the within-process one, so two rounds
+    may settle them); the others, and all of them without ``together``, in a process each
+    (``bench.again``), the baseline in every round. After each round the candidates that can no
+    longer change the verdict leave (:func:`_decide`); at the planned looks (:func:`look_rounds`)
+    the race stops once the verdict is settled, or cannot be. ``deadline`` (epoch seconds, from
+    ``--time-budget``): no process starts after it. Each measurement is told to the bench as
+    ``("race round K of at most N", trial, samples/s)`` (``..., in one process`` for the shared ones).
+    """
+    if rounds <= 0:
+        return None
+    view = live.view()
+    ev = evidence_of(view)
+    if ev.baseline is None:
+        return None
+    together = bench.together
+    base = ev.baseline.number
+    measured = sum(1 for t in view.trials if t.measured)
+    races = view.races()
+    latest = races[-1] if races else None
+    if latest and latest[1].measured == measured:
+        race_id, record = latest
+        if not record.done and owned_elsewhere(live, record.owner):
+            return None  # another live process runs this race
+        extend = record.stop is RaceStop.ROUNDS and rounds > record.rounds_run
+        if record.done and not extend:
+            return None
+        candidates = list(record.candidates)
+        within = list(record.within) if together is not None else []
+        first = record.min_rounds or min_rounds
+        if extend:
+            record = replace(record, rounds=rounds, looks=len(look_rounds(first, rounds)), done=False)
+            live.save_race(race_id, record)
+    else:
+        candidates = ev.race_candidates(max_candidates)
+        if not candidates:
+            return None
+        # Shared processes need two rounds before their noise is known (--confirm 1 races in separate processes).
+        within = [n for n in candidates if together is not None and rounds >= MIN_ROUNDS_WITHIN
+                  and knobs.apart([ev.baseline.config, ev.configs[n].config]) is None]
+        first = MIN_ROUNDS_WITHIN if within and len(within) == len(candidates) else min_rounds
+        race_id = uuid.uuid4().hex[:8]
+        record = RaceRecord(tuple(candidates), measured, rounds, time.time(), tuple(within), first,
+                            len(look_rounds(first, rounds)), owner=owner())
+        live.save_race(race_id, record)
+    looks = look_rounds(first, rounds)
+    report = RaceReport(race_id, candidates, within=within, looks=len(looks))
+    alive = list(candidates)
+    while True:
+        view = live.view()
+        ev = evidence_of(view)
+        report.rounds = _rounds_begun(view, race_id)
+        alive = _failed_out(ev, alive, report)
+        if not alive:
+            report.stop, report.stopped = RaceStop.FAILED, "every candidate failed when measured again"
+            break
+        if report.rounds >= MIN_ROUNDS_WITHIN:  # leaving the race is no claim: it may come before the first look
+            alive, stop = _decide(ev, alive, report, report.rounds, rounds)
+            # A stop that ends in a claim waits for a planned look (the claim is adjusted for them); one that
+            # ends without a claim (futile, everything slower) can come at any round.
+            if stop and (report.rounds in looks or stop[0] is not RaceStop.SETTLED):
+                report.stop, report.stopped = stop
+                break
+        if report.rounds >= rounds:
+            report.stop, report.stopped = RaceStop.ROUNDS, f"budget of {rounds} rounds spent (--confirm)"
+            break
+        if deadline is not None and time.time() >= deadline:
+            report.stop, report.stopped = RaceStop.TIME, "time budget spent (--time-budget)"
+            break
+        k = report.rounds
+        what = f"race round {k + 1} of at most {rounds}"
+
+        def late() -> bool:  # no process starts after the deadline, inside a round too
+            return deadline is not None and time.time() >= deadline
+
+        shared = [n for n in alive if n in within]
+        for g in range(0, len(shared), MAX_ARMS - 1):
+            if late():
+                break
+            numbers = [base, *shared[g:g + MAX_ARMS - 1]]
+            rates, result = bench.shared(live, f"pair-{race_id}-{k + 1:02d}-{g // (MAX_ARMS - 1)}",
+                                         [ev.configs[n].key for n in numbers], numbers,
+                                         [ev.configs[n].config for n in numbers], race=race_id)
+            report.processes += 1
+            for n, rate, arm in zip(numbers, rates, result.arms or [{}] * len(numbers)):
+                report.measurements += 1
+                bench.told(f"{what}, in one process", n, rate, shared=True)
+                if arm.get("outcome") == R.OOM and n != base and n in within:
+                    # out of memory beside the other arms (a GPU holds them all): measure it alone from now on
+                    within.remove(n)
+                    record = replace(record, within=tuple(within))
+                    live.save_race(race_id, record)
+        apart = [n for n in alive if n not in within]
+        if apart:
+            order = [base, *apart]
+            order = order[k % len(order):] + order[: k % len(order)]  # rotate: nobody is always first
+            for number in order:
+                if late():
+                    break
+                rate = bench.again(live, number, f"race-{race_id}-{k + 1:02d}", ev.configs[number].config)
+                report.measurements += 1
+                report.processes += 1
+                bench.told(what, number, rate)
+    record = replace(record, done=True, stop=report.stop, stopped=report.stopped, rounds_run=report.rounds,
+                     eliminated=dict(report.eliminated))
+    live.save_race(race_id, record)
+    return report
+
+
+def _failed_out(ev: Evidence, alive: list[int], report: RaceReport) -> list[int]:
+    """Candidates that failed when measured again leave the race."""
+    keep = []
+    for n in alive:
+        c = ev.configs.get(n)
+        if c is None or c.failed_repeats:
+            report.eliminated.setdefault(n, "failed when measured again")
+            continue
+        keep.append(n)
+    return keep
+
+
+Stop = tuple[RaceStop, str]  # why a race stops, and that in words
+
+
+def _decide(ev: Evidence, alive: list[int], report: RaceReport, done: int, budget: int) -> tuple[list[int], Stop | None]:
+    """Which candidates stay in the race, and whether the verdict is settled (why, or None).
+
+    Leaving the race is a decision about where to spend measurements, not a claim, so it is
+    taken at the plain 90% level. A candidate leaves when it is slower than the fastest beyond
+    the noise, slower than the defaults beyond the noise, or can no longer change the verdict:
+    once a winner beats the defaults beyond the noise, only a candidate that might still prove
+    faster than it, or one that changes fewer knobs and might still separate from the defaults,
+    is measured again. The verdict is settled when nobody else could change it; it cannot be
+    settled when the fastest would not separate from the defaults within the budget (futile).
+    """
+    leader = max(alive, key=lambda n: ev.configs[n].samples_per_s)
+    speed = {n: ev.speedup(n) for n in alive}
+    keep = []
+    for n in alive:
+        if n != leader and ev.compare(n, leader, claim=False).below_one():
+            report.eliminated.setdefault(n, f"slower than #{leader} beyond the noise")
+        elif speed[n] is not None and speed[n].below_one():  # type: ignore[union-attr]
+            report.eliminated.setdefault(n, "slower than the defaults beyond the noise")
+        else:
+            keep.append(n)
+    if not keep:
+        return keep, (RaceStop.SLOWER, "every candidate is slower than the defaults beyond the noise")
+    choice = ev.choose(keep)
+    if not choice.significant:
+        lead = int(choice.leader)
+        s = speed[lead]
+        if s is not None and _futile(s, done, budget):
+            return keep, (RaceStop.FUTILE, "futile: at this rate the fastest would not separate from the defaults within "
+                                           "the budget")
+        return keep, None
+    winner = int(choice.winner)
+    tied = {int(k) for k in choice.tied}
+    changes = {n: len(ev.configs[n].changes) for n in keep}
+    contenders = []
+    for n in keep:
+        if n == winner:
+            continue
+        # Each question stays open only while the budget could still answer it (_futile): two configurations
+        # that are truly alike never separate, and measuring them until the budget is spent teaches nothing.
+        s = speed[n]
+        simpler = (changes[n] < changes[winner] and n in tied and s is not None and s.includes_one()
+                   and not _futile(s, done, budget))
+        versus = ev.compare(n, winner, claim=False)
+        # A rival that looks faster stays only while it might be more than INDIFFERENCE faster than the winner: within
+        # that margin the two are equivalent for a user, and the winner (the simpler, or the faster) stands.
+        equivalent = versus.high is not None and versus.high <= 1.0 + INDIFFERENCE
+        faster = (ev.configs[n].samples_per_s > ev.configs[winner].samples_per_s and versus.includes_one()
+                  and not equivalent and not _futile(versus, done, budget))
+        if simpler or faster:
+            contenders.append(n)
+        elif equivalent:
+            report.eliminated.setdefault(n, f"not more than {100 * INDIFFERENCE:.0f}% faster than #{winner}: equivalent")
+        else:
+            report.eliminated.setdefault(n, f"cannot change the verdict for #{winner} within the budget")
+    if not contenders:
+        return [winner], (RaceStop.SETTLED, f"settled: #{winner} beats the defaults beyond the noise")
+    return [winner, *contenders], None
+
+
+def _futile(s: Any, done: int, budget: int) -> bool:
+    """A ratio's interval includes 1, and would still include it at the end of the budget even were its
+    estimate to grow by half again: for the fastest against the defaults, a race that cannot end in a claim
+    stops, and the answer is "no gain beyond the noise"; for a contender against the winner, the question is
+    left (they are alike, as far as the budget can tell). The projection narrows the interval as
+    1/sqrt(rounds), and its t quantile as the noise's degrees of freedom grow with the rounds (two processes
+    of two configurations give one degree of freedom, whose quantile alone is ten times a large sample's)."""
+    if not s.includes_one() or not s.has_interval or s.estimate <= 0:
+        return bool(s.has_interval and s.below_one())
+    half_now = (math.log(s.high) - math.log(s.low)) / 2
+    scale = math.sqrt(done / budget) if budget > done else 1.0
+    if s.df and budget > done:
+        tests = s.comparisons * s.looks
+        scale *= t_quantile(max(s.df, round(s.df * budget / max(done, 1))), s.level, tests) / t_quantile(s.df, s.level, tests)
+    return 1.5 * abs(math.log(s.estimate)) < half_now * scale

@@ -1,0 +1,433 @@
+"""The search: Optuna suggests configurations, each is measured once in a fresh process, until the budget is spent.
+
+One trial (:meth:`Search.trial`): ask Optuna (a queued seed first), sign the trial with this
+process, suggest the searched knobs, resolve the configuration; a configuration measured
+already is answered from the stored result; otherwise it is claimed through the storage
+(:mod:`.claims`) and measured with heartbeats, cut short when the front clearly dominates
+it (by a margin never below the noise floor), then recorded and told to Optuna.
+
+- a failed trial (oom, nan, error, timeout, crashed, not_applicable) is told as a COMPLETE
+  trial with pessimistic values and a violated constraint, so every sampler learns to avoid
+  its region (Optuna's samplers ignore FAIL trials) and it never reaches the Pareto front;
+- ``--max-memory`` is a real constraint, not a penalty;
+- Ctrl-C/SIGTERM record the running trial as interrupted and queue it again, so a later run
+  measures it.
+
+The loop (:meth:`Search.run`) looks for other processes' stale trials, queues the seeds just
+in time (:mod:`.seeds`), and stops when the study holds ``trials`` measured configurations,
+when the run's time is spent, or when the sampler keeps repeating measured configurations
+("space exhausted"); while other processes measure the rest of the budget, it waits. Past the default
+sampler's hand-over to TPE (a long study), a proposal of a measured configuration is moved to the nearest one
+not measured yet before the trial takes it (:meth:`Search.steer`, :mod:`.steer`): no trial is spent on a cache
+answer there.
+
+Each part of a trial can be timed without touching the loop: ``on_step(step, seconds)`` is told
+after ``ask`` (Optuna creates the trial), ``suggest`` (the sampler and the parameters' writes),
+``claim`` (the claim through the storage), ``measure`` (the bench), ``tell`` (the result's marks
+and Optuna's tell, or a cache answer's), then ``trial`` (the whole of :meth:`Search.trial`), and
+``wait`` for each idle poll of :meth:`Search.run` while other processes measure the rest of the
+budget (benchmarks/fleet_scale.py times coordination with it). ``AUTOTUNE_TRACE=1`` in the
+environment prints each step as it ends, on stderr, one JSON line after ``autotune-trace ``
+(``step``, ``began``: epoch seconds, ``s``, ``sampler``: the study's sampler's class), so a run's own time to its
+first trial is measured from outside (benchmarks/resume_scale.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune import knobs
+from autotune import result as R
+from autotune.errors import WorkloadError
+from autotune.tuning.phases import claims, sampler
+from autotune.tuning.phases import steer as steering
+from autotune.tuning.phases.bench import Bench
+from autotune.tuning.phases.seeds import Seeds, baseline_failure, failed_baseline
+from autotune.tuning.phases.session import Session
+from autotune.request import CUT_MARGIN, DEFAULT_TRIALS
+from autotune.evidence.stats import Ratio
+from autotune.store import LiveStudy, StoredTrial
+from autotune.store.records import SKIPPED
+from autotune.evidence import evidence_of
+
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+# Heartbeats are recorded by hand around each trial (LiveStudy.heartbeat), which Optuna's ask() does not know.
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+
+#: How often the loop looks for other processes' stale trials (a query for lapsed heartbeats and a read of the running
+#: trials): a stale trial is one whose heartbeats lapsed a grace period ago (60 s), or whose process on this host is
+#: gone; looking before every trial only polled the database harder (64 workers: a dozen queries a second).
+RECOVER_EVERY_S = 5.0
+TRACE_ENV = "AUTOTUNE_TRACE"  # "1": print each step of each trial on stderr (see the module's docstring)
+STEPS = ("ask", "suggest", "claim", "measure", "tell", "trial", "wait")
+#: ``on_step(step, seconds)``: told as each step of :data:`STEPS` ends.
+OnStep = Callable[[str, float], None]
+
+
+@dataclass
+class SearchOptions:
+    """The search's budget and how it measures and tells (the tuning loop's :class:`autotune.tuning.loop.Options` holds them)."""
+
+    trials: int = DEFAULT_TRIALS
+    max_memory_bytes: int | None = None
+    max_repeats: int = 30  # the sampler repeating measured configurations this many times in a row ends the search
+    early_stop: bool = True
+    cut_margin: float = CUT_MARGIN  # the least margin to cut a dominated trial short; raised to the noise floor
+    failures_as: str = "constraint"  # "fail": Optuna's FAIL state (only to measure the difference)
+    placement: dict[str, Any] = field(default_factory=dict)  # the device and cores this process measures on
+    poll_s: float = 2.0  # while other processes' trials finish the budget
+
+
+@dataclass
+class TrialRecord:
+    """What the progress display gets after each trial."""
+
+    number: int
+    role: str
+    config: dict[str, Any]
+    outcome: str
+    samples_per_s: float | None
+    peak_memory_bytes: int | None
+    speedup: Ratio | None = None
+    duplicate_of: int | None = None
+    error: str | None = None
+    duration_s: float | None = None
+    cut_short: bool = False
+    over_budget: bool = False  # ok, but its peak memory is over --max-memory: never a candidate
+    estimate_s: float | None = None  # on the baseline's record: about how long the rest of the study will take
+    load: dict[str, Any] = field(default_factory=dict)  # what else ran on the machine while it measured (autotune.machine.load)
+    note: str | None = None  # a line to print after this trial's: the sampler handed over (GPThenTPE), once per run
+
+
+@dataclass
+class SearchReport:
+    """Why the search stopped, and what it did: configurations measured in the study, new ones, cache answers."""
+
+    reason: str = ""
+    measured: int = 0
+    new: int = 0
+    duplicates: int = 0
+    records: list[TrialRecord] = field(default_factory=list)
+
+
+class Search:
+    """The search over ``seeds.space`` on a study, measuring through ``bench``.
+
+    ``on_trial(record)``: told after each trial of :meth:`run`; ``check()``: before each trial, raises when the
+    store can no longer keep results (:meth:`autotune.store.Store.check_alive`); ``on_step(step, seconds)``: told
+    as each step of a trial ends (see the module's docstring; default: the ``AUTOTUNE_TRACE`` lines, when set).
+    """
+
+    def __init__(self, live: LiveStudy, seeds: Seeds, bench: Bench, options: SearchOptions | None = None,
+                 on_trial: Callable[[TrialRecord], None] | None = None, check: Callable[[], None] | None = None,
+                 on_step: OnStep | None = None) -> None:
+        self.live = live
+        self.seeds = seeds
+        self.bench = bench
+        self.options = options or SearchOptions()
+        self.on_trial = on_trial
+        self.check = check or (lambda: None)
+        self.on_step = on_step if on_step is not None else _trace(live) if os.environ.get(TRACE_ENV) == "1" else None
+        self.handover = sampler.Handover(live)
+        if isinstance(live.sampler, sampler.GPThenTPE):  # past the hand-over, TPE's proposals avoid measured configurations
+            live.sampler.steer = self.steer
+        self._cache: dict[str, StoredTrial] | None = None  # measured trials by configuration key
+
+    @property
+    def cache(self) -> dict[str, StoredTrial]:
+        """The measured trials by configuration key (read once per run, then kept up to date by this process)."""
+        if self._cache is None:
+            self._cache = {t.config_key: t for t in self.live.trials() if t.measured and t.config_key}
+        return self._cache
+
+    # ------------------------------------------------------------ the loop
+
+    def run(self, session: Session, between: Callable[[], Any] = lambda: None, poll_s: float | None = None,
+            until: Callable[[TrialRecord], bool] | None = None) -> SearchReport:
+        """Search until the budget is spent (see the module's docstring). ``between()`` runs before each trial (the
+        noise floor, measured as soon as the baseline is); ``poll_s``: how often to look while other processes
+        measure the rest of the budget (default: the options'); ``until(record)``: asked after each trial's record
+        is told, the search stops once it holds (a benchmark's goal reached: benchmarks/warm_start.py)."""
+        live, opts = self.live, self.options
+        failed = failed_baseline(live.trials())
+        if failed is not None:  # every speed-up is a ratio to the defaults: without them the study can answer nothing
+            raise WorkloadError(baseline_failure(failed.number, failed.outcome or "?", failed.error_message, again=True))
+        self._cache = None
+        report = SearchReport(measured=claims.budget_counts(live.trials())[0])
+        repeats = 0
+        recovered_at = -math.inf  # the last look for stale trials (at once, then every RECOVER_EVERY_S)
+        while True:
+            self.check()
+            between()
+            if time.monotonic() >= recovered_at + RECOVER_EVERY_S:
+                live.recover_stale()
+                recovered_at = time.monotonic()
+            trials = live.trials()  # one read for the budget and the seeds
+            measured, running = claims.budget_counts(trials)
+            report.measured = measured
+            if measured >= opts.trials:
+                report.reason = f"the study holds {measured} measured configurations (--trials {opts.trials})"
+                return report
+            if session.spent():
+                report.reason = "time budget spent"
+                return report
+            if measured + running >= opts.trials:  # the rest of the budget is being measured elsewhere
+                with self._step("wait"):
+                    time.sleep(opts.poll_s if poll_s is None else poll_s)
+                continue
+            self.seeds.enqueue(live, trials)
+            rec = self.trial()
+            session.save()
+            if rec is None:  # another process measures it, or the budget filled up meanwhile
+                continue
+            rec.note = self.handover.note()
+            report.records.append(rec)
+            if self.on_trial:
+                self.on_trial(rec)
+            if rec.role == "baseline" and rec.outcome != R.OK and rec.duplicate_of is None:
+                raise WorkloadError(baseline_failure(rec.number, rec.outcome, rec.error or ""))
+            if rec.duplicate_of is not None:
+                report.duplicates += 1
+                repeats += 1
+                if repeats >= opts.max_repeats:
+                    report.reason = f"space exhausted: the sampler repeated measured configurations {repeats} times in a row"
+                    return report
+            else:
+                repeats = 0
+                report.new += 1
+            if until is not None and until(rec):
+                report.reason = f"stopped after trial #{rec.number}: the caller's condition holds"
+                return report
+
+    # ------------------------------------------------------------ one trial
+
+    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
+        """Define-by-run: a dependent knob is suggested only when the knobs it needs allow it."""
+        def pick(name: str, dim: Any) -> Any:
+            if dim.choices is not None:
+                return trial.suggest_categorical(name, list(dim.choices))
+            assert dim.low is not None and dim.high is not None
+            return trial.suggest_int(name, dim.low, dim.high, step=dim.step)
+
+        return self._define(pick)
+
+    def _define(self, pick: Callable[[str, Any], Any]) -> dict[str, Any]:
+        """The searched knobs' values, each from ``pick(name, dimension)``, skipping a dependent knob whose needs
+        the knobs picked before it do not meet (one definition for a trial's suggestions and a proposal's)."""
+        params: dict[str, Any] = {}
+        for name, dim in self.seeds.space.search.items():
+            knob = knobs.KNOBS[name]
+            so_far = {**self.seeds.base, **params}
+            if any(c.check(self.seeds.ctx, so_far) for c in knob.when if isinstance(c, knobs.KnobAbove)):
+                continue
+            params[name] = pick(name, dim)
+        return params
+
+    def measured(self, proposal: Mapping[str, Any]) -> bool:
+        """The configuration ``proposal`` (a value for every searched knob) defines is measured in the study as this
+        process knows it (:attr:`cache`); one that does not resolve counts as measured (never steered to)."""
+        try:
+            params = self._define(lambda name, dim: proposal[name])
+            return knobs.resolve({**self.seeds.base, **params}, self.seeds.ctx).key() in self.cache
+        except Exception:  # noqa: BLE001 - a combination the knobs refuse: not a configuration to move to
+            return True
+
+    def steer(self, proposal: dict[str, Any]) -> dict[str, Any] | None:
+        """The sampler's proposal moved to the nearest configuration not measured yet (:mod:`.steer`), or None to
+        keep it (not measured, or none found near it)."""
+        return steering.nearest(proposal, self.seeds.space.search, self.measured)
+
+    @contextmanager
+    def _step(self, step: str) -> Iterator[None]:
+        """Tell ``on_step`` how long the ``with`` block took (nothing is timed without one)."""
+        if self.on_step is None:
+            yield
+            return
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.on_step(step, time.perf_counter() - start)
+
+    def trial(self) -> TrialRecord | None:
+        """Ask for one configuration (a queued one first) and answer it: measured, from the cache, or given up
+        (None: another process measures it, or the budget is taken). Not shown: :meth:`run` tells ``on_trial``."""
+        with self._step("trial"):
+            return self._trial()
+
+    def _trial(self) -> TrialRecord | None:
+        live, opts = self.live, self.options
+        with self._step("ask"):
+            trial = live.study.ask()
+        role = live.role(trial)
+        params: dict[str, Any] = {}
+        try:
+            live.sign(trial)
+            if opts.placement:
+                live.mark(trial, placement=opts.placement)
+            with self._step("suggest"):
+                params = self.suggest(trial)
+            resolved = knobs.resolve({**self.seeds.base, **params}, self.seeds.ctx)
+            hit = self.cache.get(resolved.key())
+            if hit is not None:
+                with self._step("tell"):
+                    return self._duplicate(trial, role, resolved, hit)
+            with self._step("claim"):
+                claimed = claims.claim(live, trial, role, resolved.key(), opts.trials)
+            if claimed.answer is claims.Answer.TAKEN:
+                return None
+            if claimed.answer is claims.Answer.GIVEN_UP:
+                with self._step("tell"):
+                    self._skip(trial, role, claimed.why)
+                return None
+            if claimed.answer is claims.Answer.ANSWERED:
+                assert claimed.earlier is not None
+                with self._step("tell"):
+                    return self._duplicate(trial, role, resolved, claimed.earlier)
+            dominators: list[tuple[float, float]] = []
+            margin = None
+            if opts.early_stop and role == "search":
+                ev = evidence_of(live.view(claimed.trials))  # the trials the claim just read
+                dominators = [(ev.configs[n].samples_per_s, float(ev.configs[n].peak_memory_bytes)) for n in ev.front()]
+                margin = ev.cut_margin(opts.cut_margin)
+            # The claim holds: from here this trial measures (a RUNNING trial without the mark is
+            # still choosing its configuration, or about to give way to an earlier claim).
+            live.mark(trial, measuring_since=time.time())
+            with live.heartbeat(trial), self._step("measure"):
+                assert self.bench.evaluate is not None, "the search measures with bench.evaluate"
+                result = self.bench.evaluate(resolved.config, dominators, margin)
+            with self._step("tell"):
+                rec = self._record(trial, role, resolved, result)
+                self.cache[resolved.key()] = live.trial(trial)
+            return rec
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # Another worker took this trial as stale (its heartbeats lapsed while the database was
+            # away) and queued its configuration again: the queued copy will be measured; whatever
+            # this process measured is dropped, never doubled.
+            return None
+        except KeyboardInterrupt:
+            if live.is_running(trial):
+                self._interrupted(trial, role, params or dict(trial.params))
+            raise
+        except Exception:
+            # The storage refused a write (or anything else broke): record the trial as interrupted if the
+            # storage still takes writes; if not, it stays RUNNING and the next start re-queues it (its
+            # process is gone). Either way its configuration is measured again, never lost.
+            try:
+                if live.is_running(trial):
+                    self._interrupted(trial, role, params or dict(trial.params))
+            except Exception:  # noqa: BLE001 - the storage is away: recovery re-queues it on the next start
+                pass
+            raise
+
+    # ------------------------------------------------------------ telling Optuna
+
+    def _memory_violation(self, peak: float | None) -> float:
+        budget = self.options.max_memory_bytes
+        if not budget or peak is None:
+            return 0.0
+        return (peak - budget) / budget  # > 0 infeasible
+
+    def _pessimistic_memory(self) -> float:
+        peaks = [t.values[1] for t in self.live.trials() if t.measured and t.outcome == R.OK and t.values]
+        return 2.0 * max(peaks) if peaks else float(1 << 40)
+
+    def _tell(self, trial: optuna.Trial, ok: bool, values: list[float] | None, memory_violation: float) -> None:
+        if not ok and self.options.failures_as == "fail":
+            self.live.study.tell(trial, state=TrialState.FAIL)
+            return
+        trial.set_constraint("failed", 0.0 if ok else 1.0)
+        trial.set_constraint("memory", memory_violation)
+        self.live.study.tell(trial, values)
+
+    def _record(self, trial: optuna.Trial, role: str, resolved: knobs.Resolved, result: R.TrialResult) -> TrialRecord:
+        """Store a measurement on its trial and tell Optuna (the claim wrote its ``role`` and ``config_key``)."""
+        ok = result.ok and result.samples_per_s is not None and math.isfinite(result.samples_per_s)
+        compact = {k: v for k, v in result.to_dict().items() if k not in ("config", "not_applicable", "error", "outcome")}
+        error = None
+        if result.error:
+            tail = [line for line in result.error.get("stderr_tail") or [] if line.strip()][-5:]
+            error = {"type": result.error.get("type", ""), "message": result.error.get("message", ""), "stderr_tail": tail}
+        outcome = result.outcome if ok or result.outcome != R.OK else R.ERROR
+        marks: dict[str, Any] = {"outcome": outcome, "config": resolved.config,
+                                 "not_applicable": {**resolved.not_applicable, **result.not_applicable},
+                                 "result": compact, "duration_s": result.wall_s}
+        if error:
+            marks["error"] = error
+        self.live.mark(trial, **marks)
+        if ok:
+            values = [float(result.samples_per_s), float(result.peak_memory_bytes or 0)]  # type: ignore[arg-type]
+            self._tell(trial, True, values, self._memory_violation(result.peak_memory_bytes))
+        else:
+            self._tell(trial, False, [0.0, self._pessimistic_memory()], 0.0)
+        return TrialRecord(
+            number=trial.number,
+            role=role,
+            config=resolved.config,
+            outcome=outcome,
+            samples_per_s=result.samples_per_s if ok else None,
+            peak_memory_bytes=result.peak_memory_bytes if ok else None,
+            speedup=evidence_of(self.live.view()).speedup(trial.number) if ok else None,
+            error=(error or {}).get("message"),
+            duration_s=result.wall_s,
+            cut_short=bool(result.notes.get("cut_short")),
+            over_budget=ok and self._memory_violation(result.peak_memory_bytes) > 0,
+            load=dict(result.load or {}),
+        )
+
+    def _duplicate(self, trial: optuna.Trial, role: str, resolved: knobs.Resolved, hit: StoredTrial) -> TrialRecord:
+        """Answer a trial from a measured one of the same configuration (``duplicate_of``), measuring nothing."""
+        marks: dict[str, Any] = {"outcome": hit.outcome, "config": dict(hit.config), "config_key": hit.config_key,
+                                 "not_applicable": dict(hit.not_applicable), "result": dict(hit.result)}
+        if hit.error is not None:
+            marks["error"] = dict(hit.error)
+        self.live.mark(trial, **marks, role=role, duplicate_of=hit.number, duration_s=0.0)
+        ok = hit.outcome == R.OK
+        if hit.state == "fail":
+            self.live.study.tell(trial, state=TrialState.FAIL)
+        else:
+            self._tell(trial, ok, list(hit.values or ()), hit.constraints.get("memory", 0.0) if ok else 0.0)
+        ev = evidence_of(self.live.view())
+        return TrialRecord(
+            number=trial.number,
+            role=role,
+            config=resolved.config,
+            outcome=hit.outcome or "?",
+            samples_per_s=ev.samples_per_s(hit.number) if ok else None,
+            peak_memory_bytes=int(hit.values[1]) if ok and hit.values else None,
+            speedup=ev.speedup(hit.number) if ok else None,
+            duplicate_of=hit.number,
+            over_budget=ok and hit.constraints.get("memory", 0.0) > 0,
+        )
+
+    def _skip(self, trial: optuna.Trial, role: str, why: str) -> None:
+        """Give a trial up without measuring: not counted, not learned from (PRUNED), not queued again."""
+        self.live.mark(trial, outcome=SKIPPED, role=role, error={"type": "Skipped", "message": why})
+        self.live.study.tell(trial, state=TrialState.PRUNED)
+
+    def _interrupted(self, trial: optuna.Trial, role: str, params: Mapping[str, Any]) -> None:
+        self.live.mark(trial, outcome=R.INTERRUPTED, role=role,
+                       error={"type": "Interrupted", "message": "stopped by Ctrl-C or SIGTERM"})
+        self.live.study.tell(trial, state=TrialState.FAIL)
+        self.live.enqueue(params, role=role, requeued_from=trial.number)
+
+
+def _trace(live: LiveStudy) -> OnStep:
+    """``AUTOTUNE_TRACE=1``: each step printed on stderr as it ends (one JSON line after ``autotune-trace ``)."""
+    def told(step: str, seconds: float) -> None:
+        line = {"step": step, "began": round(time.time() - seconds, 4), "s": round(seconds, 4),
+                "sampler": type(live.sampler).__name__}
+        print("autotune-trace " + json.dumps(line), file=sys.stderr, flush=True)
+
+    return told
