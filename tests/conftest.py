@@ -24,6 +24,17 @@ if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
 
+@pytest.fixture(autouse=True)
+def environment_restored():
+    """Every test gets the environment it started with back: a test that applies a configuration in this process
+    (a plan, a paired measurement, a callback) sets the knobs' variables here, and no later test may run under them."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 @pytest.fixture
 def quick() -> Settings:
     return Settings.quick()

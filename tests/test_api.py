@@ -113,6 +113,7 @@ def test_an_open_file_is_one_spec_error(tmp_path):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.slow  # 5 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_measure_a_local_factory():
     def factory():
         model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
@@ -192,6 +193,7 @@ def test_the_bytes_travel_with_the_spec_but_not_in_its_name():
     assert "pickled" not in WorkloadSpec(model="autotune.examples:mlp").to_dict()
 
 
+@pytest.mark.slow  # 16 s in a full run on a 2-core CPU
 def test_the_digest_follows_the_code_not_the_process(tmp_path):
     def make(constant):
         def factory():
@@ -327,6 +329,7 @@ def test_default_study_names_tell_unrelated_workloads_apart():
     assert api.default_study(one) != api.default_study(two) and api.default_study(one).rsplit(".", 1)[-1].startswith("lambda-")
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_the_results_repr_shows_the_recommendations_own_figures(tmp_path):
     from autotune.testing.studies import make_study
 

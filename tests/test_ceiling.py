@@ -96,6 +96,7 @@ optimizer_impl = ["default", "foreach"]
 """
 
 
+@pytest.mark.slow  # 9 s in a full run on a 2-core CPU
 def test_a_study_fits_its_batch_sizes_to_the_ceiling_once_and_shows_it(tmp_path):
     space = tmp_path / "space.toml"
     space.write_text(SPACE)

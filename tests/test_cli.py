@@ -33,6 +33,7 @@ def test_knobs_table_and_json():
     assert {r["name"] for r in rows} >= {"precision", "compile", "pin_memory"}
 
 
+@pytest.mark.slow  # 16 s in a full run on a 2-core CPU
 @pytest.mark.parametrize("example", ["cnn", "mlp", "transformer"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_measure_examples_json(example, precision):
@@ -48,6 +49,7 @@ def test_measure_examples_json(example, precision):
     assert doc["profile"]["top_ops"]
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_measure_human_output_and_not_applicable():
     res = invoke("measure", "--model", "autotune.examples:mlp", "--set", "pin_memory=on", "--quick")
     assert res.exit_code == 0, res.output
@@ -55,6 +57,7 @@ def test_measure_human_output_and_not_applicable():
     assert "not applicable  pin_memory: needs a CUDA device" in res.output
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_measure_repeat_reports_spread():
     res = invoke("measure", "--model", "autotune.examples:mlp", "--repeat", "2", "--quick", "--json")
     doc = json.loads(res.output)
@@ -172,6 +175,7 @@ def test_every_command_takes_the_storage_from_the_environment(args):
     assert res.output.strip().count("\n") == 0 and "Traceback" not in res.output
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_a_real_server_is_shown_without_its_password(postgres_url, tmp_path):
     from sqlalchemy.engine import make_url
     from autotune.testing.studies import make_study
@@ -211,6 +215,7 @@ def test_the_cli_parses_before_it_imports_torch_or_optuna():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
 
 
+@pytest.mark.slow  # 5 s in a full run on a 2-core CPU
 def test_the_read_commands_import_neither_torch_nor_the_trial_modules(tmp_path):
     """status, status --json, list, export and dashboard answer without loading torch (~1 s), scipy.stats (~0.5 s)
     or the modules that run trials."""
@@ -297,6 +302,7 @@ def test_measure_says_compilation_only_when_it_compiled():
     assert lines["top ops"] == "compiled graph 50%"
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 @pytest.mark.parametrize("columns", [80, 100])
 def test_list_breaks_no_word_on_a_narrow_terminal(tmp_path, monkeypatch, columns):
     """Every name, figure and word of `list` stays whole on an 80- or 100-column terminal (cells fold between words)."""

@@ -43,12 +43,14 @@ def mlp_study(tmp_path_factory):
     return url, res.output
 
 
+@pytest.mark.slow  # 37 s in a full run on a 2-core CPU
 def test_study_of_twelve_trials(mlp_study):
     url, output = mlp_study
     study = optuna.load_study(study_name="mlp", storage=url)
     view = stored(url, "mlp")
     measured = [t for t in view.trials if t.outcome is not None and t.duplicate_of is None]
-    assert len(measured) == 12
+    # the budget's 12, and the recommendation measured on its own beyond it when it left out a knob
+    assert len([t for t in measured if t.role != "minimal"]) == 12 and len(measured) <= 13
     assert view.trials[0].role == "baseline" and view.trials[0].outcome == "ok"
     front = [view.trials[t.number] for t in study.best_trials if view.trials[t.number].duplicate_of is None]
     assert front and all(t.outcome == "ok" for t in front)
@@ -58,6 +60,7 @@ def test_study_of_twelve_trials(mlp_study):
     assert "#0    baseline ok" in output and "Pareto front" in output
 
 
+@pytest.mark.slow  # 12 s in a full run on a 2-core CPU
 def test_second_run_adds_trials(mlp_study):
     url, _ = mlp_study
     res = invoke("run", "--model", "autotune.examples:mlp", "--space", "cpu", "--study", "mlp", "--storage", url,
@@ -65,9 +68,10 @@ def test_second_run_adds_trials(mlp_study):
     assert res.exit_code == 0, res.output
     assert "resuming study 'mlp'" in res.output and "12 measured, target 14" in res.output
     measured = [t for t in stored(url, "mlp").trials if t.outcome is not None and t.duplicate_of is None]
-    assert len(measured) == 14
+    assert len([t for t in measured if t.role != "minimal"]) == 14
 
 
+@pytest.mark.slow  # the module's study of twelve trials: about 40 s to make
 def test_status_and_list(mlp_study):
     url, _ = mlp_study
     res = invoke("status", "mlp", "--storage", url)
@@ -80,6 +84,7 @@ def test_status_and_list(mlp_study):
     assert "mlp" in invoke("list", "--storage", url).output
 
 
+@pytest.mark.slow  # the module's study of twelve trials: about 40 s to make
 def test_a_run_keeps_the_views_status_and_export_show(mlp_study):
     from autotune.reports import view
 
@@ -95,6 +100,7 @@ def test_a_run_keeps_the_views_status_and_export_show(mlp_study):
         store, "mlp", "recommended", max_memory_bytes=2**50)["knobs"]  # (a memory limit: computed from the trials)
 
 
+@pytest.mark.slow  # the module's study of twelve trials: about 40 s to make
 def test_refuses_another_space(mlp_study, tmp_path):
     url, _ = mlp_study
     before = len(optuna.load_study(study_name="mlp", storage=url).trials)
@@ -106,6 +112,7 @@ def test_refuses_another_space(mlp_study, tmp_path):
     assert len(optuna.load_study(study_name="mlp", storage=url).trials) == before
 
 
+@pytest.mark.slow  # the module's study of twelve trials: about 40 s to make
 def test_refuses_another_fingerprint(mlp_study):
     url, _ = mlp_study
     study = optuna.load_study(study_name="mlp", storage=url)
@@ -121,6 +128,7 @@ def test_refuses_another_fingerprint(mlp_study):
         records.save(study, fingerprint=real)
 
 
+@pytest.mark.slow  # the module's study of twelve trials: about 40 s to make
 def test_refuses_another_memory_budget(mlp_study):
     url, _ = mlp_study
     res = CliRunner().invoke(main, ["run", "--model", "autotune.examples:mlp", "--space", "cpu", "--study", "mlp",
@@ -227,6 +235,7 @@ def _finish(tmp_path: Path, study: str) -> optuna.Study:
     return optuna.load_study(study_name=study, storage=f"sqlite:///{tmp_path}/{study}.db")
 
 
+@pytest.mark.slow  # 48 s in a full run on a 2-core CPU
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_records_and_resume_remeasures(tmp_path, sig):
     name = f"int{int(sig)}"
@@ -250,6 +259,7 @@ def test_interrupt_records_and_resume_remeasures(tmp_path, sig):
     assert len([t for t in measured if t.role != "minimal"]) == 8 and len(measured) <= 9
 
 
+@pytest.mark.slow  # 46 s in a full run on a 2-core CPU
 def test_sigkill_loses_nothing_finished(tmp_path):
     name = "killed"
     proc = _start(tmp_path, name)
@@ -271,6 +281,7 @@ def test_sigkill_loses_nothing_finished(tmp_path):
     assert any(t.requeued_from == stale[0].number and t.outcome == "ok" for t in trials)
 
 
+@pytest.mark.slow  # 47 s in a full run on a 2-core CPU
 def test_sigkill_during_the_baseline_resumes_with_the_baseline_first(tmp_path):
     """kill -9 while the baseline is measured: the resumed run says what it re-queued, measures the
     baseline before anything else, and quotes every later trial against it."""
@@ -291,6 +302,7 @@ def test_sigkill_during_the_baseline_resumes_with_the_baseline_first(tmp_path):
     assert lines and all("x" in line.split("samples/s")[1] for line in lines), out  # a speed-up on every ok line
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_run_whose_defaults_fail_ends_in_one_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(TESTS))

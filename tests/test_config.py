@@ -40,6 +40,7 @@ def export(url, folder, *args):
     return out, json.loads(out.read_text())
 
 
+@pytest.mark.slow  # 59 s in a full run on a 2-core CPU
 def test_export_document(study):
     url, folder, _ = study
     path, doc = export(url, folder, "--pick", "fastest")
@@ -59,6 +60,7 @@ def test_export_document(study):
     assert balanced["measured"]["samples_per_s"] > 0
 
 
+@pytest.mark.slow  # the module's study: about a minute to make
 def test_export_errors(study):
     url, folder, _ = study
     res = CliRunner().invoke(main, ["export", "mlp", "--storage", url, "--max-memory", "1KiB"])
@@ -87,6 +89,7 @@ def test_load_config_errors(tmp_path):
         autotune.load_config(bad)
 
 
+@pytest.mark.slow  # the module's study: about a minute to make
 def test_load_config_warns_on_other_hardware(study):
     url, folder, _ = study
     path, doc = export(url, folder)
@@ -150,6 +153,7 @@ print(json.dumps(windows))
 """
 
 
+@pytest.mark.slow  # 9 s in a full run on a 2-core CPU
 def test_user_loop_matches_the_study(study):
     """A user's training script (a fresh process) with the exported config runs at the speed the study measured."""
     import subprocess
@@ -173,6 +177,7 @@ def test_user_loop_matches_the_study(study):
     assert abs(mine / theirs - 1) <= max(spread, 0.25), (mine, theirs, runs, spread)
 
 
+@pytest.mark.slow  # the module's study: about a minute to make
 def test_every_view_quotes_the_same_speedup(study):
     """The run's summary, status --json, export and the dashboard's info functions: one speed-up, one interval."""
     from autotune.reports import dashboard as report

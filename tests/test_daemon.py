@@ -28,7 +28,6 @@ from autotune.machine import identity
 
 TESTS = Path(__file__).parent
 SPACE = "[search]\nprecision = ['fp32', 'bf16']\nbatch_size = { low = 8, high = 256, step = 8 }\n"
-pytestmark = pytest.mark.slow
 
 
 def env() -> dict[str, str]:
@@ -123,6 +122,7 @@ def finish(procs: list[subprocess.Popen]) -> list[str]:
     return outs
 
 
+@pytest.mark.slow  # real worker processes
 def test_three_workers_finish_a_20_trial_job_exactly_on_postgres(postgres_url, tmp_path):
     submit(postgres_url, tmp_path)
     procs = run_workers(postgres_url, tmp_path)
@@ -155,6 +155,7 @@ def _trials_text(study: StoredStudy) -> str:
                      for t in study.trials)
 
 
+@pytest.mark.slow  # real worker processes
 def test_kill_9_of_a_worker_mid_trial_is_requeued_and_finished_by_another(postgres_url, tmp_path):
     submit(postgres_url, tmp_path, model="failing_workloads:slow")
     procs = run_workers(postgres_url, tmp_path)
@@ -171,6 +172,7 @@ def test_kill_9_of_a_worker_mid_trial_is_requeued_and_finished_by_another(postgr
         assert any(u.requeued_from == t.number and u.measured for u in study.trials), _trials_text(study)
 
 
+@pytest.mark.slow  # real worker processes
 def test_run_with_two_workers_splits_the_cores_and_measures_each_configuration_once(tmp_path):
     (tmp_path / "space.toml").write_text(SPACE)
     url = f"sqlite:///{tmp_path}/two.db"
@@ -195,6 +197,7 @@ def test_run_with_two_workers_splits_the_cores_and_measures_each_configuration_o
     assert {next(iter(used)) for used in share_of.values()} == shares, share_of
 
 
+@pytest.mark.slow  # real worker processes
 def test_journal_storage_with_three_processes_and_a_kill_9(tmp_path):
     url = f"journal:{tmp_path}/fleet.log"
     submit(url, tmp_path, model="failing_workloads:slow")
@@ -207,6 +210,7 @@ def test_journal_storage_with_three_processes_and_a_kill_9(tmp_path):
     assert_exact(study, 20)
 
 
+@pytest.mark.slow  # real worker processes
 def test_sigterm_of_a_daemon_mid_trial_requeues_it_and_exits_cleanly(postgres_url, tmp_path):
     submit(postgres_url, tmp_path, trials=6, model="failing_workloads:slow")
     (proc,) = run_workers(postgres_url, tmp_path, 1)
@@ -224,6 +228,7 @@ def test_sigterm_of_a_daemon_mid_trial_requeues_it_and_exits_cleanly(postgres_ur
     assert_exact(kind_study(postgres_url), 6)
 
 
+@pytest.mark.slow  # real worker processes
 def test_workers_carry_on_through_a_database_outage(postgres_url, postgres_server, tmp_path):
     submit(postgres_url, tmp_path, trials=12, model="failing_workloads:slow")
     procs = run_workers(postgres_url, tmp_path, 2)
@@ -238,6 +243,7 @@ def test_workers_carry_on_through_a_database_outage(postgres_url, postgres_serve
     assert_exact(kind_study(postgres_url), 12)
 
 
+@pytest.mark.slow  # real worker processes
 def test_two_runs_on_one_sqlite_study_share_it_without_double_counting(tmp_path):
     (tmp_path / "space.toml").write_text(SPACE)
     url = f"sqlite:///{tmp_path}/shared.db"
@@ -256,6 +262,7 @@ def test_two_runs_on_one_sqlite_study_share_it_without_double_counting(tmp_path)
                for a in measured[first.pid] for b in measured[second.pid]), "the two runs never measured at the same time"
 
 
+@pytest.mark.slow  # real worker processes
 def test_a_worker_of_another_machine_kind_refuses_to_join(tmp_path):
     (tmp_path / "space.toml").write_text(SPACE)
     url = f"sqlite:///{tmp_path}/s.db"
@@ -310,6 +317,7 @@ def test_a_worker_that_sees_one_gpu_of_several_joins_the_study_made_where_all_we
     assert identity.differences(made, {**made, "device_name": "NVIDIA H200"}) != []
 
 
+@pytest.mark.slow  # real worker processes
 def test_a_worker_joins_a_submitted_job_by_its_name(tmp_path):
     """`submit --study fleet` then `worker --study fleet` (the worker's own --help example): the worker works on the
     job's study for this machine's kind, as `worker --all` would (it said "holds no job (made before autotune 0.2)")."""
@@ -321,6 +329,7 @@ def test_a_worker_joins_a_submitted_job_by_its_name(tmp_path):
     assert_exact(kind_study(url, "fleet"), 3)
 
 
+@pytest.mark.slow  # real worker processes
 def test_tune_with_two_workers_does_what_run_with_two_workers_does(tmp_path, monkeypatch):
     """tune(workers=2): two worker processes, each on its share of the cores, measure the budget exactly once."""
     import autotune

@@ -37,6 +37,7 @@ def test_a_trial_whose_directory_is_gone_leaves_quietly(server, tmp_path, capfd)
     assert "Traceback" not in err and "FileNotFoundError" not in err, err
 
 
+@pytest.mark.slow  # 6 s in a full run on a 2-core CPU
 def test_a_spawn_interrupted_before_its_pid_came_back_kills_that_trial(server, tmp_path, monkeypatch):
     server.start()
     real_wait_for = server._cond.wait_for
@@ -58,6 +59,7 @@ def test_a_spawn_interrupted_before_its_pid_came_back_kills_that_trial(server, t
     assert not server._abandoned and not server._started
 
 
+@pytest.mark.slow  # 5 s in a full run on a 2-core CPU
 def test_a_trial_past_its_deadline_is_killed_at_it(server, tmp_path):
     """The timeout is given once, to spawn: the child's one wait kills its group at that deadline."""
     started = time.monotonic()
@@ -67,6 +69,7 @@ def test_a_trial_past_its_deadline_is_killed_at_it(server, tmp_path):
     assert 3 <= time.monotonic() - started < 30  # not before its deadline, and not long after
 
 
+@pytest.mark.slow  # 7 s in a full run on a 2-core CPU
 def test_a_trial_the_caller_stops_is_killed_and_said_stopped(server, tmp_path):
     asked = []
 
@@ -79,6 +82,7 @@ def test_a_trial_the_caller_stops_is_killed_and_said_stopped(server, tmp_path):
     assert ending == forkserver.Ending(-signal.SIGKILL, stopped=True) and len(asked) == 2
 
 
+@pytest.mark.slow  # 6 s in a full run on a 2-core CPU
 def test_an_interrupted_wait_kills_the_trial(server, tmp_path):
     def interrupted() -> bool:
         raise KeyboardInterrupt
@@ -94,11 +98,12 @@ def test_an_interrupted_wait_kills_the_trial(server, tmp_path):
 # ---------------------------------------------------------------- CUDA and fork; the environment trials start from
 
 
+@pytest.mark.slow  # 5 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_a_server_that_initialised_cuda_refuses_to_fork_and_the_client_says_why(tmp_path):
     """A child forked from a process that started CUDA cannot use the GPU: the server refuses instead (CUDA's start
     simulated here: torch.cuda.is_initialized says yes in the server)."""
     code = ("import torch; torch.cuda.is_initialized = lambda: True; "
-            "from autotune import forkserver; forkserver.serve()")
+            "from autotune.trial import forkserver; forkserver.serve()")
     fs = forkserver.ForkServer(command=[sys.executable, "-c", code])
     try:
         with pytest.raises(forkserver.ForkServerError, match="initialised CUDA") as caught:
@@ -109,12 +114,14 @@ def test_a_server_that_initialised_cuda_refuses_to_fork_and_the_client_says_why(
         fs.close()
 
 
+@pytest.mark.slow  # 9 s in a full run on a 2-core CPU
 def test_the_real_server_forks_while_cuda_is_untouched(server, tmp_path):
     assert forkserver.cuda_clean() is None or torch.cuda.is_initialized()  # this test process may have used CUDA
     child = server.spawn(_trial_request("failing_workloads:tiny"), str(tmp_path / "r.json"), str(tmp_path / "o.log"), 60)
     assert child.wait() == forkserver.Ending(0)
 
 
+@pytest.mark.slow  # 5 s in a full run on a 2-core CPU
 def test_the_server_asks_nvml_and_inherits_no_variable_a_knob_decides(server, monkeypatch):
     inherited = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "PYTORCH_ALLOC_CONF": "expandable_segments:True",
                  "OMP_NUM_THREADS": "1", "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "1"}

@@ -251,6 +251,7 @@ def test_accelerate_text_is_the_yaml_config():
 # ---------------------------------------------------------------- the real frameworks
 
 
+@pytest.mark.slow  # 3 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_real_training_arguments(tmp_path, monkeypatch):
     transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
     doc = make_doc(precision="bf16", compile="default", batch_size=16, num_workers=2, prefetch_factor=4,

@@ -36,6 +36,7 @@ def _faults(value: str) -> list[int]:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow  # 7 s in a full run on a 2-core CPU
 def test_retain_keeps_freed_memory_so_later_steps_touch_no_fresh_pages():
     pages = (64 << 20) // 4096
     default = _faults("default")

@@ -52,6 +52,7 @@ def test_tiny_gpt2_builds_offline():
     assert os.environ.get("HF_HUB_OFFLINE")  # set to 1 unless the user set it
 
 
+@pytest.mark.slow  # 4 s: the quick loop (-m 'not slow') has a test of this part that takes less
 @needs_transformers
 def test_a_real_trial_runs(quick):
     runner = Runner(spec("hf:gpt2", **TINY_GPT2), settings=quick, timeout_s=180)
@@ -139,6 +140,7 @@ def test_a_type_without_a_text_head_is_refused():
         build(spec("hf:vit"))
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 @needs_transformers
 def test_a_failing_trial_reports_the_spec_error(quick):
     res = Runner(spec("hf:gpt2", n_layers=1), settings=quick, timeout_s=120).measure({})

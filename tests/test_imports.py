@@ -91,11 +91,13 @@ def test_a_read_command_imports_nothing_it_does_not_use(command, study_url, tmp_
     assert not unused, f"`autotune {command}` imported what it does not use: {unused}"
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_the_dashboard_imports_plotly(study_url, tmp_path):
     """The control: the probe sees a module a command does import."""
     assert "plotly" in loaded(["dashboard", "s", "-o", "page.html", "--storage", study_url], tmp_path)
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_a_read_of_a_database_server_imports_no_alembic(postgres_url, tmp_path):
     make_study(Store(postgres_url).storage, n_trials=12, seed=3, name="s")
     modules = loaded(["status", "s", "--storage", postgres_url], tmp_path)

@@ -10,6 +10,7 @@ from autotune.machine import load
 from autotune.tuning import preparation as tuning
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_another_process_using_a_core_is_measured(hog):
     seen = load.other_cores_now(1.0)
     assert seen["other_cores"] >= 0.6 and seen["cores"] >= 1, seen  # the hog keeps one core busy
@@ -27,6 +28,7 @@ def _opening(busy: dict) -> list[str]:
     return prepared.opening()
 
 
+@pytest.mark.slow  # 3 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_run_warns_before_it_starts_on_a_busy_machine(hog):
     lines = _opening(load.other_cores_now(1.0))
     assert any(line.startswith("warning: the machine is busy: other processes used") for line in lines), lines
@@ -39,12 +41,13 @@ def _measured_on(core: int) -> dict:
     import subprocess
     import sys
 
-    code = (f"import os; os.sched_setaffinity(0, {{{core}}}); from autotune import load; "
+    code = (f"import os; os.sched_setaffinity(0, {{{core}}}); from autotune.machine import load; "
             "print(load.other_cores_now(1.0))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     return ast.literal_eval(done.stdout.strip())
 
 
+@pytest.mark.slow  # 4 s: the quick loop (-m 'not slow') has a test of this part that takes less
 @pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="needs two cores")
 def test_a_process_on_other_cores_is_not_a_trials_other_process(hog):
     """The study's other workers run on their own cores: a trial counts only what runs on its own."""

@@ -27,11 +27,9 @@ PER_ARM_EFFECTS = (fx.Autocast, fx.GradScaler, fx.Flag, fx.BatchSize, fx.Channel
 
 
 @pytest.fixture(autouse=True)
-def own_environment(monkeypatch):
-    """These tests measure in this process: what an arm's process sets (the knobs' environment variables, the
-    thread count) is put back after each, so that no later test runs under it."""
-    for name in knobs.owned_environment():
-        monkeypatch.delenv(name, raising=False)
+def own_threads():
+    """These tests measure in this process: the thread count an arm's process sets is put back after each (the
+    environment is, for every test: tests/conftest.py)."""
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
@@ -85,6 +83,7 @@ def test_a_switch_between_arms_leaves_no_trace():
         assert arm["outcome"] == R.OK and arm["samples_per_s"] > 0 and len(arm["window_samples_per_s"]) == QUICK.windows
 
 
+@pytest.mark.slow  # 4 s: the quick loop (-m 'not slow') has a test of this part that takes less
 @pytest.mark.skipif(not hasattr(torch, "bfloat16"), reason="no bf16")
 def test_the_precision_of_one_arm_is_not_the_next_ones():
     result = arms(BASE, {**BASE, "precision": "bf16"}, BASE)

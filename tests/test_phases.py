@@ -207,6 +207,7 @@ sys.stdin.read()
 """
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_the_search_tells_its_idle_waits_while_another_process_measures_the_rest_of_the_budget(tmp_path):
     import subprocess
     import sys

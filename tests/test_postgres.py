@@ -61,6 +61,7 @@ def test_study_is_created_written_and_read_back(postgres_url):
     assert "***" in str(missing.value)
 
 
+@pytest.mark.slow  # 3 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_pool_pre_ping_survives_a_server_restart(postgres_url, postgres_server):
     store = Store(postgres_url)  # pool_pre_ping on
     store.create("a")
@@ -106,6 +107,7 @@ def _pytest_without_a_server(ci: str | None) -> subprocess.CompletedProcess[str]
         capture_output=True, text=True, env=env, cwd=Path(__file__).parent.parent, timeout=300)
 
 
+@pytest.mark.slow  # 15 s in a full run on a 2-core CPU
 def test_without_a_server_the_tests_fail_in_ci_and_skip_elsewhere_saying_why():
     reason = f"no PostgreSQL server for the tests: {POSTGRES_URL_VAR} is unset"
     ci = _pytest_without_a_server("true")

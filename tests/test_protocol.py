@@ -92,6 +92,7 @@ print(json.dumps({{"old_peak": old_peak, "before": before, "stats": mon.stop()}}
 """
 
 
+@pytest.mark.slow  # 4 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_memory_monitor_reports_self_peak():
     """The peak covers what the process allocated while watched: the resident memory before plus the growth, which
     lies above the process's old peak, so a monitor that reported the old peak (or what start saw) fails."""
@@ -111,6 +112,7 @@ BIG_PARENT = ("import subprocess, sys; big = bytearray(1 << 30); big[::4096] = b
               "sys.exit(subprocess.run([sys.executable, '-c', sys.argv[1]]).returncode)")
 
 
+@pytest.mark.slow  # 5 s in a full run on a 2-core CPU
 def test_memory_monitor_does_not_count_the_peak_of_the_process_that_started_it():
     """A trial started as a fresh interpreter by a large parent reports its own peak: Linux starts a new process's
     ru_maxrss at its parent's memory and keeps it across exec, so a monitor that read it reported the parent's."""

@@ -73,6 +73,7 @@ def is_fast(config) -> bool:
     return all(config[k] == v for k, v in FAST.items())
 
 
+@pytest.mark.slow  # 56 s in a full run on a 2-core CPU
 def test_all_equal_gives_no_gain_and_no_claim():
     no_gain = 0
     claims_excluding_one = 0
@@ -97,6 +98,7 @@ def test_all_equal_gives_no_gain_and_no_claim():
     assert claims_excluding_one <= 20 - no_gain
 
 
+@pytest.mark.slow  # 51 s in a full run on a 2-core CPU
 def test_a_truly_faster_configuration_wins_the_race_and_its_interval_covers_the_truth():
     picked = covered = 0
     for seed in SEEDS:
@@ -123,6 +125,7 @@ def test_a_truly_faster_configuration_wins_the_race_and_its_interval_covers_the_
     assert covered >= 18, f"its interval covered 1.5 in only {covered} of 20 seeds"
 
 
+@pytest.mark.slow  # 15 s in a full run on a 2-core CPU
 def test_tied_candidates_prefer_fewer_changed_knobs():
     """Two configurations equally 1.5x: the verdict names the one that changes fewer knobs, and says why."""
 
@@ -143,6 +146,7 @@ def test_tied_candidates_prefer_fewer_changed_knobs():
     assert simpler >= 4
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_race_costs_stay_with_the_leaders():
     calls: list = []
     study, summary = tune(lambda c: 1.5 if is_fast(c) else 1.0, 3, calls=calls)
@@ -154,6 +158,7 @@ def test_race_costs_stay_with_the_leaders():
     assert report.rounds <= DEFAULT_CONFIRM
 
 
+@pytest.mark.slow  # 3 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_a_stopped_race_resumes_where_it_stopped():
     seed = 4
 
@@ -188,6 +193,7 @@ def test_a_stopped_race_resumes_where_it_stopped():
     assert [i for i, _ in after] == [races[0][0]] and after[0][1].done
 
 
+@pytest.mark.slow  # 3 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_a_race_that_spent_its_budget_is_extended_by_a_bigger_confirm():
     seed = 4
 
@@ -209,6 +215,7 @@ def test_a_race_that_spent_its_budget_is_extended_by_a_bigger_confirm():
     assert len(rounds) == more.race.rounds
 
 
+@pytest.mark.slow  # 6 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_the_race_honours_the_time_budget_and_numbers_its_rounds():
     study, summary = tune_live(lambda c: 1.5 if is_fast(c) else 1.0, 3, options=S.Options(trials=12, max_repeats=500, race_rounds=0))
     seen: list[str] = []
@@ -254,6 +261,7 @@ def inside_truth(config) -> float:
     return 1.5 if all(config[k] == v for k, v in INSIDE_FAST.items()) and config["num_workers"] == 0 else 1.0
 
 
+@pytest.mark.slow  # 61 s in a full run on a 2-core CPU
 def test_candidates_that_share_a_process_with_the_defaults_are_raced_there_and_the_claim_covers_the_truth():
     picked = covered = 0
     for seed in SEEDS:
@@ -268,6 +276,7 @@ def test_candidates_that_share_a_process_with_the_defaults_are_raced_there_and_t
     assert covered >= 18, f"its interval covered 1.5 in only {covered} of 20 seeds"
 
 
+@pytest.mark.slow  # 50 s in a full run on a 2-core CPU
 def test_nothing_shares_a_process_with_defaults_whose_heap_keeps_history():
     """At glibc's default heap a shared process runs its later arms faster (benchmarks/paths_agree.py): the race
     measures every candidate in processes of its own, and no path of what each knob bought is measured."""
@@ -292,6 +301,7 @@ HEAP_SPACE = space.parse({"search": {"precision": ["fp32", "bf16"], "optimizer_i
                                       "host_allocator": ["default", "retain"]}}, "heap.toml", "heap")
 
 
+@pytest.mark.slow  # 19 s in a full run on a 2-core CPU
 def test_what_each_knob_bought_starts_with_the_heap_when_the_defaults_cannot_share_a_process():
     """bf16 truly buys 1.5x, the retained heap 1.3x, the fused optimizer nothing. The race runs in separate processes
     (the defaults' heap keeps history); the path of what each knob bought starts from the defaults with the heap
@@ -367,11 +377,13 @@ def test_a_path_that_starts_with_the_heap_leaves_out_what_bought_nothing_after_i
     assert [s.kept for s in ab.steps] == [True, True, False]
 
 
+@pytest.mark.slow  # 52 s in a full run on a 2-core CPU
 def test_all_equal_gives_no_gain_when_raced_in_shared_processes_too():
     no_gain = sum(tune_together(lambda c: 1.0, seed)[1].verdict.state == "no_gain" for seed in SEEDS)
     assert no_gain >= 18, f"'no significant gain' in only {no_gain} of 20 seeds"
 
 
+@pytest.mark.slow  # 36 s in a full run on a 2-core CPU
 def test_sharing_a_process_settles_the_race_with_fewer_measurements_and_a_narrower_claim():
     apart_cost = shared_cost = 0
     apart_width = shared_width = 0.0
@@ -389,6 +401,7 @@ def test_sharing_a_process_settles_the_race_with_fewer_measurements_and_a_narrow
     assert shared_width < apart_width / 2
 
 
+@pytest.mark.slow  # 55 s in a full run on a 2-core CPU
 def test_a_knob_that_buys_nothing_is_dropped_from_the_recommendation_and_the_rest_measured_alone():
     """bf16 is truly 1.5x; the fused optimizer truly buys nothing: a winner with both is ablated to bf16 alone."""
 
@@ -432,6 +445,7 @@ def bf16_pays(config) -> float:
     return 1.5 if config["precision"] == "bf16" else 1.0
 
 
+@pytest.mark.slow  # 3 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_the_smallest_configuration_that_keeps_the_gain_is_measured_on_its_own_and_named():
     """Two trials: the defaults and the recipe (bf16 and the fused optimizer). Only bf16 pays (1.5x): the race
     confirms the recipe, the path shows fused bought nothing, and bf16 alone, never measured by the search, is
@@ -468,6 +482,7 @@ def test_the_smallest_configuration_that_keeps_the_gain_is_measured_on_its_own_a
     assert named >= 4
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_a_candidate_out_of_memory_beside_the_defaults_is_raced_alone_instead():
     """On a GPU every arm of a shared process holds memory: a candidate that fits alone may not fit beside the
     defaults. It is then measured in processes of its own, not dropped as failing."""
@@ -499,6 +514,7 @@ def test_a_candidate_out_of_memory_beside_the_defaults_is_raced_alone_instead():
     assert summary.verdict.state == "gain" and truth(ev.configs[summary.verdict.winner].config) == 1.5
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_no_race_measurement_starts_after_the_deadline_inside_a_round_too(monkeypatch):
     study, summary = tune_live(lambda c: 1.5 if is_fast(c) else 1.0, 3, options=S.Options(trials=12, max_repeats=500, race_rounds=0))
     clock = [1_000_000.0]
@@ -514,6 +530,7 @@ def test_no_race_measurement_starts_after_the_deadline_inside_a_round_too(monkey
     assert report.measurements == 2 and report.stopped == "time budget spent (--time-budget)"
 
 
+@pytest.mark.slow  # 3 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_a_knob_that_bought_nothing_before_one_that_paid_is_left_out_too(monkeypatch):
     """The path adds the fused optimizer (truly nothing) before bf16 (truly 1.5x), as a wrong order of effects from
     the search would: a start of that path cannot leave fused out, so the path is measured once more, bf16 first,
@@ -646,6 +663,7 @@ FEWER_CLAIMS = ("measured: the 1.5x configuration claimed with an interval cover
     "arms_apart",
     "big_space",
 ])
+@pytest.mark.slow  # 68 s in a full run on a 2-core CPU
 def test_a_claims_interval_covers_the_truth_under_noise_the_statistics_do_not_assume(fake):
     """One configuration truly 1.5x. Honest: a claim's interval covers its configuration's true speed-up (a verdict of
     no gain claims nothing) in 18 of 20 seeds. Found: the 1.5x one is claimed with an interval covering 1.5 in 18 of
@@ -672,6 +690,7 @@ def test_a_claims_interval_covers_the_truth_under_noise_the_statistics_do_not_as
         raise MissedRate(f"the 1.5x configuration claimed, its interval covering 1.5, in only {covered} of 20 seeds")
 
 
+@pytest.mark.slow  # 16 s in a full run on a 2-core CPU
 def test_a_rival_within_the_indifference_zone_of_the_winner_leaves_the_race_as_equivalent():
     """bf16 alone is what pays (2x), at 1% noise between processes: the configurations that add knobs which buy
     nothing are equivalent to the winner once the evidence says none is more than 3% faster, and leave the race."""

@@ -40,6 +40,7 @@ def odd_trials(study: optuna.Study) -> None:
     records.mark(running, outcome=None)
 
 
+@pytest.mark.slow  # 3 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_the_quick_read_is_optunas_read(store_url):
     store = Store(store_url)
     study = make_study(store.storage, n_trials=30, seed=4, name="s")
@@ -83,6 +84,7 @@ def _without_optunas_storage(monkeypatch) -> None:
     monkeypatch.setattr(optuna.storages.RDBStorage, "__init__", refuse)
 
 
+@pytest.mark.slow  # 4 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_a_read_only_store_reads_a_database_with_no_optuna_storage(store_url, monkeypatch):
     if store_url.startswith("journal:"):
         pytest.skip("a journal file is read through Optuna's journal storage")
@@ -151,6 +153,7 @@ def results_of_every_shape(study: optuna.Study, shapes: list[Any] = SHAPES) -> N
                                      distributions=dists, user_attrs=records.marks_of(outcome="ok", result=result)))
 
 
+@pytest.mark.slow  # 3 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_status_list_and_trials_leave_the_bulk_of_each_result_unread_and_export_reads_it(store_url, monkeypatch):
     if store_url.startswith("journal:"):
         pytest.skip("a journal file is read through Optuna's journal storage")

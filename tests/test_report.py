@@ -306,6 +306,7 @@ def hostile(tmp_path_factory):
     return read(optuna.load_study(study_name=HOSTILE_NAME, storage=storage_url(path)))
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_page_escapes_user_strings(hostile):
     page = report.render_html(hostile)
     assert HOSTILE_NAME not in page
@@ -357,6 +358,7 @@ def test_write_dashboard(stored, tmp_path):
     assert '<meta http-equiv="refresh" content="7">' in target.read_text(encoding="utf-8")
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_write_dashboard_into_a_folder_and_unwritable_paths(hostile, tmp_path):
     written = report.write_dashboard(hostile, tmp_path)
     assert written.parent == tmp_path and written.name == "script_alert_1_script.html"
@@ -442,6 +444,7 @@ def test_empty_and_foreign_studies_render(tmp_path):
     assert "No profile for the front trials." in page
 
 
+@pytest.mark.slow  # 3 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_watch_rewrites_until_told(stored, tmp_path):
     _, study, _ = stored
     target = tmp_path / "live.html"
@@ -715,6 +718,7 @@ def test_keeping_the_defaults_labels_the_baseline_recommended():
     assert any(a.text.startswith("<b>recommended: #0") for a in report.pareto_figure(info).layout.annotations)
 
 
+@pytest.mark.slow  # 11 s in a full run on a 2-core CPU
 @pytest.mark.parametrize("make", ["ablated_study", "heap_first_study"])
 def test_what_each_knob_bought_is_a_waterfall_from_the_defaults(make):
     """bf16 truly buys 1.5x and the loader workers nothing (a fake study raced and ablated in shared processes, as

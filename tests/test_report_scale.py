@@ -115,6 +115,7 @@ def test_a_large_failures_table_has_one_row_per_error(small_thresholds):
         assert sum(g["count"] for g in info["groups"] if g["outcome"] == outcome) == n
 
 
+@pytest.mark.slow  # 4 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_the_page_grows_far_slower_than_the_study(small_thresholds):
     """Past the thresholds a trial adds a few dozen bytes (its place in the WebGL cloud), not the ~1 KB of a point
     with its own hover, tick and bar; the page's figures and tables stay a small part of a 100,000-trial page."""

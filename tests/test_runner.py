@@ -48,6 +48,7 @@ def test_exit_without_result_is_error(quick):
     assert res.outcome == R.ERROR and "code 3" in res.error["message"]
 
 
+@pytest.mark.slow  # 3 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_timeout_kills_the_whole_group(quick):
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
@@ -124,6 +125,7 @@ def test_env_knob_reaches_the_trial_process(quick):
     assert run("failing_workloads:env_check", quick, {"threads": 2}, model_args=args).outcome == R.ERROR
 
 
+@pytest.mark.slow  # 14 s in a full run on a 2-core CPU
 def test_a_trial_slower_than_the_limit_stops_early_as_slower_and_says_how_far_it_got(quick):
     runner = Runner(WorkloadSpec("failing_workloads:slow_above", model_args=(("batch", 32), ("delay", 2.0))), timeout_s=120,
                     settings=quick)
@@ -137,6 +139,7 @@ def test_a_trial_slower_than_the_limit_stops_early_as_slower_and_says_how_far_it
     assert 0 < slow.notes["samples_per_s_so_far"] < 40  # 64 samples per 2 s step: about 32 a second
 
 
+@pytest.mark.slow  # 9 s in a full run on a 2-core CPU
 def test_the_limit_never_applies_to_the_first_step(quick):
     """Compilation happens in the first step: a first step slower than the limit alone is not 'slower'."""
     first, limit = 8.0, 4.0  # what follows the first step takes about 0.5 s: far under the limit, on a busy machine too
@@ -147,6 +150,7 @@ def test_the_limit_never_applies_to_the_first_step(quick):
     assert res.time_to_first_step_s >= first > limit  # the first step really took longer than the limit
 
 
+@pytest.mark.slow  # 5 s in a full run on a 2-core CPU
 def test_a_compiled_configuration_whose_first_step_runs_past_the_compile_limit_is_stopped_as_slower(quick):
     """--compile-limit: a max-autotune first step must not take the study's hour. The first forward sleeps 20 s
     (as a long kernel autotuning would) under a 2 s limit."""
@@ -159,6 +163,7 @@ def test_a_compiled_configuration_whose_first_step_runs_past_the_compile_limit_i
     assert "first step (the compilation) ran past the 2.0s compile limit (--compile-limit)" in in_words(res.error["message"])
 
 
+@pytest.mark.slow  # 5 s in a full run on a 2-core CPU
 def test_the_compile_limit_leaves_an_eager_first_step_alone(quick):
     runner = Runner(WorkloadSpec("failing_workloads:slow_first", model_args=(("first", 4.0),)), timeout_s=120,
                     settings=quick, compile_limit_s=1.0)
@@ -167,6 +172,7 @@ def test_the_compile_limit_leaves_an_eager_first_step_alone(quick):
     assert res.time_to_first_step_s >= 4.0
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_a_competing_process_is_measured_and_named(quick, hog):
     """A real CPU-bound process (the hog fixture): the trial records that another process used about a core."""
     res = Runner(WorkloadSpec("failing_workloads:slow", model_args=(("delay", 0.02),)), timeout_s=120,

@@ -5,11 +5,12 @@ from pathlib import Path
 
 import pytest
 
+import autotune
 from autotune import knobs
 from autotune.knobs import space
 from autotune.errors import SpaceError
 
-SPACES_DIR_IN_PACKAGE = Path(space.__file__).resolve().parent / "search_spaces"
+SPACES_DIR_IN_PACKAGE = Path(autotune.__file__).resolve().parent / "search_spaces"
 CPU4 = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
 
 

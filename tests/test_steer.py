@@ -3,6 +3,8 @@ past the default sampler's hand-over (autotune.tuning.phases.search.Search.steer
 
 from __future__ import annotations
 
+import pytest
+
 from autotune import knobs
 from autotune.knobs import space
 from autotune import result as R
@@ -63,6 +65,7 @@ def test_past_the_hand_over_tpe_is_steered_off_measured_configurations(tmp_path)
     assert summary.measured == 14
 
 
+@pytest.mark.slow  # 14 s in a full run on a 2-core CPU
 def test_the_gaussian_process_is_never_steered(tmp_path):
     """Under the hand-over the Gaussian process suggests exactly as it would without steering: never consulted."""
     tuner, live = _search(tmp_path, limit=50)

@@ -137,7 +137,7 @@ def test_a_study_another_process_is_still_describing_is_joined_not_refused(tmp_p
     timer.start()
     study, created = Store(url).create_or_check("s", ATTRS)
     timer.join()
-    assert not created and study.user_attrs["fingerprint"] == {"device_type": "cpu"}
+    assert not created and study.user_attrs["fingerprint"] == ATTRS["fingerprint"]
 
 
 def test_a_study_not_made_by_autotune_is_refused_after_the_wait(tmp_path, monkeypatch):
@@ -437,6 +437,7 @@ def test_a_study_file_deleted_mid_run_ends_it_in_one_line(tmp_path):
     assert "was deleted, moved or replaced while in use" in str(fault)
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_a_database_server_gone_ends_a_run_in_one_line_and_strands_nothing(postgres_url, postgres_server):
     fault = _run_until_fault(Store(postgres_url), _sabotaging(3, postgres_server.stop))
     assert isinstance(fault, StorageUnreachable) and "unreachable" in str(fault)
@@ -454,6 +455,7 @@ def password_free(text: str, url: str) -> bool:
     return (make_url(url).password or "\0") not in text
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_run_ends_in_one_line_when_its_study_file_is_deleted(tmp_path, monkeypatch):
     """The whole command, as a user meets it: a trial's process deletes the study file; the run stops in one line."""
     monkeypatch.chdir(tmp_path)
@@ -494,6 +496,7 @@ def test_a_journal_record_left_half_written_is_cut_not_joined_to_the_next(tmp_pa
     assert again.user_attrs["after"] == 1 and again.user_attrs["workload"] == ATTRS["workload"]
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_a_writer_finds_its_study_without_reading_every_studys_attributes(store_url, monkeypatch):
     """Loading a study checks its name in one query: the list of every study (each one's attributes and kept views,
     a year of nightly studies in one database) is read only to say what there is when the name is not there."""

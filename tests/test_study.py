@@ -123,6 +123,7 @@ def test_duplicates_are_answered_from_the_cache(tmp_path):
     assert not any(t.measuring_since is not None for t in dups)
 
 
+@pytest.mark.slow  # 4 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_failures_never_reach_the_front(tmp_path):
     live, eff, base, _ = make(tmp_path)
     calls: list = []
@@ -134,6 +135,7 @@ def test_failures_never_reach_the_front(tmp_path):
     assert not {t.number for t in failed} & {t.number for t in live.study.best_trials}
 
 
+@pytest.mark.slow  # 4 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_max_memory_is_a_real_constraint(tmp_path):
     live, eff, base, _ = make(tmp_path)
     budget = 100_000_000  # 100 MB: batch sizes above ~100 (fp32) or ~166 (bf16) violate it
@@ -152,6 +154,7 @@ def _failing_measured(failures_as: str, seed: int, tmp_path) -> int:
     return sum(1 for c in calls if fail(c))
 
 
+@pytest.mark.slow  # 19 s in a full run on a 2-core CPU
 def test_failure_feedback_beats_fail_state(tmp_path):
     """Failures told as violated constraints steer the sampler away; told as FAIL they are ignored."""
     seeds = range(3)
@@ -160,6 +163,7 @@ def test_failure_feedback_beats_fail_state(tmp_path):
     assert statistics.median(constraint) < statistics.median(fail_state), (constraint, fail_state)
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_interrupted_trial_is_requeued_and_measured_again(tmp_path):
     live, eff, base, url = make(tmp_path)
     calls: list = []
@@ -219,6 +223,7 @@ def _sampler_draws(name: str, seed: int | None) -> list[tuple[float, ...]]:
     return [(t.params["x"], t.params["y"]) for t in study.trials]
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_samplers_by_name():
     # gp: the Gaussian process, handing over to TPE past GP_MAX_TRIALS complete trials (test_gp_hands_over_to_tpe...)
     kinds = {"tpe": optuna.samplers.TPESampler, "gp": S.GPThenTPE,
@@ -277,11 +282,11 @@ def test_a_claim_waits_for_an_earlier_trial_still_choosing_so_a_configuration_is
     chooser = threading.Thread(target=choose_late)
     chooser.start()
     try:
-        answer = claims.claim(live, b, "search", resolved.key(), budget=10).answer
+        claimed = claims.claim(live, b, "search", resolved.key(), budget=10)
     finally:
         chooser.join()
     assert claim_saw_a_undecided.is_set(), "the claim never read the study while #a was still choosing"
-    assert answer == f"#{a.number} is measuring the same configuration"
+    assert claimed.answer is claims.Answer.GIVEN_UP and claimed.why == f"#{a.number} is measuring the same configuration"
 
 
 def test_a_trial_over_the_memory_budget_says_so_in_its_line(tmp_path):
@@ -385,6 +390,7 @@ def _spied(sampler):
     return chosen
 
 
+@pytest.mark.slow  # 3 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_gp_hands_over_to_tpe_past_its_limit_records_it_and_says_so_once(tmp_path):
     """The default sampler's Gaussian process refits on the whole history for each suggestion (its cost grows
     with it): past ``gp_max_trials`` complete trials TPE suggests; the run says so in one line and the study
@@ -420,6 +426,7 @@ def test_gp_hands_over_to_tpe_past_its_limit_records_it_and_says_so_once(tmp_pat
     assert again.view().sampler_switch["trial"] == switch
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_gp_below_its_limit_says_nothing(tmp_path):
     live, eff, base, url = make(tmp_path, sampler="tpe")
     live.study.sampler = gp_then_tpe = S.make_sampler("gp", seed=0, n_startup_trials=2, gp_max_trials=50)

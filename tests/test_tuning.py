@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from autotune.tuning import preparation as tuning
 from autotune.request import TuneConfig
 from autotune.store import LiveStudy, Store
 from autotune.workloads.contract import WorkloadSpec
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_the_race_shares_processes_only_when_asked_and_what_each_knob_bought_by_default(tmp_path, monkeypatch):
     """The race's claims rest on separate processes unless AUTOTUNE_PAIRED=1 asks for shared ones (measured biased
     at glibc's default heap: benchmarks/paths_agree.py); what each knob bought is measured in shared processes by
@@ -59,6 +62,7 @@ def test_the_race_shares_processes_only_when_asked_and_what_each_knob_bought_by_
     assert started == [[(a, lean), (b, lean)], [(a, lean), (b, lean)]]
 
 
+@pytest.mark.slow  # 3 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_warm_cache_fills_optunas_trial_cache_as_its_own_read_would(tmp_path):
     """A resumed study's trials are read in one pass (autotune.reading) into Optuna's cache, not through its ORM;
     every read after it (Optuna's, incremental) sees what a study read the usual way sees, new trials included."""

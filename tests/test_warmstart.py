@@ -122,6 +122,7 @@ def new_target(store: Store, name: str, fingerprint: Mapping[str, Any] = SAME, s
     return study, tuner, seeds
 
 
+@pytest.mark.slow  # 4 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_a_new_study_of_the_same_kind_measures_the_earlier_winners_after_the_baseline_and_the_recipe(url):
     store = Store(url)
     study, tuner, seeds = new_target(store, "target")
@@ -169,6 +170,7 @@ def test_without_warm_start_no_seeds_are_chosen_or_queued(url):
     assert roles[:2] == ["baseline", "recipe"] and "warm" not in roles
 
 
+@pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_values_the_space_does_not_hold_are_mapped_or_left_out(url):
     store = Store(url)
     wide = {"batch_size": [32, 256], "optimizer_impl": ["default", "fused"], "threads": [1, 2]}
@@ -194,6 +196,7 @@ def test_values_the_space_does_not_hold_are_mapped_or_left_out(url):
     assert warmstart.choose(store, "narrow2", SAME, sp, base, CTX, limit=1) == seeds[:1]
 
 
+@pytest.mark.slow  # 3 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_a_resumed_study_queues_its_seeds_once_and_looks_for_no_new_ones(url):
     store = Store(url)
     calls: list = []

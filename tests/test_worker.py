@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from autotune import result as R
 from autotune.trial.runner import Runner
 from autotune.workloads.contract import WorkloadSpec
@@ -18,6 +20,7 @@ def test_a_trial_shows_its_optimizer_kernels_and_batch_from_the_step_itself(quic
     assert plain.ok and plain.profile["kernels"]["fused_optimizer"] == 0 and plain.applied["batch_samples"] == 48
 
 
+@pytest.mark.slow  # 5 s in a full run on a 2-core CPU
 def test_activation_checkpointing_shows_as_forward_ops_run_again(quick):
     runner = Runner(WorkloadSpec("autotune.examples:cnn"), settings=quick)
     results = [runner.measure({"activation_checkpointing": on, "batch_size": 16, "threads": 1}) for on in (False, True)]

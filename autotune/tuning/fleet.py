@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 from autotune.tuning import preparation as tuning
 from autotune.errors import AutotuneError, DeviceError, StorageError, StorageUnreachable
-from autotune.request import DEFAULT_POLL_S, FIELDS, TuneConfig
+from autotune.request import DEFAULT_POLL_S, FIELDS, TuneConfig, option
 from autotune.store import Store, StoredStudy
 
 Log = Callable[[str], None]
@@ -159,7 +159,8 @@ def shares(workers: int, cpus: Sequence[int] | None = None) -> list[list[int]]:
     """Split the cores this process may use into ``workers`` contiguous shares (at least one core each)."""
     cores = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
     if workers > len(cores):
-        raise AutotuneError(f"--workers {workers}: this machine lets autotune use {len(cores)} cores; one worker needs one at least")
+        raise AutotuneError(f"{option('workers', workers)}: this machine lets autotune use {len(cores)} cores; one worker "
+                            "needs one at least")
     size, extra = divmod(len(cores), workers)
     out, start = [], 0
     for i in range(workers):
@@ -236,8 +237,8 @@ def device_masks(devices: Sequence[int], visible: str | None) -> list[str]:
     out = []
     for d in devices:
         if not 0 <= d < len(entries):
-            raise DeviceError(f"--devices: GPU {d} is not among the {len(entries)} that CUDA_VISIBLE_DEVICES={visible!r} "
-                              f"lets this process use (0 to {len(entries) - 1})")
+            raise DeviceError(f"{option('devices')}: GPU {d} is not among the {len(entries)} that "
+                              f"CUDA_VISIBLE_DEVICES={visible!r} lets this process use (0 to {len(entries) - 1})")
         out.append(entries[d])
     return out
 

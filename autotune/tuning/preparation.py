@@ -37,21 +37,17 @@ from autotune.knobs import space as spaces
 from autotune.tuning import loop as S
 from autotune.evidence.ceiling import Ceiling
 from autotune.errors import Said, SpaceError, StudyError
-from autotune.tuning.phases import Bench, Seeds
+from autotune.tuning.phases import Bench, Seeds, claims
 from autotune.tuning.phases.bench import OnMeasure, slow_limit
 from autotune.trial.protocol import Settings
 from autotune.request import TuneConfig, option
 from autotune.units import format_duration
 from autotune.trial.runner import Runner
 from autotune.store import LiveStudy, Store, StoredStudy, kind
-#: ``AUTOTUNE_PAIRED=1``: the race measures candidates alongside the defaults inside shared processes
-#: (autotune/trial/paired.py). Off by default. On the calibration models the ratios measured that way ran high (2 of 4
-#: claims missed their re-measurement). The cause, found with benchmarks/paths_agree.py: glibc's heap keeps one arm's
-#: history, so a later arm skipped the page faults it pays alone (the mlp's winner 6.58x shared, 3.96x alone, 4.43x
-#: in a user's loop; with host_allocator=retain in both, 4.52x, 4.47x and 4.34x). Shared processes are now refused
-#: at the default heap (knobs.apart), so with the defaults as the baseline the race shares nothing. What each knob
-#: bought is measured in shared processes by default wherever they are sound (autotune.evidence.ablation: a winner that
-#: retains the heap gets it as the path's first step, the rest in shared processes).
+#: ``AUTOTUNE_PAIRED=1``: the race measures a candidate alongside the defaults in shared processes
+#: (:mod:`autotune.trial.paired`). Off by default: glibc's default heap carries one arm's allocations into the next
+#: arm's speed, so shared processes are refused at the defaults' heap (:func:`autotune.knobs.apart`); where they are
+#: sound, what each knob bought is measured in them (:mod:`autotune.evidence.ablation`).
 PAIRED_ENV = "AUTOTUNE_PAIRED"
 
 
@@ -337,7 +333,7 @@ def build_loop(config: TuneConfig, store: Store, name: str, device: str, looked:
                   on_repeat=on_repeat)
     effective = fitted.space
     tuner = S.Tuner(live, seeds, bench, options, on_trial=on_trial, check=store.check_alive)
-    measured = sum(1 for t in live.trials() if t.measured)
+    measured = claims.budget_counts(live.trials())[0]
     return Prepared(config, name, store, live, opened.created, recovered, tuner, device, probed.space.name,
                     effective.size(), list(effective.search), measured, runner, opened.ceiling, left_out=fitted.text(),
                     busy=looked.busy, warm=warm)

@@ -10,7 +10,8 @@ from typing import Any, Mapping
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from autotune.reports.dashboard.charts import (DENSE, FRONT_COLOR, OUTCOME_COLORS, REMEASURE_COLOR, _layout)
+from autotune.reports.dashboard import charts
+from autotune.reports.dashboard.charts import FRONT_COLOR, OUTCOME_COLORS, REMEASURE_COLOR, _layout
 from autotune.reports.dashboard.source import _t
 from autotune.units import format_duration
 
@@ -62,9 +63,9 @@ def history_figure(info: Mapping[str, Any]) -> go.Figure:
 
 
 def _steps(xs: list[Any], ys: list[Any]) -> tuple[list[Any], list[Any]]:
-    """A running best drawn as a step line (``shape="hv"``): past :data:`DENSE` trials only the trials where it
+    """A running best drawn as a step line (``shape="hv"``): past :data:`autotune.reports.dashboard.charts.DENSE` trials only the trials where it
     changed, and the last one, are kept; the line drawn is the same."""
-    if len(xs) <= DENSE:
+    if len(xs) <= charts.DENSE:
         return list(xs), list(ys)
     keep = [i for i in range(len(xs)) if i == 0 or i == len(xs) - 1 or ys[i] != ys[i - 1]]
     return [xs[i] for i in keep], [ys[i] for i in keep]
@@ -85,8 +86,8 @@ def _trial_axis(fig: go.Figure, info: Mapping[str, Any]) -> None:
 
 def duration_figure(info: Mapping[str, Any]) -> go.Figure:
     """Time per trial, one bar per trial coloured by outcome, with its re-measurements (noise floor, race) on top
-    (past :data:`DENSE` trials, one bar per bin of trials: :func:`_binned_duration_figure`)."""
-    if len(info["durations"]) > DENSE:
+    (past :data:`autotune.reports.dashboard.charts.DENSE` trials, one bar per bin of trials: :func:`_binned_duration_figure`)."""
+    if len(info["durations"]) > charts.DENSE:
         return _binned_duration_figure(info)
     fig = go.Figure()
     by_outcome: dict[str, list[Mapping[str, Any]]] = {}

@@ -26,13 +26,19 @@ OWNED_FOR_S = 6 * 3600  # a race or a path started by another host's process is 
 
 
 def claims(trials: Sequence[StoredTrial]) -> list[StoredTrial]:
-    """Trials that measured, or are measuring, a configuration of the budget (any process)."""
+    """Trials that measured, or are measuring, a configuration (any process): what no other trial measures again."""
     return [t for t in trials if t.duplicate_of is None and t.config_key is not None and (t.running or t.measured)]
+
+
+def in_budget(trial: StoredTrial) -> bool:
+    """A claim counts toward the trial budget, but the recommendation measured on its own after the race (role
+    ``minimal``): it is measured beyond the budget, on the first run and on every resumed one alike."""
+    return trial.role != A.ROLE
 
 
 def budget_counts(trials: Sequence[StoredTrial]) -> tuple[int, int]:
     """(measured configurations, configurations being measured now by any process)."""
-    taken = claims(trials)
+    taken = [t for t in claims(trials) if in_budget(t)]
     running = sum(1 for t in taken if t.running)
     return len(taken) - running, running
 
@@ -78,7 +84,7 @@ def claim(live: LiveStudy, trial: optuna.Trial, role: str, key: str, budget: int
             return Claim(Answer.ANSWERED, trials, earlier=t)
     # Earlier trials still undecided after the wait (a process stopped while choosing) may claim
     # the budget too: count them (one that turns out a cache answer leaves room a later trial takes).
-    if role != A.ROLE and len(earlier) + len(undecided) >= budget:
+    if role != A.ROLE and len([t for t in earlier if in_budget(t)]) + len(undecided) >= budget:
         return Claim(Answer.GIVEN_UP, trials, why=f"the budget of {budget} configurations is taken")
     return Claim(Answer.MEASURE, trials)
 
