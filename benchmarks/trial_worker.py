@@ -22,7 +22,7 @@ import harness
 from harness import say
 
 from autotune import knobs
-from autotune.machine import hardware
+from autotune.machine import hardware, identity
 from autotune.trial.protocol import cv
 from autotune.trial.runner import Runner, warm_up
 from autotune.workloads.contract import WorkloadSpec
@@ -57,7 +57,6 @@ import statistics, sys, time, torch
 from torch.utils.data import default_collate
 from autotune.workloads.specs import build
 from autotune.workloads.contract import WorkloadSpec, default_loss, split_batch, call_model
-from autotune.machine import identity
 w = build(WorkloadSpec(sys.argv[1]))
 model, opt = w.model, torch.optim.AdamW(w.model.parameters(), lr=1e-4)
 batch = default_collate([w.dataset[i] for i in range(32)])

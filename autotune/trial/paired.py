@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from autotune import knobs
-from autotune.machine import load
+from autotune.machine import hardware, load
 from autotune import result as R
 from autotune.errors import AutotuneError
 from autotune.trial.plan import NotApplicableAtRuntime
