@@ -41,7 +41,7 @@ TASKS = ("train", "infer")
 SAMPLERS = ("tpe", "gp", "random", "nsga2")
 DEFAULT_SAMPLER = "gp"  # from benchmarks/search_efficiency.py: best share of the grid optimum after 20 trials
 DEFAULT_TRIALS = 30
-DEFAULT_CONFIRM = 8  # rounds of the final race at most
+DEFAULT_CONFIRM = 8  # rounds of the final race at most: it selects (the claim is measured apart, autotune.tuning.phases.confirm)
 MAX_CONFIRM = 50
 MAX_TRIALS = 100_000
 DEFAULT_TRIAL_TIMEOUT_S = 600.0
@@ -393,7 +393,8 @@ class TuneConfig:
     confirm: int = declare(
         DEFAULT_CONFIRM, what="the race's rounds", flag="--confirm", rule=Whole(0, MAX_CONFIRM), show_default=True,
         help="Rounds of the final race at most: the configurations tied with the fastest and the baseline measured "
-             "again, interleaved, until they separate (0: no race; claims then rest on single measurements).")
+             "again, interleaved, until one is chosen; its claim is then measured apart (0: no race and no claim; "
+             "figures then rest on single measurements).")
     trial_timeout_s: float = declare(
         DEFAULT_TRIAL_TIMEOUT_S, what="the trial timeout", flag="--trial-timeout", keyword="trial_timeout",
         unit="duration", rule=Positive(), show_default=True, help="Kill a trial after this long (e.g. 300, 5m).")

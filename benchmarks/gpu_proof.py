@@ -369,7 +369,7 @@ def study_part(device: str, spec: WorkloadSpec, trials: int, folder: Path, budge
 
 
 def markdown(device: str, proofs: dict[str, Any], studies: list[dict[str, Any]]) -> str:
-    lines = [f"| knob | value | evidence (from the trial) | with | without | |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| knob | value | evidence (from the trial) | with | without | |", "| --- | --- | --- | --- | --- | --- |"]
     for r in proofs.get("rows", []):
         lines.append(f"| `{r['knob']}` | {r['value']} | {r['evidence']} | {r.get('with_knob', '')} | "
                      f"{r.get('without', '')} | {r['verdict']} |")

@@ -58,7 +58,6 @@ EXCLUDED: dict[str, str] = {
     "autotune worker --all --storage postgresql://tuner@db/autotune": POSTGRES,
     "autotune submit --model mypkg.models:build --trials 50 --storage postgresql://tuner@db/autotune":
         ILLUSTRATION + "; " + POSTGRES,
-    "autotune list --storage postgresql://tuner@db/autotune": POSTGRES,
     "autotune status mynet --storage postgresql://tuner@db/autotune --json": POSTGRES,
     "autotune trials mynet --storage postgresql://tuner@db/autotune --json": POSTGRES,
     "autotune dashboard mynet --watch 30": "runs until Ctrl-C (rewrites the page every 30 s)",

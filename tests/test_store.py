@@ -198,6 +198,27 @@ def test_a_store_creates_checks_lists_and_loads_studies(store_url):
         reader.create("t")
 
 
+def test_a_race_and_a_claim_are_stored_and_read_back_typed(store_url):
+    """The loop's plans (autotune.store.plans) round-trip through every storage: what a resumed run reads is what the
+    stopped one wrote, stops and undecided reductions included."""
+    from autotune.store import ConfirmRecord, ConfirmStop, LiveStudy, RaceRecord, RaceStop
+
+    study, _ = Store(store_url).create_or_check("plans", ATTRS)
+    live = LiveStudy(study)
+    race = RaceRecord((3, 5), 12, 8, 1.5, within=(5,), min_rounds=2, looks=3, done=True, stop=RaceStop.CHOSEN,
+                      stopped="chosen: #3", rounds_run=2, eliminated={5: "slower than #3 beyond the noise"})
+    live.save_race("r1", race)
+    open_claim = ConfirmRecord(3, "r1", 2.5, reduced=7, reverted={"batch_size": 128}, width=1.4)
+    live.save_confirm("c1", open_claim)
+    read = Store(store_url, read_only=True).read("plans")
+    assert read.races() == [("r1", race)]
+    assert read.confirms() == [("c1", open_claim)] and read.confirms()[0][1].reduction is None
+    done = ConfirmRecord(3, "r1", 2.5, reduced=7, reverted={"batch_size": 128}, rounds=4, width=1.4, done=True,
+                         stop=ConfirmStop.WIDTH, reduction=True)
+    live.save_confirm("c1", done)
+    assert Store(store_url, read_only=True).read("plans").confirms() == [("c1", done)]
+
+
 def test_a_read_only_store_of_a_missing_file_creates_nothing(store_url, tmp_path):
     if "://" in store_url and not store_url.startswith("sqlite"):
         pytest.skip("a database server has no file to leave uncreated")

@@ -14,8 +14,9 @@ from autotune import knobs
 from autotune.knobs import space
 from autotune import result as R
 from autotune.tuning import loop as S
-from autotune.tuning.phases import Bench, Seeds, bench, claims, floor, sampler, seeds
+from autotune.tuning.phases import Bench, Seeds, Session, bench, claims, floor, sampler, seeds
 from autotune.store import LiveStudy, records
+from autotune.evidence import claim as CL
 from autotune.evidence import evidence_of
 from autotune.testing import fake as M
 from autotune.testing import studies as made_up
@@ -105,7 +106,8 @@ def test_the_floor_and_the_race_measure_again_through_remeasure(tmp_path):
     live, eff, base, _ = make(tmp_path)
     summary = tuner(live, eff, base, fake(searched), S.Options(trials=6, race_rounds=2),
                     remeasure=lambda config: fake(again)(config)).run()
-    assert len(searched) == summary.measured == 6
+    minimal = [r for r in summary.records if r.role == "minimal" and r.duplicate_of is None]
+    assert summary.measured == 6 and len(searched) == 6 + len(minimal)  # a least change never measured: a trial
     assert len(again) == summary.repeats >= 2 and again[0] == base  # the noise floor first: the defaults
 
 
@@ -339,12 +341,31 @@ def test_the_baseline_line_is_followed_by_the_estimate_of_the_rest():
     from autotune.tuning.progress import estimate_line
 
     assert estimate_line(10.0, 600.0) == ("the defaults took 10.0s per trial here: the rest of the study (trials, noise "
-                                          "floor, race) will take up to about 10m00s")
+                                          "floor, race, claim) will take up to about 10m00s")
     assert estimate_line(240.0, 7200.0).endswith("use --quick, a smaller model or batch, or --time-budget")
     options = S.Options(trials=30, floor_repeats=2, race_rounds=8, race_candidates=6)
-    assert options.estimate_s(10.0, 29) == 10.0 * (29 + 2 + 8 * 7)
+    claim = 2 * CL.ROUNDS + 1  # the claim measured apart: the defaults and the recommendation, a reduced one first
+    assert options.estimate_s(10.0, 29) == 10.0 * (29 + 2 + 8 * 7 + claim)
+    assert S.Options(trials=30, floor_repeats=2, race_rounds=8, race_candidates=6, confirm=False
+                     ).estimate_s(10.0, 29) == 10.0 * (29 + 2 + 8 * 7)
     budgeted = S.Options(trials=30, race_rounds=8, time_budget_s=40.0)
     assert budgeted.estimate_s(10.0, 29, elapsed_s=15.0) == 25.0  # the time budget ends the study first
+
+
+def test_a_time_budget_keeps_the_share_the_race_and_the_claim_need():
+    """At 2 s a process and 15% noise: the race's first two rounds of 2 candidates and the defaults (6 processes),
+    a reduced configuration and 5 processes of each side for the claim (11): 34 s of a 90 s budget; never more than
+    half of it; nothing without a time budget or a race."""
+    options = S.Options(trials=50, race_rounds=8, race_candidates=2, time_budget_s=90.0)
+    assert CL.processes_needed(0.15) == 5
+    assert options.reserve_s(2.0, 0.15) == 2.0 * (2 * 3 + 1 + 2 * 5)
+    assert options.reserve_s(12.0, 0.15) == 45.0  # the search keeps half
+    assert S.Options(trials=50, race_rounds=8).reserve_s(2.0, 0.15) == 0.0
+    assert S.Options(trials=50, race_rounds=0, time_budget_s=90.0).reserve_s(2.0, 0.15) == 0.0
+    session = Session(None, time_budget_s=60.0)
+    assert not session.spent()
+    session.reserve_s = 60.0
+    assert session.spent()  # the search's share is spent: no trial starts, the race and the claim have the rest
 
 
 def test_defaults_that_fail_end_the_study_in_one_line_now_and_on_every_later_run(tmp_path):

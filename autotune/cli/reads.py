@@ -75,9 +75,14 @@ def _print_status(doc: dict[str, Any], store: Any) -> None:
     for row, mark in front_rows(doc):
         changes = " ".join(f"{k}={knobs.KNOBS[k].format(v)}" for k, v in row["changes"].items()) or "defaults"
         speed = row["speedup"]["text"] if row["speedup"] else "-"
+        if doc.get("claim") and row["speedup"] and row["changes"]:
+            speed += " *" if row.get("figure") == "claim" else " (selection)"
         table.add_row(f"#{row['trial']}{mark}", changes, format_rate(row["samples_per_s"]), str(row["processes"]),
                       format_bytes(row["peak_memory_bytes"]), speed)
     out.print(table)
+    if doc.get("claim"):
+        out.print("* the claim, measured apart from the search that chose it; (selection): as the search and the race "
+                  "measured it, which runs high for the configurations they chose", markup=False)
     if doc["failures"]:
         out.print("failures:", markup=False)
         for outcome, entry in doc["failures"].items():

@@ -25,6 +25,7 @@ import math
 from typing import Any, Sequence
 
 from autotune.evidence import ablation as A
+from autotune.evidence import claim as CL
 from autotune import knobs
 from autotune.evidence import stats
 from autotune.evidence import configs as C
@@ -37,6 +38,8 @@ from autotune.errors import Said, either, said
 from autotune.request import option, pickled_name
 from autotune.evidence.stats import Measurement, Noise, Ratio
 from autotune.units import plural
+
+INDIFFERENCE = CL.INDIFFERENCE  # configurations not more than 3% apart are equal for a user: the simplest is chosen
 
 
 class Evidence:
@@ -88,6 +91,12 @@ class Evidence:
                 ref = max(raced, key=lambda r: (len(r.claim), -r.number))
                 c.figure = ref.samples_per_s * self.compare(c.number, ref.number).estimate
                 c.via = ref.number
+        # The claim of the race's choice, measured apart from the search (autotune.evidence.claim): the recommended
+        # configuration's figure is the defaults' times that claim, so its figure and its speed-up agree.
+        self.confirmation: CL.Confirmed | None = CL.confirmed(self)
+        claim = self.confirmation.claim if self.confirmation is not None else None
+        if claim is not None and self.baseline is not None:
+            self.configs[self.confirmation.recommendation].figure = self.baseline.samples_per_s * claim.estimate  # type: ignore[union-attr]
         for c in self.configs.values():
             c.seal()
 
@@ -102,6 +111,9 @@ class Evidence:
         c = self.configs.get(number)
         if c is None or self.baseline is None:
             return None
+        conf = getattr(self, "confirmation", None)
+        if conf is not None and conf.claim is not None and number == conf.recommendation:
+            return conf.claim  # measured apart from the search that chose it: the recommendation's one figure
         if c.number == self.baseline.number:
             return Ratio(1.0, 1.0, 1.0, c.processes, c.processes, True, stats.LEVEL, 1)
         return self.compare(number, self.baseline.number)
@@ -149,6 +161,10 @@ class Evidence:
             "peak_memory_bytes": c.peak_memory_bytes,
             "feasible": c.feasible,
             "speedup": s.to_dict() if s else None,
+            # which figure: the claim measured apart from the search (the recommendation's, once measured), or the
+            # measurements that selected among the configurations (they run high for a winner)
+            "figure": ("claim" if self.confirmation is not None and self.confirmation.claim is not None
+                       and number == self.confirmation.recommendation else "selection"),
         }
 
     # ------------------------------------------------------------ the study
@@ -182,7 +198,7 @@ class Evidence:
         Generous on purpose (the race is what separates them): the ``always`` fastest
         estimates are in whatever the noise says (a noise floor from a few processes can
         come out far too small), then the rest whose interval overlaps the fastest's, up to
-        ``limit``, plus the one that changes the fewest knobs (so the race can prefer it).
+        ``limit``, plus the one that changes the fewest knobs (so the race can prefer it) and the recipe.
         Never the baseline: it is measured in every round anyway.
         """
         points = sorted((c for c in self.ok() if not c.is_baseline), key=lambda c: -c.samples_per_s)
@@ -201,6 +217,11 @@ class Evidence:
         simplest = min(tied, key=lambda c: (len(c.changes), -c.samples_per_s))
         if simplest not in chosen:
             chosen.append(simplest)
+        # the expert's recipe too, while the noise cannot tell it from the fastest: it is the configuration most
+        # likely to pay before anything is measured, and one unlucky process must not keep it out of the race
+        recipe = next((c for c in tied if c.role == "recipe"), None)
+        if recipe is not None and recipe not in chosen:
+            chosen.append(recipe)
         return [c.number for c in chosen]
 
     def verdict(self, ablated: bool = True) -> Verdict:
@@ -211,7 +232,10 @@ class Evidence:
         load-sensitive knob is not recommended."""
         key = ("verdict", ablated)
         if key not in self._memo:
-            verdict = self._ablated(self._raced_verdict()) if ablated else self._raced_verdict()
+            if ablated and self.confirmation is not None and self.confirmation.claim is not None:
+                verdict = self._confirmed_verdict(self.confirmation)
+            else:
+                verdict = self._ablated(self._raced_verdict()) if ablated else self._raced_verdict()
             if self.load.share and verdict.state in ("gain", "no_gain"):
                 verdict = Verdict(verdict.state, verdict.winner, verdict.leader, verdict.speedup, verdict.tied,
                                   verdict.confirmed, verdict.simpler_preferred,
@@ -219,8 +243,36 @@ class Evidence:
             self._memo[key] = verdict
         return self._memo[key]  # type: ignore[no-any-return]
 
+    def _confirmed_verdict(self, conf: CL.Confirmed) -> Verdict:
+        """The verdict on the race's choice, from its claim measured apart: a gain when the recommendation's fresh
+        processes beat the defaults beyond the noise, else "no gain beyond the noise"; the knobs the least change
+        left at the user's setting named with what they bought together."""
+        assert conf.claim is not None and self.baseline is not None
+        n, s = conf.recommendation, conf.claim
+        c = self.configs[n]
+        behind = (f"{int(round(100 * stats.LEVEL))}% interval, measured apart from the search that chose it: "
+                  f"{plural(s.processes, 'process')} against {s.reference_processes} of the defaults")
+        left = ""
+        if conf.reverted:
+            parts = "; ".join(p.text() for p in self.left())
+            left = f"; left at your setting, as they bought nothing beyond the noise: {parts}"
+        if self.load.was_busy:
+            left += f"; {self.load.text()}"
+        if s.above_one():
+            text = f"#{n} ({_changes_text(c.changes)}) is {s.text()} as fast as PyTorch's defaults ({behind}){left}"
+            return Verdict("gain", n, conf.record.chosen, s, (), True, bool(conf.reverted), Said(text))
+        text = (f"no configuration beats PyTorch's defaults beyond the noise: #{n} ({_changes_text(c.changes) or 'defaults'}), "
+                f"chosen by the race, measured {s.text()} ({behind}){left}; keep the defaults")
+        return Verdict("no_gain", self.baseline.number, n, s, (), True, False, Said(text))
+
+    def left(self) -> list[CL.Left]:
+        """The knobs the recommendation left at the user's setting, each with what it bought (none before a claim)."""
+        if self.confirmation is None or not self.confirmation.reverted or self.baseline is None:
+            return []
+        return CL.left(self.confirmation, self.ablation(), self.baseline.config)
+
     def ablation(self) -> A.Ablation | None:
-        """What each knob of the race's winner bought, from the defaults (:mod:`autotune.evidence.ablation`): measured in
+        """What each knob of the race's choice bought, from the defaults (:mod:`autotune.evidence.ablation`): measured in
         shared processes once the race is over, one step when the winner changes a single knob; None before."""
         if "ablation" not in self._memo:
             self._memo["ablation"] = None
@@ -247,12 +299,13 @@ class Evidence:
         return Verdict("gain", m, verdict.leader, s, verdict.tied, True, verdict.simpler_preferred, text)
 
     def _ablation(self) -> A.Ablation | None:
-        verdict = self.verdict(ablated=False)
-        if verdict.state != "gain" or verdict.winner is None or verdict.speedup is None:
+        chosen = self.chosen()
+        if chosen is None or self.baseline is None:
             return None
-        w = self.configs[verdict.winner]
+        w = self.configs[chosen]
+        speedup = self.compare(chosen, self.baseline.number, claim=False)  # between processes: the path's last step
         if len(w.changes) == 1:
-            step = A.Step(dict(w.changes), w.key, verdict.speedup, verdict.speedup, verdict.speedup.within)
+            step = A.Step(dict(w.changes), w.key, speedup, speedup, speedup.within)
             return A.Ablation("", w.number, (step,), w.key, w.number, {}, 0)
         plans = [(ablation_id, plan) for ablation_id, plan in self.study.ablation_plans() if plan.get("winner_key") == w.key]
         # the newest path measured whole (one measured again in another order, when a knob that bought nothing
@@ -261,7 +314,7 @@ class Evidence:
             keys = [p["key"] for p in plan.get("path") or []]
             processes = sum(1 for b in self.blocks if b.purpose.get("ablation") == ablation_id)
             found = A.analyse(ablation_id, plan, {k: self.within.get(k, []) for k in keys}, self.within_noise,
-                              verdict.speedup, self.trial_of.get, processes)
+                              speedup, self.trial_of.get, processes)
             if found is not None:
                 return found
         return None
@@ -359,16 +412,59 @@ class Evidence:
             text += f"; measured once, not confirmed by a race (run with {option('confirm')})"
         return Verdict("gain", winner, leader, s, tied, confirmed, choice.simpler_than_leader, Said(text))
 
-    def choose(self, pool: Sequence[int]) -> stats.Choice:
-        """The verdict's rule (:func:`autotune.evidence.stats.choose`) over these configurations (the race's rule too)."""
+    def choose(self, pool: Sequence[int], claim: bool = True) -> stats.Choice:
+        """The verdict's rule (:func:`autotune.evidence.stats.choose`) over these configurations; ``claim=False``: the
+        race's rule, which selects and claims nothing (each ratio at plain 90%, unadjusted for comparisons or looks)."""
         assert self.baseline is not None
+        base = self.baseline.number
         return stats.choose(
             [str(n) for n in pool],
-            str(self.baseline.number),
-            lambda k: self.speedup(int(k)),  # type: ignore[arg-type, return-value]
+            str(base),
+            (lambda k: self.speedup(int(k))) if claim else (lambda k: self.compare(int(k), base, claim=False)),  # type: ignore[arg-type, return-value]
             lambda k, leader: self.compare(int(k), int(leader), claim=False),
             {str(n): len(self.configs[n].changes) for n in pool},
         )
+
+    def pick(self, pool: Sequence[int]) -> int:
+        """The race's rule of choice among ``pool``: the simplest (fewest knobs changed, then the faster) of the
+        fastest and those shown within the indifference zone of it (not more than :data:`INDIFFERENCE` slower, at
+        plain 90%): within it configurations are equal for a user."""
+        leader = max(pool, key=lambda n: self.configs[n].samples_per_s)
+        within = [n for n in pool if n == leader
+                  or (r := self.compare(n, leader, claim=False)).low is not None and r.low >= 1.0 / (1.0 + INDIFFERENCE)]
+        return min(within, key=lambda n: (len(self.configs[n].changes), -self.configs[n].samples_per_s))
+
+    def chosen(self) -> int | None:
+        """The race's choice (what the claim measured apart is about): :meth:`pick` among the candidates the latest
+        race kept (before a race, every configuration measured), when the fastest of them beats the defaults at
+        plain 90% in the measurements that selected it; None when none does (no gain beyond the noise)."""
+        if self.baseline is None:
+            return None
+        races = self.study.races()
+        if races:
+            record = races[-1][1]
+            pool = [n for n in record.candidates if n not in record.eliminated and n in self.configs]
+        else:
+            pool = [c.number for c in self.ok() if not c.is_baseline]
+        pool = [n for n in pool if self.configs[n].feasible and not self.configs[n].busy_only
+                and self.configs[n].role != A.ROLE and not (self.load.was_busy and self._sensitive(n))]
+        if not pool:
+            return None
+        leader = max(pool, key=lambda n: self.configs[n].samples_per_s)
+        if leader == self.baseline.number or not self.compare(leader, self.baseline.number, claim=False).above_one():
+            return None
+        picked = self.pick(pool)
+        return None if picked == self.baseline.number else picked  # the defaults tied with the fastest: no change
+
+    def selected(self, number: int) -> Ratio | None:
+        """``number``'s speed-up in the search and the race, the measurements that selected it: the selection's own
+        figure, which runs high for a winner (a view shows it only as such)."""
+        c, base = self.configs.get(number), self.baseline
+        if c is None or base is None or c is base:
+            return None
+        own = [m for m in c.claim if not m[0].startswith(CL.CONFIRM)] or [c.first]
+        ref = [m for m in base.claim if not m[0].startswith(CL.CONFIRM)] or base.claim
+        return stats.ratio(own, ref, self.noise, self.comparisons, looks=self.looks)
 
     def recommended(self) -> int | None:
         """The configuration to use: the verdict's winner, or the defaults (the baseline) when nothing beats them
@@ -404,6 +500,10 @@ class Evidence:
             "ablation": ab.to_dict() if (ab := self.ablation()) is not None else None,
             "comparisons": self.comparisons,
             "verdict": self.verdict().to_dict(),
+            # the claim measured apart, the knobs left at the user's setting with what each bought, and the chosen
+            # configuration's figure in the search and the race (the selection's own: it runs high)
+            "claim": ({**self.confirmation.to_dict(), "left": [x.to_dict() for x in self.left()]}
+                      if self.confirmation is not None else None),
             "front": [self.row(n) for n in self.front()],
             "recommended": self.row(rec) if (rec := self.recommended()) is not None else None,
             "load": self.load.to_dict(),

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from autotune import files, units
+from autotune import files, knobs, units
 from autotune._version import __version__
 from autotune.errors import ConfigError, StudyError, said
 from autotune.evidence import Evidence, evidence_of
@@ -144,16 +144,39 @@ def export(
         "within_process_noise": ev.within_noise.to_dict(),
         "load": ev.load.to_dict(),
         "verdict": ev.verdict().to_dict(),
+        # the claim measured apart from the search, and the knobs left at the user's setting with what each bought
+        "claim": ({**ev.confirmation.to_dict(), "left": [x.to_dict() for x in ev.left()]}
+                  if ev.confirmation is not None and trial.number == ev.confirmation.recommendation else None),
         # what each knob bought, from the defaults, when this is the configuration the path led to (or its winner)
         "ablation": ab.to_dict() if (ab := ev.ablation()) is not None and trial.number in (ab.winner, ab.minimal) else None,
         "workload": described.get("workload"),
         "device": described.get("device"),
-        "global_batch": described.get("global_batch"),
+        **_samples_per_step(described.get("global_batch"), base.config if base else {}, trial.config,
+                            study.context.get("task", "train")),
         "task": study.context.get("task", "train"),
         "context": described.get("context"),
         "fingerprint": described.get("fingerprint"),
         "study": {"name": study.name, "storage": storage_url, "trial": trial.number},
     }
+
+
+def _samples_per_step(global_batch: int | None, defaults: dict[str, Any], config: dict[str, Any], task: str
+                      ) -> dict[str, Any]:
+    """The document's ``global_batch`` and ``batch_note``: a batch size the user did not ask for changes their
+    optimisation, so where the configuration's differs from the defaults' and the study set no global batch, the
+    export keeps the defaults' samples per optimizer step through gradient accumulation (as ``--global-batch``
+    does), and says so; where accumulation cannot keep it (a larger batch), it says what changes."""
+    theirs, ours = defaults.get(knobs.BATCH_KNOB), config.get(knobs.BATCH_KNOB)
+    if global_batch or task != "train" or not theirs or not ours or theirs == ours:
+        return {"global_batch": global_batch, "batch_note": None}
+    if knobs.keeps_global_batch(theirs, ours):
+        steps = knobs.accumulation_steps(theirs, ours)
+        return {"global_batch": theirs, "batch_note": (
+            f"batch_size={ours} against your {theirs}: gradient accumulation over {steps} micro-batches keeps your "
+            f"optimizer's {theirs} samples per step")}
+    return {"global_batch": None, "batch_note": (
+        f"batch_size={ours} changes your optimizer's samples per step from {theirs} to {ours}: its learning rate and "
+        f"schedule may need changing (study with {option('global_batch', str(theirs))} to keep them)")}
 
 
 def now() -> str:

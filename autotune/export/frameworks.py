@@ -157,6 +157,7 @@ def _render(doc: Mapping[str, Any], fmt: str) -> tuple[dict[str, Any], Job]:
         "task": job.task,
         "device": job.device,
         "global_batch": job.global_batch,
+        "batch_note": doc.get("batch_note"),  # the samples per optimizer step: kept through accumulation, or not
         "speedup": doc.get("speedup"),
     }, job
 
@@ -178,6 +179,8 @@ def _header(out: Mapping[str, Any]) -> list[str]:
         lines.append(f"# speed-up over PyTorch's defaults: {speedup['text']}{stats.interval_label(speedup)}")
     if src.get("pick_note"):
         lines.append(f"# {src['pick_note']}")
+    if out.get("batch_note"):
+        lines.append(f"# {out['batch_note']}")
     return lines
 
 

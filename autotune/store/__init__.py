@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.store.base import METRICS, Store, check_matches
 from autotune.store.names import NAME_CHARS, STUDIES_DIR, check_name, default_url, kind
-from autotune.store.races import RaceRecord, RaceStop
+from autotune.store.plans import ConfirmRecord, ConfirmStop, RaceRecord, RaceStop
 from autotune.store.records import Block, Remeasurement, StoredStudy, StoredTrial
 from autotune.store.secrets import MASK, redact, redact_message
 
@@ -50,6 +50,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Block", "DIRECTIONS", "LiveStudy", "MASK", "METRICS", "NAME_CHARS", "RaceRecord", "RaceStop", "Remeasurement", "STUDIES_DIR", "Store",
+__all__ = ["Block", "DIRECTIONS", "LiveStudy", "MASK", "METRICS", "NAME_CHARS", "ConfirmRecord", "ConfirmStop", "RaceRecord", "RaceStop", "Remeasurement", "STUDIES_DIR", "Store",
            "StoredStudy", "StoredTrial", "check_matches", "check_name", "default_url", "kind", "open", "redact",
            "redact_message"]

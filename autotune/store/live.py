@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 
 from autotune.store import cache, recovery
 from autotune.store import records as rec
-from autotune.store.races import RaceRecord
+from autotune.store.plans import ConfirmRecord, RaceRecord
 from autotune.store.records import StoredStudy, StoredTrial
 
 
@@ -133,6 +133,9 @@ class LiveStudy:
 
     def save_race(self, race_id: str, record: RaceRecord) -> None:
         rec.save_race(self.study, race_id, record)
+
+    def save_confirm(self, confirm_id: str, record: ConfirmRecord) -> None:
+        rec.save_confirm(self.study, confirm_id, record)
 
     def save_ablation_plan(self, ablation_id: str, plan: Mapping[str, Any]) -> None:
         rec.save_ablation_plan(self.study, ablation_id, plan)

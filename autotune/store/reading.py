@@ -32,7 +32,8 @@ import math
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from autotune.store import kept
-from autotune.store.records import (CONSTRAINTS, OWNER, RESULT, RESULT_READ_WITH_TRIAL, LazyResult, StoredTrial,
+from autotune.store.lazy import RESULT_READ_WITH_TRIAL, LazyResult
+from autotune.store.records import (CONSTRAINTS, OWNER, RESULT, StoredTrial,
                                     constraints_of)
 
 if TYPE_CHECKING:  # imported where used: a read command's typed trials need no Optuna
@@ -355,7 +356,7 @@ def stored_trials_of(raw: Any, dialect: str, study_id: int,
     Optuna's own read (tests/test_reading.py).
 
     ``later``: a context manager giving a connection for a later read; with it, each result is a
-    :class:`autotune.store.records.LazyResult`: what every view reads of it now, the rest (every result of the
+    :class:`autotune.store.lazy.LazyResult`: what every view reads of it now, the rest (every result of the
     study, in one query) when a view first asks for it."""
     trials, by_id = _parts(raw, dialect, study_id, system=_SHOWN_SYSTEM, steps=False, distributions=False,
                            lazy_results=later is not None)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
-from autotune.store.races import RaceRecord
+from autotune.store.plans import ConfirmRecord, RaceRecord
 from autotune.units import now
 
 if TYPE_CHECKING:  # Optuna is imported where a study is written (a read builds these records from the tables alone)
@@ -58,6 +58,7 @@ CONFIRMATIONS = "confirmations"  # re-measurements of studies made before the ra
 MEASUREMENT = "measurement:"  # measurement:<round>:<trial>: a re-measurement in a process of its own
 PAIRED = "paired:"  # paired:<round>: one process that measured several configurations alternately
 RACE = "race:"  # race:<id>: a race's plan and state
+CONFIRM = "confirm:"  # confirm:<id>: a claim measured apart: its plan and state
 ABLATION = "ablation:"  # ablation:<id>: the plan of what each knob of a winner bought
 SESSION = "session:"  # session:<id>: one run's wall time
 # on trials
@@ -206,71 +207,6 @@ def constraints_of(system: Mapping[str, Any]) -> dict[str, float]:
     prefix = CONSTRAINTS + ":"
     out.update((key[len(prefix):], value) for key, value in system.items() if key.startswith(prefix))
     return out
-
-
-#: What every view reads of a trial's result (the busy-machine judgement, autotune.evidence): read with the trial;
-#: the rest of the result (its profile, memory, windows: ~1 KB a trial) only when a view shows it (:class:`LazyResult`).
-RESULT_READ_WITH_TRIAL = ("load",)
-
-
-class LazyResult(Mapping[str, Any]):
-    """A trial's compact result whose bulk is read when a view first looks past what was read with the trial.
-
-    ``status``, ``list`` and ``trials`` read only ``load`` of each result (:data:`RESULT_READ_WITH_TRIAL`),
-    so a read-only store reads that part with the trials (:func:`autotune.store.reading.stored_trials_of`) and
-    the rest, the largest per-trial record, only when something asks for it (``export``, the dashboard): then
-    ``fetch`` reads the whole result, with those of every other trial of the same read in one query. It is the
-    same mapping as the stored one: equal to it, its repr, its copy and its pickle are the plain dict's.
-    """
-
-    __slots__ = ("_known", "_fetch", "_whole")
-
-    def __init__(self, known: Mapping[str, Any], fetch: Any) -> None:
-        self._known = dict(known)  # the keys of RESULT_READ_WITH_TRIAL the result has, with their values
-        self._fetch = fetch  # () -> the whole result (a dict)
-        self._whole: dict[str, Any] | None = None
-
-    def whole(self) -> dict[str, Any]:
-        if self._whole is None:
-            self._whole = self._fetch()
-        return self._whole
-
-    def get(self, key: str, default: Any = None) -> Any:
-        if self._whole is None and key in RESULT_READ_WITH_TRIAL:
-            return self._known.get(key, default)
-        return self.whole().get(key, default)
-
-    def __getitem__(self, key: str) -> Any:
-        if self._whole is None and key in RESULT_READ_WITH_TRIAL:
-            return self._known[key]
-        return self.whole()[key]
-
-    def __contains__(self, key: object) -> bool:
-        if self._whole is None and key in RESULT_READ_WITH_TRIAL:
-            return key in self._known
-        return key in self.whole()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.whole())
-
-    def __len__(self) -> int:
-        return len(self.whole())
-
-    def __eq__(self, other: object) -> bool:
-        return self.whole() == (other.whole() if isinstance(other, LazyResult) else other)
-
-    __hash__ = None  # type: ignore[assignment]  # a mapping, as the dict it stands for
-
-    def __repr__(self) -> str:
-        return repr(self.whole())
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return dict, (self.whole(),)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
-        import copy
-
-        return copy.deepcopy(self.whole(), memo)
 
 
 # ---------------------------------------------------------------- records on the study
@@ -462,6 +398,12 @@ class StoredStudy:
                  if k.startswith(RACE) and isinstance(v, Mapping)]
         return sorted(found, key=lambda kv: kv[1].started)
 
+    def confirms(self) -> list[tuple[str, ConfirmRecord]]:
+        """Every claim measured apart, (id, record), oldest first."""
+        found = [(k[len(CONFIRM):], ConfirmRecord.from_dict(v)) for k, v in self._attrs.items()
+                 if k.startswith(CONFIRM) and isinstance(v, Mapping) and "chosen" in v]
+        return sorted(found, key=lambda kv: kv[1].started)
+
     def ablation_plans(self) -> list[tuple[str, Mapping[str, Any]]]:
         """Every plan of what each knob bought, (id, plan), oldest first."""
         found = [(k[len(ABLATION):], v) for k, v in self._attrs.items()
@@ -516,6 +458,10 @@ def save_paired(study: optuna.Study, round_id: str, arms: Sequence[Mapping[str, 
 
 def save_race(study: optuna.Study, race_id: str, record: RaceRecord) -> None:
     study.set_user_attr(RACE + race_id, record.to_dict())
+
+
+def save_confirm(study: optuna.Study, confirm_id: str, record: ConfirmRecord) -> None:
+    study.set_user_attr(CONFIRM + confirm_id, record.to_dict())
 
 
 def save_ablation_plan(study: optuna.Study, ablation_id: str, plan: Mapping[str, Any]) -> None:

@@ -30,7 +30,7 @@ from optuna.trial import TrialState
 from autotune import knobs
 from autotune.store import StoredStudy, StoredTrial
 from autotune.store import records
-from autotune.store.races import RaceRecord, RaceStop
+from autotune.store.plans import RaceRecord, RaceStop
 
 MiB = 1024**2
 GiB = 1024**3

@@ -16,7 +16,8 @@ from typing import Any, Callable, Mapping
 
 from autotune.evidence import Verdict, evidence_of
 from autotune.tuning.phases import Bench, Search, SearchOptions, Seeds, Session, TrialRecord, bought, claims, floor
-from autotune.tuning.phases import minimal, race
+from autotune.tuning.phases import confirm, minimal, race
+from autotune.evidence import claim as CL
 from autotune.tuning.phases.sampler import GP_MAX_TRIALS, GPThenTPE, make_sampler
 from autotune.tuning.phases.seeds import base_config, baseline_failure
 from autotune.request import DEFAULT_CONFIRM, DEFAULT_SAMPLER, SAMPLERS, TuneConfig
@@ -36,6 +37,7 @@ class Options(SearchOptions):
     floor_repeats: int = floor.FLOOR_REPEATS  # the baseline again in this many processes, early
     race_rounds: int = DEFAULT_CONFIRM  # at most this many rounds of the final race (--confirm; 0: none)
     race_candidates: int = race.MAX_CANDIDATES
+    confirm: bool = True  # after the race, the least change and its claim measured apart (phases.confirm)
 
     @classmethod
     def of(cls, config: TuneConfig, *, max_memory_bytes: int | None, race: bool = True, deadline: float | None = None,
@@ -52,10 +54,25 @@ class Options(SearchOptions):
         as soon as it is settled, and dominated trials are cut short); never past the time budget, which ends
         the study first (``elapsed_s``: spent of it already)."""
         race_measurements = self.race_rounds * (self.race_candidates + 1) if self.race_rounds else 0
+        if self.race_rounds and self.confirm:
+            race_measurements += 2 * CL.ROUNDS + 1  # the claim: the recommendation and the defaults, a reduced one first
         rest = trial_s * (max(0, remaining) + self.floor_repeats + race_measurements)
         ends = [self.time_budget_s - elapsed_s if self.time_budget_s is not None else None,
                 self.deadline - time.time() if self.deadline is not None else None]
         return min([rest, *(max(0.0, e) for e in ends if e is not None)])
+
+
+    def reserve_s(self, trial_s: float | None, sigma: float | None) -> float:
+        """The time a time budget keeps for what follows the search, so that it ends with an answer: the race's
+        first rounds and the claim measured apart (a reduced configuration, then rounds of it and the defaults
+        until the width the noise allows, :func:`autotune.evidence.claim.processes_needed`), at ``trial_s`` a
+        process (the defaults' trial); at most half the budget, so the search always has the other half."""
+        if self.time_budget_s is None or not trial_s or not self.race_rounds:
+            return 0.0
+        processes = min(self.race_rounds, race.MIN_ROUNDS) * (self.race_candidates + 1)
+        if self.confirm:
+            processes += 1 + 2 * CL.processes_needed(sigma)
+        return min(self.time_budget_s / 2.0, trial_s * processes)
 
 
 @dataclass
@@ -72,6 +89,7 @@ class Summary:
     repeat_processes: int = 0  # ... and the processes they took (a shared process measures several configurations)
     race: race.RaceReport | None = None
     ablation: bought.AblationReport | None = None
+    confirm: confirm.ConfirmReport | None = None
     verdict: Verdict | None = None
     records: list[TrialRecord] = field(default_factory=list)
 
@@ -84,6 +102,9 @@ class Summary:
                  f"{plural(r.processes, 'process')} ({r.stopped})") if r else ""
         if self.ablation is not None:
             raced += f"; each knob's step measured in {plural(self.ablation.processes, 'shared process')}"
+        if self.confirm is not None:
+            raced += (f"; the claim measured apart: {plural(self.confirm.rounds, 'round')}, "
+                      f"{plural(self.confirm.processes, 'process')}")
         return (f"done: {self.reason}; {plural(self.new, 'new configuration')} and "
                 f"{plural(self.repeats, 'repeat measurement')} ({plural(self.repeat_processes, 'process')}) "
                 f"in {format_duration(self.elapsed_s)}{raced}")
@@ -119,6 +140,9 @@ class Tuner:
         def floor_first() -> None:  # before each trial: the noise floor, as soon as the baseline is measured
             if noise():
                 session.save()
+            base = next((t for t in live.trials() if t.role == "baseline" and t.duration_s), None)
+            if base is not None and opts.time_budget_s is not None:  # what follows the search keeps its share
+                session.reserve_s = opts.reserve_s(base.duration_s, evidence_of(live.view()).noise.sigma)
 
         try:
             found = self.search.run(session, between=floor_first, poll_s=poll_s)
@@ -130,6 +154,13 @@ class Tuner:
                     summary.ablation = bought.run(live, bench, self.seeds.ctx, deadline=end)
                     rec = minimal.run(live, self.search, end)
                     if rec is not None:
+                        summary.records.append(rec)
+                        self._shown(rec)
+                        if rec.duplicate_of is None:
+                            summary.new += 1
+                if opts.confirm:
+                    summary.confirm = confirm.run(live, bench, self.search, deadline=end)
+                    for rec in summary.confirm.records if summary.confirm else ():
                         summary.records.append(rec)
                         self._shown(rec)
                         if rec.duplicate_of is None:

@@ -76,7 +76,7 @@ SLOW_TRIAL_S = 60.0  # a baseline trial longer than this gets advice with its es
 def estimate_line(trial_s: float, rest_s: float) -> str:
     """What ``run`` says once the defaults are measured: their trial's time, and the rest of the study at that pace."""
     line = (f"the defaults took {format_duration(trial_s)} per trial here: the rest of the study (trials, noise floor, "
-            f"race) will take up to about {format_duration(rest_s)}")
+            f"race, claim) will take up to about {format_duration(rest_s)}")
     if trial_s > SLOW_TRIAL_S:
         line += "; to spend less, use --quick, a smaller model or batch, or --time-budget"
     return line

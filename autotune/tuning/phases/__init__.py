@@ -14,6 +14,9 @@
    at a time, each step measured in shared processes.
 5. **minimal configuration** (:mod:`.minimal`): the shortest start of that path that keeps the
    gain, measured as a trial of its own when the search never measured it.
+6. **the claim, measured apart** (:mod:`.confirm`): the race's choice reduced to the knobs that pay (the minimal
+   configuration, or the knobs the search shows an effect for), and its speed-up measured again in fresh processes
+   interleaved with the defaults', until its interval is as narrow as the noise allows.
 
 Every phase is a function (the search a class, for its state across trials) over a
 :class:`autotune.store.LiveStudy` (what the study holds; every write goes through it) and a
@@ -27,11 +30,11 @@ resumes each where it stopped. The time a run may take is its :class:`.session.S
 
 from __future__ import annotations
 
-from autotune.tuning.phases import bought, claims, floor, minimal, race, sampler, seeds
+from autotune.tuning.phases import bought, claims, confirm, floor, minimal, race, sampler, seeds
 from autotune.tuning.phases.bench import Bench
 from autotune.tuning.phases.search import Search, SearchOptions, SearchReport, TrialRecord
 from autotune.tuning.phases.seeds import Seeds
 from autotune.tuning.phases.session import Session
 
-__all__ = ["Bench", "Search", "SearchOptions", "SearchReport", "Seeds", "Session", "TrialRecord", "bought", "claims",
+__all__ = ["Bench", "Search", "SearchOptions", "SearchReport", "Seeds", "Session", "TrialRecord", "bought", "claims", "confirm",
            "floor", "minimal", "race", "sampler", "seeds"]

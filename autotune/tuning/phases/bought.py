@@ -49,10 +49,10 @@ def run(live: LiveStudy, bench: Bench, ctx: knobs.Context, rounds: int = A.ROUND
         return None
     view = live.view()
     ev = evidence_of(view)
-    verdict = ev.verdict(ablated=False)
-    if verdict.state != "gain" or verdict.winner is None or ev.baseline is None:
+    chosen = ev.chosen()
+    if chosen is None or ev.baseline is None:
         return None
-    winner = ev.configs[verdict.winner]
+    winner = ev.configs[chosen]
     inside, apart = knobs.per_arm(winner.changes)
     if len(winner.changes) < 2 or not inside:
         return None

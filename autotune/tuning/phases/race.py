@@ -34,16 +34,17 @@ from autotune import result as R
 from autotune.evidence import Evidence, evidence_of
 from autotune.tuning.phases.bench import Bench
 from autotune.tuning.phases.claims import owned_elsewhere
+from autotune.evidence.figures import INDIFFERENCE  # a rival not more than 3% faster than the choice is equivalent
 from autotune.evidence.stats import t_quantile
 from autotune.store import LiveStudy, StoredStudy
-from autotune.store.races import RaceRecord, RaceStop
+from autotune.store.plans import RaceRecord, RaceStop
 from autotune.store.records import owner
 
-MAX_CANDIDATES = 6
-MIN_ROUNDS = 3  # rounds before a race of separate processes may stop (the noise between processes is large: at 15%,
-# a look after two rounds let a lucky round stop the race on the wrong winner in 1-3 seeds of 20)
+MAX_CANDIDATES = 2  # the race selects (its claim is measured apart): the two fastest, and the simplest and the recipe
+# while the noise cannot tell them from the fastest (autotune.evidence.Evidence.race_candidates)
+MIN_ROUNDS = 2  # rounds before a race of separate processes may claim a winner (its claim is measured apart since)
+FUTILE_FROM = 3  # rounds before a race may call itself futile: one unlucky process must not end it
 MIN_ROUNDS_WITHIN = 2  # ... of shared processes only: two give the within-process noise its degrees of freedom
-INDIFFERENCE = 0.03  # a rival that cannot be more than 3% faster than the winner is equivalent to it: the simpler wins
 MAX_ARMS = 5  # configurations one process measures alternately: the defaults and up to four candidates
 
 
@@ -146,7 +147,7 @@ def run(live: LiveStudy, bench: Bench, rounds: int, max_candidates: int = MAX_CA
         if not alive:
             report.stop, report.stopped = RaceStop.FAILED, "every candidate failed when measured again"
             break
-        if report.rounds >= MIN_ROUNDS_WITHIN:  # leaving the race is no claim: it may come before the first look
+        if report.rounds >= 1:  # leaving the race, or its choice, is no claim: from the first round on
             alive, stop = _decide(ev, alive, report, report.rounds, rounds)
             # A stop that ends in a claim waits for a planned look (the claim is adjusted for them); one that
             # ends without a claim (futile, everything slower) can come at any round.
@@ -215,63 +216,54 @@ Stop = tuple[RaceStop, str]  # why a race stops, and that in words
 
 
 def _decide(ev: Evidence, alive: list[int], report: RaceReport, done: int, budget: int) -> tuple[list[int], Stop | None]:
-    """Which candidates stay in the race, and whether the verdict is settled (why, or None).
+    """Which candidates stay in the race, and whether the choice is made (why, or None).
 
-    Leaving the race is a decision about where to spend measurements, not a claim, so it is
-    taken at the plain 90% level. A candidate leaves when it is slower than the fastest beyond
-    the noise, slower than the defaults beyond the noise, or can no longer change the verdict:
-    once a winner beats the defaults beyond the noise, only a candidate that might still prove
-    faster than it, or one that changes fewer knobs and might still separate from the defaults,
-    is measured again. The verdict is settled when nobody else could change it; it cannot be
-    settled when the fastest would not separate from the defaults within the budget (futile).
+    The race selects; its claim is measured apart (:mod:`autotune.tuning.phases.confirm`), so every decision here is
+    taken at the plain 90% level. A candidate leaves when it is slower than the fastest beyond the noise, slower
+    than the defaults beyond the noise, cannot be more than :data:`INDIFFERENCE` faster than the choice (then the
+    two are equivalent for a user), or could not separate from the choice within the budget. The choice
+    (:meth:`autotune.evidence.Evidence.pick`) is the simplest of the fastest and those shown within the
+    indifference zone of it; the knobs it changes that buy nothing are left out afterwards, by measurement. The race
+    cannot choose when the fastest would not beat the defaults within the budget (futile): no gain.
     """
+    assert ev.baseline is not None
+    base = ev.baseline.number
     leader = max(alive, key=lambda n: ev.configs[n].samples_per_s)
-    speed = {n: ev.speedup(n) for n in alive}
     keep = []
     for n in alive:
         if n != leader and ev.compare(n, leader, claim=False).below_one():
             report.eliminated.setdefault(n, f"slower than #{leader} beyond the noise")
-        elif speed[n] is not None and speed[n].below_one():  # type: ignore[union-attr]
+        elif ev.compare(n, base, claim=False).below_one():
             report.eliminated.setdefault(n, "slower than the defaults beyond the noise")
         else:
             keep.append(n)
     if not keep:
         return keep, (RaceStop.SLOWER, "every candidate is slower than the defaults beyond the noise")
-    choice = ev.choose(keep)
-    if not choice.significant:
-        lead = int(choice.leader)
-        s = speed[lead]
-        if s is not None and _futile(s, done, budget):
+    leader = max(keep, key=lambda n: ev.configs[n].samples_per_s)
+    lead = ev.compare(leader, base, claim=False)
+    if not lead.above_one():
+        if done >= FUTILE_FROM and _futile(lead, done, budget):
             return keep, (RaceStop.FUTILE, "futile: at this rate the fastest would not separate from the defaults within "
                                            "the budget")
         return keep, None
-    winner = int(choice.winner)
-    tied = {int(k) for k in choice.tied}
-    changes = {n: len(ev.configs[n].changes) for n in keep}
+    chosen = ev.pick(keep)
     contenders = []
     for n in keep:
-        if n == winner:
+        if n == chosen:
             continue
-        # Each question stays open only while the budget could still answer it (_futile): two configurations
-        # that are truly alike never separate, and measuring them until the budget is spent teaches nothing.
-        s = speed[n]
-        simpler = (changes[n] < changes[winner] and n in tied and s is not None and s.includes_one()
-                   and not _futile(s, done, budget))
-        versus = ev.compare(n, winner, claim=False)
-        # A rival that looks faster stays only while it might be more than INDIFFERENCE faster than the winner: within
-        # that margin the two are equivalent for a user, and the winner (the simpler, or the faster) stands.
-        equivalent = versus.high is not None and versus.high <= 1.0 + INDIFFERENCE
-        faster = (ev.configs[n].samples_per_s > ev.configs[winner].samples_per_s and versus.includes_one()
-                  and not equivalent and not _futile(versus, done, budget))
-        if simpler or faster:
-            contenders.append(n)
-        elif equivalent:
-            report.eliminated.setdefault(n, f"not more than {100 * INDIFFERENCE:.0f}% faster than #{winner}: equivalent")
+        versus = ev.compare(n, chosen, claim=False)
+        if versus.high is not None and versus.high <= 1.0 + INDIFFERENCE:
+            report.eliminated.setdefault(n, f"not more than {100 * INDIFFERENCE:.0f}% faster than #{chosen}: equivalent")
+        elif _futile(versus, done, budget):
+            # two configurations that are truly alike never separate: measuring them until the budget is spent
+            # teaches nothing, and the knobs of the choice that buy nothing are left out afterwards anyway
+            report.eliminated.setdefault(n, f"cannot change the choice of #{chosen} within the budget")
         else:
-            report.eliminated.setdefault(n, f"cannot change the verdict for #{winner} within the budget")
+            contenders.append(n)
     if not contenders:
-        return [winner], (RaceStop.SETTLED, f"settled: #{winner} beats the defaults beyond the noise")
-    return [winner, *contenders], None
+        return [chosen], (RaceStop.CHOSEN, f"chosen: #{chosen}, which nobody left could beat by more than "
+                                           f"{100 * INDIFFERENCE:.0f}%")
+    return [chosen, *contenders], None
 
 
 def _futile(s: Any, done: int, budget: int) -> bool:

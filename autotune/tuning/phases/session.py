@@ -3,8 +3,9 @@
 Every view reports the time a study took from its sessions (``session:<id>``, one per run,
 saved after each trial), so a run stopped half-way still counts. The run's time limits
 (``--time-budget``, from the run's start; a fleet's stored deadline) are read here by every
-phase: the search starts no trial once they are spent, the race and what each knob bought
-start no process after the earlier of the two (:meth:`Session.end`).
+phase: the search starts no trial once they are spent, less the share a time budget keeps for the race and
+the claim (``reserve_s``, :meth:`autotune.tuning.loop.Options.reserve_s`); the race, what each knob bought and
+the claim start no process after the earlier of the two (:meth:`Session.end`).
 """
 
 from __future__ import annotations
@@ -29,14 +30,15 @@ class Session:
         self.start = time.monotonic()
         self.started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         self.started_at = time.time()
+        self.reserve_s = 0.0  # of the time budget, kept for what follows the search (the race and the claim)
 
     @property
     def elapsed_s(self) -> float:
         return time.monotonic() - self.start
 
     def spent(self) -> bool:
-        """The time budget is spent, or the deadline passed: no trial starts now."""
-        return ((self.time_budget_s is not None and self.elapsed_s >= self.time_budget_s)
+        """The search's share of the time budget is spent, or the deadline passed: no trial starts now."""
+        return ((self.time_budget_s is not None and self.elapsed_s >= self.time_budget_s - self.reserve_s)
                 or (self.deadline is not None and time.time() >= self.deadline))
 
     def end(self) -> float | None:

@@ -1,0 +1,319 @@
+"""The claim, measured apart from the search that chose it, and the least change that keeps its gain.
+
+The search and the race *select*: the configuration they pick is the one whose measurements came out fastest, so
+those measurements run high (the winner's curse: a true 1.5x quoted 1.82x). Its claim is measured again, in
+fresh processes interleaved with PyTorch's defaults, processes that chose nothing (:mod:`autotune.tuning.phases.confirm`):
+their ratio is an honest estimate of what the user's training will see. The defaults' earlier processes are pooled
+with their new ones, but for the race's (its stopping rule looked at them: :func:`defaults_pool`), so the claim is
+the configuration's fresh processes against those of the defaults, unpaired (:func:`claim_ratio`).
+
+Before that, the chosen configuration is reduced to the knobs that pay (:func:`propose`): a knob whose effect the
+search's own measurements cannot tell from the noise is proposed for reverting to the user's setting, the batch
+size first (a batch size the user did not ask for changes their training, not only its speed). The proposal is then
+measured, never trusted: the reduced configuration runs in the same fresh rounds as the chosen one, and it is
+recommended unless it is slower beyond the noise (:func:`reduction_holds`).
+
+The claim stops once its interval is as narrow as the noise allows (:func:`width_target`: high/low 1.4 at 15%
+between processes, 1.1 at 3%) or its rounds are spent. Pure computation; nothing here imports torch or Optuna.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from autotune import knobs
+from autotune.evidence import stats
+from autotune.evidence.stats import Measurement, Noise, Ratio
+from autotune.store.plans import ConfirmRecord
+
+INDIFFERENCE = 0.03  # configurations not more than 3% apart are equal for a user (the race's choice, the reduction)
+MINIMAL = "minimal"  # the role of a configuration measured on its own after the race (autotune.evidence.ablation.ROLE)
+
+CONFIRM = "confirm-"  # the rounds of a claim: confirm-<id>-<k> (autotune.tuning.phases.confirm)
+ROUNDS = 6  # the claim's rounds at most: each measures the defaults and the recommendation once more
+MIN_ROUNDS = 2  # before a claim may stop (two give the reduced configuration's comparison a pair)
+WIDEST = 2.25  # the width a claim aims at, in noise: high/low = exp(WIDEST * sigma), 1.40 at 15% ...
+NARROWEST = 1.10  # ... and never below this (1.07 at 3% would cost more processes than it tells a user)
+
+
+def width_target(sigma: float | None) -> float:
+    """The high/low a claim stops at: what the noise between processes allows for a few processes of each side
+    (about five at 15%, three at 3%): ``exp(2.25 sigma)``, at least 1.10. Without a known noise, 1.4."""
+    if sigma is None:
+        return math.exp(WIDEST * 0.15)
+    return max(NARROWEST, math.exp(WIDEST * sigma))
+
+
+def processes_needed(sigma: float | None, level: float = stats.LEVEL) -> int:
+    """Processes of each side a claim needs to reach :func:`width_target` at this noise (a normal approximation,
+    at least :data:`MIN_ROUNDS`, at most :data:`ROUNDS`): how much of a time budget it keeps."""
+    s = 0.15 if sigma is None else sigma
+    z = statistics.NormalDist().inv_cdf(0.5 + level / 2.0)
+    n = 2.0 * (2.0 * z * s / math.log(width_target(sigma))) ** 2  # width = exp(2 z s sqrt(2/n))
+    return max(MIN_ROUNDS, min(ROUNDS, math.ceil(n)))
+
+
+def claim_ratio(fresh: Sequence[Measurement], defaults: Sequence[Measurement], noise: Noise,
+                level: float = stats.LEVEL) -> Ratio:
+    """The configuration's fresh processes over every process of the defaults: the ratio of their geometric means
+    (unpaired: the defaults' earlier processes count too), with a t interval of half-width
+    ``t * sigma * sqrt(1/n + 1/m)``. One claim: no adjustment for comparisons or looks (its stopping rule looks at
+    its width, never at its estimate)."""
+    num = [math.log(v) for _, v in fresh if v and v > 0]
+    ref = [math.log(v) for _, v in defaults if v and v > 0]
+    if not num or not ref:
+        raise ValueError("a claim needs a fresh measurement of the configuration and one of the defaults")
+    log_ratio = statistics.fmean(num) - statistics.fmean(ref)
+    if not noise.known or noise.sigma is None:
+        return Ratio(math.exp(log_ratio), None, None, len(num), len(ref), False, level, 1, 1)
+    half = stats.t_quantile(noise.df, level) * noise.sigma * math.sqrt(1.0 / len(num) + 1.0 / len(ref))
+    return Ratio(math.exp(log_ratio), math.exp(log_ratio - half), math.exp(log_ratio + half), len(num), len(ref),
+                 False, level, 1, 1, df=noise.df)
+
+
+def wide(ratio: Ratio) -> float | None:
+    """A ratio's high/low (None without an interval)."""
+    if not ratio.has_interval or not ratio.low:
+        return None
+    return float(ratio.high) / float(ratio.low)  # type: ignore[arg-type]
+
+
+def effects(changes: Mapping[str, Any], rows: Sequence[tuple[Mapping[str, Any], float]], sigma: float | None
+            ) -> dict[str, tuple[float, float]]:
+    """Each changed knob's effect on log(samples/s) as the search measured it: a main-effects fit over the study's
+    configurations (``rows``: configuration, samples/s), one indicator per knob, "has the chosen value"; with its
+    standard error from the noise between processes (``sigma``). A knob the search never varied gets (0, inf)."""
+    names = [k for k in knobs.NAMES if k in changes]
+    rows = [(c, r) for c, r in rows if r and r > 0]
+    out: dict[str, tuple[float, float]] = {k: (0.0, math.inf) for k in names}
+    if not names or len(rows) < 3:
+        return out
+    import numpy as np
+
+    x = np.array([[1.0] + [1.0 if c.get(k) == changes[k] else 0.0 for k in names] for c, _ in rows])
+    y = np.log(np.array([r for _, r in rows]))
+    gram = x.T @ x + 1e-6 * np.eye(x.shape[1])
+    beta = np.linalg.solve(gram, x.T @ y)
+    if len(rows) > x.shape[1]:
+        resid = y - x @ beta
+        s = float(np.sqrt(max(float(resid @ resid) / (len(rows) - x.shape[1]), (sigma or 0.0) ** 2)))
+    else:
+        s = sigma if sigma is not None else math.inf
+    cov = np.linalg.inv(gram) * s * s
+    for i, k in enumerate(names, start=1):
+        varied = any(r[i] for r in x) and not all(r[i] for r in x)
+        out[k] = (float(beta[i]), float(math.sqrt(max(cov[i, i], 0.0)))) if varied else (0.0, math.inf)
+    return out
+
+
+KEEP_LEVEL = 0.95  # a knob stays in the proposal when the search shows it pays beyond the noise at this level ...
+KEEP_MARGIN = math.log(1.0 + INDIFFERENCE)  # ... and by more than the indifference zone: a spurious effect rarely does
+
+
+def propose(changes: Mapping[str, Any], rows: Sequence[tuple[Mapping[str, Any], float]], sigma: float | None,
+            keep_one: bool = True) -> list[str]:
+    """The knobs of the chosen configuration to revert to the user's setting, the batch size first: those whose
+    effect in the search is not above the indifference zone beyond the noise (a one-sided 95% bound). Never all of
+    them (``keep_one``): the knob with the largest effect stays (the race chose a configuration that beats the
+    defaults). Only a
+    proposal: the reduced configuration is measured before it is recommended, and a knob whose effect shows only
+    together with others (a combination that pays) comes back when the reduced configuration is slower."""
+    z = statistics.NormalDist().inv_cdf(KEEP_LEVEL)
+    found = effects(changes, rows, sigma)
+    revert = [k for k, (effect, se) in found.items() if not effect - z * se > KEEP_MARGIN]
+    if keep_one and revert and len(revert) == len(found):
+        revert.remove(max(found, key=lambda k: found[k][0]))
+    return sorted(revert, key=lambda k: (k != knobs.BATCH_KNOB, knobs.NAMES.index(k)))
+
+
+def round_of(k: int, target: int, deciding: int | None, defaults: int, fresh_n: int, defaults_n: int) -> list[int]:
+    """The configurations round ``k`` (from 0) of a claim measures, each in a process of its own, in a rotating order
+    (nobody always first): the recommendation; the chosen configuration while the reduction is undecided
+    (``deciding``); the defaults in the first round (the claim interleaved with them) and whenever they have no more
+    processes than the recommendation's fresh ones (``fresh_n``, ``defaults_n``), as an interval over a given
+    number of processes is narrowest with as many on each side."""
+    numbers = [target, *([deciding] if deciding is not None else [])]
+    if k == 0 or defaults_n <= fresh_n:
+        numbers.append(defaults)
+    shift = k % len(numbers)
+    return numbers[shift:] + numbers[:shift]
+
+
+INDIFFERENT = 1.0 / (1.0 + INDIFFERENCE)  # the indifference zone: a reduced configuration not more than 3% slower is as fast
+DECIDE_BY = ROUNDS - 2  # the round by which a reduction is decided at the latest (the claim's last rounds stay its own)
+
+
+def reduction_holds(reduced_over_chosen: Ratio, rounds: int) -> bool | None:
+    """Whether the reduced configuration is recommended after ``rounds`` rounds (None: not yet decided). A knob
+    whose removal costs nothing beyond the noise is left at the user's setting, but a loss must have had its
+    chance to show: not when the reduced configuration is slower beyond the noise (False, at once); yes when it
+    shows no loss (its estimate within the indifference zone of the chosen one); otherwise more rounds, and by
+    :data:`DECIDE_BY`, yes unless slower beyond the noise. (A combination that pays loses most of its gain when
+    one of its knobs is reverted: 1.5x against 1.05x is far outside the zone, so it is measured until it shows.)"""
+    if rounds < MIN_ROUNDS:
+        return None
+    if reduced_over_chosen.below_one():
+        return False
+    if reduced_over_chosen.estimate >= INDIFFERENT or rounds >= DECIDE_BY:
+        return True
+    return None
+
+
+def fresh_rounds(measurements: Sequence[Measurement], first_is_fresh: bool, first: Measurement | None
+                 ) -> list[Measurement]:
+    """A configuration's measurements that chose nothing: its claim rounds, and its first measurement when nothing
+    selected it (a reduced configuration measured on its own after the race)."""
+    out = [m for m in measurements if m[0].startswith(CONFIRM)]
+    if first_is_fresh and first is not None:
+        out.insert(0, first)
+    return out
+
+
+# ---------------------------------------------------------------- a study's claim, as read
+
+
+def fresh(ev: Any, number: int) -> list[Measurement]:
+    """A configuration's measurements that chose nothing: its rounds of a claim, and its first measurement when it
+    was measured on its own after the race (role ``minimal``: nothing selected it)."""
+    c = ev.configs[number]
+    measurements = [m for m in c.repeats if m[0] not in c.left_out]
+    return fresh_rounds(measurements, c.role == MINIMAL, c.first if c.first[0] not in c.left_out else None)
+
+
+def claim_of(ev: Any, number: int) -> Ratio | None:
+    """``number``'s claim: its fresh processes over every process of the defaults (None before it has one)."""
+    if ev.baseline is None:
+        return None
+    taken = fresh(ev, number)
+    if not taken:
+        return None
+    return claim_ratio(taken, defaults_pool(ev), ev.noise)
+
+
+RACE = "race-"  # the rounds of a race (autotune.tuning.phases.race)
+
+
+def defaults_pool(ev: Any) -> list[Measurement]:
+    """The defaults' processes a claim pools: all but the race's. A race stops once its choice beats the defaults, so
+    when their processes there came out low it stops sooner: a decision looked at them, and a claim pooling them
+    would run high. Their first trial, the noise floor's and the claim's own rounds chose nothing. (On a machine
+    whose speed drifts over the study, the early ones carry the drift into the claim: tests/test_race.py measures
+    what that costs.)"""
+    if ev.baseline is None:
+        return []
+    return [m for m in ev.baseline.claim if not m[0].startswith(RACE)]
+
+
+def reduction_ratio(ev: Any, reduced: int, chosen: int) -> Ratio:
+    """The reduced configuration over the chosen one, to decide the reduction: the reduced one's fresh processes
+    against the chosen one's processes of the search and the race (they ran a little high, as they chose it, which
+    only makes a knob that pays harder to revert), unpaired, plain 90%. Never the chosen one's fresh processes:
+    they are its claim should the reduction fail, and a claim must not rest on processes a decision looked at."""
+    a = fresh(ev, reduced)
+    b = [m for m in ev.configs[chosen].claim if not m[0].startswith(CONFIRM)]
+    if not a or not b:
+        return Ratio(1.0)
+    return claim_ratio(a, b, ev.noise)
+
+
+def fresh_ratio(ev: Any, number: int, reference: int) -> Ratio:
+    """``number`` over ``reference`` in the rounds of a claim that measured both (paired on them), plain 90%: the
+    reduced configuration against the chosen one."""
+    a = [m for m in fresh(ev, number) if m[0].startswith(CONFIRM)]
+    b = [m for m in fresh(ev, reference) if m[0].startswith(CONFIRM)]
+    if not a or not b:
+        return Ratio(1.0)
+    return stats.ratio(a, b, ev.noise)
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """A claim measured apart, as read from the study: the recommendation (the reduced configuration when it held,
+    else the chosen one) and its claim; the knobs left at the user's setting and what they bought together (the
+    chosen configuration over the reduced one, in the claim's rounds); the chosen configuration's figure in the race
+    (the selection's own, shown only as such); the width the claim aimed at."""
+
+    confirm_id: str
+    record: ConfirmRecord
+    recommendation: int
+    claim: Ratio | None
+    reverted: dict[str, Any]
+    bought: Ratio | None
+    selected: Ratio | None
+    target: float
+
+    @property
+    def done(self) -> bool:
+        return self.record.done
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.confirm_id, "recommendation": self.recommendation, "chosen": self.record.chosen,
+                "reduced": self.record.reduced, "claim": self.claim.to_dict() if self.claim else None,
+                "reverted": dict(self.reverted), "bought": self.bought.to_dict() if self.bought else None,
+                "selected": self.selected.to_dict() if self.selected else None, "target_width": self.target,
+                "width": wide(self.claim) if self.claim else None, "done": self.done,
+                "stop": self.record.stop.value if self.record.stop else None}
+
+
+def confirmed(ev: Any) -> Confirmed | None:
+    """The claim of the study's latest race, measured apart (None before one began)."""
+    races = ev.study.races()
+    if not races or ev.baseline is None:
+        return None
+    race_id = races[-1][0]
+    found = [(i, r) for i, r in ev.study.confirms() if r.race_id == race_id and r.chosen in ev.configs]
+    if not found:
+        return None
+    confirm_id, record = found[-1]
+    reduced = record.reduced if record.reduced in ev.configs else None
+    holds = reduced is not None and record.reduction is not False and (
+        not record.done or record.reduction is True)
+    number = reduced if holds else record.chosen
+    reverted = dict(record.reverted) if holds else {}
+    bought = fresh_ratio(ev, record.chosen, reduced) if reduced is not None else None
+    if bought is not None and not bought.has_interval and bought.estimate == 1.0 and not fresh(ev, reduced):
+        bought = None
+    return Confirmed(confirm_id, record, number, claim_of(ev, number), reverted, bought, ev.selected(record.chosen),
+                     record.width)
+
+
+@dataclass(frozen=True)
+class Left:
+    """Knobs of the race's choice left at the user's setting, with what they bought: the choice over the least
+    change, in shared processes where what each knob bought measured them one step at a time, else in the claim's
+    fresh rounds (then, for several knobs, together)."""
+
+    changes: dict[str, Any]  # knob -> the value the race chose
+    kept: dict[str, Any]  # knob -> the user's value, which the recommendation keeps
+    bought: Ratio | None
+
+    def text(self) -> str:
+        """``batch_size=128: 1.01x (0.93-1.10), left at 32``."""
+        label = " ".join(f"{k}={knobs.KNOBS[k].format(v)}" for k, v in self.changes.items() if k in knobs.KNOBS)
+        figure = self.bought.text() if self.bought is not None else "not measured apart"
+        at = " and ".join(knobs.KNOBS[k].format(v) for k, v in self.kept.items() if k in knobs.KNOBS)
+        return f"{label}{' together' if len(self.changes) > 1 else ''}: {figure}, left at {at}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"changes": dict(self.changes), "kept": dict(self.kept), "text": self.text(),
+                "bought": self.bought.to_dict() if self.bought is not None else None}
+
+
+def left(conf: Confirmed, ablation: Any, defaults: Mapping[str, Any]) -> list[Left]:
+    """What the recommendation left at the user's setting (``conf.reverted``), each with what it bought: a step of
+    what each knob bought that was dropped (measured in shared processes) on its own, the rest together in the
+    claim's rounds."""
+    rest = dict(conf.reverted)
+    out: list[Left] = []
+    if ablation is not None and ablation.winner == conf.record.chosen:
+        for step in ablation.steps:
+            if not step.kept and step.added and set(step.added) <= set(rest):
+                out.append(Left(dict(step.added), {k: defaults.get(k) for k in step.added}, step.bought))
+                for k in step.added:
+                    rest.pop(k)
+    if rest:
+        out.append(Left(rest, {k: defaults.get(k) for k in rest}, conf.bought))
+    return out

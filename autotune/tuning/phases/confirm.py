@@ -1,0 +1,180 @@
+"""The claim, measured apart: the race's choice reduced to the knobs that pay, and its speed-up measured again in
+fresh processes interleaved with PyTorch's defaults (:mod:`autotune.evidence.claim` says why and how it is read).
+
+After the race has chosen (:func:`autotune.evidence.Evidence.chosen`), the least change is proposed: the shortest
+configuration that what each knob bought found to keep the gain (measured in shared processes, where they are
+sound), else the chosen configuration without the knobs whose effect the search cannot tell from the noise, the
+batch size first (:func:`autotune.evidence.claim.propose`). A reduced configuration never measured is measured once
+as a trial of its own (role ``minimal``, beyond the budget): its memory is known, every view can name it, and that
+first process is already a fresh one. Then round after round (``confirm-<id>-<k>``), the defaults, the chosen
+configuration and the reduced one are each measured once more in a process of its own, in a rotating order, until
+the recommendation's interval is as narrow as the noise allows (:func:`autotune.evidence.claim.width_target`) or
+the rounds are spent; the reduced configuration leaves as soon as it is slower than the chosen one beyond the
+noise. The plan and its state are a record (``confirm:<id>``), so a stopped run resumes it.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from autotune import knobs
+from autotune.evidence import ablation as A
+from autotune.evidence import claim as C
+from autotune.evidence import evidence_of
+from autotune.store import LiveStudy
+from autotune.store.plans import ConfirmRecord, ConfirmStop
+from autotune.store.records import owner
+from autotune.tuning.phases.bench import Bench
+from autotune.tuning.phases.claims import owned_elsewhere
+from autotune.tuning.phases.search import Search, TrialRecord
+
+
+@dataclass
+class ConfirmReport:
+    """What this run measured of a claim: the configurations, its rounds and processes, and why it stopped."""
+
+    confirm_id: str
+    chosen: int
+    reduced: int | None
+    rounds: int = 0
+    processes: int = 0
+    stop: ConfirmStop | None = None
+    records: list[TrialRecord] = field(default_factory=list)  # the reduced configuration's own trial, when measured
+
+
+def run(live: LiveStudy, bench: Bench, search: Search, rounds: int = C.ROUNDS, deadline: float | None = None
+        ) -> ConfirmReport | None:
+    """Measure the claim of the race's choice apart from the search (see the module's docstring); resumes a claim a
+    stopped run left; nothing when the race chose nothing, or the claim is done."""
+    view = live.view()
+    ev = evidence_of(view)
+    chosen = ev.chosen()
+    if chosen is None or ev.baseline is None or view.races() == []:
+        return None
+    race_id = view.races()[-1][0]
+    found = [(i, r) for i, r in view.confirms() if r.race_id == race_id]
+    if found:
+        confirm_id, record = found[-1]
+        if record.done:
+            return None
+        if owned_elsewhere(live, record.owner):
+            return None
+    else:
+        confirm_id, record = _plan(live, ev, chosen, race_id)
+    report = ConfirmReport(confirm_id, record.chosen, record.reduced)
+    if record.reverted and record.reduced is None:  # the reduced configuration is measured first, on its own
+        rec = _measure_reduced(live, search, ev, record, deadline)
+        if rec is None:
+            return report
+        report.records.append(rec)
+        report.processes += 1
+        record = replace(record, reduced=rec.number if rec.duplicate_of is None else rec.duplicate_of)
+        live.save_confirm(confirm_id, record)
+        report.reduced = record.reduced
+    base = ev.baseline.number
+    while True:
+        view = live.view()
+        ev = evidence_of(view)
+        done = _rounds_begun(view, confirm_id)
+        report.rounds = done
+        if ev.configs.get(record.chosen) is None or ev.configs[record.chosen].failed_repeats:
+            record = replace(record, stop=ConfirmStop.FAILED)
+            break
+        if record.reduced is not None and record.reduction is not False and (
+                ev.configs.get(record.reduced) is None or ev.configs[record.reduced].failed_repeats):
+            record = replace(record, reduction=False)  # it failed when measured: the chosen configuration stands
+            live.save_confirm(confirm_id, record)
+        if record.reduced is not None and record.reduction is None:
+            # the search's proposal, decided by measurement (autotune.evidence.claim.reduction_holds)
+            holds = C.reduction_holds(C.reduction_ratio(ev, record.reduced, record.chosen), done)
+            if holds is not None:
+                record = replace(record, reduction=holds)
+                live.save_confirm(confirm_id, record)
+        deciding = record.reduced is not None and record.reduction is None
+        target = record.reduced if record.reduced is not None and record.reduction is not False else record.chosen
+        figure = C.claim_of(ev, target)
+        width = C.wide(figure) if figure is not None else None
+        if not deciding and width is not None and width <= C.width_target(ev.noise.sigma):
+            record = replace(record, stop=ConfirmStop.WIDTH)
+            break
+        if done >= rounds:
+            record = replace(record, stop=ConfirmStop.ROUNDS)
+            break
+        if deadline is not None and time.time() >= deadline:
+            record = replace(record, stop=ConfirmStop.TIME)
+            break
+        numbers = C.round_of(done, target, record.chosen if deciding else None, base,
+                             len(C.fresh(ev, target)), len(C.defaults_pool(ev)))
+        what = f"the claim, round {done + 1} of at most {rounds}"
+        for number in numbers:
+            if deadline is not None and time.time() >= deadline:
+                break
+            rate = bench.again(live, number, f"{C.CONFIRM}{confirm_id}-{done + 1:02d}", ev.configs[number].config)
+            report.processes += 1
+            bench.told(what, number, rate)
+    record = replace(record, done=True, rounds=report.rounds)
+    live.save_confirm(confirm_id, record)
+    report.stop = record.stop
+    return report
+
+
+def _plan(live: LiveStudy, ev: Any, chosen: int, race_id: str) -> tuple[str, ConfirmRecord]:
+    """The claim's plan: the chosen configuration, the least change proposed for it, the width to stop at."""
+    c = ev.configs[chosen]
+    base = ev.baseline.config
+    ab = ev.ablation()
+    reduced: int | None = None
+    rows = [(m.config, m.samples_per_s) for m in ev.configs.values()]
+    measured = ab is not None and ab.settled and ab.winner == chosen
+    if measured:
+        # what each knob bought was measured in shared processes: its smallest configuration is the least change ...
+        reverted = {k: c.config[k] for k in ab.dropped}
+        reduced = ab.minimal
+        judged = [k for s in ab.steps if not s.within_process and s.kept for k in s.added]
+        if judged:
+            # ... but a step measured between processes was judged on the measurements that chose the winner (they run
+            # high): the knobs the search shows no effect for are proposed too, with the steps in one process that
+            # bought nothing, and the claim's own rounds decide
+            idle = [k for s in ab.steps if s.within_process and not s.pays for k in s.added]
+            proposed = C.propose({k: c.config[k] for k in judged}, rows, ev.noise.sigma, keep_one=False)
+            if proposed:
+                reverted.update({k: c.config[k] for k in [*idle, *proposed]})
+                measured, reduced = False, None
+    else:
+        reverted = {k: c.config[k] for k in C.propose(c.changes, rows, ev.noise.sigma)}
+    if c.changes and set(reverted) >= set(c.changes):  # never the defaults themselves: the race chose a change
+        reverted = {k: c.config[k] for k in C.propose(c.changes, rows, ev.noise.sigma)}
+        measured, reduced = False, None
+    if reverted:
+        config = {**c.config, **{k: base[k] for k in reverted}}
+        key = knobs.resolve(config, knobs.Context.from_dict(ev.study.context)).key() if ev.study.context else None
+        same = [n for n, m in ev.configs.items() if key is not None and m.key == key]
+        if same:
+            reduced = same[0]
+        if key is not None and key == c.key:
+            reverted = {}
+    record = ConfirmRecord(chosen, race_id, time.time(), reduced if reverted else None, reverted, 0,
+                           C.width_target(ev.noise.sigma), owner(), reduction=True if measured and reverted else None)
+    confirm_id = uuid.uuid4().hex[:8]
+    live.save_confirm(confirm_id, record)
+    return confirm_id, record
+
+
+def _measure_reduced(live: LiveStudy, search: Search, ev: Any, record: ConfirmRecord, deadline: float | None
+                     ) -> TrialRecord | None:
+    """The reduced configuration measured once as a trial of its own (role ``minimal``, beyond the budget)."""
+    if deadline is not None and time.time() >= deadline:
+        return None
+    config = {**ev.configs[record.chosen].config, **{k: ev.baseline.config[k] for k in record.reverted}}
+    params = {name: config[name] for name in search.seeds.space.search if name in config}
+    live.enqueue(params, role=A.ROLE)
+    return search.trial()
+
+
+def _rounds_begun(view: Any, confirm_id: str) -> int:
+    """Rounds of this claim with any measurement stored (a failed one counts: no configuration loops forever)."""
+    prefix = f"{C.CONFIRM}{confirm_id}-"
+    return len({m.round_id for m in view.remeasurements() if m.round_id.startswith(prefix)})
