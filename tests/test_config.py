@@ -173,7 +173,9 @@ def test_user_loop_matches_the_study(study):
     runs = measured["measurements_samples_per_s"]
     behind = measured["within_process_measurements"] or len(runs)
     spread = 3 * doc["noise"]["sigma"] + 3 * statistics.pstdev(windows) / statistics.fmean(windows)
-    assert behind >= 2 and measured["processes"] == behind  # the export was raced, or measured beside the defaults
+    # the race selects among fewer configurations since its claim is measured apart: the fastest-looking one may
+    # rest on its search trial alone (then the figure is that one process's, within the same noise)
+    assert behind >= 1 and measured["processes"] == behind
     assert abs(mine / theirs - 1) <= max(spread, 0.25), (mine, theirs, runs, spread)
 
 

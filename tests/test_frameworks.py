@@ -124,21 +124,21 @@ def test_source_and_speedup_are_copied_through():
     assert out["arguments"] == make_doc()["knobs"] and out["not_expressible"] == []
 
 
-def test_a_batch_size_the_user_did_not_ask_for_keeps_their_samples_per_step_and_says_so():
-    """A smaller batch than the defaults': accumulation keeps the defaults' samples per optimizer step in every
-    format, and the snippet says so; a larger one cannot be kept: the note says what changes."""
+def test_a_batch_size_the_user_did_not_ask_for_is_named_with_how_to_keep_their_samples_per_step():
+    """A batch size other than the defaults': the export says what it changes and how accumulation keeps the
+    defaults' samples per optimizer step; it applies nothing the study did not measure."""
     from autotune.export import document as D
 
-    kept = D._samples_per_step(None, {"batch_size": 32}, {"batch_size": 16}, "train")
-    assert kept["global_batch"] == 32 and "accumulation over 2 micro-batches" in kept["batch_note"]
-    doc = {**make_doc(batch_size=16), **kept}
+    smaller = D._samples_per_step(None, {"batch_size": 32}, {"batch_size": 16}, "train")
+    assert smaller["global_batch"] is None
+    assert "from 32 to 16: gradient accumulation over 2 micro-batches keeps 32" in smaller["batch_note"]
+    doc = {**make_doc(batch_size=16), **smaller}
     out = F.render(doc, exports.HF_TRAINER)
-    assert out["arguments"]["gradient_accumulation_steps"] == 2 and out["batch_note"] == kept["batch_note"]
-    assert f"# {kept['batch_note']}" in F.text(doc, exports.HF_TRAINER)
-    assert F.render(doc, exports.LIGHTNING)["arguments"]["trainer"]["accumulate_grad_batches"] == 2
+    assert "gradient_accumulation_steps" not in out["arguments"] and out["batch_note"] == smaller["batch_note"]
+    assert f"# {smaller['batch_note']}" in F.text(doc, exports.HF_TRAINER)
     bigger = D._samples_per_step(None, {"batch_size": 32}, {"batch_size": 128}, "train")
     assert bigger["global_batch"] is None
-    assert "changes your optimizer's samples per step from 32 to 128" in bigger["batch_note"]
+    assert "changes your optimizer's samples per step from 32 to 128: its learning rate" in bigger["batch_note"]
     assert D._samples_per_step(None, {"batch_size": 32}, {"batch_size": 32}, "train")["batch_note"] is None
     assert D._samples_per_step(64, {"batch_size": 32}, {"batch_size": 16}, "train") == {"global_batch": 64,
                                                                                         "batch_note": None}

@@ -310,10 +310,11 @@ def test_nothing_shares_a_process_with_defaults_whose_heap_keeps_history():
         study, summary = tune(truth, seed, together=noisy_together(truth, seed, shared), sp=SPACE)
         assert shared == []
         assert summary.race is not None and not summary.race.within
-        v = summary.verdict
-        if v.state == "gain" and len(knobs.per_arm(evidence_of(study).configs[v.winner].changes)[0]) >= 1 \
-                and len(evidence_of(study).configs[v.winner].changes) >= 2:
-            several += 1  # a winner a path would have ablated in shared processes
+        ev = evidence_of(study)
+        chosen = ev.confirmation.record.chosen if ev.confirmation is not None else None  # the race's choice
+        if chosen is not None and len(knobs.per_arm(ev.configs[chosen].changes)[0]) >= 1 \
+                and len(ev.configs[chosen].changes) >= 2:
+            several += 1  # a choice a path would have ablated in shared processes
             assert summary.ablation is None
     assert several >= 3
 

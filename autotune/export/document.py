@@ -162,21 +162,22 @@ def export(
 
 def _samples_per_step(global_batch: int | None, defaults: dict[str, Any], config: dict[str, Any], task: str
                       ) -> dict[str, Any]:
-    """The document's ``global_batch`` and ``batch_note``: a batch size the user did not ask for changes their
-    optimisation, so where the configuration's differs from the defaults' and the study set no global batch, the
-    export keeps the defaults' samples per optimizer step through gradient accumulation (as ``--global-batch``
-    does), and says so; where accumulation cannot keep it (a larger batch), it says what changes."""
+    """The document's ``global_batch`` (the study's) and ``batch_note``: a batch size the user did not ask for changes
+    their optimisation, so where the configuration's differs from the defaults' and the study set no global batch,
+    the export says so and how to keep the defaults' samples per optimizer step. It does not apply accumulation
+    itself: the study measured the configuration without it (a study with ``--global-batch`` measures it with)."""
     theirs, ours = defaults.get(knobs.BATCH_KNOB), config.get(knobs.BATCH_KNOB)
     if global_batch or task != "train" or not theirs or not ours or theirs == ours:
         return {"global_batch": global_batch, "batch_note": None}
+    note = f"batch_size={ours} changes your optimizer's samples per step from {theirs} to {ours}"
     if knobs.keeps_global_batch(theirs, ours):
         steps = knobs.accumulation_steps(theirs, ours)
-        return {"global_batch": theirs, "batch_note": (
-            f"batch_size={ours} against your {theirs}: gradient accumulation over {steps} micro-batches keeps your "
-            f"optimizer's {theirs} samples per step")}
-    return {"global_batch": None, "batch_note": (
-        f"batch_size={ours} changes your optimizer's samples per step from {theirs} to {ours}: its learning rate and "
-        f"schedule may need changing (study with {option('global_batch', str(theirs))} to keep them)")}
+        note += (f": gradient accumulation over {steps} micro-batches keeps {theirs} (measured so with "
+                 f"{option('global_batch', str(theirs))})")
+    else:
+        note += (f": its learning rate and schedule may need changing (study with "
+                 f"{option('global_batch', str(theirs))} to keep them)")
+    return {"global_batch": None, "batch_note": note}
 
 
 def now() -> str:
