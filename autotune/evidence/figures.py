@@ -92,11 +92,8 @@ class Evidence:
                 c.figure = ref.samples_per_s * self.compare(c.number, ref.number).estimate
                 c.via = ref.number
         # The claim of the race's choice, measured apart from the search (autotune.evidence.claim): the recommended
-        # configuration's figure is the defaults' times that claim, so its figure and its speed-up agree.
+        # configuration's speed-up (:meth:`speedup`); its samples/s stay the geometric mean of its processes.
         self.confirmation: CL.Confirmed | None = CL.confirmed(self)
-        claim = self.confirmation.claim if self.confirmation is not None else None
-        if claim is not None and self.baseline is not None:
-            self.configs[self.confirmation.recommendation].figure = self.baseline.samples_per_s * claim.estimate  # type: ignore[union-attr]
         for c in self.configs.values():
             c.seal()
 
