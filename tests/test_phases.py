@@ -201,7 +201,7 @@ def test_the_claim_alone_measures_a_proposed_reduction_as_a_trial_and_decides_it
     calls: list = []
     report = confirm.run(live, Bench(never, remeasure=fake(seed + 3, [])), Search(live, seeds, Bench(fake(seed, calls))))
     assert report is not None and report.stop is not None and len(report.records) == 1
-    assert report.records[0].role == CL.MINIMAL and calls == [{**calls[0], "precision": "bf16", "optimizer_impl": "default"}]
+    assert report.records[0].role == A.ROLE and calls == [{**calls[0], "precision": "bf16", "optimizer_impl": "default"}]
     ev = evidence_of(live.view())
     conf = ev.confirmation
     assert conf.record.reduction is True and conf.recommendation == report.reduced  # equal within the noise: reverted

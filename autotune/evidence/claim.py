@@ -26,11 +26,11 @@ from typing import Any, Mapping, Sequence
 
 from autotune import knobs
 from autotune.evidence import stats
+from autotune.evidence.configs import MINIMAL_ROLE
 from autotune.evidence.stats import Measurement, Noise, Ratio
 from autotune.store.plans import ConfirmRecord
 
 INDIFFERENCE = 0.03  # configurations not more than 3% apart are equal for a user (the race's choice, the reduction)
-MINIMAL = "minimal"  # the role of a configuration measured on its own after the race (autotune.evidence.ablation.ROLE)
 
 CONFIRM = "confirm-"  # the rounds of a claim: confirm-<id>-<k> (autotune.tuning.phases.confirm)
 ROUNDS = 6  # the claim's rounds at most: each measures the defaults and the recommendation once more
@@ -162,16 +162,6 @@ def reduction_holds(reduced_over_chosen: Ratio, rounds: int) -> bool | None:
     return None
 
 
-def fresh_rounds(measurements: Sequence[Measurement], first_is_fresh: bool, first: Measurement | None
-                 ) -> list[Measurement]:
-    """A configuration's measurements that chose nothing: its claim rounds, and its first measurement when nothing
-    selected it (a reduced configuration measured on its own after the race)."""
-    out = [m for m in measurements if m[0].startswith(CONFIRM)]
-    if first_is_fresh and first is not None:
-        out.insert(0, first)
-    return out
-
-
 # ---------------------------------------------------------------- a study's claim, as read
 
 
@@ -179,8 +169,10 @@ def fresh(ev: Any, number: int) -> list[Measurement]:
     """A configuration's measurements that chose nothing: its rounds of a claim, and its first measurement when it
     was measured on its own after the race (role ``minimal``: nothing selected it)."""
     c = ev.configs[number]
-    measurements = [m for m in c.repeats if m[0] not in c.left_out]
-    return fresh_rounds(measurements, c.role == MINIMAL, c.first if c.first[0] not in c.left_out else None)
+    out = [m for m in c.repeats if m[0].startswith(CONFIRM) and m[0] not in c.left_out]
+    if c.role == MINIMAL_ROLE and c.first[0] not in c.left_out:
+        out.insert(0, c.first)
+    return out
 
 
 def claim_of(ev: Any, number: int) -> Ratio | None:

@@ -31,6 +31,8 @@ from autotune.store.records import UNCOMPARED, Block, StoredStudy, StoredTrial
 from autotune.evidence.stats import Measurement
 
 
+MINIMAL_ROLE = "minimal"  # a configuration measured on its own after the race: nothing selected it
+
 @dataclass
 class Measured:
     """One measured, successful configuration and every measurement of it."""

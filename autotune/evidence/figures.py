@@ -409,15 +409,13 @@ class Evidence:
             text += f"; measured once, not confirmed by a race (run with {option('confirm')})"
         return Verdict("gain", winner, leader, s, tied, confirmed, choice.simpler_than_leader, Said(text))
 
-    def choose(self, pool: Sequence[int], claim: bool = True) -> stats.Choice:
-        """The verdict's rule (:func:`autotune.evidence.stats.choose`) over these configurations; ``claim=False``: the
-        race's rule, which selects and claims nothing (each ratio at plain 90%, unadjusted for comparisons or looks)."""
+    def choose(self, pool: Sequence[int]) -> stats.Choice:
+        """The verdict's rule (:func:`autotune.evidence.stats.choose`) over these configurations."""
         assert self.baseline is not None
-        base = self.baseline.number
         return stats.choose(
             [str(n) for n in pool],
-            str(base),
-            (lambda k: self.speedup(int(k))) if claim else (lambda k: self.compare(int(k), base, claim=False)),  # type: ignore[arg-type, return-value]
+            str(self.baseline.number),
+            lambda k: self.speedup(int(k)),  # type: ignore[arg-type, return-value]
             lambda k, leader: self.compare(int(k), int(leader), claim=False),
             {str(n): len(self.configs[n].changes) for n in pool},
         )
