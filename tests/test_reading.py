@@ -104,6 +104,22 @@ def test_a_read_only_store_reads_a_database_with_no_optuna_storage(store_url, mo
         reader.read("nosuch")
 
 
+def test_a_trials_attributes_read_in_one_order_after_one_is_rewritten(store_url):
+    """PostgreSQL moves a rewritten row to the end of its table, and a read without an order returns rows as they
+    lie: the writer's and a reader's read of one trial showed its constraints in two orders (CI, 2026-11-27). Every
+    store reads them by key, as SQLite's index gives them."""
+    writer = Store(store_url)
+    study = make_study(writer.storage, n_trials=2, seed=5, name="s", with_failures=False)
+    with warnings.catch_warnings():  # PostgreSQL's heartbeat "is supposed to be used with Study.optimize"
+        warnings.simplefilter("ignore")
+        trial_id = study.ask()._trial_id  # a running trial: Optuna rewrites no attribute of a finished one
+    for key in ("constraints:failed", "constraints:memory", "constraints:failed"):  # the last rewrites the first
+        writer.storage.set_trial_system_attr(trial_id, key, 1.0 if key.endswith("failed") else 2.0)
+    for reader in (writer, Store(store_url, read_only=True)):
+        trial = reader.read("s").trials[-1]
+        assert list(trial.constraints.items()) == [("failed", 1.0), ("memory", 2.0)]
+
+
 def test_the_direct_read_knows_the_schema_optuna_writes_today(tmp_path):
     path = tmp_path / "x.db"
     make_study(f"sqlite:///{path}", n_trials=2, seed=1, name="s")  # tables made by the installed Optuna

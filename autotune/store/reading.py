@@ -243,24 +243,27 @@ def _rows(raw: Any, dialect: str, study_id: int, *, system: str = "", steps: boo
             cur.execute(sql)
             return list(cur.fetchall())
 
+        # Every read in one order, the (trial_id, key) of the tables' own unique indexes: SQLite reads along them
+        # anyway (no sort), and PostgreSQL, which returns rows as they lie, moves a rewritten row to the end.
         trials = rows("SELECT trial_id, number, state, datetime_start, datetime_complete FROM trials "
                       f"WHERE study_id = {int(study_id)} ORDER BY trial_id")
-        values = rows(f"SELECT trial_id, objective, value, value_type FROM trial_values WHERE trial_id IN ({ids})")
+        values = rows(f"SELECT trial_id, objective, value, value_type FROM trial_values WHERE trial_id IN ({ids}) "
+                      "ORDER BY trial_id, objective")
         params = rows(f"SELECT trial_id, param_name, param_value, distribution_json FROM trial_params "
                       f"WHERE trial_id IN ({ids}) ORDER BY param_id")
         user = rows(f"SELECT trial_id, key, value_json FROM trial_user_attributes WHERE trial_id IN ({ids})"
-                    + (f" AND key <> '{RESULT}'" if lazy_results else ""))
+                    + (f" AND key <> '{RESULT}'" if lazy_results else "") + " ORDER BY trial_id, key")
         result_parts: list[Any] = []
         if lazy_results:
             result_parts = rows(_result_parts(dialect, ids))
             odd = [r[0] for r in result_parts if not _deferrable(r)]
             if odd:  # read whole, with the trial
                 user += rows(f"SELECT trial_id, key, value_json FROM trial_user_attributes WHERE key = '{RESULT}' "
-                             f"AND trial_id IN ({','.join(str(int(t)) for t in odd)})")
+                             f"AND trial_id IN ({','.join(str(int(t)) for t in odd)}) ORDER BY trial_id, key")
         system_rows = rows(f"SELECT trial_id, key, value_json FROM trial_system_attributes WHERE trial_id IN ({ids})"
-                           + (f" AND ({system})" if system else ""))
+                           + (f" AND ({system})" if system else "") + " ORDER BY trial_id, key")
         step_rows = rows("SELECT trial_id, step, intermediate_value, intermediate_value_type FROM trial_intermediate_values "
-                         f"WHERE trial_id IN ({ids})") if steps else []
+                         f"WHERE trial_id IN ({ids}) ORDER BY trial_id, step") if steps else []
         cur.close()
     finally:
         raw.rollback()  # it wrote nothing: end the snapshot
