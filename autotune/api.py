@@ -39,7 +39,7 @@ from autotune.tuning import preparation as tuning
 from autotune.tuning import loop as S
 from autotune.errors import AutotuneError, FieldError, KnobError, SpecError, WorkloadError, in_words, said
 from autotune.evidence import Verdict, evidence_of
-from autotune.request import (DEFAULT_COMPILE_LIMIT_S, DEFAULT_CONFIRM, DEFAULT_PICK, DEFAULT_SAMPLER,
+from autotune.request import (DEFAULT_COMPILE_LIMIT_S, DEFAULT_CONFIRM, DEFAULT_NUMERICS, DEFAULT_PICK, DEFAULT_SAMPLER,
                               DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS)
 from autotune.request import VERIFY_ROUNDS
 from autotune.request import MeasureConfig, TuneConfig, WorkloadSpec, declared
@@ -194,8 +194,9 @@ class TuneResult:
     :class:`autotune.evidence.Verdict`; ``winner``: the verdict's trial number (the
     baseline's when nothing beats PyTorch's defaults; None before any result);
     ``speedup``: the verdict's :class:`autotune.evidence.stats.Ratio` over the defaults, with its
-    interval; ``noise``: the noise between processes; ``summary``: what this run did
-    (:class:`autotune.tuning.loop.Summary`).
+    interval; ``noise``: the noise between processes; ``numerics``: the recommendation's numerics check
+    (:class:`autotune.evidence.numerics.Check`: ``state`` hold, differ or not_checked, ``text()``; None when none
+    ran); ``summary``: what this run did (:class:`autotune.tuning.loop.Summary`).
     """
 
     def __init__(self, study: optuna.Study, store: Store, summary: S.Summary | None = None) -> None:
@@ -207,6 +208,7 @@ class TuneResult:
         self.front: list[dict[str, Any]] = [evidence.row(n) for n in evidence.front()]
         self.verdict: Verdict = in_python_text(evidence.verdict())
         self.noise: Noise = evidence.noise
+        self.numerics = evidence.numerics()
         self.recommended: int | None = evidence.recommended()
         self._speedup = evidence.speedup(self.recommended) if self.recommended is not None else None
         self._changes = evidence.configs[self.recommended].changes if self.recommended is not None else {}
@@ -282,6 +284,7 @@ def tune(
     seed: int | None = None,
     quick: bool = False,
     confirm: int = DEFAULT_CONFIRM,
+    numerics: str = DEFAULT_NUMERICS,
     model_args: Mapping[str, Any] | Iterable[str] | None = None,
     input_shape: Iterable[int] | str | None = None,
     num_classes: int | None = None,
@@ -304,7 +307,9 @@ def tune(
     ``trials``: the study's total of measured configurations. ``time_budget`` (seconds or
     ``"2h"``), ``max_memory`` (bytes or ``"20GiB"``), ``trial_timeout`` (seconds or ``"10m"``).
     ``study`` and ``storage`` default as in the CLI (``studies/<name>.db``). ``confirm``:
-    rounds of the final race (0: none). ``quick``: short windows (smoke runs).
+    rounds of the final race (0: none). ``numerics``: after the verdict, the recommendation trained beside the
+    defaults on the same samples, its loss compared (``"warn"``: marked where it differs; ``"strict"``: the fastest
+    configuration whose numerics hold is recommended; ``"off"``). ``quick``: short windows (smoke runs).
     ``batch_ceiling``: first find the largest batch that fits and search none above it
     (default: on a GPU, or with ``max_memory``). ``warm_start``: a new study first measures the winners of
     earlier studies in the same storage on this kind of machine (off by default: across models it bought nothing).
@@ -330,7 +335,7 @@ def tune(
         spec = _spec(model, data, model_args, input_shape, num_classes, task)
     job = TuneConfig.from_keywords(
         spec, space=space, trials=trials, time_budget=time_budget, max_memory=max_memory, global_batch=global_batch,
-        sampler=sampler, seed=seed, quick=quick, early_stop=early_stop, confirm=confirm, trial_timeout=trial_timeout,
+        sampler=sampler, seed=seed, quick=quick, early_stop=early_stop, confirm=confirm, numerics=numerics, trial_timeout=trial_timeout,
         batch_ceiling=batch_ceiling, warm_start=warm_start, compile_limit=compile_limit,
     )
     name = study or default_study(spec)

@@ -39,6 +39,8 @@ from autotune.units import parse_duration, parse_size
 
 TASKS = ("train", "infer")
 SAMPLERS = ("tpe", "gp", "random", "nsga2")
+NUMERICS_MODES = ("off", "warn", "strict")  # the numerics check (autotune.evidence.numerics): skipped, marks, or decides
+DEFAULT_NUMERICS = "warn"
 DEFAULT_SAMPLER = "gp"  # from benchmarks/search_efficiency.py: best share of the grid optimum after 20 trials
 DEFAULT_TRIALS = 30
 DEFAULT_CONFIRM = 8  # rounds of the final race at most: it selects (the claim is measured apart, autotune.tuning.phases.confirm)
@@ -395,6 +397,11 @@ class TuneConfig:
         help="Rounds of the final race at most: the configurations tied with the fastest and the baseline measured "
              "again, interleaved, until one is chosen; its claim is then measured apart (0: no race and no claim; "
              "figures then rest on single measurements).")
+    numerics: str = declare(
+        DEFAULT_NUMERICS, what="the numerics check", flag="--numerics", rule=OneOf(NUMERICS_MODES), show_default=True,
+        help="After the verdict, train the recommendation beside the defaults from the same weights on the same "
+             "samples and compare the losses: warn marks a recommendation whose numerics differ, strict recommends "
+             "the fastest configuration whose numerics hold, off skips the check.")
     trial_timeout_s: float = declare(
         DEFAULT_TRIAL_TIMEOUT_S, what="the trial timeout", flag="--trial-timeout", keyword="trial_timeout",
         unit="duration", rule=Positive(), show_default=True, help="Kill a trial after this long (e.g. 300, 5m).")

@@ -128,3 +128,47 @@ def op_name(raw: str) -> str:
         return "compiled graph"
     name = re.sub(r"\s+[a-z0-9]{16,}.*$", "", name)  # generated hashes
     return name if len(name) <= 48 else name[:45] + "..."
+
+
+@dataclass
+class NumericsResult:
+    """What one numerics run recorded (:mod:`autotune.trial.numerics`): per optimizer step, the mean loss over its
+    samples and the gradients' global norm; at the end, how far training moved the weights (``moved``, the L2 norm
+    of final minus initial), their norm, and their L2 distance to each reference run's final weights
+    (``distances``, by label; None where the shapes differ). ``initial_digest`` and ``data_digest`` say whether two
+    runs started from the same weights and saw the same samples; ``dropout_off``: the dropout modules turned off."""
+
+    outcome: str
+    config: dict[str, Any] = field(default_factory=dict)
+    device: str | None = None
+    losses: list[float] = field(default_factory=list)
+    grad_norms: list[float] = field(default_factory=list)
+    moved: float | None = None
+    weights_norm: float | None = None
+    distances: dict[str, float | None] = field(default_factory=dict)
+    initial_digest: str | None = None
+    data_digest: str | None = None
+    dropout_off: int = 0
+    accumulation: int | None = None
+    samples_per_step: int | None = None
+    wall_s: float | None = None
+    error: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == OK
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, default=str)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> NumericsResult:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    @classmethod
+    def failure(cls, outcome: str, message: str, **error: Any) -> NumericsResult:
+        return cls(outcome=outcome, error={"message": message, **error})

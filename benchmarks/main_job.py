@@ -5,8 +5,8 @@
 Runs each job exactly as a user types it (``autotune run ...`` in a fresh, empty folder, in
 a process of its own), times it from start to the last line it prints, and reads its study
 for what the answer cost beyond the search: the noise floor, the race and the ablation
-(processes, configurations measured, seconds) per search trial, and the verdict with what
-each knob bought. Run it on a quiet machine: the first line says how busy it was.
+(processes, configurations measured, seconds) per search trial, the verdict with what
+each knob bought, and the numerics check's time as a share of the study's (issue 36: at most 10%). Run it on a quiet machine: the first line says how busy it was.
 
 - ``cnn``: ``autotune run --model autotune.examples:cnn --trials 30`` (the README's main job;
   issue 17's target: under 5 minutes, everything it prints included);
@@ -61,6 +61,8 @@ def run(name: str) -> dict:
         trials = [t for t in study.trials if t.duplicate_of is None and t.outcome is not None and t.role != "minimal"]
         trial_s = sum(float(t.duration_s or 0.0) for t in trials)
         ablation = ev.ablation()
+        check = ev.numerics()
+        study_s = ev.time_spent()["wall_s"]
         return {
             "command": "autotune run " + " ".join(JOBS[name]),
             "wall_s": wall,
@@ -73,6 +75,10 @@ def run(name: str) -> dict:
             "noise": ev.noise.to_dict(),
             "within_process_noise": ev.within_noise.to_dict(),
             "load": ev.load.to_dict(),
+            "study_s": study_s,
+            # the numerics check (issue 36: at most 10% of the study's time): its runs' wall time over the study's
+            "numerics": check.to_dict() if check is not None else None,
+            "numerics_share": check.cost_s / study_s if check is not None and study_s else None,
             "closing_lines": proc.stdout.splitlines()[-40:],
         }
 
@@ -104,6 +110,10 @@ def main() -> None:
             say(f"   noise: between processes ±{r['noise']['percent'] or 0:.0f}%, a ratio within one process "
                 f"±{(r['within_process_noise']['percent'] or 0):.0f}%; {r['load']['text']}")
             say(f"   verdict: {r['verdict']['text']}")
+            n = r["numerics"]
+            say(f"   numerics check: {n['cost_s']:.1f} s of the study's {r['study_s']:.0f} s = {100 * r['numerics_share']:.1f}% "
+                f"(target at most 10%), {n['steps']} steps: {n['text']}" if n else
+                "   numerics check: none (nothing but the defaults recommended)")
     harness.write(args, out)
 
 

@@ -97,6 +97,21 @@ def test_defaults_need_nothing_by_hand(fmt):
     assert list(manual(F.render(make_doc(), "accelerate"))) == ["batch_size", "threads"]
 
 
+@pytest.mark.parametrize("fmt, factory", [("hf-trainer", "for_trainer"), ("lightning", "for_lightning")])
+def test_an_export_with_the_studys_figures_passes_them_to_the_callback_even_for_the_defaults(fmt, factory):
+    """The callback says the training's samples/s beside the study's: it is in the snippet whenever the export has a
+    figure, with the knobs it applies (none here) and what the study measured."""
+    doc = {**make_doc(), "measured": {"samples_per_s": 398.0},
+           "speedup": {"estimate": 2.9, "low": 2.7, "high": 3.1}}
+    out = F.render(doc, fmt)
+    expected = {"samples_per_s": 398.0, "estimate": 2.9, "low": 2.7, "high": 3.1, "where": "on the study's machine"}
+    assert out["callback"] == {"factory": f"autotune.callbacks.{factory}", "knobs": {}, "expected": expected}
+    snippet = F.text(doc, fmt)
+    compile(snippet, f"<{fmt}>", "exec")
+    assert f"autotune_callbacks = [autotune.callbacks.{factory}(\n    {{}},\n    expected={expected!r},\n)]" in snippet
+    assert "report_speed=False turns that off" in snippet
+
+
 def test_a_knob_without_a_mapping_still_lands_in_not_expressible(monkeypatch):
     table = dict(F.HANDLERS["lightning"])
     del table["memory_format"]
@@ -163,7 +178,7 @@ def test_hf_trainer_mapping():
     assert args[hf_checkpointing_argument(F._version("transformers"))] is True
     assert out["not_expressible"] == []  # the callback applies what TrainingArguments cannot
     assert out["callback"] == {"factory": "autotune.callbacks.for_trainer",
-                               "knobs": {"memory_format": "channels_last", "threads": 4}}
+                               "knobs": {"memory_format": "channels_last", "threads": 4}, "expected": None}
 
 
 def test_hf_trainer_gpu_details():
@@ -215,7 +230,8 @@ def test_lightning_mapping():
     assert set(by_hand) == {"compile"}  # a callback cannot swap the module fit() was given for a compiled one
     assert "torch.compile(model, mode='reduce-overhead')" in by_hand["compile"]["how"]
     assert out["callback"] == {"factory": "autotune.callbacks.for_lightning",
-                               "knobs": {"optimizer_impl": "fused", "cuda_allocator": "expandable_segments"}}
+                               "knobs": {"optimizer_impl": "fused", "cuda_allocator": "expandable_segments"},
+                               "expected": None}
     cpu = F.render(make_doc(precision="bf16"), "lightning")["arguments"]
     assert cpu["trainer"]["precision"] == "bf16-mixed" and cpu["trainer"]["accelerator"] == "cpu"
     assert "prefetch_factor" not in cpu["dataloader"]
@@ -574,3 +590,58 @@ def test_the_header_names_an_interval_only_when_there_is_one():
     assert "# speed-up over PyTorch's defaults: 1.30x (1.10-1.50) (90% interval)" in frameworks._header(
         {**out, "speedup": with_interval})
     assert "# speed-up over PyTorch's defaults: 2.70x" in frameworks._header({**out, "speedup": without})
+
+
+@pytest.mark.slow  # a real Trainer and a real lightning.Trainer, 40 steps each
+def test_the_exported_callbacks_say_the_trainings_speed_once_and_log_it(tmp_path, monkeypatch, process_state, capsys):
+    """Issue 36: the callbacks an export names time the training's own steps, once warm, say the samples/s beside the
+    study's once, and put the figure in the trainer's own logs."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
+    lightning = pytest.importorskip("lightning", reason="lightning is not installed (pip install -e '.[frameworks]')")
+    from autotune.export import live
+
+    for name, value in (("WARMUP_STEPS", 3), ("WARMUP_S", 0.0), ("WINDOW_STEPS", 5), ("WINDOW_S", 0.0)):
+        monkeypatch.setattr(live, name, value)
+    monkeypatch.chdir(tmp_path)
+    doc = {**make_doc(batch_size=4), "measured": {"samples_per_s": 398.0},
+           "speedup": {"estimate": 2.9, "low": 2.7, "high": 3.1}}
+    scope: dict = {}
+    exec(F.text(doc, "hf-trainer"), scope)
+    logged: list[dict] = []
+
+    class Logs(transformers.TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            logged.append(dict(logs or {}))
+
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=12, report_to="none", save_strategy="no",
+                                          logging_strategy="steps", logging_steps=4, disable_tqdm=True,
+                                          **scope["training_args_kwargs"])
+    transformers.Trainer(model=TinyConvNet(), args=args, train_dataset=Images(64),
+                         callbacks=[*scope["autotune_callbacks"], Logs()]).train()
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("autotune: ")]
+    assert len(said) == 1 and "samples/s in this training; the study measured 398.0 for this configuration on the " \
+                               "study's machine (2.90x the defaults, claimed 2.70-3.10x)" in said[0]
+    assert any("autotune_samples_per_s" in logs for logs in logged)
+
+    scope = {}
+    exec(F.text(doc, "lightning"), scope)
+    net = TinyConvNet()
+
+    class Module(lightning.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = net
+
+        def training_step(self, batch, batch_idx):
+            return self.net(**batch)["loss"]
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    trainer = lightning.Trainer(max_steps=12, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                                enable_progress_bar=False, enable_model_summary=False,
+                                callbacks=list(scope["autotune_callbacks"]))
+    trainer.fit(Module(), torch.utils.data.DataLoader(Images(64), batch_size=4))
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("autotune: ")]
+    assert len(said) == 1 and "samples/s in this training" in said[0]
+    assert "autotune/samples_per_s" in trainer.callback_metrics

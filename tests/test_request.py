@@ -19,11 +19,13 @@ SPEC = WorkloadSpec(model="autotune.examples:mlp")
 
 def test_every_default_is_written_once_and_every_face_uses_it():
     job = TuneConfig(spec=SPEC)
-    assert (job.trials, job.confirm, job.sampler, job.trial_timeout_s) == (
-        request.DEFAULT_TRIALS, request.DEFAULT_CONFIRM, request.DEFAULT_SAMPLER, request.DEFAULT_TRIAL_TIMEOUT_S)
+    assert (job.trials, job.confirm, job.sampler, job.trial_timeout_s, job.numerics) == (
+        request.DEFAULT_TRIALS, request.DEFAULT_CONFIRM, request.DEFAULT_SAMPLER, request.DEFAULT_TRIAL_TIMEOUT_S,
+        request.DEFAULT_NUMERICS)
     tune = inspect.signature(api.tune).parameters
-    assert (tune["trials"].default, tune["confirm"].default, tune["sampler"].default, tune["trial_timeout"].default) == (
-        job.trials, job.confirm, job.sampler, job.trial_timeout_s)
+    assert (tune["trials"].default, tune["confirm"].default, tune["sampler"].default, tune["trial_timeout"].default,
+            tune["numerics"].default) == (job.trials, job.confirm, job.sampler, job.trial_timeout_s, job.numerics)
+    assert S.Options().numerics == job.numerics
     assert inspect.signature(api.measure).parameters["trial_timeout"].default == job.trial_timeout_s
     options = {p.name: p for p in cli.run.params}
     assert (options["trials"].default, options["confirm"].default, options["sampler"].default) == (job.trials, job.confirm, job.sampler)
@@ -58,6 +60,7 @@ def test_the_stale_grace_derives_from_the_trial_timeout():
     ("time_budget_s", 0, "time budget"), ("trial_timeout_s", -1, "trial timeout"), ("trial_timeout_s", float("nan"), "trial timeout"),
     ("global_batch", 0, "global batch"), ("sampler", "cmaes", "sampler"), ("seed", "0", "seed"), ("space", "", "space"),
     ("quick", "yes", "quick"), ("early_stop", None, "early_stop"), ("batch_ceiling", "auto", "batch_ceiling"),
+    ("numerics", "loose", "numerics check"),
 ])
 def test_a_bad_value_is_refused_once_naming_the_field(field, value, message):
     with pytest.raises(FieldValueError, match=message) as info:
@@ -179,10 +182,10 @@ def test_every_field_of_a_request_is_declared_or_internal():
 
 SPECIFIC = {"global_batch": 64, "seed": 3, "space": "cpu", "sampler": "tpe", "confirm": 0, "trials": 5, "quick": True,
             "early_stop": False, "warm_start": True, "batch_ceiling": True, "time_budget": "2h", "max_memory": "1GiB",
-            "trial_timeout": "5m", "compile_limit": "90s"}
+            "trial_timeout": "5m", "compile_limit": "90s", "numerics": "strict"}
 SPECIFIC_FLAGS = ["--global-batch", "64", "--seed", "3", "--space", "cpu", "--sampler", "tpe", "--confirm", "0", "--trials", "5",
                   "--quick", "--no-early-stop", "--warm-start", "--batch-ceiling", "--time-budget", "2h", "--max-memory",
-                  "1GiB", "--trial-timeout", "5m", "--compile-limit", "90s"]
+                  "1GiB", "--trial-timeout", "5m", "--compile-limit", "90s", "--numerics", "strict"]
 
 
 def test_the_command_line_and_tune_build_the_same_job(tmp_path, monkeypatch):
@@ -233,6 +236,7 @@ BAD = [  # field, options, keywords; for the run command and tune() (or measure,
     ("max_memory_bytes", ["--max-memory", "0"], {"max_memory": 0}),
     ("trial_timeout_s", ["--trial-timeout", "0"], {"trial_timeout": 0}),
     ("sampler", ["--sampler", "cmaes"], {"sampler": "cmaes"}),
+    ("numerics", ["--numerics", "loose"], {"numerics": "loose"}),
     ("global_batch", ["--global-batch", "0"], {"global_batch": 0}),
     ("space", ["--space", " "], {"space": " "}),
     ("num_classes", ["--num-classes", "1"], {"num_classes": 1}),

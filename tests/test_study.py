@@ -352,13 +352,15 @@ def test_the_baseline_line_is_followed_by_the_estimate_of_the_rest():
     assert budgeted.estimate_s(10.0, 29, elapsed_s=15.0) == 25.0  # the time budget ends the study first
 
 
-def test_a_time_budget_keeps_the_share_the_race_and_the_claim_need():
+def test_a_time_budget_keeps_the_share_the_race_the_claim_and_the_numerics_need():
     """At 2 s a process and 15% noise: the race's first two rounds of 2 candidates and the defaults (6 processes),
-    a reduced configuration and 5 processes of each side for the claim (11): 34 s of a 90 s budget; never more than
-    half of it; nothing without a time budget or a race."""
-    options = S.Options(trials=50, race_rounds=8, race_candidates=2, time_budget_s=90.0)
+    a reduced configuration and 5 processes of each side for the claim (11): 34 s of a 90 s budget, and the numerics
+    check's tenth of it; never more than half of it; nothing without a time budget or a race."""
+    options = S.Options(trials=50, race_rounds=8, race_candidates=2, time_budget_s=90.0, numerics="off")
     assert CL.processes_needed(0.15) == 5
     assert options.reserve_s(2.0, 0.15) == 2.0 * (2 * 3 + 1 + 2 * 5)
+    checked = S.Options(trials=50, race_rounds=8, race_candidates=2, time_budget_s=90.0, numerics="warn")
+    assert checked.reserve_s(2.0, 0.15) == pytest.approx(2.0 * (2 * 3 + 1 + 2 * 5) + 9.0)
     assert options.reserve_s(12.0, 0.15) == 45.0  # the search keeps half
     assert S.Options(trials=50, race_rounds=8).reserve_s(2.0, 0.15) == 0.0
     assert S.Options(trials=50, race_rounds=0, time_budget_s=90.0).reserve_s(2.0, 0.15) == 0.0

@@ -316,3 +316,48 @@ def test_knobs_that_cannot_run_here_name_what_changed(monkeypatch):
     with pytest.raises(Exception, match=r"cannot run here: knob 'threads': 16 is out of range \[1, 2\] \(changed since "
                                         r"it was measured: cpu_count: 16 \(stored\) vs 2 \(here\)\)"):
         V.runner_for(claim.spec, claim, device="cpu", quick=True, trial_timeout_s=60)
+
+
+def numerics_check(state: str = "hold") -> dict:
+    """An export's numerics check, as autotune.export.document writes it (the fields verify reads)."""
+    text = {"hold": "numerics hold: loss within 0.1% of the defaults over 30 steps (floor 0.0%), weights 2.0% apart",
+            "differ": "numerics differ: loss 10% above the defaults over steps 16-30 (floor 0.0%): batch_size=128"}
+    return {"state": state, "steps": 30, "samples_per_step": 128, "seed": 0, "text": text[state]}
+
+
+@pytest.mark.parametrize("then, differs_here, code, said", [
+    ("hold", False, 0, "numerics hold: loss within 0.0% of the defaults over 30 steps (floor 0.0%), weights 0.0% "
+                       "apart (checked again here, as the study found)"),
+    ("hold", True, 1, "numerics differ: loss 10% above the defaults over steps 16-30 (floor 0.0%), weights 0.0% apart: "
+                      "no one knob alone: batch_size=128 optimizer_impl=fused (checked again here; the study's: numerics "
+                      "hold: loss within 0.1% of the defaults over 30 steps (floor 0.0%), weights 2.0% apart)")])
+def test_verify_checks_the_numerics_again_and_fails_where_they_held_and_now_differ(tmp_path, monkeypatch, then,
+                                                                                   differs_here, code, said):
+    """An upgrade can change the kernels: the export's check is run again with its steps, samples and seed."""
+    from autotune import result as R
+
+    trained: list = []
+
+    def numerics(config, steps, per_step, seed, save, references):
+        trained.append((dict(config), steps, per_step, seed))
+        shift = 1.1 if differs_here and dict(config) != DEFAULTS else 1.0
+        return R.NumericsResult("ok", dict(config), losses=[2.0] * 15 + [2.0 * shift] * 15, grad_norms=[1.0] * 30,
+                                moved=1.0, distances={k: 0.0 for k, _ in references}, initial_digest="w",
+                                data_digest="d")
+
+    measure = fake(2.0)
+    measure.numerics = numerics  # type: ignore[attr-defined]
+    monkeypatch.setattr(V, "runner_for", lambda *a, **k: (HERE, measure))
+    path = write(tmp_path, document(numerics=numerics_check(then)))
+    res = CliRunner().invoke(main, ["verify", path], catch_exceptions=False)
+    assert res.exit_code == code, res.output
+    assert said in res.output.splitlines() and res.output.strip().splitlines()[-1].startswith("holds: ")
+    assert trained[:3] == [(DEFAULTS, 30, 128, 0), (DEFAULTS, 30, 128, 0), (KNOBS, 30, 128, 0)]
+
+
+def test_an_export_without_a_numerics_check_trains_nothing(monkeypatch, tmp_path):
+    measure = fake(2.0)
+    measure.numerics = lambda *a: pytest.fail("no check to run again")  # type: ignore[attr-defined]
+    monkeypatch.setattr(V, "runner_for", lambda *a, **k: (HERE, measure))
+    res = CliRunner().invoke(main, ["verify", write(tmp_path, document())], catch_exceptions=False)
+    assert res.exit_code == 0 and "numerics" not in res.output

@@ -136,7 +136,7 @@ SEQ_LEN = click.option("--seq-len", type=click.IntRange(1), default=None,
 WORKLOAD = ("model", "data", "model_args", SEQ_LEN, "input_shape", "num_classes", "task", "device", "trial_timeout_s")
 #: The options that say how to tune a workload, shared by run and submit (with the trial timeout: every field of the job).
 JOB = ("space", "trials", "time_budget_s", "max_memory_bytes", "global_batch", "sampler", "seed", "quick", "early_stop",
-       "confirm", "warm_start", "batch_ceiling", "compile_limit_s")
+       "confirm", "numerics", "warm_start", "batch_ceiling", "compile_limit_s")
 
 
 def make_spec(model: str, data: str | None, model_args: tuple[str, ...], input_shape: str | None, num_classes: int | None, task: str | None) -> Any:

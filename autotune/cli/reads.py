@@ -242,6 +242,8 @@ def trials_cmd(study_name: str | None, storage: str | None, as_json: bool, as_cs
         changes = " ".join(f"{k}={knobs.KNOBS[k].format(v)}" for k, v in row.changes.items() if k in knobs.KNOBS)
         note = (f"repeats #{row.repeat_of}" if row.repeat_of is not None else
                 f"queued again for #{row.requeued_from}" if row.requeued_from is not None else row.error[:80])
+        if row.numerics:
+            note = f"recommended; numerics {row.numerics.replace('_', ' ')}"
         grid.add_row(f"#{row.number}", row.role, row.outcome or row.state, changes or ("defaults" if row.config else "-"),
                      format_rate(row.samples_per_s) if row.samples_per_s is not None else "-",
                      str(row.processes) if row.processes is not None else "-",

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 from autotune.evidence import ablation as A
 from autotune.evidence import claim as CL
+from autotune.evidence import numerics as NU
 from autotune import knobs
 from autotune.evidence import stats
 from autotune.evidence import configs as C
@@ -226,7 +227,71 @@ class Evidence:
         one) compared through the noise; then, once the path to the winner has been measured (:meth:`ablation`),
         the smallest configuration that keeps its gain, without the knobs that bought nothing beyond the noise
         (``ablated=False``: the race's own winner, before that). On a busy machine a gain that rests on a
-        load-sensitive knob is not recommended."""
+        load-sensitive knob is not recommended. Once its numerics were checked (:meth:`numerics`), the verdict
+        says how they compare with the defaults'."""
+        verdict = self._unchecked_verdict(ablated)
+        record = self._numerics_record() if ablated else None
+        if record is None or verdict.state != "gain":
+            return verdict
+        if ("checked", ablated) not in self._memo:
+            self._memo[("checked", ablated)] = self._checked_verdict(verdict, record)
+        return self._memo[("checked", ablated)]  # type: ignore[no-any-return]
+
+    def to_check(self) -> int | None:
+        """The configuration the numerics check is about: the verdict's winner before the check is read into it
+        (None when the verdict recommends no change)."""
+        verdict = self._unchecked_verdict(True)
+        return verdict.winner if verdict.state == "gain" else None
+
+    def _numerics_record(self) -> Any:
+        """The latest finished numerics check of the configuration the verdict (before the check) recommends."""
+        if "numerics_record" not in self._memo:
+            verdict = self._unchecked_verdict(True)
+            found = [r for _, r in self.study.numerics_checks() if r.get("done") and verdict.state == "gain"
+                     and r.get("number") == verdict.winner]
+            self._memo["numerics_record"] = found[-1] if found else None
+        return self._memo["numerics_record"]
+
+    def _checked_verdict(self, verdict: Verdict, record: Any) -> Verdict:
+        """The verdict once the numerics were checked: its text says how they compare; under ``--numerics strict`` a
+        recommendation whose numerics differ gives way to the fastest configuration checked whose numerics hold (its
+        figure the search's and the race's: it was not measured apart), or to the defaults when none holds."""
+        check = NU.judge(record)
+        if check.state != NU.DIFFER or record.get("mode") != NU.STRICT or "reason" in record:
+            return Verdict(verdict.state, verdict.winner, verdict.leader, verdict.speedup, verdict.tied,
+                           verdict.confirmed, verdict.simpler_preferred, Said(f"{said(verdict.text)}; {check.text()}"))
+        n = verdict.winner
+        assert n is not None and verdict.speedup is not None and self.baseline is not None
+        was = (f"#{n} ({_changes_text(self.configs[n].changes)}) was faster, {verdict.speedup.text()}, but "
+               f"{check.text()}")
+        pick = record.get("strict_pick")
+        if pick is None or pick not in self.configs:
+            text = f"keep the defaults: {was}; no faster configuration checked holds ({option('numerics', NU.STRICT)})"
+            return Verdict("no_gain", self.baseline.number, n, verdict.speedup, (), verdict.confirmed, False, Said(text))
+        held = NU.judge(record, pick)
+        speedup = self.speedup(pick)
+        assert speedup is not None
+        text = (f"#{pick} ({_changes_text(self.configs[pick].changes)}) is {speedup.text()} as fast as PyTorch's "
+                f"defaults (measured in the search and the race), the fastest configuration checked whose numerics "
+                f"hold ({option('numerics', NU.STRICT)}): {held.text()}; {was}")
+        return Verdict("gain", pick, n, speedup, (), False, False, Said(text))
+
+    def numerics(self) -> NU.Check | None:
+        """The numerics check of the recommendation (:mod:`autotune.evidence.numerics`): of the configuration the
+        verdict recommends, from the latest finished check (under ``--numerics strict``, the check of the
+        configuration recommended in place of one whose numerics differ); None when none ran, or the verdict
+        recommends no change."""
+        record = self._numerics_record()
+        if record is None:
+            return None
+        pick = record.get("strict_pick")
+        verdict = self.verdict()
+        if pick is not None and verdict.winner == pick:
+            return NU.judge(record, pick)
+        return NU.judge(record) if verdict.winner == record.get("number") else None
+
+    def _unchecked_verdict(self, ablated: bool = True) -> Verdict:
+        """:meth:`verdict` before the numerics check is read into it."""
         key = ("verdict", ablated)
         if key not in self._memo:
             if ablated and self.confirmation is not None and self.confirmation.claim is not None:
@@ -501,6 +566,7 @@ class Evidence:
                       if self.confirmation is not None else None),
             "front": [self.row(n) for n in self.front()],
             "recommended": self.row(rec) if (rec := self.recommended()) is not None else None,
+            "numerics": check.to_dict() if (check := self.numerics()) is not None else None,
             "load": self.load.to_dict(),
         }
 

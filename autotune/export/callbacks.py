@@ -45,6 +45,8 @@ from torch import nn
 from autotune import knobs
 from autotune.errors import KnobError
 from autotune.knobs import effects as fx
+from autotune.export.config import samples_in
+from autotune.export.live import Expected, Meter
 from autotune.trial.plan import NotApplicableAtRuntime, Plan, optimizer_switches
 from autotune.request import TASKS
 
@@ -158,12 +160,38 @@ def _contiguous_state(module: nn.Module, state_dict: dict[str, Any], prefix: str
 # ---------------------------------------------------------------- the frameworks' hooks (no framework imported)
 
 
+def _meter(expected: Mapping[str, Any] | None, report_speed: bool) -> Meter | None:
+    """The meter of the training's speed (:mod:`autotune.export.live`), told what the study measured (``expected``:
+    :meth:`Expected.to_dict`, as an export passes it); None when ``report_speed`` is off."""
+    if not report_speed:
+        return None
+    return Meter(Expected(**dict(expected)) if expected else None)
+
+
 class _TrainerHooks:
     """The ``TrainerCallback`` methods: the model at the end of ``Trainer.__init__`` (so evaluation and prediction
-    get it too), the optimizer at train begin (the Trainer builds it in ``train()``)."""
+    get it too), the optimizer at train begin (the Trainer builds it in ``train()``); each optimizer step timed
+    (``on_step_begin``/``on_step_end``), and the training's samples/s, once measured, in every log the Trainer
+    writes after (``autotune_samples_per_s``)."""
 
-    def __init__(self, values: Mapping[str, Any], task: str = "train") -> None:
+    def __init__(self, values: Mapping[str, Any], task: str = "train", expected: Mapping[str, Any] | None = None,
+                 report_speed: bool = True) -> None:
         self.autotune = KnobsInForce(values, task)
+        self.meter = _meter(expected, report_speed)
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.meter is not None:
+            self.meter.begin()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.meter is not None:
+            # the samples of one optimizer step, on every device of every process
+            self.meter.end(int(args.per_device_train_batch_size) * max(1, int(getattr(args, "n_gpu", 1) or 1))
+                           * int(args.gradient_accumulation_steps) * int(getattr(args, "world_size", 1) or 1))
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if self.meter is not None and self.meter.samples_per_s is not None and logs is not None:
+            logs["autotune_samples_per_s"] = round(self.meter.samples_per_s, 2)
 
     def on_init_end(self, args: Any, state: Any, control: Any, model: nn.Module | None = None, **kwargs: Any) -> None:
         if model is not None:
@@ -177,10 +205,25 @@ class _TrainerHooks:
 class _LightningHooks:
     """The Lightning ``Callback`` methods: the model once the strategy put it on its device (before the sanity
     check; or when an evaluation starts), the optimizers at train start (after a checkpoint's optimizer state is
-    restored, which would undo a switch made earlier)."""
+    restored, which would undo a switch made earlier); each training batch timed, and the training's samples/s,
+    once measured, logged as ``autotune/samples_per_s``."""
 
-    def __init__(self, values: Mapping[str, Any], task: str = "train") -> None:
+    def __init__(self, values: Mapping[str, Any], task: str = "train", expected: Mapping[str, Any] | None = None,
+                 report_speed: bool = True) -> None:
         self.autotune = KnobsInForce(values, task)
+        self.meter = _meter(expected, report_speed)
+
+    def on_train_batch_start(self, trainer: Any, pl_module: nn.Module, batch: Any, batch_idx: int) -> None:
+        if self.meter is not None:
+            self.meter.begin()
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.meter is None:
+            return
+        done = self.meter.done
+        self.meter.end(samples_in(batch))
+        if not done and self.meter.samples_per_s is not None:  # measured at this batch: into the trainer's logs
+            pl_module.log("autotune/samples_per_s", self.meter.samples_per_s, on_step=True, on_epoch=False)
 
     def on_fit_start(self, trainer: Any, pl_module: nn.Module) -> None:
         self.autotune.begin(pl_module)
@@ -226,11 +269,18 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def for_trainer(values: Mapping[str, Any], task: str = "train") -> Any:
-    """A Hugging Face ``TrainerCallback`` that applies these knob values: ``Trainer(..., callbacks=[...])``."""
-    return _class("AutotuneTrainerCallback")(values, task)
+def for_trainer(values: Mapping[str, Any], task: str = "train", expected: Mapping[str, Any] | None = None,
+                report_speed: bool = True) -> Any:
+    """A Hugging Face ``TrainerCallback`` that applies these knob values: ``Trainer(..., callbacks=[...])``. Once
+    warm, it says the samples/s the training reaches beside what the study measured (``expected``, as an export
+    passes it; :mod:`autotune.export.live`), and logs it; ``report_speed=False`` turns that off."""
+    return _class("AutotuneTrainerCallback")(values, task, expected, report_speed)
 
 
-def for_lightning(values: Mapping[str, Any], task: str = "train") -> Any:
-    """A Lightning ``Callback`` that applies these knob values: ``lightning.Trainer(..., callbacks=[...])``."""
-    return _class("AutotuneLightningCallback")(values, task)
+def for_lightning(values: Mapping[str, Any], task: str = "train", expected: Mapping[str, Any] | None = None,
+                  report_speed: bool = True) -> Any:
+    """A Lightning ``Callback`` that applies these knob values: ``lightning.Trainer(..., callbacks=[...])``. Once
+    warm, it says the samples/s the training reaches beside what the study measured (``expected``, as an export
+    passes it; :mod:`autotune.export.live`), and logs it; ``report_speed=False`` turns that off."""
+    return _class("AutotuneLightningCallback")(values, task, expected, report_speed)
+

@@ -32,6 +32,7 @@ import json
 from typing import Any, Callable, Mapping
 
 from autotune import knobs
+from autotune.export.live import Expected
 from autotune.evidence import stats
 from autotune.errors import ConfigError, KnobError
 from autotune.knobs import exports
@@ -142,13 +143,16 @@ def _render(doc: Mapping[str, Any], fmt: str) -> tuple[dict[str, Any], Job]:
             raise ConfigError(f"cannot export to {fmt}: {exc}") from None
     study = doc.get("study") or {}
     package = PACKAGES[fmt]
+    expected = Expected.of(doc, same_machine=False)
     return {
         "format": fmt,
         "framework": {"package": package, "version": _version(package)},
         "arguments": job.arguments,
-        # the knobs the arguments cannot express, for autotune's callback of the format (autotune.callbacks)
-        "callback": ({"factory": f"autotune.callbacks.{exports.CALLBACKS[fmt]}", "knobs": job.callback}
-                     if job.callback else None),
+        # the knobs the arguments cannot express, for autotune's callback of the format (autotune.callbacks), and what
+        # the study measured, for the callback to set the training's own samples/s beside (autotune.export.live)
+        "callback": ({"factory": f"autotune.callbacks.{exports.CALLBACKS[fmt]}", "knobs": job.callback,
+                      "expected": expected.to_dict() if expected is not None else None}
+                     if fmt in exports.CALLBACKS and (job.callback or expected is not None) else None),
         **job.extra,
         "not_expressible": job.manual,
         "source": {"study": study.get("name"), "trial": study.get("trial"), "storage": study.get("storage"),
@@ -205,12 +209,17 @@ def _callback(out: Mapping[str, Any], where: str, kind: str) -> list[str]:
     if not callback:
         return []
     task = f", task={out['task']!r}" if out["task"] != "train" else ""
-    call = f"autotune_callbacks = [{callback['factory']}({callback['knobs']!r}{task})]"
-    if len(call) > 116:  # one knob a line
-        call = "\n".join([f"autotune_callbacks = [{callback['factory']}({{",
-                          *[f"    {k!r}: {v!r}," for k, v in callback["knobs"].items()], f"}}{task})]"])
-    return [f"# What {where} cannot express, applied by a {kind} in the framework's own loop (autotune.callbacks):",
-            call]
+    expected = f", expected={callback['expected']!r}" if callback.get("expected") else ""
+    call = f"autotune_callbacks = [{callback['factory']}({callback['knobs']!r}{task}{expected})]"
+    if len(call) > 116:  # an argument a line (a long knob dict: one knob a line)
+        knob_lines = ([f"    {callback['knobs']!r}{task},"] if len(repr(callback["knobs"])) <= 100 else
+                      ["    {", *[f"        {k!r}: {v!r}," for k, v in callback["knobs"].items()], f"    }}{task},"])
+        call = "\n".join([f"autotune_callbacks = [{callback['factory']}(", *knob_lines,
+                          *([f"    expected={callback['expected']!r},"] if expected else []), ")]"])
+    said = (f"What {where} cannot express, applied by a {kind} in the framework's own loop (autotune.callbacks)"
+            if callback["knobs"] else f"A {kind} (autotune.callbacks)")
+    return [f"# {said}; once warm, it says the samples/s this training reaches beside the study's",
+            "# (report_speed=False turns that off):", call]
 
 
 def text(doc: Mapping[str, Any], fmt: str) -> str:

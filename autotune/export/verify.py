@@ -45,6 +45,7 @@ from autotune import result as R
 from autotune.errors import ConfigError, DeviceError, SpecError, WorkloadError
 from autotune.evidence import Measured, Load
 from autotune.evidence.busy import leave_out
+from autotune.evidence import numerics as NU
 from autotune.request import DEFAULT_TRIAL_TIMEOUT_S, VERIFY_ROUNDS, WorkloadSpec, option, pickled_name
 from autotune.evidence.stats import Measurement, Ratio
 
@@ -79,6 +80,7 @@ class Claim:
     context: dict[str, Any] = field(default_factory=dict)
     study: dict[str, Any] = field(default_factory=dict)
     version: str | None = None
+    numerics: dict[str, Any] | None = None  # the study's numerics check of this configuration, when one ran
 
     @property
     def low(self) -> float:
@@ -151,7 +153,7 @@ def read(export: str | Path | Mapping[str, Any]) -> Claim:
                     bool(speedup.get("paired")), float(speedup.get("level") or stats.LEVEL))
     return Claim(source, values, base, spec, claimed, doc.get("device"), doc.get("global_batch"),
                  dict(doc.get("fingerprint") or {}), dict(doc.get("context") or {}), dict(doc.get("study") or {}),
-                 doc.get("autotune_version"))
+                 doc.get("autotune_version"), dict(doc["numerics"]) if isinstance(doc.get("numerics"), Mapping) else None)
 
 
 # ---------------------------------------------------------------- what changed since
@@ -199,14 +201,24 @@ class Verification:
     measurements: dict[str, list[Measurement]]
     failure: str | None = None
     not_applicable: dict[str, str] = field(default_factory=dict)  # exported knobs that do not apply here, and why
+    numerics: NU.Check | None = None  # the numerics checked again here, when the export carries a check
 
     @property
     def holds(self) -> bool:
         return self.verdict == HOLDS
 
     @property
+    def numerics_changed(self) -> bool:
+        """The study found the numerics to hold, and here they differ (or the other way round)."""
+        then = (self.claim.numerics or {}).get("state")
+        return (self.numerics is not None and then in (NU.HOLD, NU.DIFFER) and self.numerics.state in (NU.HOLD, NU.DIFFER)
+                and self.numerics.state != then)
+
+    @property
     def exit_code(self) -> int:
-        return 0 if self.holds else 1
+        """0 when the claim holds and its numerics, checked again, hold where the study found them to."""
+        return 0 if self.holds and not (self.numerics_changed and self.numerics is not None
+                                        and self.numerics.state == NU.DIFFER) else 1
 
     def text(self) -> str:
         """The verdict in one line."""
@@ -235,6 +247,10 @@ class Verification:
                        + "; ".join(f"{k}: {why}" for k, why in self.not_applicable.items()))
         if self.load is not None and self.verdict != BUSY:
             out.append(self.load.text())
+        if self.numerics is not None:
+            then = (self.claim.numerics or {}).get("text")
+            out.append(f"{self.numerics.text()} (checked again here; the study's: {then})" if self.numerics_changed
+                       else f"{self.numerics.text()} (checked again here, as the study found)")
         out.append(self.text())
         return out
 
@@ -249,6 +265,8 @@ class Verification:
             "load": self.load.to_dict() if self.load is not None else None,
             "failure": self.failure,
             "not_applicable": dict(self.not_applicable),
+            "numerics": self.numerics.to_dict() if self.numerics is not None else None,
+            "numerics_claimed": (self.claim.numerics or {}).get("state"),
             "measurements": {k: [{"round": r, "samples_per_s": v} for r, v in ms]
                              for k, ms in self.measurements.items()},
             "export": self.claim.source,
@@ -348,6 +366,22 @@ def verify(claim: Claim, measure: Measure, *, here: Mapping[str, Any], device: s
                         not_applicable=dropped)
 
 
+def recheck_numerics(claim: Claim, numerics: Any) -> NU.Check | None:
+    """The export's numerics check run again here (``numerics``: one training in a fresh process,
+    :meth:`autotune.trial.runner.Runner.numerics`) with the study's steps, samples per step and seed: an upgrade of
+    torch can change the kernels and so the numerics. None when the export carries no check."""
+    from autotune.trial import trainings
+
+    then = claim.numerics or {}
+    if then.get("state") not in (NU.HOLD, NU.DIFFER) or not then.get("steps") or not then.get("samples_per_step"):
+        return None
+    changed = {k: v for k, v in claim.knobs.items() if claim.defaults.get(k, knobs.defaults().get(k)) != v}
+    record = {"number": claim.study.get("trial"), "mode": NU.WARN, "steps": int(then["steps"]),
+              "samples_per_step": int(then["samples_per_step"]), "seed": int(then.get("seed") or 0),
+              "changes": changed, "config": dict(claim.knobs), "defaults": dict(claim.defaults), "runs": []}
+    return NU.judge(trainings.check(numerics, record))
+
+
 # ---------------------------------------------------------------- measuring on this machine
 
 
@@ -381,6 +415,7 @@ def runner_for(spec: WorkloadSpec, claim: Claim, *, device: str, quick: bool, tr
     def measure(config: Mapping[str, Any]) -> R.TrialResult:
         return runner.measure(config)
 
+    measure.numerics = runner.numerics  # type: ignore[attr-defined]  # the numerics check's trainings, on this runner
     return probe, measure
 
 
@@ -436,4 +471,10 @@ def run(export: str | Path | Mapping[str, Any], *, rounds: int = DEFAULT_ROUNDS,
         echo(opening(claim))
     here, measure_one = runner_for(spec, claim, device=dev, quick=quick, trial_timeout_s=timeout)
     told = (lambda k, which, res: echo(measurement_line(k, which, res))) if echo is not None else None
-    return verify(claim, measure_one, here=here, device=dev, rounds=rounds, spec=spec, on_measure=told)
+    outcome = verify(claim, measure_one, here=here, device=dev, rounds=rounds, spec=spec, on_measure=told)
+    trains = getattr(measure_one, "numerics", None)
+    if trains is not None and outcome.verdict != FAILED and claim.numerics:
+        if echo is not None:
+            echo(f"numerics: the study's check ({claim.numerics.get('steps')} steps) run again here")
+        outcome.numerics = recheck_numerics(claim, trains)
+    return outcome

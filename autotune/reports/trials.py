@@ -3,8 +3,8 @@
 What a study holds, trial by trial, without reading Optuna's attributes: its number, state,
 role, the knobs it changed from PyTorch's defaults, its outcome, the configuration's
 samples/s with the processes behind that figure, its own first measurement, its peak
-memory, how long it ran, and which trial it repeats (a cache answer) or replaces (queued
-again after an interruption). The configuration's samples/s is the evidence's figure
+memory, how long it ran, which trial it repeats (a cache answer) or replaces (queued
+again after an interruption), and on the recommendation's own trial what its numerics check found. The configuration's samples/s is the evidence's figure
 (:mod:`autotune.evidence`), the one ``status``, ``export`` and the dashboard show; the
 trial's own measurement is kept beside it as ``measured_samples_per_s`` (a configuration
 measured again has a figure that rests on those re-measurements, not on its first one).
@@ -41,6 +41,7 @@ class TrialRow:
     requeued_from: int | None  # queued again for this interrupted trial
     config: dict[str, Any]  # every knob's effective value, as it ran
     error: str  # the failure's message, for a trial that did not measure
+    numerics: str | None = None  # the recommendation's numerics check (hold, differ, not_checked), on its own trial
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -50,10 +51,12 @@ def rows(study: StoredStudy) -> list[TrialRow]:
     """Every trial of ``study``, by number."""
     ev = evidence_of(study)
     reference: Mapping[str, Any] = ev.baseline.config if ev.baseline is not None else {}
-    return [_row(t, ev, reference) for t in study.trials]
+    check = ev.numerics()
+    return [_row(t, ev, reference, check.state if check is not None and check.number == t.number else None)
+            for t in study.trials]
 
 
-def _row(t: StoredTrial, ev: Any, reference: Mapping[str, Any]) -> TrialRow:
+def _row(t: StoredTrial, ev: Any, reference: Mapping[str, Any], numerics: str | None = None) -> TrialRow:
     figure_of = t.duplicate_of if t.duplicate_of is not None else t.number
     config = ev.configs.get(figure_of)
     own = t.samples_per_s if t.duplicate_of is None and t.measured else None
@@ -72,6 +75,7 @@ def _row(t: StoredTrial, ev: Any, reference: Mapping[str, Any]) -> TrialRow:
         requeued_from=t.requeued_from,
         config=dict(t.config),
         error=t.error_message if t.outcome not in (None, "ok") else "",
+        numerics=numerics,
     )
 
 

@@ -137,6 +137,9 @@ class LiveStudy:
     def save_confirm(self, confirm_id: str, record: ConfirmRecord) -> None:
         rec.save_confirm(self.study, confirm_id, record)
 
+    def save_numerics(self, check_id: str, record: Mapping[str, Any]) -> None:
+        rec.save_numerics(self.study, check_id, record)
+
     def save_ablation_plan(self, ablation_id: str, plan: Mapping[str, Any]) -> None:
         rec.save_ablation_plan(self.study, ablation_id, plan)
 

@@ -60,6 +60,7 @@ PAIRED = "paired:"  # paired:<round>: one process that measured several configur
 RACE = "race:"  # race:<id>: a race's plan and state
 CONFIRM = "confirm:"  # confirm:<id>: a claim measured apart: its plan and state
 ABLATION = "ablation:"  # ablation:<id>: the plan of what each knob of a winner bought
+NUMERICS = "numerics:"  # numerics:<id>: a numerics check of a recommendation: its plan and its runs
 SESSION = "session:"  # session:<id>: one run's wall time
 # on trials
 OWNER = "autotune:owner"  # the system attribute a trial's process signs it with
@@ -404,6 +405,12 @@ class StoredStudy:
                  if k.startswith(CONFIRM) and isinstance(v, Mapping) and "chosen" in v]
         return sorted(found, key=lambda kv: kv[1].started)
 
+    def numerics_checks(self) -> list[tuple[str, Mapping[str, Any]]]:
+        """Every numerics check, (id, record), oldest first (:mod:`autotune.evidence.numerics` reads a record)."""
+        found = [(k[len(NUMERICS):], v) for k, v in self._attrs.items()
+                 if k.startswith(NUMERICS) and isinstance(v, Mapping)]
+        return sorted(found, key=lambda kv: kv[1].get("started", 0.0))
+
     def ablation_plans(self) -> list[tuple[str, Mapping[str, Any]]]:
         """Every plan of what each knob bought, (id, plan), oldest first."""
         found = [(k[len(ABLATION):], v) for k, v in self._attrs.items()
@@ -462,6 +469,10 @@ def save_race(study: optuna.Study, race_id: str, record: RaceRecord) -> None:
 
 def save_confirm(study: optuna.Study, confirm_id: str, record: ConfirmRecord) -> None:
     study.set_user_attr(CONFIRM + confirm_id, record.to_dict())
+
+
+def save_numerics(study: optuna.Study, check_id: str, record: Mapping[str, Any]) -> None:
+    study.set_user_attr(NUMERICS + check_id, dict(record))
 
 
 def save_ablation_plan(study: optuna.Study, ablation_id: str, plan: Mapping[str, Any]) -> None:

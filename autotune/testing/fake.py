@@ -125,15 +125,17 @@ def shared(truth: Truth, seed: int, sigma: float = NOISE, arm: float = 0.0, with
 class Runner:
     """A :class:`autotune.trial.runner.Runner` without processes, for what prepares a study: ``probe`` answers
     ``probed`` (the workload's context, facts and the machine's fingerprint), ``measure`` measures with ``measure``
-    (a measurement of this module), ``measure_together`` with ``together``. :meth:`factory` stands in for the class
+    (a measurement of this module), ``measure_together`` with ``together``; ``numerics``, the numerics check's
+    training run, is the one given (None: the study runs no numerics check). :meth:`factory` stands in for the class
     where the preparation builds its runner."""
 
     def __init__(self, measure: Callable[..., R.TrialResult], probed: Mapping[str, Any],
                  together: Callable[[Sequence[Mapping[str, Any]]], R.PairedResult] | None = None,
-                 settings: Any = None) -> None:
+                 settings: Any = None, numerics: Callable[..., R.NumericsResult] | None = None) -> None:
         from autotune.trial.protocol import Settings
 
         self._measure, self.probed, self._together = measure, dict(probed), together
+        self.numerics = numerics
         self.settings = settings or Settings()  # as Runner's: the floor and the race measure again with settings.lean()
 
     @classmethod

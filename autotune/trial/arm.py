@@ -21,6 +21,7 @@ from autotune import knobs
 from autotune.machine import hardware
 from autotune.machine import heap
 from autotune import files
+from autotune import result as R
 from autotune.errors import AutotuneError
 from autotune.trial.plan import Plan, infinite, optimizer_params
 from autotune.trial.protocol import StepLoop
@@ -57,6 +58,16 @@ def error_record(exc: BaseException, user: bool = False) -> dict[str, Any]:
         # the message as raised, its terms (autotune.errors.named) kept for the caller's edge to word: the API's differ
         **({"said": exc.said.strip().splitlines()[0]} if isinstance(exc, AutotuneError) and exc.said != str(exc) else {}),
     }
+
+
+def ended(exc: BaseException) -> tuple[str, dict[str, Any]]:
+    """The outcome and the error record of an exception that ended a measurement in a trial process: the user's
+    (an :class:`~autotune.errors.AutotuneError`), out of memory, or any other error. Ctrl-C is raised again."""
+    if isinstance(exc, KeyboardInterrupt):
+        raise exc
+    if isinstance(exc, AutotuneError):
+        return R.ERROR, error_record(exc, user=True)
+    return (R.OOM if is_oom(exc) else R.ERROR), error_record(exc)
 
 
 def context_for(workload: Workload, device: torch.device) -> knobs.Context:

@@ -4,7 +4,7 @@ The fork server (:mod:`autotune.trial.forkserver`) forks a child for each reques
 sends and calls :func:`main` there. It makes the process the leader of a new process
 group, imports from where the parent runs, sends its output to the trial's log, and
 answers the request by its type (:mod:`autotune.trial.messages`): a probe here, a trial in
-:mod:`autotune.trial.single`, a paired measurement in :mod:`autotune.trial.paired`. The answer is
+:mod:`autotune.trial.single`, a paired measurement in :mod:`autotune.trial.paired`, a numerics run in :mod:`autotune.trial.numerics`. The answer is
 written as JSON to the result file the runner reads once the process has ended.
 """
 
@@ -17,12 +17,12 @@ import torch
 
 from autotune import knobs
 from autotune.machine import hardware
-from autotune.trial import paired
+from autotune.trial import numerics, paired
 from autotune.trial import single as worker
 from autotune import result as R
 from autotune.trial.arm import context_for, error_record, write_atomic
 from autotune.errors import AutotuneError
-from autotune.trial.messages import PairedRequest, ProbeAnswer, ProbeRequest, Request, TrialRequest
+from autotune.trial.messages import NumericsRequest, PairedRequest, ProbeAnswer, ProbeRequest, Request, TrialRequest
 from autotune.workloads.specs import build
 
 
@@ -52,7 +52,7 @@ def main(request: Request, result_path: str, log_path: str) -> None:
     sys.stderr.flush()
 
 
-def answer(request: Request) -> ProbeAnswer | R.TrialResult | R.PairedResult:
+def answer(request: Request) -> ProbeAnswer | R.TrialResult | R.PairedResult | R.NumericsResult:
     """What the request asks for, measured in this process. Never raises but for Ctrl-C."""
     match request:
         case ProbeRequest():
@@ -61,6 +61,8 @@ def answer(request: Request) -> ProbeAnswer | R.TrialResult | R.PairedResult:
             return paired.run_arms(request)
         case TrialRequest():
             return worker.run(request)
+        case NumericsRequest():
+            return numerics.run(request)
     raise TypeError(f"a trial process answers no {type(request).__name__}")
 
 

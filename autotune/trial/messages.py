@@ -9,7 +9,7 @@ type says, is written there and nowhere else.
 
 The answers: a :class:`~autotune.result.TrialResult` to a :class:`TrialRequest`, a
 :class:`~autotune.result.PairedResult` to a :class:`PairedRequest`, a :class:`ProbeAnswer`
-to a :class:`ProbeRequest`; each is written as JSON to the result file the runner reads.
+to a :class:`ProbeRequest`, a :class:`~autotune.result.NumericsResult` to a :class:`NumericsRequest`; each is written as JSON to the result file the runner reads.
 """
 
 from __future__ import annotations
@@ -82,7 +82,23 @@ class PairedRequest(Request):
     unchecked: bool = False
 
 
-REQUESTS: dict[str, type[Request]] = {cls.kind: cls for cls in (ProbeRequest, TrialRequest, PairedRequest)}
+@dataclass(frozen=True, kw_only=True)
+class NumericsRequest(Request):
+    """Train ``config`` for ``steps`` optimizer steps of ``samples_per_step`` samples each from weights seeded by
+    ``seed`` (:func:`autotune.trial.numerics.run`); save the final weights to ``save_path`` (when given) and measure
+    their distance to each ``(label, path)`` of ``references``, weights an earlier run saved."""
+
+    kind: ClassVar[str] = "numerics"
+
+    config: Mapping[str, Any] = field(default_factory=dict)
+    steps: int = 30
+    samples_per_step: int | None = None
+    seed: int = 0
+    save_path: str | None = None
+    references: tuple[tuple[str, str], ...] = ()
+
+
+REQUESTS: dict[str, type[Request]] = {cls.kind: cls for cls in (ProbeRequest, TrialRequest, PairedRequest, NumericsRequest)}
 
 
 def from_wire(data: Mapping[str, Any]) -> Request:
@@ -97,6 +113,8 @@ def from_wire(data: Mapping[str, Any]) -> Request:
         values["sys_path"] = tuple(values["sys_path"] or ())
     if "dominators" in values:
         values["dominators"] = tuple((float(t), float(mem)) for t, mem in values["dominators"] or ())
+    if "references" in values:
+        values["references"] = tuple((str(label), str(path)) for label, path in values["references"] or ())
     if "arms" in values:
         values["arms"] = tuple(dict(arm) for arm in values["arms"])
     return cls(**values)

@@ -28,7 +28,7 @@ from autotune.trial import forkserver
 from autotune import result as R
 from autotune.errors import SpecError, WorkloadError
 from autotune.trial.forkserver import Ending, kill_group
-from autotune.trial.messages import PairedRequest, ProbeAnswer, ProbeRequest, Request, TrialRequest
+from autotune.trial.messages import NumericsRequest, PairedRequest, ProbeAnswer, ProbeRequest, Request, TrialRequest
 from autotune.trial.protocol import Settings
 from autotune.request import DEFAULT_TRIAL_TIMEOUT_S, WorkloadSpec, option
 from autotune.units import format_duration
@@ -231,6 +231,31 @@ class Runner:
         else:
             result = R.PairedResult.failure(R.ERROR, describe_exit(exitcode, log), len(configs), exitcode=exitcode,
                                             stderr_tail=log)
+        result.wall_s = wall
+        return result
+
+
+    def numerics(self, config: Mapping[str, Any], steps: int, samples_per_step: int, seed: int,
+                 save_path: str | None = None, references: Sequence[tuple[str, str]] = ()) -> R.NumericsResult:
+        """Train ``config`` for ``steps`` optimizer steps of ``samples_per_step`` samples from weights seeded by
+        ``seed`` in an isolated process (:mod:`autotune.trial.numerics`); every ending becomes a NumericsResult. The
+        trial timeout bounds it."""
+        request = NumericsRequest(spec=self.spec, device=self.device, config=dict(config), steps=steps,
+                                  samples_per_step=samples_per_step, seed=seed, save_path=save_path,
+                                  references=tuple((str(a), str(b)) for a, b in references))
+        ending, payload, log, wall = self._spawn(request, self.timeout_s)
+        exitcode = ending.code
+        if ending.timed_out:
+            result = R.NumericsResult.failure(R.TIMEOUT, f"the numerics run ran past its {self.timeout_s:g} s timeout "
+                                              "and was killed", stderr_tail=log)
+        elif payload is not None:
+            result = R.NumericsResult.from_dict(payload)
+        elif exitcode is not None and exitcode < 0:
+            result = R.NumericsResult.failure(R.CRASHED, describe_exit(exitcode, log), signal=-exitcode, stderr_tail=log)
+        else:
+            result = R.NumericsResult.failure(R.ERROR, describe_exit(exitcode, log), exitcode=exitcode, stderr_tail=log)
+        if not result.config:
+            result.config = dict(config)
         result.wall_s = wall
         return result
 

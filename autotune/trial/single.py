@@ -24,8 +24,7 @@ from autotune import knobs
 from autotune.machine import hardware
 from autotune.machine import load
 from autotune import result as R
-from autotune.trial.arm import Arm, error_record, is_oom, start_process, write_atomic
-from autotune.errors import AutotuneError
+from autotune.trial.arm import Arm, ended, error_record, start_process, write_atomic
 from autotune.trial.messages import TrialRequest, from_wire
 from autotune.trial.plan import NotApplicableAtRuntime
 from autotune.trial.protocol import MemoryMonitor, NonFinite, StepLoop, check_parameters, cv, run_protocol
@@ -129,17 +128,11 @@ def run(request: TrialRequest) -> R.TrialResult:
         result.outcome = R.NOT_APPLICABLE
         result.not_applicable[exc.knob] = exc.reason
         result.error = {"type": "NotApplicable", "message": str(exc), "user": False}
-    except AutotuneError as exc:
-        result.outcome = R.ERROR
-        result.error = error_record(exc, user=True)
     except NonFinite as exc:
         result.outcome = R.NAN
         result.error = error_record(exc)
-    except BaseException as exc:  # noqa: BLE001 - everything the model does becomes a result
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        result.outcome = R.OOM if is_oom(exc) else R.ERROR
-        result.error = error_record(exc)
+    except BaseException as exc:  # noqa: BLE001 - everything the model does becomes a result (Ctrl-C raised again)
+        result.outcome, result.error = ended(exc)
     finally:
         progress.stop()
         gc.collect()

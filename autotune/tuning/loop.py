@@ -3,7 +3,8 @@
 A run searches until the budget is spent, measuring the noise floor as soon as the baseline
 is measured; then, unless the request leaves it to another process, it races the leaders
 against the defaults, measures what each knob of the winner bought and, when some bought
-nothing, the smallest configuration that keeps the gain; the verdict comes from the evidence
+nothing, the smallest configuration that keeps the gain; it measures the claim apart and, last, checks the
+recommendation's numerics against the defaults'; the verdict comes from the evidence
 of the study the phases leave. :class:`Options` is the request's part that the loop follows
 (derived once: :meth:`Options.of`); :class:`Summary` is what a run reports.
 """
@@ -16,11 +17,12 @@ from typing import Any, Callable, Mapping
 
 from autotune.evidence import Verdict, evidence_of
 from autotune.tuning.phases import Bench, Search, SearchOptions, Seeds, Session, TrialRecord, bought, claims, floor
-from autotune.tuning.phases import confirm, minimal, race
+from autotune.tuning.phases import confirm, minimal, numerics, race
 from autotune.evidence import claim as CL
 from autotune.tuning.phases.sampler import GP_MAX_TRIALS, GPThenTPE, make_sampler
 from autotune.tuning.phases.seeds import base_config, baseline_failure
-from autotune.request import DEFAULT_CONFIRM, DEFAULT_SAMPLER, SAMPLERS, TuneConfig
+from autotune.request import DEFAULT_CONFIRM, DEFAULT_NUMERICS, DEFAULT_SAMPLER, SAMPLERS, TuneConfig
+from autotune.evidence import numerics as NU
 from autotune.store import LiveStudy
 from autotune import result as R
 
@@ -38,6 +40,7 @@ class Options(SearchOptions):
     race_rounds: int = DEFAULT_CONFIRM  # at most this many rounds of the final race (--confirm; 0: none)
     race_candidates: int = race.MAX_CANDIDATES
     confirm: bool = True  # after the race, the least change and its claim measured apart (phases.confirm)
+    numerics: str = DEFAULT_NUMERICS  # the numerics check after the verdict (phases.numerics): off, warn or strict
 
     @classmethod
     def of(cls, config: TuneConfig, *, max_memory_bytes: int | None, race: bool = True, deadline: float | None = None,
@@ -46,7 +49,8 @@ class Options(SearchOptions):
         that leave the final race to another process; ``deadline``: a fleet's stored --time-budget). The stale
         grace is the study's own (:class:`autotune.store.LiveStudy`, opened with the request's)."""
         return cls(trials=config.trials, max_memory_bytes=max_memory_bytes, early_stop=config.early_stop,
-                   race_rounds=config.confirm if race else 0, deadline=deadline, placement=dict(placement or {}))
+                   race_rounds=config.confirm if race else 0, deadline=deadline, placement=dict(placement or {}),
+                   numerics=config.numerics if race else NU.OFF)
 
     def estimate_s(self, trial_s: float, remaining: int, elapsed_s: float = 0.0) -> float:
         """The rest of the study at the defaults' pace: the remaining trials, the noise floor, and a race of
@@ -66,13 +70,15 @@ class Options(SearchOptions):
         """The time a time budget keeps for what follows the search, so that it ends with an answer: the race's
         first rounds and the claim measured apart (a reduced configuration, then rounds of it and the defaults
         until the width the noise allows, :func:`autotune.evidence.claim.processes_needed`), at ``trial_s`` a
-        process (the defaults' trial); at most half the budget, so the search always has the other half."""
+        process (the defaults' trial), and the numerics check's share of the budget; at most half the budget, so
+        the search always has the other half."""
         if self.time_budget_s is None or not trial_s or not self.race_rounds:
             return 0.0
         processes = min(self.race_rounds, race.MIN_ROUNDS) * (self.race_candidates + 1)
         if self.confirm:
             processes += 1 + 2 * CL.processes_needed(sigma)
-        return min(self.time_budget_s / 2.0, trial_s * processes)
+        check = NU.COST_SHARE * self.time_budget_s if self.numerics != NU.OFF else 0.0  # the numerics check's share
+        return min(self.time_budget_s / 2.0, trial_s * processes + check)
 
 
 @dataclass
@@ -90,6 +96,7 @@ class Summary:
     race: race.RaceReport | None = None
     ablation: bought.AblationReport | None = None
     confirm: confirm.ConfirmReport | None = None
+    numerics: numerics.NumericsReport | None = None
     verdict: Verdict | None = None
     records: list[TrialRecord] = field(default_factory=list)
 
@@ -105,6 +112,9 @@ class Summary:
         if self.confirm is not None:
             raced += (f"; the claim measured apart: {plural(self.confirm.rounds, 'round')}, "
                       f"{plural(self.confirm.processes, 'process')}")
+        if self.numerics is not None:
+            raced += (f"; the numerics checked in {plural(self.numerics.runs, 'training run')} "
+                      f"({format_duration(self.numerics.wall_s)})")
         return (f"done: {self.reason}; {plural(self.new, 'new configuration')} and "
                 f"{plural(self.repeats, 'repeat measurement')} ({plural(self.repeat_processes, 'process')}) "
                 f"in {format_duration(self.elapsed_s)}{raced}")
@@ -165,6 +175,8 @@ class Tuner:
                         self._shown(rec)
                         if rec.duplicate_of is None:
                             summary.new += 1
+                session.save()
+                summary.numerics = numerics.run(live, bench, opts.numerics, deadline=end)
                 session.save()
         finally:
             session.save()

@@ -330,7 +330,7 @@ def build_loop(config: TuneConfig, store: Store, name: str, device: str, looked:
         return runner.measure_together(configs, settings=runner.settings.lean())
 
     bench = Bench(evaluate, remeasure, together=together if os.environ.get(PAIRED_ENV) == "1" else None, ablate=together,
-                  on_repeat=on_repeat)
+                  numerics=runner.numerics, on_repeat=on_repeat)
     effective = fitted.space
     tuner = S.Tuner(live, seeds, bench, options, on_trial=on_trial, check=store.check_alive)
     measured = claims.budget_counts(live.trials())[0]

@@ -32,6 +32,14 @@ class Workload:
     synthetic data of the same shapes and dtypes. ``loss_fn(output, target)`` turns
     the model's output into a scalar; ``optimizer(params)`` builds the optimizer.
     ``batch_size`` fixes the batch size (it is then not searched).
+
+    What the numerics check (``--numerics``, :mod:`autotune.trial.numerics`) needs of a workload, to train the
+    defaults and the recommendation from the same start on the same samples: a factory whose weights depend only
+    on the random generators it is called under (torch's, Python's, NumPy's: the check seeds them; a factory that
+    seeds itself, or loads weights that change, cannot be compared and is reported "not checked"); a map-style
+    dataset whose item ``i`` is the same sample in every process (random augmentations are fine: each step's
+    samples are read under generators seeded for that step); and a task of ``train``. Dropout modules are turned off
+    for the check (their masks would differ between configurations); dropout called as a function is not.
     """
 
     model: nn.Module

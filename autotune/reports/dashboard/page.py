@@ -33,6 +33,7 @@ from autotune.reports.dashboard.failures import failures_info
 from autotune.reports.dashboard.front import front_table_info, pareto_info, profile_info
 from autotune.reports.dashboard.header import header_info
 from autotune.reports.dashboard.history import history_info
+from autotune.reports.dashboard.numerics import numerics_figure, numerics_info
 from autotune.reports.dashboard.knob_effects import importance_info, knob_effects_info, parallel_info
 from autotune.reports.dashboard.timeline import duration_figure, history_figure
 from autotune.reports.dashboard.charts import (
@@ -223,7 +224,8 @@ def _page_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
     order the page shows them: the page is drawn from it alone."""
     snap = Snapshot.of(study)
     return {"name": snap.name, "header": header_info(snap), "pareto": pareto_info(snap),
-            "front_table": front_table_info(snap), "bought": ablation_info(snap), "effects": knob_effects_info(snap),
+            "front_table": front_table_info(snap), "bought": ablation_info(snap), "numerics": numerics_info(snap),
+            "effects": knob_effects_info(snap),
             "importance": importance_info(snap), "parallel": parallel_info(snap), "history": history_info(snap),
             "profile": profile_info(snap), "failures": failures_info(snap)}
 
@@ -247,7 +249,7 @@ def _render_html(info: Mapping[str, Any]) -> str:
     header = info["header"]
     page.add(_header_html(header))
     page.add(
-        '<nav><a href="#front">Pareto front</a><a href="#bought">What each knob bought</a>'
+        '<nav><a href="#front">Pareto front</a><a href="#bought">What each knob bought</a><a href="#numerics">Numerics</a>'
         '<a href="#knobs">What each knob does</a><a href="#history">History</a>'
         '<a href="#time">Where time goes</a><a href="#failures">Failures</a></nav>'
     )
@@ -273,6 +275,15 @@ def _render_html(info: Mapping[str, Any]) -> str:
         section = [_note("Measured once the race settles a gain: the path from the defaults to the winner, one knob "
                          "at a time, each step's speed-up in shared processes.")]
     page.section("bought", "What each knob bought, from the defaults", section)
+
+    numerics = info["numerics"]
+    if numerics["curves"]:
+        section = [page.figure(numerics_figure(numerics), name="numerics"), f'<p class="hint">{_e(numerics["text"])}; '
+                   "each run trained from the same weights on the same samples per optimizer step.</p>"]
+    else:
+        section = [_note("Checked once the verdict recommends a change: the recommendation trained beside the "
+                         "defaults from the same weights on the same samples, and their losses compared.")]
+    page.section("numerics", "Numerics: the loss beside the defaults'", section)
 
     effects = info["effects"]
     section = []

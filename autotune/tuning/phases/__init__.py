@@ -17,6 +17,9 @@
 6. **the claim, measured apart** (:mod:`.confirm`): the race's choice reduced to the knobs that pay (the minimal
    configuration, or the knobs the search shows an effect for), and its speed-up measured again in fresh processes
    interleaved with the defaults', until its interval is as narrow as the noise allows.
+7. **the numerics** (:mod:`.numerics`): the recommendation trained beside the defaults from the same weights on
+   the same samples, in fresh processes, and their losses compared; a difference is traced to a knob, and
+   ``--numerics strict`` recommends the fastest configuration whose numerics hold.
 
 Every phase is a function (the search a class, for its state across trials) over a
 :class:`autotune.store.LiveStudy` (what the study holds; every write goes through it) and a
@@ -30,11 +33,11 @@ resumes each where it stopped. The time a run may take is its :class:`.session.S
 
 from __future__ import annotations
 
-from autotune.tuning.phases import bought, claims, confirm, floor, minimal, race, sampler, seeds
+from autotune.tuning.phases import bought, claims, confirm, floor, minimal, numerics, race, sampler, seeds
 from autotune.tuning.phases.bench import Bench
 from autotune.tuning.phases.search import Search, SearchOptions, SearchReport, TrialRecord
 from autotune.tuning.phases.seeds import Seeds
 from autotune.tuning.phases.session import Session
 
 __all__ = ["Bench", "Search", "SearchOptions", "SearchReport", "Seeds", "Session", "TrialRecord", "bought", "claims", "confirm",
-           "floor", "minimal", "race", "sampler", "seeds"]
+           "floor", "minimal", "numerics", "race", "sampler", "seeds"]

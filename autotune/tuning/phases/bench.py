@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 from autotune import result as R
 from autotune.store import LiveStudy
 from autotune.store.records import UNCOMPARED
+from autotune.trial.trainings import Numerics  # the numerics check's training run (autotune.trial.numerics)
 
 #: ``evaluate(config, dominators, cut_margin)`` measures one configuration in a fresh process (a search trial:
 #: ``dominators``, the front's (samples/s, peak bytes), cut it short by ``cut_margin`` when it is clearly behind).
@@ -43,14 +44,15 @@ class Bench:
     (default: ``evaluate`` without dominators; ``autotune run``'s leaves out the profile and the
     FLOP count). ``together``: the race's shared processes (without it every race measurement
     takes a process of its own). ``ablate``: what each knob bought's shared processes (default:
-    ``together``; without either the knobs are not measured one by one). ``on_repeat``: told
-    each re-measurement.
+    ``together``; without either the knobs are not measured one by one). ``numerics``: the numerics check's
+    training runs (without it there is no check). ``on_repeat``: told each re-measurement.
     """
 
     evaluate: Evaluate | None = None
     remeasure: Measure | None = None
     together: Together | None = None
     ablate: Together | None = None
+    numerics: Numerics | None = None
     on_repeat: OnMeasure | None = None
     measurements: int = 0  # configurations this process measured again (an arm of a shared process counts as one)
     processes: int = 0  # ... and the processes it started for them

@@ -1,0 +1,86 @@
+"""The numerics check's trainings, in order, from its plan: the defaults, the defaults again (the floor), the
+configuration, each knob reverted when the numerics differ, and under ``--numerics strict`` the next fastest
+configurations until one holds.
+
+The study runs it after the verdict (:mod:`autotune.tuning.phases.numerics`) and ``autotune verify`` runs it again
+on an export (:mod:`autotune.export.verify`: an upgrade can change kernels). Each training is one fresh process
+(``numerics``: :meth:`autotune.trial.runner.Runner.numerics`, or a fake in tests; :mod:`autotune.trial.numerics` is
+the process's side); the defaults' final weights are kept in a temporary folder for the others to be measured
+against, so a check is run whole or not at all. :mod:`autotune.evidence.numerics` reads the record it fills.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from autotune import knobs
+from autotune import result as R
+from autotune.evidence import numerics as NU
+
+SEED = 0  # the weights' and the data's seed: any fixed one; the same for every run of a check
+
+#: ``numerics(config, steps, samples_per_step, seed, save_path, references)``: one training in a fresh process.
+Numerics = Callable[[Mapping[str, Any], int, int, int, "str | None", Sequence[tuple[str, str]]], R.NumericsResult]
+
+
+def samples_per_step(a: Mapping[str, Any], b: Mapping[str, Any], global_batch: int | None) -> int:
+    """The samples each optimizer step takes in both runs: the study's global batch, else the least common multiple
+    of the two batch sizes (each run makes it up by gradient accumulation)."""
+    if global_batch:
+        return int(global_batch)
+    sizes = [int(c.get(knobs.BATCH_KNOB) or knobs.KNOBS[knobs.BATCH_KNOB].default_for()) for c in (a, b)]
+    return math.lcm(*sizes)
+
+
+def check(numerics: Numerics, record: dict[str, Any], on_run: Callable[[], None] | None = None,
+          deadline: float | None = None) -> dict[str, Any]:
+    """Run the check that ``record`` plans (``config``, ``defaults``, ``changes``, ``steps``, ``samples_per_step``,
+    ``seed``), adding each run to its ``runs`` (``on_run()`` is told after each), and the reverts when the numerics
+    differ; ``done`` once over (``reason`` when the deadline stopped it). Returns the record."""
+    config, defaults = dict(record["config"]), dict(record["defaults"])
+    steps, per_step, seed = int(record["steps"]), int(record["samples_per_step"]), int(record.get("seed") or 0)
+    with tempfile.TemporaryDirectory(prefix="autotune-numerics-") as tmp:
+        saved = str(Path(tmp) / "defaults.pt")
+        refs = ((NU.DEFAULTS, saved),)
+
+        def one(label: str, cfg: Mapping[str, Any], save: bool = False) -> bool:
+            if deadline is not None and time.time() >= deadline:
+                record["reason"] = "the time budget was spent before the check could finish"
+                return False
+            result = numerics(cfg, steps, per_step, seed, saved if save else None, () if save else refs)
+            record["runs"].append({"label": label, **result.to_dict()})
+            if on_run is not None:
+                on_run()
+            return True
+
+        if (one(NU.DEFAULTS, defaults, save=True) and one(NU.FLOOR, defaults) and one(NU.RECOMMENDATION, config)
+                and NU.judge(record).state == NU.DIFFER):
+            for knob in record.get("changes") or {}:
+                reverted = dict(config)
+                if knob in defaults:
+                    reverted[knob] = defaults[knob]
+                else:
+                    reverted.pop(knob, None)
+                if not one(NU.REVERT + knob, reverted):
+                    break
+            if record.get("mode") == NU.STRICT and "reason" not in record:
+                record["strict_pick"] = strict_pick(record, one)
+    record["done"] = True
+    return record
+
+
+def strict_pick(record: dict[str, Any], one: Callable[..., bool]) -> int | None:
+    """``--numerics strict``, once the recommendation's numerics differ: the fastest of the planned candidates whose
+    numerics hold, each checked in a run of its own until one does; None when none does (the defaults are then
+    recommended)."""
+    for number, config in (record.get("candidate_configs") or {}).items():
+        if not one(NU.CANDIDATE + number, config):
+            return None
+        if NU.judge(record, int(number)).state == NU.HOLD:
+            return int(number)
+    return None

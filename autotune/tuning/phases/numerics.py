@@ -1,0 +1,74 @@
+"""The numerics check: the recommendation trained beside PyTorch's defaults, to say whether it still learns the same.
+
+Runs last, once the verdict is reached (:mod:`autotune.evidence.numerics` says what is compared and why). Three
+fresh processes (:mod:`autotune.trial.numerics`): the defaults, the defaults again (the floor: what nondeterminism
+alone changes) and the recommendation, each from the same seeded weights on the same samples per optimizer step
+(the larger batch size's multiple of the smaller, or the study's ``--global-batch``), for as many steps as keep the
+check within :data:`autotune.evidence.numerics.COST_SHARE` of the study's time (at least 30). When the numerics
+differ, each knob of the recommendation is reverted to the defaults' value in a run of its own, so that the answer
+names the knob that causes it; with ``--numerics strict`` the next fastest configurations measured faster than the
+defaults are then checked, fastest first, until one holds, and the verdict recommends it (or the defaults, when none
+does). The check is a record (``numerics:<id>``) saved after each run; a check a stopped
+run left unfinished is run again whole (the weights it compared were in that run's temporary folder).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.evidence import evidence_of
+from autotune.evidence import numerics as NU
+from autotune.store import LiveStudy
+from autotune.trial import trainings
+from autotune.tuning.phases.bench import Bench
+
+
+@dataclass
+class NumericsReport:
+    """What this run's check did: its id, its runs and their time, and its answer."""
+
+    check_id: str
+    runs: int
+    wall_s: float
+    check: NU.Check
+
+
+def run(live: LiveStudy, bench: Bench, mode: str = NU.WARN, deadline: float | None = None) -> NumericsReport | None:
+    """Check the recommendation's numerics against the defaults' (see the module's docstring); nothing when the
+    mode is off, the bench cannot run the check, nothing but the defaults is recommended, or this recommendation was
+    checked already."""
+    if mode == NU.OFF or bench.numerics is None:
+        return None
+    view = live.view()
+    ev = evidence_of(view)
+    number, base = ev.to_check(), ev.baseline
+    if number is None or base is None or number == base.number:
+        return None
+    rec, defaults = ev.configs[number], base
+    done = [r for _, r in view.numerics_checks() if r.get("number") == number and r.get("done")]
+    if done:
+        return None
+    per_step = trainings.samples_per_step(rec.config, defaults.config, view.global_batch)
+    slower = min(c.samples_per_s for c in (rec, defaults) if c.samples_per_s) or 1.0
+    first = max(float(t.result.get("time_to_first_step_s") or 0.0) for t in view.trials
+                if t.number in (number, defaults.number)) if view.trials else 0.0
+    study_s = ev.time_spent()["wall_s"]
+    steps = NU.steps_for(study_s, per_step / slower, first + 1.0)
+    check_id = uuid.uuid4().hex[:8]
+    record: dict[str, Any] = {"number": number, "mode": mode, "steps": steps, "samples_per_step": per_step,
+                              "seed": trainings.SEED, "changes": dict(rec.changes), "config": dict(rec.config),
+                              "defaults": dict(defaults.config), "started": time.time(), "done": False, "runs": []}
+    if mode == NU.STRICT:  # the configurations to check next, fastest first, should the recommendation's differ
+        faster = [c for c in sorted(ev.ok(), key=lambda c: -c.samples_per_s)
+                  if c.number not in (number, defaults.number) and (r := ev.speedup(c.number)) is not None
+                  and r.above_one()]
+        record["candidates"] = {str(c.number): dict(c.changes) for c in faster[:NU.STRICT_CANDIDATES]}
+        record["candidate_configs"] = {str(c.number): dict(c.config) for c in faster[:NU.STRICT_CANDIDATES]}
+    live.save_numerics(check_id, record)
+    start = time.perf_counter()
+    trainings.check(bench.numerics, record, on_run=lambda: live.save_numerics(check_id, record), deadline=deadline)
+    live.save_numerics(check_id, record)
+    return NumericsReport(check_id, len(record["runs"]), time.perf_counter() - start, NU.judge(record))
