@@ -255,8 +255,9 @@ def test_interrupt_records_and_resume_remeasures(tmp_path, sig):
     again = [t for t in trials if t.requeued_from == stopped[0].number]
     assert again and again[0].outcome == "ok"
     measured = [t for t in trials if t.outcome not in (None, "interrupted") and t.duplicate_of is None]
-    # the budget's 8, and the ablation's recommendation when it left out a knob (measured beyond the budget)
-    assert len([t for t in measured if t.role != "minimal"]) == 8 and len(measured) <= 9
+    # the budget's 8, and beyond it at most two trials of role minimal: the ablation's recommendation when it left out
+    # a knob, and the claim's reduced configuration when the search, not the ablation, proposed it (CI, 2026-11-27: 10)
+    assert len([t for t in measured if t.role != "minimal"]) == 8 and len(measured) <= 10
 
 
 @pytest.mark.slow  # 46 s in a full run on a 2-core CPU
