@@ -4,7 +4,6 @@ study measured, and why a training runs below the claim; the meter in apply()'s 
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 import torch
@@ -36,26 +35,40 @@ def test_below_the_claims_interval_the_line_names_the_cause_it_can_see(data, oth
     assert "below the claim" not in Meter(STUDY).text(375.0, data, other, 2)
 
 
+class Clock:
+    """A clock the test moves: the meter's seconds, without sleeping."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_the_meter_says_one_line_once_after_its_warm_up_and_window():
     said: list[str] = []
-    meter = Meter(STUDY, say=said.append, warmup=(3, 0.0), window=(5, 0.05))
+    clock = Clock()
+    meter = Meter(STUDY, say=said.append, warmup=(3, 0.0), window=(5, 0.05), clock=clock)
     for _ in range(40):
         meter.begin()
-        time.sleep(0.004)
+        clock.now += 0.004  # a step of 8 samples in 4 ms
         meter.end(8)
     assert len(said) == 1 and said[0].startswith("autotune: ") and meter.done
-    assert 8 / 0.02 < meter.samples_per_s < 8 / 0.004  # 8 samples a step of 4 ms and a little more
+    assert meter.samples_per_s == pytest.approx(8 / 0.004)
     assert meter.steps == 3 + meter.window["steps"] and meter.window["steps"] >= 5
 
 
 def test_the_time_between_steps_is_counted_as_waiting_on_data():
-    meter = Meter(Expected(1000.0, 2.0, 1.9, 2.1), say=lambda line: None, warmup=(1, 0.0), window=(10, 0.0))
+    clock = Clock()
+    meter = Meter(Expected(1000.0, 2.0, 1.9, 2.1), say=lambda line: None, warmup=(1, 0.0), window=(10, 0.0),
+                  clock=clock)
     for _ in range(12):
-        time.sleep(0.01)  # the loader
+        clock.now += 0.010  # the loader
         meter.begin()
-        time.sleep(0.002)
+        clock.now += 0.002
         meter.end(1)
-    assert "the steps waited on data" in meter.line and meter.samples_per_s < 1000 * 1.9 / 2.0
+    assert "the steps waited on data 83% of the time" in meter.line
+    assert meter.samples_per_s == pytest.approx(1 / 0.012, rel=0.15) and meter.samples_per_s < 1000 * 1.9 / 2.0
 
 
 def test_apply_says_the_trainings_speed_once_and_keeps_it_unless_turned_off(tmp_path, monkeypatch, capsys):

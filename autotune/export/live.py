@@ -72,12 +72,13 @@ def _stderr(line: str) -> None:
 class Meter:
     """Times a training's steps (:meth:`begin` and :meth:`end` around each, with its samples) and says one line
     once the window is over (``say``: default, standard error). ``sync``: waits for the device at the window's ends.
-    ``warmup`` and ``window``: (steps, seconds), both to be reached (default: the module's)."""
+    ``warmup`` and ``window``: (steps, seconds), both to be reached (default: the module's); ``clock``: seconds."""
 
     def __init__(self, expected: Expected | None = None, *, say: Callable[[str], Any] | None = None,
                  sync: Callable[[], Any] | None = None, warmup: tuple[int, float] | None = None,
-                 window: tuple[int, float] | None = None) -> None:
+                 window: tuple[int, float] | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
         self.expected = expected
+        self.clock = clock
         self.warmup = warmup or (WARMUP_STEPS, WARMUP_S)
         self.window_size = window or (WINDOW_STEPS, WINDOW_S)
         self.say = say or _stderr
@@ -97,7 +98,7 @@ class Meter:
     def begin(self) -> None:
         if self.done:
             return
-        now = time.perf_counter()
+        now = self.clock()
         if self.started is None:
             self.started = now
         if self.window is not None and self.last_end is not None:
@@ -106,7 +107,7 @@ class Meter:
     def end(self, samples: int) -> None:
         if self.done:
             return
-        now = time.perf_counter()
+        now = self.clock()
         self.steps += 1
         if self.window is None:
             if self.steps >= self.warmup[0] and now - (self.started or now) >= self.warmup[1]:
@@ -115,9 +116,9 @@ class Meter:
             self.window["steps"] += 1
             self.window["samples"] += int(samples)
             if (self.window["steps"] >= self.window_size[0]
-                    and time.perf_counter() - self.window["t0"] >= self.window_size[1]):
+                    and self.clock() - self.window["t0"] >= self.window_size[1]):
                 self._close()
-        self.last_end = time.perf_counter()
+        self.last_end = self.clock()
 
     def _open(self) -> None:
         from autotune.machine.load import Meter as LoadMeter
@@ -125,13 +126,13 @@ class Meter:
         if self.sync is not None:
             self.sync()
         self._load = LoadMeter().start()
-        self.window = {"t0": time.perf_counter(), "steps": 0, "samples": 0, "data_s": 0.0}
+        self.window = {"t0": self.clock(), "steps": 0, "samples": 0, "data_s": 0.0}
 
     def _close(self) -> None:
         assert self.window is not None
         if self.sync is not None:
             self.sync()
-        wall = time.perf_counter() - self.window["t0"]
+        wall = self.clock() - self.window["t0"]
         load = self._load.stop() if self._load is not None else {}
         self.samples_per_s = self.window["samples"] / wall if wall > 0 else None
         self.line = self.text(self.samples_per_s or 0.0, self.window["data_s"] / wall if wall > 0 else 0.0,
