@@ -30,6 +30,8 @@ n/a, and ``pytest -m gpu`` skips (which is what it must do without a GPU).
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import re
 import statistics
 import subprocess
@@ -88,6 +90,34 @@ def libcuda_mapped(pid: int | None) -> bool | None:
         return None
 
 
+MAPS_PROBE = """
+import json, os, sys
+def mapped():
+    return "libcuda.so" in open(f"/proc/{os.getpid()}/maps").read()
+steps = []
+import torch
+steps.append(["import torch", mapped()])
+import autotune.trial.child
+steps.append(["import autotune.trial.child", mapped()])
+import torch._dynamo
+steps.append(["import torch._dynamo", mapped()])
+torch.cuda.is_available()
+steps.append(["torch.cuda.is_available() (NVML)", mapped()])
+print(json.dumps({"steps": steps, "initialized": torch.cuda.is_initialized()}))
+"""
+
+
+def libcuda_steps() -> dict[str, Any]:
+    """The fork server's start, step by step in a fresh interpreter with its environment: after which step the CUDA
+    driver library is mapped, and whether CUDA was initialised (a mapped library is not an initialised driver)."""
+    env = forkserver.server_environment(dict(os.environ))
+    done = subprocess.run([sys.executable, "-c", MAPS_PROBE], capture_output=True, text=True, env=env, timeout=120)
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"error": (done.stderr or done.stdout)[-500:]}
+
+
 def fork_server_part(device: str) -> dict[str, Any]:
     say("1. fork server: a trial on the device while the GPU's processes are listed")
     server = forkserver.get()
@@ -125,21 +155,30 @@ def fork_server_part(device: str) -> dict[str, Any]:
     }
     used_gpu = bool(out["peak_reserved_bytes"]) if cuda else None
     out["trial_used_gpu"] = used_gpu
-    checks = [
-        ("the trial ran", result.ok),
-        ("the fork server never mapped libcuda", out["server_maps_libcuda"] is False),
-    ]
+    # Before each fork the server checks torch.cuda.is_initialized() and refuses the trial when it is set: a trial
+    # that ran was forked from a server that had not initialised CUDA. A mapped libcuda is recorded, not judged (the
+    # first GPU run found it mapped by an import, with no context: libcuda_steps says which).
+    checks = [("the trial ran (forked: the server's guard found CUDA uninitialised)", result.ok)]
     if cuda:
+        out["libcuda_steps"] = libcuda_steps()
         checks += [
             ("the trial used the GPU (its allocator's peak)", bool(used_gpu)),
             ("the GPU's process list was read during the trial", bool(seen)),
             ("the fork server held no context on the GPU", out["server_holds_context"] is False),
+            ("the server's imports leave CUDA uninitialised", out["libcuda_steps"].get("initialized") is False),
         ]
+    else:
+        checks.append(("the fork server never mapped libcuda", out["server_maps_libcuda"] is False))
     out["checks"] = {name: bool(ok) for name, ok in checks}
     out["passed"] = all(ok for _, ok in checks)
     for name, ok in checks:
         say(f"   {'ok  ' if ok else 'FAIL'} {name}")
-    if not cuda:
+    if cuda:
+        steps = out["libcuda_steps"].get("steps") or []
+        first = next((name for name, mapped in steps if mapped), None)
+        say(f"   the fork server maps libcuda: {out['server_maps_libcuda']}"
+            + (f" (first after {first}; no context made)" if first else ""))
+    else:
         say("   n/a on cpu: the GPU's process list and the trial's GPU memory")
     if not result.ok:
         say(f"   the trial: {result.outcome}: {out['trial_error']}")

@@ -2,7 +2,7 @@
 
 A user's factory returns an ``nn.Module`` or a :class:`Workload` (model, dataset or
 one example sample, loss, optimizer factory, task). This module checks what it returned,
-fills in defaults (synthetic data, cross-entropy or mean loss, AdamW), and knows how to
+fills in defaults (synthetic data, cross-entropy or a mean-square loss, AdamW), and knows how to
 split a batch into model inputs and a target and how to get a loss out of whatever the
 model returns. Finding the factory a spec names (``module:attr``, ``hf:``, ``pickled:``)
 is :mod:`autotune.workloads.specs`, which builds on this module (and :mod:`autotune.workloads.hf` on both).
@@ -223,7 +223,9 @@ def _output_loss(output: Any) -> torch.Tensor | None:
 
 
 def default_loss(output: Any, target: Any) -> torch.Tensor:
-    """The output's ``.loss``; cross-entropy for integer targets; MSE for matching float targets; else a mean."""
+    """The output's ``.loss``; cross-entropy for integer targets; MSE for matching float targets; else the output's
+    mean square: a loss bounded below, so that a training of many steps converges (a plain mean falls without bound
+    and overflows fp16 within a minute of an H100's steps)."""
     loss = _output_loss(output)
     if loss is not None:
         return loss
@@ -235,7 +237,7 @@ def default_loss(output: Any, target: Any) -> torch.Tensor:
             return nn.functional.cross_entropy(pred.reshape(-1, pred.shape[-1]).float(), target.reshape(-1))
         if target.is_floating_point() and target.shape == pred.shape:
             return nn.functional.mse_loss(pred.float(), target.float())
-    return pred.float().mean()
+    return pred.float().square().mean()
 
 
 def default_optimizer(params: Iterable[nn.Parameter], **kwargs: Any) -> torch.optim.Optimizer:
