@@ -7,7 +7,7 @@ At most --budget (8 minutes) on one H100: a part that would start past it is ski
 writes goes under one folder (--results-dir, default benchmarks/results):
 
 - gpu_proof_<device>-<date>.txt: what it printed, under a header naming the device, its driver, CUDA and torch;
-- .json: every figure and every piece of evidence; .md: the tables for the README;
+- .json: every figure and every piece of evidence; .md: the tables for docs/results.md;
 - gpu_proof_<device>-<date>/: pytest's log of ``pytest -m gpu`` and the studies' SQLite files.
 
 The parts:

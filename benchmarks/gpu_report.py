@@ -3,7 +3,7 @@
     python benchmarks/gpu_report.py [--device cuda:0] [--trials 30] [--repeat 5] [--examples cnn transformer resnet50]
 
 Writes benchmarks/results/gpu_<device-name>-<date>.json, .txt (what it printed) and .md (a
-markdown table for the README). Every figure carries the device name and torch version. On a
+markdown table for docs/results.md). Every figure carries the device name and torch version. On a
 machine without CUDA it runs on the CPU (for a dry run; CUDA-only claims say n/a).
 """
 

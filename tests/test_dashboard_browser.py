@@ -130,6 +130,31 @@ def test_screenshot(page, tmp_path):
     assert len(data) > 100_000  # a blank page compresses to a few kB
 
 
+DOCS_PICTURE = Path(__file__).resolve().parents[1] / "docs" / "_static" / "dashboard.png"
+
+
+def test_the_docs_picture_is_a_page_chromium_drew(tmp_path):
+    """The documentation's picture of the dashboard (docs/dashboard.md) is this test's screenshot of a made-up
+    40-trial study with a race; ``AUTOTUNE_DOCS_PICTURE=1`` writes it to docs/_static/dashboard.png. Either way
+    the committed picture is a PNG of the size this test draws, so it cannot be an image from elsewhere."""
+    study = make_study(tmp_path / "mynet.db", n_trials=40, name="mynet", max_memory_bytes=1200 * MiB)
+    ev = evidence_of(StoredStudy.of(study))
+    add_race(study, {n: ev.configs[n].samples_per_s for n in ev.configs if n != 0}, rounds=3)
+    page = report.write_dashboard(Store(storage_url(tmp_path / "mynet.db"), read_only=True).read("mynet"),
+                                  tmp_path / "mynet.html")
+    shot = tmp_path / "dashboard.png"
+    proc = run_chromium(find_chromium(), tmp_path / "profile", f"--screenshot={shot}", "--window-size=1200,1500",
+                        page.resolve().as_uri())
+    assert shot.exists(), f"no screenshot (rc={proc.returncode}): {proc.stderr[-2000:]}"
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000
+    if os.environ.get("AUTOTUNE_DOCS_PICTURE") == "1":
+        DOCS_PICTURE.write_bytes(data)
+    committed = DOCS_PICTURE.read_bytes()
+    size = int.from_bytes(committed[16:20], "big"), int.from_bytes(committed[20:24], "big")
+    assert committed[:8] == data[:8] and size == (1200, 1500)
+
+
 # ---------------------------------------------------------------- what a reader sees
 
 

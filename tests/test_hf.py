@@ -180,7 +180,7 @@ def test_seq_len_bad_input_is_one_line():
     ],
 )
 def test_model_args_from_the_command_line_size_the_config_and_the_vocabulary(model, sizes, names):
-    """`--model-arg vocab_size=8000` (as the README's line gives it) reaches the configuration, the embedding and the
+    """`--model-arg vocab_size=8000` (as docs/model.md's line gives it) reaches the configuration, the embedding and the
     output layer, and the synthetic tokens are drawn from that vocabulary (not the type's own 50,257 or 32,000)."""
     from autotune.cli import workload_from
 

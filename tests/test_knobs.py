@@ -14,12 +14,12 @@ CPU = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=4)
 CUDA = knobs.Context(device_type="cuda", task="train", input_rank=4, cpu_count=4)
 
 
-def test_registry_has_every_design_knob_once():
+def test_registry_has_every_knob_once():
     expected = {
         "precision", "compile", "memory_format", "batch_size", "num_workers", "prefetch_factor",
         "persistent_workers", "pin_memory", "activation_checkpointing", "cudnn_benchmark",
         "optimizer_impl", "threads", "cuda_allocator",
-        "host_allocator",  # beyond the design's table: glibc's heap (autotune.machine.heap), found by benchmarks/paths_agree.py
+        "host_allocator",  # beyond the knobs experts name first: glibc's heap (autotune.machine.heap), found by benchmarks/paths_agree.py
     }
     assert set(knobs.NAMES) == expected
     assert len(knobs.NAMES) == len(knobs.REGISTRY)

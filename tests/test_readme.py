@@ -1,9 +1,10 @@
-"""Every ``autotune ...`` command line of README.md, and of each command's ``--help`` examples, runs to the end.
+"""Every ``autotune ...`` command line of README.md, of the documentation's pages (docs/*.md) and of each command's
+``--help`` examples runs to the end.
 
-The lines are read from README.md's shell code blocks (continuations joined, comments dropped) and from the
+The lines are read from the shell code blocks of README.md and of each page (continuations joined, comments dropped) and from the
 ``Examples:`` of each click command's help. Each runnable line runs in-process through click's CliRunner, in a
-temporary folder, in the order written (status, export and dashboard lines read the study an earlier run line
-made), with a smaller budget than written:
+temporary folder (one per document), in the order written (status, export and dashboard lines read the study an
+earlier run line of the same document made), with a smaller budget than written:
 
 - ``run`` and ``submit``: ``--trials 2 --quick --confirm 0`` (whatever ``--trials`` the line gives);
 - ``measure``: ``--quick``;
@@ -34,6 +35,7 @@ from autotune.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCUMENTS = (README, *sorted((ROOT / "docs").glob("*.md")))  # the README, then the site's pages
 CI_RUN = ROOT / ".ci" / "run"
 
 ILLUSTRATION = "an illustration: mypkg stands for the user's own package"
@@ -136,8 +138,13 @@ def help_lines() -> list[tuple[str, str]]:
     return sorted(out, key=lambda item: order.get(item[0], len(order)))  # stable: each command's lines keep their order
 
 
+def document_lines() -> dict[str, list[str]]:
+    """Each document's command lines, by its path from the repository's root."""
+    return {str(path.relative_to(ROOT)): readme_lines(path.read_text(encoding="utf-8")) for path in DOCUMENTS}
+
+
 def all_lines() -> list[str]:
-    return readme_lines(README.read_text(encoding="utf-8")) + [line for _, line in help_lines()]
+    return [line for lines in document_lines().values() for line in lines] + [line for _, line in help_lines()]
 
 
 # ---------------------------------------------------------------- running them
@@ -240,16 +247,20 @@ def no_line_left_out(left_out: list[str]) -> None:
 
 
 def test_every_line_is_run_or_excluded():
-    readme = readme_lines(README.read_text(encoding="utf-8"))
+    documents = document_lines()
+    readme = documents["README.md"]
+    docs = [line for name, lines in documents.items() if name != "README.md" for line in lines]
     helps = [line for _, line in help_lines()]
-    assert len(readme) >= 10 and len(helps) >= 20 and "autotune knobs" in readme  # the reader found them
-    lines = set(readme + helps)
+    # the reader found them: the README's main job, the getting-started page's tour, every command's examples
+    assert "autotune run --model autotune.examples:mlp --trials 20" in readme and len(readme) >= 4
+    assert len(docs) >= 10 and "autotune knobs" in docs and len(helps) >= 20
+    lines = set(readme + docs + helps)
     for line in lines:
         for mark, why in UNRUNNABLE:
             assert mark not in line or line in EXCLUDED, (
                 f"{line!r} {why}: it cannot run here as written; change it, or list it in EXCLUDED with the reason")
     gone = [line for line in EXCLUDED if line not in lines]
-    assert not gone, f"EXCLUDED lists lines that README.md and the --help examples no longer have: {gone}"
+    assert not gone, f"EXCLUDED lists lines that README.md, docs/*.md and the --help examples no longer have: {gone}"
     assert all(reason.strip() for reason in EXCLUDED.values())
 
 
@@ -275,10 +286,12 @@ def test_reading_lines():
     assert ("knobs", "autotune knobs") in help_lines()
 
 
-@pytest.mark.slow  # about a minute on a 2-core CPU
-def test_readme_lines_run(tmp_path, monkeypatch):
-    failures, left_out = run_in_order(readme_lines(README.read_text(encoding="utf-8")), tmp_path, monkeypatch)
-    assert not failures, "README.md lines that fail:\n\n" + "\n\n".join(failures)
+@pytest.mark.slow  # about a minute per document with runnable lines on a 2-core CPU
+@pytest.mark.parametrize("document", [name for name, lines in document_lines().items() if lines])
+def test_readme_lines_run(document, tmp_path, monkeypatch):
+    """The README's lines, and each page's, each document in a folder of its own."""
+    failures, left_out = run_in_order(document_lines()[document], tmp_path, monkeypatch)
+    assert not failures, f"{document} lines that fail:\n\n" + "\n\n".join(failures)
     no_line_left_out(left_out)
 
 

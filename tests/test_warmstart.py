@@ -266,7 +266,7 @@ def test_prepare_queues_the_seeds_of_a_new_study_and_says_so_unless_warm_start_i
 
 
 def test_warm_start_is_off_by_default_part_of_the_job_and_old_jobs_load():
-    """Off by default: across models it bought nothing (README, benchmarks/results/warm_start.txt)."""
+    """Off by default: across models it bought nothing (docs/results.md, benchmarks/results/warm_start.txt)."""
     job = TuneConfig(spec=WorkloadSpec(model="x:y"))
     assert job.warm_start is False
     stored = TuneConfig(spec=WorkloadSpec(model="x:y"), warm_start=True).to_dict()

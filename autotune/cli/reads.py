@@ -109,7 +109,7 @@ def _print_ablation(out: Any, ablation: dict[str, Any] | None) -> None:
 
 
 @click.command("list")
-@storage_option("A storage URL (default: every studies/*.db).")
+@storage_option("A storage URL (default: every .db file under studies/).")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON (the same numbers as the table).")
 def list_cmd(storage: str | None, as_json: bool) -> None:
     """List jobs and studies: trials measured (of the budget) and failed, running, workers seen lately, speed-up.

@@ -277,7 +277,7 @@ class Knob:
     # model, optimizer, loader and step per arm, and nothing it sets outlives the arm), must be equal there (SHARED:
     # process-wide state such as threads, environment variables or loader worker processes), or keep a non-default
     # value out of shared processes altogether (ALONE: torch.compile's caches and recompilations). See
-    # autotune.trial.paired and the README ("Shared processes").
+    # autotune.trial.paired and docs/claims.md ("Shared processes").
     in_process: str = SHARED
     # The values at which arms may share a process at all (None: any). The host heap at glibc's default carries one
     # arm's allocations into the next arm's speed (autotune.machine.heap), so host_allocator shares only at "retain".
