@@ -107,3 +107,25 @@ def test_a_knob_left_at_the_users_setting_is_named_with_what_it_bought():
                  Ratio(0.99, 0.90, 1.09))
     assert two.text() == "batch_size=128 optimizer_impl=foreach together: 0.99x (0.90-1.09), left at 32 and default"
     assert one.to_dict()["text"] == one.text()
+
+
+def test_the_path_shows_the_knobs_the_claim_left_out_and_the_verdict_quotes_their_step():
+    """The claim's rounds left out a knob the path had kept (the host heap, its step judged between processes): the
+    path marks it left out, and the verdict quotes that step's figure, not a second one for the same knob."""
+    from types import SimpleNamespace
+
+    from autotune.evidence import ablation as A
+
+    heap = A.Step({"host_allocator": "retain"}, "k1", Ratio(1.38, 0.96, 1.97), Ratio(1.38, 0.96, 1.97), False)
+    batch = A.Step({"batch_size": 64}, "k2", Ratio(2.24, 1.56, 3.20), Ratio(1.62, 1.57, 1.67), True)
+    fused = A.Step({"optimizer_impl": "fused"}, "k3", Ratio(2.96, 2.07, 4.24), Ratio(1.33, 1.29, 1.37), True)
+    path = A.Ablation("a", 12, (heap, batch, fused), "k3", 12, {}, 3)
+    settled = A.as_recommended(path, {"host_allocator": "retain"})
+    assert [s.kept for s in settled.steps] == [False, True, True]
+    assert settled.dropped == {"host_allocator": "retain"}
+    conf = SimpleNamespace(reverted={"host_allocator": "retain"}, record=SimpleNamespace(chosen=12),
+                           bought=Ratio(1.23, 0.86, 1.76))
+    (left,) = C.left(conf, settled, {"host_allocator": "default"})
+    assert left.text() == "host_allocator=retain: 1.38x (0.96-1.97), left at default"
+    # the reduction refused: the recommendation is the choice, every step of it kept
+    assert all(s.kept for s in A.as_recommended(path, {}).steps) and A.as_recommended(path, {}).dropped == {}

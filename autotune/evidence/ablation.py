@@ -32,7 +32,7 @@ Nothing here imports torch or Optuna.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from autotune import knobs
@@ -263,3 +263,13 @@ def _apart_first(ablation_id: str, plan: Mapping[str, Any], points: Sequence[Map
     dropped = {k: v for s in kept if not s.kept for k, v in s.added.items()}
     key = points[minimal_index]["key"]
     return Ablation(ablation_id, int(plan["winner"]), kept, key, trial_of(key), dropped, processes)
+
+
+def as_recommended(ab: Ablation, reverted: Mapping[str, Any]) -> Ablation:
+    """The path as the recommendation settled it: once the claim's rounds decided which of the winner's knobs go
+    back to the user's setting (``reverted``), a step is kept when its knobs are all in the recommendation, and the
+    knobs left out are those reverted. The path's own judgement proposed the least change; the claim measured it,
+    and every view shows one answer (a step marked kept whose knob the verdict left out would be two)."""
+    steps = tuple(replace(s, kept=not any(k in reverted for k in s.added)) for s in ab.steps)
+    dropped = {k: v for s in steps if not s.kept for k, v in s.added.items()}
+    return replace(ab, steps=steps, dropped=dropped)

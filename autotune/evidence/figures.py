@@ -335,10 +335,15 @@ class Evidence:
 
     def ablation(self) -> A.Ablation | None:
         """What each knob of the race's choice bought, from the defaults (:mod:`autotune.evidence.ablation`): measured in
-        shared processes once the race is over, one step when the winner changes a single knob; None before."""
+        shared processes once the race is over, one step when the winner changes a single knob; None before. Once the
+        claim settled which of its knobs stay, each step is marked kept as the recommendation keeps it."""
         if "ablation" not in self._memo:
             self._memo["ablation"] = None
-            self._memo["ablation"] = self._ablation()
+            found = self._ablation()
+            conf = self.confirmation
+            if found is not None and conf is not None and conf.record.chosen == found.winner:
+                found = A.as_recommended(found, conf.reverted)  # the claim settled which knobs stay
+            self._memo["ablation"] = found
         return self._memo["ablation"]  # type: ignore[no-any-return]
 
     def _ablated(self, verdict: Verdict) -> Verdict:
