@@ -341,3 +341,27 @@ def test_a_stop_python_swallowed_in_a_finalizer_is_sent_again_and_stops_the_run(
     with pytest.raises(SystemExit) as stopped:
         jobs._until_stopped(work)
     assert stopped.value.code == 128 + int(sig)
+
+
+def test_a_stop_that_lands_in_sqlalchemys_pool_is_not_printed_as_a_traceback(capfd, monkeypatch):
+    """A SIGTERM whose handler ran while SQLAlchemy's pool closed a connection: the pool logs it with its traceback,
+    then raises it again (CI saw that traceback in a stopped daemon's output). The stop is told once, by the command;
+    anything else the pool logs is still printed."""
+    import logging
+
+    from autotune.cli import jobs
+
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])  # as in the command: no handler but Python's last resort
+    pool = logging.getLogger("sqlalchemy.pool.impl.QueuePool")
+    with jobs._sigterm_as_ctrl_c():
+        try:
+            raise jobs.Terminated
+        except BaseException:  # noqa: BLE001 - as the pool does
+            pool.error("Exception closing connection", exc_info=True)
+        try:
+            raise OSError("the server closed the connection")
+        except OSError:
+            pool.error("Exception closing connection", exc_info=True)
+    err = capfd.readouterr().err
+    assert "Terminated" not in err and err.count("Traceback") == 1 and "the server closed the connection" in err
+    assert not logging.getLogger("sqlalchemy.pool").handlers  # as it was after the block

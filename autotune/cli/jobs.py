@@ -7,6 +7,7 @@ Each builds the one typed request (:class:`autotune.request.TuneConfig`) from it
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 from typing import Any, Callable, Iterator
 
@@ -118,17 +119,39 @@ def _until_stopped(work: Callable[[], Any], progress: Any = None) -> Any:
 @contextlib.contextmanager
 def _sigterm_as_ctrl_c() -> Iterator[None]:
     """SIGTERM raised as :class:`Terminated` (a KeyboardInterrupt) while the block runs, and a stop that Python
-    swallowed sent again (:func:`_swallowed`); both as they were after it."""
+    swallowed sent again (:func:`_swallowed`); both as they were after it. SQLAlchemy's pool logs an exception that
+    lands while it closes a connection, with its traceback, before raising it again: a stop that lands there is told
+    once, by the command, not as a traceback (:func:`_pool_stops_unlogged`)."""
     import signal
 
     previous = signal.signal(signal.SIGTERM, _on_term)
     hook = sys.unraisablehook
     sys.unraisablehook = _swallowed(hook)
+    pool = _pool_stops_unlogged()
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
         sys.unraisablehook = hook
+        logging.getLogger(POOL_LOGGER).removeHandler(pool)
+
+
+POOL_LOGGER = "sqlalchemy.pool"  # its pools log under it (sqlalchemy.pool.impl.QueuePool, ...)
+
+
+class _NotAStop(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt))
+
+
+def _pool_stops_unlogged() -> logging.Handler:
+    """A handler for SQLAlchemy's pool that writes what it logs to standard error, as Python's last resort would,
+    less a Ctrl-C or SIGTERM the pool caught while closing a connection (it raises it again: the stop goes on)."""
+    handler = logging.StreamHandler()
+    handler.setLevel(logging.WARNING)
+    handler.addFilter(_NotAStop())
+    logging.getLogger(POOL_LOGGER).addHandler(handler)
+    return handler
 
 
 @click.command()

@@ -80,7 +80,8 @@ class MLP(nn.Module):
 
 
 def mlp(in_features: int = 512, hidden: int = 1024, depth: int = 3) -> nn.Module:
-    """A plain MLP; a bare module with an ``example_input`` (synthetic data, the output's mean square as the loss unless --num-classes)."""
+    """A plain MLP; a bare module with an ``example_input`` (synthetic data; the loss is the output's mean square
+    unless --num-classes)."""
     return MLP(in_features, hidden, depth)
 
 
