@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import warnings
 
 import pytest
 import torch
+from torch import nn
 from click.testing import CliRunner
 
 import autotune
@@ -102,10 +104,14 @@ def test_load_config_warns_on_other_hardware(study):
         autotune.load_config(path, check_hardware=False)
 
 
-def test_apply_sets_every_knob(tmp_path):
+def test_apply_sets_every_knob(tmp_path, monkeypatch):
+    from autotune.machine import heap
+
+    heap_options = []
+    monkeypatch.setattr(heap, "set_options", lambda options: heap_options.append(dict(options)) or True)
     path = tmp_path / "c.json"
     knobs = {"precision": "bf16", "memory_format": "channels_last", "batch_size": 8, "num_workers": 1,
-             "persistent_workers": True, "optimizer_impl": "foreach", "threads": 1}
+             "persistent_workers": True, "optimizer_impl": "foreach", "threads": 1, "host_allocator": "retain"}
     path.write_text(json.dumps({"schema": C.SCHEMA, "knobs": knobs, "context": {"device_type": "cpu", "task": "train", "input_rank": 4}}))
     cfg = autotune.load_config(path)
     model = autotune.examples.SmallResNet(width=8)
@@ -114,6 +120,9 @@ def test_apply_sets_every_knob(tmp_path):
     assert model.stem[0].weight.is_contiguous(memory_format=torch.channels_last)
     assert loader.batch_size == 8 and loader.num_workers == 1 and loader.persistent_workers
     assert torch.get_num_threads() == 1
+    # the host heap as the trial set it (mallopt now, in this process; the variables for processes started later)
+    assert heap_options == [{"M_MMAP_MAX": 0, "M_TRIM_THRESHOLD": heap.NEVER_TRIM}]
+    assert os.environ["MALLOC_MMAP_MAX_"] == "0"
     batch = next(iter(loader))
     before = model.head.weight.detach().clone()
     loss = step(batch)
@@ -133,36 +142,300 @@ def test_a_document_that_does_not_say_which_optimizer_keeps_the_optimizer_kernel
     assert applied.optimizer.param_groups[0]["fused"] is True
 
 
+
+# ---------------------------------------------------------------- a loop the way people write it: scheduler, clipping, eval
+
+
+class Pairs(torch.utils.data.Dataset):
+    """(x, y) samples of a regression whose gradients are large (targets far from a fresh model's outputs)."""
+
+    def __init__(self, n: int = 64, scale: float = 100.0) -> None:
+        gen = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 4, generator=gen)
+        self.y = scale * torch.randn(n, 2, generator=gen)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+def small_config(accumulation: int = 1, **knobs) -> C.Config:
+    """A configuration as load_config returns one, of batches of 4 (``accumulation`` of them per optimizer step)."""
+    return C.Config(knobs={"batch_size": 4, **knobs}, global_batch=4 * accumulation)
+
+
+def grad_norm_at_each_step(optimizer) -> list[float]:
+    """The gradients' total norm as the optimizer sees them when it steps, one entry per optimizer step."""
+    seen: list[float] = []
+
+    def hook(opt, args, kwargs):
+        grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
+        seen.append(float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))))
+
+    optimizer.register_step_pre_hook(hook)
+    return seen
+
+
+@pytest.mark.parametrize("accumulation", [1, 3])
+def test_the_scheduler_steps_once_per_optimizer_step_under_accumulation(accumulation):
+    model = nn.Linear(4, 2)
+    applied = small_config(accumulation).apply(
+        model, Pairs(), torch.optim.SGD(model.parameters(), lr=1.0), report_speed=False,
+        scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5))
+    _, loader, step = applied
+    assert applied.scheduler is step.scheduler and applied.scheduler.optimizer is applied.optimizer
+    stepped = grad_norm_at_each_step(applied.optimizer)
+    lrs = []
+    for _, batch in zip(range(4 * accumulation), loader):
+        step(batch)
+        lrs.append(applied.optimizer.param_groups[0]["lr"])
+    # the lr halves at the batch that ends an optimizer step, and only there
+    assert lrs == [0.5 ** ((i + 1) // accumulation) for i in range(4 * accumulation)]
+    assert len(stepped) == 4 and applied.scheduler.last_epoch == 4
+
+
+def test_the_scheduler_is_built_on_the_optimizer_the_configuration_rebuilt():
+    model = nn.Linear(4, 2)
+    mine = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    cfg = small_config(optimizer_impl="foreach")
+    built_on = []
+    applied = cfg.apply(model, Pairs(), mine, report_speed=False,
+                        scheduler=lambda opt: built_on.append(opt) or torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0))
+    assert applied.optimizer is not mine and applied.optimizer.param_groups[0]["foreach"] is True
+    assert built_on == [applied.optimizer] and applied.step.optimizer is applied.optimizer
+    # a scheduler already built on the optimizer the configuration replaced would drive nothing: refused, saying why
+    model = nn.Linear(4, 2)
+    mine = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    stale = torch.optim.lr_scheduler.LambdaLR(mine, lambda s: 1.0)
+    with pytest.raises(ConfigError, match="rebuilt your optimizer.*scheduler=lambda opt"):
+        cfg.apply(model, Pairs(), mine, report_speed=False, scheduler=stale)
+    # one built on the optimizer the step steps (nothing rebuilt) is taken as it is
+    model = nn.Linear(4, 2)
+    mine = torch.optim.SGD(model.parameters(), lr=1e-3)
+    kept = torch.optim.lr_scheduler.LambdaLR(mine, lambda s: 1.0)
+    assert small_config().apply(model, Pairs(), mine, report_speed=False, scheduler=kept).scheduler is kept
+
+
+@pytest.mark.parametrize("accumulation", [1, 2])
+def test_clipping_bounds_the_gradient_norm_at_each_optimizer_step(accumulation):
+    model = nn.Linear(4, 2)
+    applied = small_config(accumulation).apply(model, Pairs(), torch.optim.SGD(model.parameters(), lr=1e-3),
+                                               report_speed=False, clip_grad_norm=0.5)
+    _, loader, step = applied
+    stepped = grad_norm_at_each_step(applied.optimizer)
+    for _, batch in zip(range(3 * accumulation), loader):
+        step(batch)
+    assert len(stepped) == 3
+    assert float(step.grad_norm) > 10  # the gradients were far above the bound ...
+    # ... and the optimizer saw them at it: clipped once per optimizer step, over the accumulated micro-batches (two
+    # micro-batches each clipped to 0.5 would add up to more than 0.5)
+    assert stepped == pytest.approx([0.5] * 3, rel=1e-4)
+
+
+def test_under_fp16_the_gradscaler_unscales_before_clipping():
+    # fp16 autocast and its GradScaler run on a CPU too (torch.amp.GradScaler("cpu")): the path a CUDA fp16 study takes
+    model = nn.Linear(4, 2)
+    applied = small_config(precision="fp16").apply(model, Pairs(scale=1.0), torch.optim.SGD(model.parameters(), lr=1e-3),
+                                                   report_speed=False, clip_grad_norm=0.01)
+    _, loader, step = applied
+    scaler = step.stepper.scaler
+    assert scaler is not None and scaler.get_scale() >= 1024
+    stepped = grad_norm_at_each_step(applied.optimizer)
+    for _, batch in zip(range(6), loader):
+        step(batch)
+    # clipped unscaled gradients reach the optimizer at the bound; clipping the loss-scaled ones would have left
+    # them at 0.01 / scale once the scaler unscaled them (a step whose scaled gradients overflowed is skipped by the
+    # scaler, as it should be: the first may be)
+    assert len(stepped) >= 4 and stepped == pytest.approx([0.01] * len(stepped), rel=1e-3)
+    assert 0.1 < float(step.grad_norm) < 100  # the norm clipping saw is the true one, not scale times it
+
+
+def test_with_neither_option_the_step_is_the_one_the_study_timed(monkeypatch):
+    """No scheduler, no clipping: the step ends its optimizer steps with the trial's own Stepper.finish, and
+    nothing per step looks for the options."""
+    from autotune.trial.plan import Stepper
+
+    model = nn.Linear(4, 2)
+    _, loader, step = small_config(2).apply(model, Pairs(), torch.optim.SGD(model.parameters(), lr=1e-3),
+                                            report_speed=False)
+    assert type(step.stepper) is Stepper and step.finish == step.stepper.finish
+    assert step.finish.__func__ is Stepper.finish
+    assert step.scheduler is None and step.clip_grad_norm is None
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("clipping ran in a step that did not ask for it")
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", forbidden)
+    for _, batch in zip(range(4), loader):
+        step(batch)
+    # and with an option, the step's finish is another one (the options' own)
+    clipped = small_config().apply(nn.Linear(4, 2), None, report_speed=False, clip_grad_norm=1.0).step
+    assert clipped.finish != clipped.stepper.finish
+
+
+def test_apply_refuses_options_it_cannot_honour():
+    model = nn.Linear(4, 2)
+    for bad in (0, -1.0, float("nan"), "x", True):
+        with pytest.raises(ConfigError, match="clip_grad_norm must be a positive number"):
+            small_config().apply(model, None, report_speed=False, clip_grad_norm=bad)
+    with pytest.raises(ConfigError, match="ReduceLROnPlateau"):
+        small_config().apply(model, None, report_speed=False,
+                             scheduler=lambda opt: torch.optim.lr_scheduler.ReduceLROnPlateau(opt))
+    with pytest.raises(ConfigError, match="apply to training"):
+        C.Config(knobs={}, task="infer").apply(model, None, report_speed=False, clip_grad_norm=1.0)
+
+
+class Judged(nn.Module):
+    """Dropout, batch norm, and a submodule that records the mode and grad mode each forward ran under."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.BatchNorm1d(4)
+        self.drop = nn.Dropout(0.5)
+        self.head = nn.Linear(4, 2)
+        self.seen: list[tuple[bool, bool]] = []
+
+    def forward(self, x):
+        self.seen.append((self.training, torch.is_grad_enabled()))
+        return self.head(self.drop(self.norm(x)))
+
+
+def test_eval_runs_in_eval_mode_without_gradients_and_restores_the_training_mode():
+    applied = small_config(2).apply(Judged(), Pairs(), torch.optim.SGD(Judged().parameters(), lr=1e-3),
+                                    report_speed=False)
+    model, loader, step = applied
+    model.norm.eval()  # the user's own choice (a frozen batch norm): it must survive the eval pass
+    batches = iter(loader)
+    step(next(batches))  # mid-accumulation: one micro-batch's gradients are waiting
+    grads = [p.grad.clone() for p in model.parameters()]
+    val = next(batches)
+    first, second = step.eval(val), step.eval(val)
+    assert model.seen[-2:] == [(False, False), (False, False)]
+    assert torch.equal(first, second)  # dropout off, running statistics not updated: the same loss twice
+    assert model.training and model.drop.training and model.head.training and not model.norm.training
+    assert all(torch.equal(g, p.grad) for g, p in zip(grads, model.parameters())) and step.calls == 1
+    # the mean over a validation loader, weighted by samples, is the mean of the per-batch losses (equal batches)
+    val_loader = torch.utils.data.DataLoader(Pairs(16), batch_size=4)
+    mean = step.evaluate(val_loader)
+    assert mean == pytest.approx(statistics.fmean(float(step.eval(b)) for b in val_loader), rel=1e-6)
+    assert model.training
+    with pytest.raises(RuntimeError, match="boom"):
+        with step.evaluating() as inside:
+            assert not inside.training and not torch.is_grad_enabled()
+            raise RuntimeError("boom")
+    assert model.training and model.drop.training and not model.norm.training and torch.is_grad_enabled()
+    model.eval()  # a model the user left in eval mode stays in it
+    step.eval(val)
+    assert not model.training
+
+
+def test_an_eval_pass_counts_neither_as_training_nor_as_waiting_on_data():
+    """The speed line's window leaves an eval pass out (its clock moves 100 s inside the pass here)."""
+    now = [0.0]
+    model = Judged()
+    cfg = small_config()
+    applied = cfg.apply(model, Pairs(), torch.optim.SGD(model.parameters(), lr=1e-3))
+    meter = C.Meter(None, say=lambda line: None, warmup=(1, 0.0), window=(4, 0.0), clock=lambda: now[0])
+    applied.step.meter = meter
+    _, loader, step = applied
+    batches = iter(loader)
+    for _ in range(3):
+        step(next(batches))
+        now[0] += 1.0
+    original = model.forward
+
+    def slow(x):
+        now[0] += 100.0
+        return original(x)
+
+    model.forward = slow
+    step.eval(next(batches))
+    model.forward = original
+    for _ in range(2):
+        step(next(batches))
+        now[0] += 1.0
+    assert meter.done and meter.window["data_s"] == pytest.approx(4.0)  # the 1 s gaps between steps, not the 100 s
+    assert meter.samples_per_s == pytest.approx(4 * 4 / 4.0)  # 4 steps of 4 samples in the 104 s of the clock less 100
+
 USER_SCRIPT = """
 import json, sys, time, torch, autotune, autotune.examples, autotune.workloads.contract
+from types import SimpleNamespace
+from autotune.machine import load
+from autotune.trial.arm import Arm
+from autotune.trial.protocol import Settings, first_tensor, warmed_up
 cfg = autotune.load_config(sys.argv[1])
 model = autotune.examples.mlp()
 dataset = autotune.workloads.contract.SyntheticDataset(model.example_input)
 model, loader, step = cfg.apply(model, dataset, torch.optim.AdamW(model.parameters(), lr=1e-4))
 batches = iter(loader)
-for _ in range(10):  # warm-up
+first = next(batches)
+step(first)
+# warmed up as a trial is (autotune.trial.protocol): until three step times agree, after its least steps and seconds
+settings, times, begun = Settings(), [], time.perf_counter()
+while not times or not warmed_up(times, time.perf_counter() - begun, settings):
+    t0 = time.perf_counter()
     step(next(batches))
+    times.append(time.perf_counter() - t0)
+meter = load.Meter().start()
 windows = []
-for _ in range(5):
+for _ in range(settings.windows):
     start, n = time.perf_counter(), 0
-    while time.perf_counter() - start < 0.5:
+    while time.perf_counter() - start < settings.window_s:
         step(next(batches))
         n += 1
     windows.append(n * cfg.knobs["batch_size"] / (time.perf_counter() - start))
-print(json.dumps(windows))
+busy = meter.stop()
+# the state this process trains under, read as a trial reads its own (Arm.state): threads, flags, autocast, the weights'
+# layout, the optimizer's kernels, the batches the step got, the scaler, checkpointing, compile
+x = first_tensor(first)
+loop = SimpleNamespace(stepper=step.stepper, batch_samples=int(x.shape[0]), pinned_batches=bool(x.is_pinned()))
+state = Arm.state(SimpleNamespace(plan=step.plan, eager_model=getattr(model, "_orig_mod", model),
+                                  optimizer=step.optimizer, loop=loop))
+print(json.dumps({"windows": windows, "warmup_steps": 1 + len(times), "other_cores": busy["other_cores"],
+                  "applied": state}))
 """
 
 
-@pytest.mark.slow  # 9 s in a full run on a 2-core CPU
-def test_user_loop_matches_the_study(study):
-    """A user's training script (a fresh process) with the exported config runs at the speed the study measured."""
+@pytest.fixture(scope="module")
+def user_loop(study):
+    """The exported fastest configuration in a user's training script (a fresh process): its windows' samples/s,
+    the other processes' cores while it ran, and the state it trained under.
+
+    The script runs in a session of its own, as a training started from its own terminal does and as every trial
+    did (the fork server starts in a session of its own, away from the coordinator's): Linux shares the cores
+    between sessions before it shares them between the processes of one (autogroup), and a step of one thread per
+    core loses or gains several times its speed with its share. Measured 2026-11-27 on 2 cores with a busy process
+    beside: the defaults' loop in the caller's session read 1.9-3.2x the trial's figure on the project's VM (the
+    3.8x an earlier session noted) and 1/13 of it on an H200 host; in a session of its own, within 12% of it."""
     import subprocess
     import sys
 
     url, folder, _ = study
     path, doc = export(url, folder, "--pick", "fastest")
-    out = subprocess.run([sys.executable, "-c", USER_SCRIPT, str(path)], capture_output=True, text=True, check=True)
-    windows = json.loads(out.stdout.strip().splitlines()[-1])
+    out = subprocess.run([sys.executable, "-c", USER_SCRIPT, str(path)], capture_output=True, text=True, check=True,
+                         start_new_session=True)
+    return doc, json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow  # the module's study: about a minute to make
+def test_the_users_loop_runs_under_the_state_the_trial_measured(study, user_loop):
+    """Every knob the study measured is in force in the user's process as it was in the trial's: a knob measured
+    but not applied by apply() (or applied otherwise) shows here whatever the machine's load."""
+    from autotune.store import Store
+
+    url, _, _ = study
+    doc, mine = user_loop
+    trial = next(t for t in Store(url, read_only=True).read("mlp").trials if t.number == doc["study"]["trial"])
+    assert trial.result["applied"] and mine["applied"] == trial.result["applied"]
+
+
+@pytest.mark.slow  # 9 s in a full run on a 2-core CPU
+def test_user_loop_matches_the_study(user_loop):
+    """A user's training script (a fresh process) with the exported config runs at the speed the study measured."""
+    doc, mine_out = user_loop
+    windows = mine_out["windows"]
     mine = statistics.median(windows)
     theirs = doc["measured"]["samples_per_s"]
     # The study's figure is the geometric mean of its measurements in separate processes, or (for a
@@ -176,7 +449,13 @@ def test_user_loop_matches_the_study(study):
     # the race selects among fewer configurations since its claim is measured apart: the fastest-looking one may
     # rest on its search trial alone (then the figure is that one process's, within the same noise)
     assert behind >= 1 and measured["processes"] == behind
-    assert abs(mine / theirs - 1) <= max(spread, 0.25), (mine, theirs, runs, spread)
+    # Both figures depend on what else runs: a configuration of one thread per core loses most of its speed to
+    # another process on a 2-core machine (on a busy one this study once measured the defaults at 56 to 261 samples/s
+    # in five processes, a 4.7x spread). The message says how busy the machine was on each side.
+    assert abs(mine / theirs - 1) <= max(spread, 0.25), (
+        f"the user's loop {mine:.0f} samples/s (windows {[round(w) for w in windows]}, other processes used "
+        f"{mine_out['other_cores']:.1f} cores) against the study's {theirs:.0f} (its processes "
+        f"{[round(r) for r in runs]}; {doc['load']['text']}); allowed {max(spread, 0.25):.0%}")
 
 
 @pytest.mark.slow  # the module's study: about a minute to make
