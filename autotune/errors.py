@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 # ---------------------------------------------------------------- terms
 
@@ -91,6 +91,18 @@ def in_words(text: str, word: Words | None = None) -> str:
             continue
         out.append(found.said(word))
         rest = after
+
+
+def plain(value: Any) -> Any:
+    """``value`` (a text, or JSON data holding texts) with every term in the command line's words: what is stored or
+    written for a user (a trial's marks, an export) holds no marker, however its texts were built."""
+    if isinstance(value, str):
+        return in_words(value) if OPEN in value else value
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain(v) for v in value) if isinstance(value, list) else tuple(plain(v) for v in value)
+    return value
 
 
 class Said(str):

@@ -16,8 +16,11 @@ CRASHED = "crashed"
 NOT_APPLICABLE = "not_applicable"
 INTERRUPTED = "interrupted"
 SLOWER = "slower"  # stopped: ran k times the defaults' whole trial without finishing (autotune.tuning.phases.bench.SLOW_FACTOR)
+#: stopped (or never started) because the time its phase may take ran out (--time-budget): nothing was measured, and
+#: nothing is learned of the configuration (a search trial is recorded as skipped, a re-measurement not at all)
+OUT_OF_TIME = "out_of_time"
 
-OUTCOMES = (OK, OOM, NAN, ERROR, TIMEOUT, CRASHED, NOT_APPLICABLE, INTERRUPTED, SLOWER)
+OUTCOMES = (OK, OOM, NAN, ERROR, TIMEOUT, CRASHED, NOT_APPLICABLE, INTERRUPTED, SLOWER, OUT_OF_TIME)
 
 
 @dataclass

@@ -20,17 +20,30 @@ def test_the_width_a_claim_stops_at_is_what_the_noise_allows():
 
 
 def test_the_claim_is_the_fresh_processes_over_every_process_of_the_defaults():
-    fresh = [("confirm-a-01", 150.0), ("confirm-a-02", 150.0)]
+    fresh = [("confirm-a-01", 150.0), ("confirm-a-02", 150.0), ("confirm-a-03", 150.0)]
     defaults = [("0", 100.0), ("floor-1", 100.0), ("confirm-a-01", 100.0)]
     r = C.claim_ratio(fresh, defaults, Noise(0.1, 10))
     assert r.estimate == pytest.approx(1.5)
-    assert (r.processes, r.reference_processes, r.paired) == (2, 3, False)
+    assert (r.processes, r.reference_processes, r.paired) == (3, 3, False)
     assert r.low < 1.5 < r.high
+    two = C.claim_ratio(fresh[:2], defaults, Noise(0.1, 10))  # fewer than 3 processes of it: no interval
+    assert two.estimate == pytest.approx(1.5) and not two.has_interval and C.MIN_PROCESSES == 3
     unknown = C.claim_ratio(fresh, defaults, Noise(None, 0))
     assert unknown.estimate == pytest.approx(1.5) and not unknown.has_interval
     with pytest.raises(ValueError):
         C.claim_ratio([], defaults, Noise(0.1, 10))
 
+
+def test_a_claim_whose_configuration_spreads_more_than_the_defaults_takes_its_own_spread():
+    """Welch: 25% between the recommendation's processes, 1% between the defaults': the interval is the
+    recommendation's spread over its 3 processes on about 2 degrees of freedom, not the defaults' 1% lent to it."""
+    fresh = [("confirm-a-01", 200.0), ("confirm-a-02", 250.0), ("confirm-a-03", 300.0)]
+    defaults = [("0", 100.0), ("floor-1", 101.0), ("floor-2", 99.0), ("confirm-a-01", 100.0)]
+    own, steady = Noise(0.25, 2), Noise(0.01, 3)
+    r = C.claim_ratio(fresh, defaults, own, reference_noise=steady)
+    assert r.df == 2 and r.low < 2.0 and r.high > 3.0  # t(2) 2.92 x 0.25 / sqrt(3): x/ 1.52
+    lent = C.claim_ratio(fresh, defaults, steady)  # one noise, the defaults': what a claim no longer does
+    assert lent.high / lent.low < 1.1 < r.high / r.low
 
 def test_the_claim_covers_the_truth_at_its_level_on_seeded_noise():
     """1.5x truly, 15% noise between processes, 4 fresh against 6 of the defaults: the 90% interval covers 1.5 in

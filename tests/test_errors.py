@@ -133,3 +133,58 @@ def test_no_message_below_the_edges_spells_a_declared_option():
     unexplained = {rel: lines for rel, lines in found.items() if rel not in CLI_WORDS_LEFT}
     assert not unexplained, f"name these options with autotune.request.option: {unexplained}"
     assert not set(CLI_WORDS_LEFT) - set(found), "listed but spelling no option any more: take it out of CLI_WORDS_LEFT"
+
+
+def test_plain_words_every_term_of_json_data_in_the_command_lines_words():
+    data = {"a": f"raise {named('trial_timeout_s', '--trial-timeout')}", "b": [f"x {named('study', '--study s')}", 3],
+            "c": None, "d": Said(f"y {named('study', '--study t')}")}
+    out = errors.plain(data)
+    assert out == {"a": "raise --trial-timeout", "b": ["x --study s", 3], "c": None, "d": "y --study t"}
+    assert OPEN not in json.dumps(out) and CLOSE not in json.dumps(out)
+
+
+def test_no_marker_reaches_a_stored_trial_an_export_a_framework_snippet_or_a_printed_line(tmp_path):
+    """A trial's failure worded with a term (as the compile limit's is), built as a plain str: the marks it leaves, the
+    export and every framework's snippet of the study, and what status and export print hold no marker."""
+    from click.testing import CliRunner
+
+    from autotune import knobs
+    from autotune import result as R
+    from autotune.cli import main
+    from autotune.export import document, frameworks
+    from autotune.knobs import space
+    from autotune.request import option
+    from autotune.store import Store
+    from autotune.testing import fake as M
+    from autotune.testing import studies as made_up
+    from autotune.tuning import loop as S
+    from autotune.tuning.phases import Bench, Seeds
+
+    ctx = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
+    sp = space.parse({"search": {"precision": ["fp32", "bf16"], "batch_size": [32, 64, 128]}}, "w.toml", "w")
+    url = f"sqlite:///{tmp_path}/w.db"
+    live = made_up.live_study(url, "w", sp, ctx, seed=0, grace_s=None)
+    measure = M.lognormal(lambda c: 2.0 if c["precision"] == "bf16" else 1.0, 0, 0.05)
+
+    def evaluate(config, dominators=(), margin=None, **_):
+        if config["batch_size"] == 128:
+            return R.TrialResult.failure(R.SLOWER, f"stopped: past the compile limit ({option('compile_limit_s')})")
+        return measure(config)
+
+    base = S.base_config(ctx, sp.fixed, None)
+    S.Tuner(live, Seeds(space.effective(sp, ctx, base), ctx, base), Bench(evaluate), S.Options(trials=6, numerics="off")).run()
+    study = Store(url, read_only=True).read("w")
+    slower = [t for t in study.trials if t.outcome == R.SLOWER]
+    assert slower and all(t.error["message"].endswith("(--compile-limit)") for t in slower)
+    texts = [json.dumps([dict(t.error or {}) for t in study.trials])]
+    for pick in ("recommended", "fastest"):
+        doc = document.export(study, pick)
+        texts.append(json.dumps(doc))
+        texts += [json.dumps(frameworks.render(doc, fmt)) for fmt in frameworks.FORMATS]
+    runner = CliRunner()
+    for args in (["status", "w", "--storage", url], ["status", "w", "--storage", url, "--json"],
+                 ["trials", "w", "--storage", url], ["export", "w", "--storage", url]):
+        result = runner.invoke(main, args)
+        assert result.exit_code == 0, result.output
+        texts.append(result.output)
+    assert not [t for t in texts if OPEN in t or CLOSE in t]

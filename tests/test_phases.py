@@ -112,11 +112,15 @@ def test_the_race_alone_on_a_searched_study_chooses_the_truly_faster_configurati
     assert race.run(live, Bench(never, remeasure=never), rounds=6) is None  # done: a later run measures nothing
 
 
-def raced(seed: int) -> LiveStudy:
-    """A study of the two knobs whose search measured the defaults and the recipe (bf16 and fused), its noise floor,
-    then raced alone in shared processes: the recipe wins, and what each knob bought is still to measure."""
+def raced(seed: int, fused_alone: bool = False) -> LiveStudy:
+    """A study of the two knobs whose search measured the defaults and the recipe (bf16 and fused) (``fused_alone``:
+    and fused alone, which shows it buys nothing), its noise floor, then raced alone in shared processes: the recipe
+    wins, and what each knob bought is still to measure."""
     live, seeds = study(name=f"raced{seed}", seed=seed)
     searched(live, seeds, trials=2, seed=seed)
+    if fused_alone:
+        live.enqueue({"precision": "fp32", "optimizer_impl": "fused"}, role="search")
+        searched(live, seeds, trials=3, seed=seed)
     floor.run(live, Bench(never, remeasure=fake(seed + 2, [])))  # the noise between processes: every claim needs it
     report = race.run(live, Bench(never, remeasure=fake(seed + 1, []), together=fake_together(seed, [])), rounds=4)
     assert report is not None and report.within
@@ -176,7 +180,7 @@ def test_the_claim_alone_measures_the_least_change_what_each_knob_bought_found_a
         pytest.skip(f"seed {seed}: the path kept every knob")
     again: list = []
     report = confirm.run(live, Bench(never, remeasure=fake(seed + 3, again)), Search(live, seeds, Bench(never)))
-    assert report is not None and report.stop in (ConfirmStop.WIDTH, ConfirmStop.ROUNDS) and not report.records
+    assert report is not None and report.stop in (ConfirmStop.PROCESSES, ConfirmStop.ROUNDS) and not report.records
     ev = evidence_of(live.view())
     conf = ev.confirmation
     assert conf is not None and conf.done and conf.record.reduction is True
@@ -194,9 +198,10 @@ def test_the_claim_alone_measures_the_least_change_what_each_knob_bought_found_a
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_claim_alone_measures_a_proposed_reduction_as_a_trial_and_decides_it_in_its_own_rounds(seed):
-    """No ablation: the search's proposal (fused shows no effect) is measured as a trial of its own, then decided
-    by the claim's rounds beside the chosen configuration; the chosen configuration's figure stays the selection's."""
-    live = raced(seed)
+    """No ablation: the search's proposal (fused shows no effect: the search measured it alone too) is measured
+    as a trial of its own, then decided by the claim's rounds beside the chosen configuration; the chosen
+    configuration's figure stays the selection's."""
+    live = raced(seed, fused_alone=True)
     _, seeds = study()
     calls: list = []
     report = confirm.run(live, Bench(never, remeasure=fake(seed + 3, [])), Search(live, seeds, Bench(fake(seed, calls))))
@@ -354,3 +359,23 @@ def test_made_up_trials_added_in_one_write_are_read_and_counted_as_the_loop_wrot
     assert report.measured == 5 and report.reason.startswith("the study holds 5")
     with pytest.raises(ValueError, match="only finished trials"):
         records.add_trials(live.study, [dataclasses.replace(recipe, number=9, state="running")], dists)
+
+
+def test_a_process_whose_space_differs_from_the_workers_suggests_over_what_the_study_recorded():
+    """run --workers 2 on 2 cores: each worker, pinned to a core of its own, searched DataLoader workers over [0, 1];
+    the process that races and claims sees both cores, [0, 1, 2]. Its own trials (the reduced configuration, the
+    recommendation alone) suggest over what the study recorded, where Optuna refused a second value space for the
+    knob (a crash after the race)."""
+    one, two = (knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=n) for n in (1, 2))
+    sp = space.parse({"search": {"precision": ["fp32", "bf16"], "num_workers": [0, 1, 2]}}, "t.toml", "t")
+    live = made_up.live_study("sqlite:///:memory:", "workers", sp, one, seed=0)
+    base = S.base_config(one, sp.fixed, None)
+    pinned = Seeds(space.effective(sp, one, base), one, base)
+    assert pinned.space.search["num_workers"].values() == [0, 1]
+    Search(live, pinned, Bench(fake(0, []), remeasure=never), SearchOptions(trials=3)).run(Session(live))
+    assert "num_workers" in live.distributions()
+    parent = Seeds(space.effective(sp, two, base), two, base)
+    assert parent.space.search["num_workers"].values() == [0, 1, 2]
+    live.enqueue({"precision": "bf16", "num_workers": 1}, role=A.ROLE)
+    rec = Search(live, parent, Bench(fake(1, []))).trial()
+    assert rec is not None and rec.outcome == R.OK and rec.role == A.ROLE and rec.config["num_workers"] == 1

@@ -164,6 +164,23 @@ def test_a_compiled_configuration_whose_first_step_runs_past_the_compile_limit_i
 
 
 @pytest.mark.slow  # 5 s in a full run on a 2-core CPU
+def test_a_trial_running_past_its_phases_end_is_stopped_there_as_out_of_time_not_as_a_failure(quick):
+    """--time-budget: a trial (here a first step that sleeps 20 s, as a long compilation would) is stopped when the time
+    its phase may take runs out, before the compile limit, and says it measured nothing; past that end it does not
+    start at all."""
+    runner = Runner(WorkloadSpec("failing_workloads:slow_first", model_args=(("first", 20.0),)), timeout_s=120,
+                    settings=quick, compile_limit_s=60.0)
+    started = time.monotonic()
+    res = runner.measure({"compile": "default"}, deadline=time.time() + 2.0)
+    assert res.outcome == R.OUT_OF_TIME, res.error
+    assert time.monotonic() - started < 15  # stopped near the end, not after the sleep or at the compile limit
+    assert "the compilation, had not finished" in res.error["message"] and res.wall_s > 0
+    late = runner.measure({}, deadline=time.time() - 1.0)
+    assert late.outcome == R.OUT_OF_TIME and "not started" in late.error["message"] and late.wall_s == 0.0
+    assert runner.measure_together([{}, {}], deadline=time.time() - 1.0).outcome == R.OUT_OF_TIME
+
+
+@pytest.mark.slow  # 5 s in a full run on a 2-core CPU
 def test_the_compile_limit_leaves_an_eager_first_step_alone(quick):
     runner = Runner(WorkloadSpec("failing_workloads:slow_first", model_args=(("first", 4.0),)), timeout_s=120,
                     settings=quick, compile_limit_s=1.0)

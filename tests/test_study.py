@@ -353,21 +353,34 @@ def test_the_baseline_line_is_followed_by_the_estimate_of_the_rest():
 
 
 def test_a_time_budget_keeps_the_share_the_race_the_claim_and_the_numerics_need():
-    """At 2 s a process and 15% noise: the race's first two rounds of 2 candidates and the defaults (6 processes),
-    a reduced configuration and 5 processes of each side for the claim (11): 34 s of a 90 s budget, and the numerics
-    check's tenth of it; never more than half of it; nothing without a time budget or a race."""
+    """At 2 s a process and 15% noise: the claim's 5 processes of the recommendation and what goes with them (a
+    reduced configuration, the defaults, the chosen one while undecided: 3) at the claim's own pace, the numerics
+    check's tenth of the budget, the race's first two rounds of 2 candidates and the defaults (6 processes); never
+    more than half the budget, the claim kept first, then the numerics check, the race taking what is left; nothing
+    without a time budget or a race."""
+    from autotune.tuning.phases.session import Shares
+
     options = S.Options(trials=50, race_rounds=8, race_candidates=2, time_budget_s=90.0, numerics="off")
-    assert CL.processes_needed(0.15) == 5
-    assert options.reserve_s(2.0, 0.15) == 2.0 * (2 * 3 + 1 + 2 * 5)
+    assert CL.processes_needed(0.15) == 5 and CL.processes_needed(0.01) == CL.MIN_PROCESSES == 3
+    assert options.shares(2.0, 2.0, 0.15) == Shares(race_s=2.0 * 2 * 3, claim_s=2.0 * (5 + 3), numerics_s=0.0)
+    assert options.shares(2.0, 5.0, 0.15).claim_s == 5.0 * (5 + 3)  # a compiled recommendation compiles in each process
     checked = S.Options(trials=50, race_rounds=8, race_candidates=2, time_budget_s=90.0, numerics="warn")
-    assert checked.reserve_s(2.0, 0.15) == pytest.approx(2.0 * (2 * 3 + 1 + 2 * 5) + 9.0)
-    assert options.reserve_s(12.0, 0.15) == 45.0  # the search keeps half
-    assert S.Options(trials=50, race_rounds=8).reserve_s(2.0, 0.15) == 0.0
-    assert S.Options(trials=50, race_rounds=0, time_budget_s=90.0).reserve_s(2.0, 0.15) == 0.0
+    assert checked.shares(2.0, 2.0, 0.15) == Shares(12.0, 16.0, 9.0)
+    tight = checked.shares(12.0, 12.0, 0.15)  # 96 s of claim alone: the search keeps half, the claim comes first
+    assert tight == Shares(0.0, 45.0, 0.0) and tight.total_s == 45.0
+    assert checked.shares(2.0, 4.0, 0.15) == Shares(45.0 - 32.0 - 9.0, 32.0, 9.0)  # the race takes what is left
+    assert S.Options(trials=50, race_rounds=8).shares(2.0, 2.0, 0.15) == Shares()
+    assert S.Options(trials=50, race_rounds=0, time_budget_s=90.0).shares(2.0, 2.0, 0.15) == Shares()
     session = Session(None, time_budget_s=60.0)
     assert not session.spent()
-    session.reserve_s = 60.0
+    assert session.spent(next_s=61.0)  # what is left would not hold the next trial
+    session.shares = Shares(claim_s=60.0)
     assert session.spent()  # the search's share is spent: no trial starts, the race and the claim have the rest
+    ends = Session(None, time_budget_s=100.0)
+    ends.shares = Shares(10.0, 20.0, 5.0)
+    end = ends.end()
+    assert ends.ends().search == end - 35.0 and ends.ends().race == end - 25.0 and ends.ends().claim == end - 5.0
+    assert ends.ends().numerics == end
 
 
 def test_defaults_that_fail_end_the_study_in_one_line_now_and_on_every_later_run(tmp_path):
@@ -460,3 +473,50 @@ def test_gp_below_its_limit_says_nothing(tmp_path):
     run.run()
     assert set(chosen.values()) == {"gp"} and gp_then_tpe.switched_at is None
     assert not any(r.note for r in shown) and live.view().sampler_switch is None
+
+
+def timed(truth, seed: int, process_s: float, first_s: dict, sigma: float = 0.15):
+    """A made-up machine whose processes take time: ``process_s`` each, plus its compile mode's first step
+    (``first_s``: seconds by mode), slept for real; lognormal noise between processes, of known truth."""
+    import time as clock
+
+    measure = M.lognormal(truth, seed, sigma)
+
+    def evaluate(config, dominators=(), margin=None, **_):
+        first = first_s.get(config.get("compile", "off"), 0.0)
+        clock.sleep(process_s + first)
+        result = measure(config)
+        result.wall_s, result.time_to_first_step_s = process_s + first, first + 0.01
+        return result
+
+    return evaluate
+
+
+@pytest.mark.slow  # 20 s: the budget it proves
+def test_a_time_budget_bounds_the_study_and_keeps_the_claim_its_share():
+    """Under --time-budget the study ends within 5% of its budget (plus one small step of the loop), its search
+    stops at its share, a configuration whose compilation would outlast what is left is never started (recorded as
+    skipped, with why), and the claim measured apart gets its processes: at least 3 of the recommendation."""
+    sp = space.parse({"search": {"precision": ["fp32", "bf16"], "compile": ["off", "default", "max-autotune"],
+                                 "optimizer_impl": ["default", "foreach", "fused"],
+                                 "batch_size": {"low": 16, "high": 256, "step": 16}}}, "t.toml", "t")
+    live = made_up.live_study("sqlite:///:memory:", "budget", sp, CTX, sampler="random", seed=1, grace_s=None)
+    base = S.base_config(CTX, sp.fixed, None)
+
+    def truth(config):
+        return 1.5 if config["precision"] == "bf16" else 1.0
+
+    budget = 20.0
+    options = S.Options(trials=200, time_budget_s=budget, deadline=None, numerics="off", compile_limit_s=60.0)
+    evaluate = timed(truth, 3, 0.25, {"default": 1.0, "max-autotune": 10.0})
+    start = __import__("time").monotonic()
+    summary = S.Tuner(live, Seeds(space.effective(sp, CTX, base), CTX, base), Bench(evaluate), options).run()
+    wall = __import__("time").monotonic() - start
+    assert wall <= 1.05 * budget + 0.5, summary.text()
+    assert summary.reason == "the search's share of the time budget spent"
+    view = live.view()
+    assert not [t for t in view.trials if t.measured and t.config.get("compile") == "max-autotune"]  # 10 s: never fits
+    ev = evidence_of(view)
+    conf = ev.confirmation
+    assert conf is not None and summary.confirm is not None, summary.text()
+    assert len(CL.fresh(ev, conf.recommendation)) >= CL.MIN_PROCESSES, summary.text()

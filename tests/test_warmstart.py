@@ -91,7 +91,7 @@ def earlier(tmp_path_factory) -> Path:
     for name, fingerprint, search, best, created_at in EARLIER:
         tuned(store, name, fingerprint, search, best, created_at, trials=4)
         verdict = evidence_of(store.read(name)).verdict()
-        assert verdict.state == "gain", verdict.text
+        assert verdict.recommends, verdict.text  # unraced: each measured once, so recommended but not confirmed
     return path
 
 

@@ -90,6 +90,8 @@ def _print_status(doc: dict[str, Any], store: Any) -> None:
             out.print(f"  {outcome}: {entry['count']} ({trials}) {entry['example'][:200]}", markup=False)
     _print_ablation(out, doc.get("ablation"))
     out.print(f"verdict: {doc['verdict']['text']}", markup=False)
+    if doc.get("efficiency"):  # (views kept before it was computed have none)
+        out.print(f"hardware: {doc['efficiency']['text']}", markup=False)
 
 
 def _print_ablation(out: Any, ablation: dict[str, Any] | None) -> None:

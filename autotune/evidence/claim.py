@@ -34,7 +34,14 @@ INDIFFERENCE = 0.03  # configurations not more than 3% apart are equal for a use
 
 CONFIRM = "confirm-"  # the rounds of a claim: confirm-<id>-<k> (autotune.tuning.phases.confirm)
 ROUNDS = 6  # the claim's rounds at most: each measures the defaults and the recommendation once more
-MIN_ROUNDS = 2  # before a claim may stop (two give the reduced configuration's comparison a pair)
+MIN_ROUNDS = 2  # before a reduction may be decided (two give the reduced configuration's comparison a pair)
+#: A claim has an interval only from this many fresh processes of its configuration: its own spread is part of the
+#: claim (a configuration's noise is its own: on a GPU the defaults spread 1% between processes, a launch-bound
+#: compiled configuration 25%), and fewer say too little of it. Before that the claim is "not confirmed".
+MIN_PROCESSES = 3
+#: What a claim measures beside the recommendation's processes, as a time budget keeps it: a reduced configuration's
+#: own trial, the defaults once, the chosen configuration while the reduction is undecided.
+CLAIM_EXTRA_PROCESSES = 3
 WIDEST = 2.25  # the width a claim aims at, in noise: high/low = exp(WIDEST * sigma), 1.40 at 15% ...
 NARROWEST = 1.10  # ... and never below this (1.07 at 3% would cost more processes than it tells a user)
 
@@ -49,26 +56,31 @@ def width_target(sigma: float | None) -> float:
 
 def processes_needed(sigma: float | None, level: float = stats.LEVEL) -> int:
     """Processes of each side a claim needs to reach :func:`width_target` at this noise (a normal approximation,
-    at least :data:`MIN_ROUNDS`, at most :data:`ROUNDS`): how much of a time budget it keeps."""
+    at least :data:`MIN_PROCESSES`, at most :data:`ROUNDS`): how much of a time budget it keeps."""
     s = 0.15 if sigma is None else sigma
     z = statistics.NormalDist().inv_cdf(0.5 + level / 2.0)
     n = 2.0 * (2.0 * z * s / math.log(width_target(sigma))) ** 2  # width = exp(2 z s sqrt(2/n))
-    return max(MIN_ROUNDS, min(ROUNDS, math.ceil(n)))
+    return max(MIN_PROCESSES, min(ROUNDS, math.ceil(n)))
 
 
 def claim_ratio(fresh: Sequence[Measurement], defaults: Sequence[Measurement], noise: Noise,
-                level: float = stats.LEVEL) -> Ratio:
+                level: float = stats.LEVEL, reference_noise: Noise | None = None, minimum: int = MIN_PROCESSES) -> Ratio:
     """The configuration's fresh processes over every process of the defaults: the ratio of their geometric means
-    (unpaired: the defaults' earlier processes count too), with a t interval of half-width
-    ``t * sigma * sqrt(1/n + 1/m)``. One claim: no adjustment for comparisons or looks (its stopping rule looks at
-    its width, never at its estimate)."""
+    (unpaired: the defaults' earlier processes count too). ``noise`` is the configuration's noise between processes
+    and ``reference_noise`` the defaults' (default: the same): one noise gives a t interval of half-width
+    ``t * sigma * sqrt(1/n + 1/m)``, two (the configurations spread unequally) Welch's
+    (:func:`autotune.evidence.stats.welch`). Fewer than ``minimum`` fresh processes give no interval: a claim rests
+    on its configuration's own spread (:data:`MIN_PROCESSES`). One claim: no adjustment for comparisons or looks (its
+    stopping rule never looks at its estimate)."""
     num = [math.log(v) for _, v in fresh if v and v > 0]
     ref = [math.log(v) for _, v in defaults if v and v > 0]
     if not num or not ref:
         raise ValueError("a claim needs a fresh measurement of the configuration and one of the defaults")
     log_ratio = statistics.fmean(num) - statistics.fmean(ref)
-    if not noise.known or noise.sigma is None:
+    if len(num) < minimum or not noise.known or noise.sigma is None:
         return Ratio(math.exp(log_ratio), None, None, len(num), len(ref), False, level, 1, 1)
+    if reference_noise is not None and reference_noise is not noise:
+        return stats.welch(fresh, defaults, noise, reference_noise, level=level)
     half = stats.t_quantile(noise.df, level) * noise.sigma * math.sqrt(1.0 / len(num) + 1.0 / len(ref))
     return Ratio(math.exp(log_ratio), math.exp(log_ratio - half), math.exp(log_ratio + half), len(num), len(ref),
                  False, level, 1, 1, df=noise.df)
@@ -109,6 +121,7 @@ def effects(changes: Mapping[str, Any], rows: Sequence[tuple[Mapping[str, Any], 
     return out
 
 
+FIT_SPARE = 1  # the main-effects fit proposes only from as many configurations as it has parameters (the knobs, a mean)
 KEEP_LEVEL = 0.95  # a knob stays in the proposal when the search shows it pays beyond the noise at this level ...
 KEEP_MARGIN = math.log(1.0 + INDIFFERENCE)  # ... and by more than the indifference zone: a spurious effect rarely does
 
@@ -122,6 +135,11 @@ def propose(changes: Mapping[str, Any], rows: Sequence[tuple[Mapping[str, Any], 
     proposal: the reduced configuration is measured before it is recommended, and a knob whose effect shows only
     together with others (a combination that pays) comes back when the reduced configuration is slower."""
     z = statistics.NormalDist().inv_cdf(KEEP_LEVEL)
+    measured = [r for _, r in rows if r and r > 0]
+    if len(measured) < len([k for k in changes if k in knobs.KNOBS]) + FIT_SPARE:
+        # too few configurations to tell the knobs' effects apart: a guess would revert the knobs that pay (an H200
+        # study of 5 trials proposed reverting tf32 and a 256 batch, its whole 2.9x); the chosen one is claimed whole
+        return []
     found = effects(changes, rows, sigma)
     revert = [k for k, (effect, se) in found.items() if not effect - z * se > KEEP_MARGIN]
     if keep_one and revert and len(revert) == len(found):
@@ -143,7 +161,9 @@ def round_of(k: int, target: int, deciding: int | None, defaults: int, fresh_n: 
 
 
 INDIFFERENT = 1.0 / (1.0 + INDIFFERENCE)  # the indifference zone: a reduced configuration not more than 3% slower is as fast
-DECIDE_BY = ROUNDS - 2  # the round by which a reduction is decided at the latest (the claim's last rounds stay its own)
+#: The round by which a reduction is decided at the latest: the claim's last rounds stay its own, enough for a claim of
+#: the reduced configuration from the processes after the decision (those up to it chose it).
+DECIDE_BY = ROUNDS - MIN_PROCESSES
 
 
 def reduction_holds(reduced_over_chosen: Ratio, rounds: int) -> bool | None:
@@ -165,24 +185,37 @@ def reduction_holds(reduced_over_chosen: Ratio, rounds: int) -> bool | None:
 # ---------------------------------------------------------------- a study's claim, as read
 
 
-def fresh(ev: Any, number: int) -> list[Measurement]:
+def fresh(ev: Any, number: int, after: int = 0) -> list[Measurement]:
     """A configuration's measurements that chose nothing: its rounds of a claim, and its first measurement when it
-    was measured on its own after the race (role ``minimal``: nothing selected it)."""
+    was measured on its own after the race (role ``minimal``: nothing selected it). ``after``: only the claim's rounds
+    after that one (those up to it decided the reduction: a decision looked at them)."""
     c = ev.configs[number]
-    out = [m for m in c.repeats if m[0].startswith(CONFIRM) and m[0] not in c.left_out]
-    if c.role == MINIMAL_ROLE and c.first[0] not in c.left_out:
+    out = [m for m in c.repeats if m[0].startswith(CONFIRM) and m[0] not in c.left_out and round_number(m[0]) > after]
+    if c.role == MINIMAL_ROLE and c.first[0] not in c.left_out and not after:
         out.insert(0, c.first)
     return out
 
 
-def claim_of(ev: Any, number: int) -> Ratio | None:
-    """``number``'s claim: its fresh processes over every process of the defaults (None before it has one)."""
+def round_number(round_id: str) -> int:
+    """The round of a claim a measurement's round id names (``confirm-<id>-<k>`` -> k)."""
+    return int(round_id.rsplit("-", 1)[1])
+
+
+def after_decision(record: ConfirmRecord, number: int) -> int:
+    """The claim's rounds that decided whether ``number`` is recommended (its processes in them are left out of its
+    claim): the reduced configuration's, when its claim's rounds decided the reduction."""
+    return (record.decided_at or 0) if number == record.reduced else 0
+
+
+def claim_of(ev: Any, number: int, after: int = 0) -> Ratio | None:
+    """``number``'s claim: its fresh processes (after round ``after``) over every process of the defaults (None
+    before it has one)."""
     if ev.baseline is None:
         return None
-    taken = fresh(ev, number)
+    taken = fresh(ev, number, after)
     if not taken:
         return None
-    return claim_ratio(taken, defaults_pool(ev), ev.noise)
+    return claim_ratio(taken, defaults_pool(ev), ev.noise_of(number), reference_noise=ev.noise_of(ev.baseline.number))
 
 
 RACE = "race-"  # the rounds of a race (autotune.tuning.phases.race)
@@ -208,7 +241,7 @@ def reduction_ratio(ev: Any, reduced: int, chosen: int) -> Ratio:
     b = [m for m in ev.configs[chosen].claim if not m[0].startswith(CONFIRM)]
     if not a or not b:
         return Ratio(1.0)
-    return claim_ratio(a, b, ev.noise)
+    return claim_ratio(a, b, ev.noise_of(reduced), reference_noise=ev.noise_of(chosen), minimum=1)
 
 
 def fresh_ratio(ev: Any, number: int, reference: int) -> Ratio:
@@ -218,7 +251,10 @@ def fresh_ratio(ev: Any, number: int, reference: int) -> Ratio:
     b = [m for m in fresh(ev, reference) if m[0].startswith(CONFIRM)]
     if not a or not b:
         return Ratio(1.0)
-    return stats.ratio(a, b, ev.noise)
+    na, nb = ev.noise_of(number), ev.noise_of(reference)
+    if na is ev.noise and nb is ev.noise:
+        return stats.ratio(a, b, ev.noise)
+    return stats.welch(a, b, na, nb)
 
 
 @dataclass(frozen=True)
@@ -268,8 +304,8 @@ def confirmed(ev: Any) -> Confirmed | None:
     bought = fresh_ratio(ev, record.chosen, reduced) if reduced is not None else None
     if bought is not None and not bought.has_interval and bought.estimate == 1.0 and not fresh(ev, reduced):
         bought = None
-    return Confirmed(confirm_id, record, number, claim_of(ev, number), reverted, bought, ev.selected(record.chosen),
-                     record.width)
+    return Confirmed(confirm_id, record, number, claim_of(ev, number, after_decision(record, number)), reverted, bought,
+                     ev.selected(record.chosen), record.width)
 
 
 @dataclass(frozen=True)

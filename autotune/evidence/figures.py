@@ -25,20 +25,19 @@ import math
 from typing import Any, Sequence
 
 from autotune.evidence import ablation as A
+from autotune.evidence import deciding as D
 from autotune.evidence import claim as CL
 from autotune.evidence import numerics as NU
-from autotune import knobs
 from autotune.evidence import stats
 from autotune.evidence import configs as C
 from autotune.evidence.configs import Measured
 from autotune.evidence.busy import Load, leave_out
+from autotune.store.plans import RaceStop
 from autotune.store.records import StoredStudy
+from autotune.evidence import verdict as V
 from autotune.evidence.verdict import Verdict
-from autotune.evidence.verdict import changes_text as _changes_text
-from autotune.errors import Said, either, said
-from autotune.request import option, pickled_name
+from autotune.errors import Said, said
 from autotune.evidence.stats import Measurement, Noise, Ratio
-from autotune.units import plural
 
 INDIFFERENCE = CL.INDIFFERENCE  # configurations not more than 3% apart are equal for a user: the simplest is chosen
 
@@ -68,6 +67,15 @@ class Evidence:
         self.load = Load.of(self.configs.values(), self.baseline, study.fingerprint)
         leave_out(self.configs.values(), self.load)
         self.noise: Noise = stats.pooled_noise([v for _, v in c.claim] for c in self.configs.values())
+        # Each configuration's own spread between processes (every process of it, the one that selected it included:
+        # that one runs high, which only widens the spread), and whether the spreads differ beyond chance: then none
+        # is lent another's (the defaults' 1% to a configuration that spreads 25%).
+        self.spreads: dict[int, Noise] = {n: stats.own_noise(_apart(c)) for n, c in self.configs.items()
+                                          if len(_apart(c)) >= 2}
+        self.unequal: bool = stats.unequal_spreads([_apart(self.configs[n]) for n in self.spreads])
+        # the pooled noise speaks for a configuration measured once only when some configuration other than the
+        # defaults was measured in several processes: else it would be the defaults' alone
+        self.lendable: bool = any(not self.configs[n].is_baseline for n in self.spreads)
         self.raced = [n for n, c in self.configs.items() if c.confirmed and not c.is_baseline]
         # Every interval of the study is simultaneous over the configurations its verdict
         # compares: the raced ones, or before any race every measured one (a best of N);
@@ -137,7 +145,26 @@ class Evidence:
         via = x.via if x.via is not None and x.via != reference else y.via if y.via is not None and y.via != number else None
         if via is not None:  # through the raced configuration one of them rests on: (x / via) / (y / via)
             return stats.combined(self.compare(number, via, claim), self.compare(reference, via, claim))
-        return stats.ratio(x.claim, y.claim, self.noise, comparisons, looks=looks)
+        nx, ny = self.noise_of(number), self.noise_of(reference)
+        if nx is self.noise and ny is self.noise:  # one noise for all (the spreads do not differ): paired on rounds
+            return stats.ratio(x.claim, y.claim, self.noise, comparisons, looks=looks)
+        return stats.welch(x.claim, y.claim, nx, ny, comparisons, looks=looks)
+
+    def noise_of(self, number: int) -> Noise:
+        """The noise between processes that a figure of configuration ``number`` carries: the study's pooled noise
+        while the configurations spread alike; once they spread unequally (:func:`autotune.evidence.stats.unequal_spreads`)
+        its own spread, or for one measured in a single process the widest spread of the configurations other than
+        the defaults. Unknown for a configuration measured once while only the defaults' spread is known: no
+        interval is drawn from one process with the defaults' noise."""
+        c = self.configs[number]
+        if number in self.spreads:
+            return self.spreads[number] if self.unequal else self.noise
+        if c.is_baseline:
+            return self.noise
+        if self.unequal:
+            others = [self.spreads[n] for n in self.spreads if not self.configs[n].is_baseline]
+            return max(others, key=lambda z: z.sigma or 0.0) if others else Noise(None)
+        return self.noise if self.lendable else Noise(None)
 
     def single(self, samples_per_s: float) -> Ratio | None:
         """The speed-up one fresh measurement shows (a trial line, before it is stored)."""
@@ -183,6 +210,12 @@ class Evidence:
             out.extend(c.number for c in group if least_here == c.peak_memory_bytes < least_faster)
             least_faster = min(least_faster, least_here)
         return out
+
+    def leader(self) -> int | None:
+        """The fastest feasible configuration other than the defaults, by the figure the views show (the selection's
+        for one not measured apart): the likeliest recommendation while the search runs (None: none measured)."""
+        points = [c for c in self.ok() if not c.is_baseline]
+        return max(points, key=lambda c: (c.samples_per_s, -c.number)).number if points else None
 
     def cut_margin(self, floor: float) -> float:
         """How much faster a front point must be before a trial is cut short: never below the noise."""
@@ -231,50 +264,26 @@ class Evidence:
         says how they compare with the defaults'."""
         verdict = self._unchecked_verdict(ablated)
         record = self._numerics_record() if ablated else None
-        if record is None or verdict.state != "gain":
+        if record is None or not verdict.recommends:
             return verdict
         if ("checked", ablated) not in self._memo:
-            self._memo[("checked", ablated)] = self._checked_verdict(verdict, record)
+            self._memo[("checked", ablated)] = D.checked(self, verdict, record)
         return self._memo[("checked", ablated)]  # type: ignore[no-any-return]
 
     def to_check(self) -> int | None:
         """The configuration the numerics check is about: the verdict's winner before the check is read into it
         (None when the verdict recommends no change)."""
         verdict = self._unchecked_verdict(True)
-        return verdict.winner if verdict.state == "gain" else None
+        return verdict.winner if verdict.recommends else None
 
     def _numerics_record(self) -> Any:
         """The latest finished numerics check of the configuration the verdict (before the check) recommends."""
         if "numerics_record" not in self._memo:
             verdict = self._unchecked_verdict(True)
-            found = [r for _, r in self.study.numerics_checks() if r.get("done") and verdict.state == "gain"
+            found = [r for _, r in self.study.numerics_checks() if r.get("done") and verdict.recommends
                      and r.get("number") == verdict.winner]
             self._memo["numerics_record"] = found[-1] if found else None
         return self._memo["numerics_record"]
-
-    def _checked_verdict(self, verdict: Verdict, record: Any) -> Verdict:
-        """The verdict once the numerics were checked: its text says how they compare; under ``--numerics strict`` a
-        recommendation whose numerics differ gives way to the fastest configuration checked whose numerics hold (its
-        figure the search's and the race's: it was not measured apart), or to the defaults when none holds."""
-        check = NU.judge(record)
-        if check.state != NU.DIFFER or record.get("mode") != NU.STRICT or "reason" in record:
-            return Verdict(verdict.state, verdict.winner, verdict.leader, verdict.speedup, verdict.tied,
-                           verdict.confirmed, verdict.simpler_preferred, Said(f"{said(verdict.text)}; {check.text()}"))
-        n = verdict.winner
-        assert n is not None and verdict.speedup is not None and self.baseline is not None
-        was = (f"#{n} ({_changes_text(self.configs[n].changes)}) was faster, {verdict.speedup.text()}, but "
-               f"{check.text()}")
-        pick = record.get("strict_pick")
-        if pick is None or pick not in self.configs:
-            text = f"keep the defaults: {was}; no faster configuration checked holds ({option('numerics', NU.STRICT)})"
-            return Verdict("no_gain", self.baseline.number, n, verdict.speedup, (), verdict.confirmed, False, Said(text))
-        held = NU.judge(record, pick)
-        speedup = self.speedup(pick)
-        assert speedup is not None
-        text = (f"#{pick} ({_changes_text(self.configs[pick].changes)}) is {speedup.text()} as fast as PyTorch's "
-                f"defaults (measured in the search and the race), the fastest configuration checked whose numerics "
-                f"hold ({option('numerics', NU.STRICT)}): {held.text()}; {was}")
-        return Verdict("gain", pick, n, speedup, (), False, False, Said(text))
 
     def numerics(self) -> NU.Check | None:
         """The numerics check of the recommendation (:mod:`autotune.evidence.numerics`): of the configuration the
@@ -295,37 +304,15 @@ class Evidence:
         key = ("verdict", ablated)
         if key not in self._memo:
             if ablated and self.confirmation is not None and self.confirmation.claim is not None:
-                verdict = self._confirmed_verdict(self.confirmation)
+                verdict = D.confirmed(self, self.confirmation)
             else:
-                verdict = self._ablated(self._raced_verdict()) if ablated else self._raced_verdict()
-            if self.load.share and verdict.state in ("gain", "no_gain"):
+                verdict = D.ablated(self, D.raced(self)) if ablated else D.raced(self)
+            if self.load.share and verdict.state in (V.GAIN, V.UNCONFIRMED, V.NO_GAIN):
                 verdict = Verdict(verdict.state, verdict.winner, verdict.leader, verdict.speedup, verdict.tied,
                                   verdict.confirmed, verdict.simpler_preferred,
                                   Said(f"{said(verdict.text)}; {self.load.share}"))
             self._memo[key] = verdict
         return self._memo[key]  # type: ignore[no-any-return]
-
-    def _confirmed_verdict(self, conf: CL.Confirmed) -> Verdict:
-        """The verdict on the race's choice, from its claim measured apart: a gain when the recommendation's fresh
-        processes beat the defaults beyond the noise, else "no gain beyond the noise"; the knobs the least change
-        left at the user's setting named with what they bought together."""
-        assert conf.claim is not None and self.baseline is not None
-        n, s = conf.recommendation, conf.claim
-        c = self.configs[n]
-        behind = (f"{int(round(100 * stats.LEVEL))}% interval, measured apart from the search that chose it: "
-                  f"{plural(s.processes, 'process')} against {s.reference_processes} of the defaults")
-        left = ""
-        if conf.reverted:
-            parts = "; ".join(p.text() for p in self.left())
-            left = f"; left at your setting, as they bought nothing beyond the noise: {parts}"
-        if self.load.was_busy:
-            left += f"; {self.load.text()}"
-        if s.above_one():
-            text = f"#{n} ({_changes_text(c.changes)}) is {s.text()} as fast as PyTorch's defaults ({behind}){left}"
-            return Verdict("gain", n, conf.record.chosen, s, (), True, bool(conf.reverted), Said(text))
-        text = (f"no configuration beats PyTorch's defaults beyond the noise: #{n} ({_changes_text(c.changes) or 'defaults'}), "
-                f"chosen by the race, measured {s.text()} ({behind}){left}; keep the defaults")
-        return Verdict("no_gain", self.baseline.number, n, s, (), True, False, Said(text))
 
     def left(self) -> list[CL.Left]:
         """The knobs the recommendation left at the user's setting, each with what it bought (none before a claim)."""
@@ -345,25 +332,6 @@ class Evidence:
                 found = A.as_recommended(found, conf.reverted)  # the claim settled which knobs stay
             self._memo["ablation"] = found
         return self._memo["ablation"]  # type: ignore[no-any-return]
-
-    def _ablated(self, verdict: Verdict) -> Verdict:
-        """The race's verdict, told what each knob of its winner bought (and, where some bought nothing, the
-        smallest configuration that keeps the gain, once measured on its own)."""
-        ab = self.ablation()
-        if verdict.state != "gain" or ab is None or len(ab.steps) < 2:
-            return verdict
-        m = ab.minimal
-        s = self.speedup(m) if m is not None and m != verdict.winner else None
-        if m is None or m == verdict.winner or s is None or not s.above_one():
-            return Verdict(verdict.state, verdict.winner, verdict.leader, verdict.speedup, verdict.tied, verdict.confirmed,
-                           verdict.simpler_preferred, Said(f"{said(verdict.text)}; {ab.text()}"))
-        c = self.configs[m]
-        text = (f"#{m} ({_changes_text(c.changes)}) is {s.text()} as fast as PyTorch's defaults "
-                f"({int(round(100 * stats.LEVEL))}% interval, {plural(s.processes, 'process')} against {s.reference_processes}): "
-                f"#{verdict.winner}'s gain without the knobs that bought nothing beyond the noise; {ab.text()}")
-        if self.load.was_busy:
-            text += f"; {self.load.text()}"
-        return Verdict("gain", m, verdict.leader, s, verdict.tied, True, verdict.simpler_preferred, text)
 
     def _ablation(self) -> A.Ablation | None:
         chosen = self.chosen()
@@ -385,99 +353,6 @@ class Evidence:
             if found is not None:
                 return found
         return None
-
-    def _raced_verdict(self) -> Verdict:
-        """The race's verdict, on a busy machine without the configurations whose gain rests on a load-sensitive knob."""
-        verdict = self._verdict()
-        if not self.load.was_busy or verdict.state == "gain" and not self._sensitive(verdict.winner):
-            return self._busy_note(verdict) if self.load.was_busy else verdict
-        if verdict.state != "gain":
-            return self._busy_note(verdict)
-        seen = verdict
-        quiet = self._verdict(exclude_sensitive=True)
-        c = self.configs[seen.winner]  # type: ignore[index]
-        names = ", ".join(k for k in c.changes if self._sensitive_knob(k))
-        model = self.study.workload.get("model") or "MODEL"
-        config = {k: v for k, v in c.changes.items() if k in knobs.KNOBS}
-        shown = pickled_name(model) or repr(model)
-        note = (f"#{seen.winner} ({_changes_text(c.changes)}) measured {seen.speedup.text() if seen.speedup else '-'} but its "
-                f"gain rests on {names}, which depends on the load, and {self.load.text()}: not recommended from these "
-                "measurements; re-check it on a quiet machine with "
-                + either(f"`autotune measure --model {model} "
-                         + " ".join(f"--set {k}={knobs.KNOBS[k].format(v)}" for k, v in config.items())
-                         + f" --repeat 5` against `autotune measure --model {model} --repeat 5`",
-                         f"autotune.measure({shown}, config={config!r}, repeat=5) against "
-                         f"autotune.measure({shown}, repeat=5)"))
-        if quiet.state == "gain":
-            return Verdict("gain", quiet.winner, seen.leader, quiet.speedup, quiet.tied, quiet.confirmed,
-                           quiet.simpler_preferred, Said(f"{said(quiet.text)}; {note}"))
-        return Verdict("no_gain", self.baseline.number if self.baseline else None, seen.leader, seen.speedup, seen.tied,
-                       seen.confirmed, False, Said("no configuration beats PyTorch's defaults beyond the noise once the "
-                                                  f"load-sensitive knobs are set aside: keep the defaults; {note}"))
-
-    @staticmethod
-    def _sensitive_knob(name: str) -> bool:
-        return name in knobs.KNOBS and knobs.KNOBS[name].load_sensitive
-
-    def _sensitive(self, number: int | None) -> bool:
-        return number is not None and any(self._sensitive_knob(k) for k in self.configs[number].changes)
-
-    def _busy_note(self, verdict: Verdict) -> Verdict:
-        return Verdict(verdict.state, verdict.winner, verdict.leader, verdict.speedup, verdict.tied, verdict.confirmed,
-                       verdict.simpler_preferred, Said(f"{said(verdict.text)}; {self.load.text()}"))
-
-    def _verdict(self, exclude_sensitive: bool = False) -> Verdict:
-        """The verdict's rule over the raced configurations (before a race, every one), through the noise."""
-        if not self.configs:
-            return Verdict("no_results", None, None, None, (), False, False, "no successful measurement yet")
-        if self.baseline is None:
-            return Verdict("no_baseline", None, None, None, (), False, False, "the baseline (PyTorch's defaults) has not been measured yet")
-        base = self.baseline
-        pool = self.raced or [c.number for c in self.ok() if not c.is_baseline]
-        # the ablation's recommendation is measured to be reported, not raced (the verdict comes to it through the ablation)
-        pool = [n for n in pool if self.configs[n].feasible and not self.configs[n].busy_only
-                and self.configs[n].role != A.ROLE]
-        if exclude_sensitive:
-            pool = [n for n in pool if not self._sensitive(n)]
-        if not pool and not base.feasible:
-            from autotune.units import format_bytes
-
-            return Verdict("no_fit", None, None, None, (), False, False,
-                           Said(f"nothing measured fits the memory budget ({format_bytes(self.max_memory_bytes)}), PyTorch's "
-                                f"defaults included (they peaked at {format_bytes(base.peak_memory_bytes)}): raise "
-                                f"{option('max_memory')}, or make the model or its batch smaller"))
-        if not pool:
-            return Verdict("no_gain", base.number, None, None, (), False, False,
-                           "no other configuration ran successfully within the budget: keep PyTorch's defaults")
-        choice = self.choose(pool)
-        leader = int(choice.leader)
-        winner = int(choice.winner)
-        tied = tuple(int(k) for k in choice.tied)
-        confirmed = self.configs[leader].confirmed
-        if not self.noise.known:
-            s = self.speedup(leader)
-            return Verdict("no_gain", base.number, leader, s, tied, confirmed, False,
-                           f"the noise between processes is not measured yet, so no claim: the fastest so far is "
-                           f"#{leader} at {s.text() if s else '-'} the speed of the defaults")
-        if not choice.significant:
-            s = self.speedup(leader)
-            what = knobs.short(self.configs[leader].config) if self.configs[leader].changes else "defaults"
-            return Verdict("no_gain", base.number, leader, s, tied, confirmed, False,
-                           f"no configuration beats PyTorch's defaults beyond the noise: the fastest, #{leader} ({what}), "
-                           f"measured {s.text() if s else '-'}; keep the defaults")
-        s = self.speedup(winner)
-        assert s is not None
-        c = self.configs[winner]
-        text = (f"#{winner} ({_changes_text(c.changes)}) is {s.text()} as fast as PyTorch's defaults "
-                f"({int(round(100 * stats.LEVEL))}% interval, {plural(c.processes, 'process')} against {s.reference_processes})")
-        if choice.simpler_than_leader:
-            text += (f"; preferred over #{leader}, which looked faster ({self.speedup(leader).text()}) but is not "  # type: ignore[union-attr]
-                     f"separated from it by the evidence, because it changes fewer knobs")
-        elif len(tied) > 1:
-            text += f"; {len(tied) - 1} other configuration(s) were as fast within the noise"
-        if not confirmed:
-            text += f"; measured once, not confirmed by a race (run with {option('confirm')})"
-        return Verdict("gain", winner, leader, s, tied, confirmed, choice.simpler_than_leader, Said(text))
 
     def choose(self, pool: Sequence[int]) -> stats.Choice:
         """The verdict's rule (:func:`autotune.evidence.stats.choose`) over these configurations."""
@@ -502,21 +377,26 @@ class Evidence:
     def chosen(self) -> int | None:
         """The race's choice (what the claim measured apart is about): :meth:`pick` among the candidates the latest
         race kept (before a race, every configuration measured), when the fastest of them beats the defaults at
-        plain 90% in the measurements that selected it; None when none does (no gain beyond the noise)."""
+        plain 90% in the measurements that selected it; None when none does (no gain beyond the noise). A race the
+        time budget stopped before it could settle (its share held no more rounds) chooses its fastest when it
+        looks faster than the defaults by more than the indifference zone: the claim, measured apart, decides."""
         if self.baseline is None:
             return None
         races = self.study.races()
+        unsettled = False
         if races:
             record = races[-1][1]
             pool = [n for n in record.candidates if n not in record.eliminated and n in self.configs]
+            unsettled = record.stop is RaceStop.TIME
         else:
             pool = [c.number for c in self.ok() if not c.is_baseline]
         pool = [n for n in pool if self.configs[n].feasible and not self.configs[n].busy_only
-                and self.configs[n].role != A.ROLE and not (self.load.was_busy and self._sensitive(n))]
+                and self.configs[n].role != A.ROLE and not (self.load.was_busy and D.sensitive(self, n))]
         if not pool:
             return None
         leader = max(pool, key=lambda n: self.configs[n].samples_per_s)
-        if leader == self.baseline.number or not self.compare(leader, self.baseline.number, claim=False).above_one():
+        lead = self.compare(leader, self.baseline.number, claim=False) if leader != self.baseline.number else None
+        if lead is None or not (lead.above_one() or unsettled and lead.estimate > 1.0 + INDIFFERENCE):
             return None
         picked = self.pick(pool)
         return None if picked == self.baseline.number else picked  # the defaults tied with the fastest: no change
@@ -529,13 +409,16 @@ class Evidence:
             return None
         own = [m for m in c.claim if not m[0].startswith(CL.CONFIRM)] or [c.first]
         ref = [m for m in base.claim if not m[0].startswith(CL.CONFIRM)] or base.claim
-        return stats.ratio(own, ref, self.noise, self.comparisons, looks=self.looks)
+        nx, ny = self.noise_of(number), self.noise_of(base.number)
+        if nx is self.noise and ny is self.noise:
+            return stats.ratio(own, ref, self.noise, self.comparisons, looks=self.looks)
+        return stats.welch(own, ref, nx, ny, self.comparisons, looks=self.looks)
 
     def recommended(self) -> int | None:
         """The configuration to use: the verdict's winner, or the defaults (the baseline) when nothing beats them
         beyond the noise; None before the baseline is measured."""
         verdict = self.verdict()
-        if verdict.state == "gain" and verdict.winner is not None:
+        if verdict.recommends and verdict.winner is not None:
             return verdict.winner
         if verdict.state == "no_fit":  # not even the defaults fit the memory budget: nothing to recommend
             return None
@@ -574,6 +457,14 @@ class Evidence:
             "numerics": check.to_dict() if (check := self.numerics()) is not None else None,
             "load": self.load.to_dict(),
         }
+
+
+def _apart(c: Measured) -> list[float]:
+    """Every measurement of a configuration in a process of its own (its claim's, and the one that selected it)."""
+    taken = list(c.claim)
+    if c.first not in taken and c.first[0] not in c.left_out:
+        taken.insert(0, c.first)
+    return [v for _, v in taken]
 
 
 def _common(a: Sequence[Measurement], b: Sequence[Measurement]) -> bool:

@@ -18,8 +18,9 @@ from typing import Any, Mapping
 
 from autotune import files, knobs, units
 from autotune._version import __version__
-from autotune.errors import ConfigError, StudyError, said
+from autotune.errors import ConfigError, StudyError, plain, said
 from autotune.evidence import Evidence, evidence_of
+from autotune.evidence.efficiency import efficiency
 from autotune.request import DEFAULT_PICK, PICKS, option
 from autotune.store import StoredStudy, StoredTrial
 
@@ -49,7 +50,7 @@ def pick_trial(study: StoredStudy, pick: str, max_memory_bytes: int | None = Non
         if recommended is None or not ev.configs[recommended].feasible:
             raise StudyError(f"{said(verdict.text)}; and the defaults themselves do not fit the memory budget: export "
                              f"{option('pick', 'smallest')}, or one of the front's configurations")
-        if verdict.state == "gain":
+        if verdict.recommends:
             return trials[recommended], f"recommended: {verdict.text}"
         return trials[recommended], f"recommended: the defaults, because {verdict.text}"
     if pick == "fastest":
@@ -110,8 +111,10 @@ def export(
     c = ev.configs[trial.number]
     base = ev.baseline
     speedup = ev.speedup(trial.number)
+    mfu = efficiency(study, trial.number).figure
     described = study.description()  # as stored: a key a study lacks is null in the document
-    return {
+    verdict = ev.verdict()
+    return plain({  # every text in the command line's words: no marker leaves in a document
         "schema": SCHEMA,
         "autotune_version": __version__,
         "exported_at": now(),
@@ -130,7 +133,10 @@ def export(
             "time_to_first_step_s": res.get("time_to_first_step_s"),
             "step_time_s": res.get("step_time_s"),
             "samples_per_step": res.get("samples_per_step"),
-            "mfu": res.get("mfu"),
+            # the share of the device's peak, and which peak (autotune.evidence.efficiency: the figure status shows)
+            "mfu": mfu.mfu if mfu else None,
+            "mfu_peak": mfu.peak_named if mfu else None,  # "this H200's dense bf16 peak, 989 TFLOP/s", or why none
+            "mfu_peak_flops": mfu.peak_flops if mfu else None,
         },
         "baseline": {
             "trial": base.number if base else None,
@@ -140,10 +146,11 @@ def export(
             "peak_memory_bytes": base.peak_memory_bytes if base else None,
         },
         "speedup": speedup.to_dict() if speedup else None,
+        "claim_status": claim_status(ev, trial.number),
         "noise": ev.noise.to_dict(),
         "within_process_noise": ev.within_noise.to_dict(),
         "load": ev.load.to_dict(),
-        "verdict": ev.verdict().to_dict(),
+        "verdict": verdict.to_dict(),
         # the claim measured apart from the search, and the knobs left at the user's setting with what each bought
         "claim": ({**ev.confirmation.to_dict(), "left": [x.to_dict() for x in ev.left()]}
                   if ev.confirmation is not None and trial.number == ev.confirmation.recommendation else None),
@@ -159,7 +166,23 @@ def export(
         "context": described.get("context"),
         "fingerprint": described.get("fingerprint"),
         "study": {"name": study.name, "storage": storage_url, "trial": trial.number},
-    }
+    })
+
+
+def claim_status(ev: Any, number: int) -> str:
+    """What the exported configuration's speed-up is: ``defaults`` (1.00x), ``confirmed`` (its claim, measured apart
+    with an interval), ``not confirmed`` (recommended on too few processes for an interval), or ``selection`` (the
+    search's and the race's own figure, which runs high for the configurations they chose)."""
+    if ev.baseline is not None and number == ev.baseline.number:
+        return "defaults"
+    verdict = ev.verdict()
+    s = ev.speedup(number)
+    if verdict.unconfirmed and verdict.winner == number:
+        return "not confirmed"
+    conf = ev.confirmation
+    if conf is not None and conf.claim is not None and number == conf.recommendation and s is not None and s.has_interval:
+        return "confirmed"
+    return "selection"
 
 
 def _samples_per_step(global_batch: int | None, defaults: dict[str, Any], config: dict[str, Any], task: str
@@ -179,7 +202,7 @@ def _samples_per_step(global_batch: int | None, defaults: dict[str, Any], config
     else:
         note += (f": its learning rate and schedule may need changing (study with "
                  f"{option('global_batch', str(theirs))} to keep them)")
-    return {"global_batch": None, "batch_note": note}
+    return {"global_batch": None, "batch_note": plain(note)}
 
 
 def now() -> str:

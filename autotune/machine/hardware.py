@@ -1,4 +1,5 @@
-"""The machine a trial runs on: device resolution, the hardware/software fingerprint, and known peak FLOP/s.
+"""The machine a trial runs on: device resolution, the hardware/software fingerprint, and known peak FLOP/s
+(:mod:`autotune.machine.peaks`'s table).
 
 Only the functions that probe the live machine import torch (inside them): the read commands compare stored
 fingerprints with :func:`differences` and :func:`short`, and must answer without loading torch (~1 s).
@@ -12,37 +13,14 @@ from typing import Any, Iterable
 
 
 from autotune.errors import DeviceError
-from autotune.machine import load
+from autotune.machine import load, peaks
 from autotune.machine.load import cpu_count
 from autotune.request import option
 
-# Dense peak FLOP/s per GPU by precision class (vendor datasheets, no sparsity).
-# Matched by substring of torch.cuda.get_device_name(), most specific first.
-PEAK_FLOPS: tuple[tuple[str, dict[str, float]], ...] = (
-    ("H100 PCIe", {"fp32": 51.2e12, "tf32": 378e12, "bf16": 756e12}),
-    ("H100 NVL", {"fp32": 60e12, "tf32": 418e12, "bf16": 835e12}),
-    ("H100", {"fp32": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12}),
-    ("H200", {"fp32": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12}),
-    ("GH200", {"fp32": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12}),
-    ("A100", {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12}),
-    ("A10G", {"fp32": 31.2e12, "tf32": 62.5e12, "bf16": 125e12}),
-    ("A10", {"fp32": 31.2e12, "tf32": 62.5e12, "bf16": 125e12}),
-    ("L40S", {"fp32": 91.6e12, "tf32": 183e12, "bf16": 362e12}),
-    ("L4", {"fp32": 30.3e12, "tf32": 60e12, "bf16": 121e12}),
-    ("V100", {"fp32": 15.7e12, "tf32": 15.7e12, "bf16": 125e12}),
-    ("RTX 4090", {"fp32": 82.6e12, "tf32": 82.6e12, "bf16": 165.2e12}),
-)
-PRECISION_CLASS = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "bf16"}
-
-
-def peak_flops(device_name: str | None, precision: str) -> float | None:
-    """The device's dense peak for this precision, or None for a device not in the table (CPUs included)."""
-    if not device_name:
-        return None
-    for pattern, peaks in PEAK_FLOPS:
-        if pattern in device_name:
-            return peaks.get(PRECISION_CLASS.get(precision, "fp32"))
-    return None
+# The peak FLOP/s table lives in the torch-free autotune.machine.peaks, which the read side reads too (status, export,
+# the dashboard: autotune.evidence.efficiency); the trial process reaches it here.
+PEAK_FLOPS = peaks.PEAK_FLOPS
+peak_flops = peaks.peak_flops
 
 
 def oom_types() -> tuple[type[BaseException], ...]:

@@ -76,13 +76,16 @@ def summary(study: StoredStudy) -> dict[str, Any]:
 
 
 def status(study: StoredStudy) -> dict[str, Any]:
-    """Everything ``autotune status`` shows: the summary, the evidence's figures, failures by outcome."""
+    """Everything ``autotune status`` shows: the summary, the evidence's figures, failures by outcome, and how close
+    the recommendation runs to the hardware's peak (:func:`autotune.evidence.efficiency.efficiency`)."""
     from autotune.evidence import ceiling
+    from autotune.evidence.efficiency import efficiency
 
     ev = evidence_of(study)
     doc = summary(study)
     doc.update(ev.to_dict())
     doc["batch_ceiling"] = ceiling.describe(study.batch_ceiling)
+    doc["efficiency"] = efficiency(study).to_dict()
     failures: dict[str, dict[str, Any]] = {}
     for t in study.trials:
         if t.outcome in (None, "ok", "skipped") or t.duplicate_of is not None:

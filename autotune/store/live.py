@@ -58,6 +58,17 @@ class LiveStudy:
         """Every trial, read now (Optuna's cache: finished trials are read once, running ones afresh)."""
         return [self._typed(t) for t in self.study.get_trials(deepcopy=False)]
 
+    def distributions(self) -> dict[str, Any]:
+        """Each parameter's distribution as the study's trials recorded it (the latest finished trial that has it):
+        a process whose space differs here (a worker pinned to a share of the cores searches fewer thread counts) must
+        suggest over these, or Optuna refuses the parameter ("dynamic value space")."""
+        out: dict[str, Any] = {}
+        for t in reversed(self.study.get_trials(deepcopy=False)):
+            if t.state.is_finished():
+                for name, dist in t.distributions.items():
+                    out.setdefault(name, dist)
+        return out
+
     def view(self, trials: Sequence[StoredTrial] | None = None) -> StoredStudy:
         """The study as it is now (``trials``: just read by :meth:`trials`)."""
         return StoredStudy(self.name, self.study.user_attrs, self.trials() if trials is None else trials)

@@ -76,7 +76,8 @@ def _stop(value: Any) -> RaceStop | None:
 class ConfirmStop(str, Enum):
     """Why a claim's measurement stopped."""
 
-    WIDTH = "width"  # its interval is as narrow as the noise allows (autotune.evidence.claim.width_target)
+    PROCESSES = "processes"  # it has the processes its plan asked for (autotune.evidence.claim.processes_needed)
+    WIDTH = "width"  # (claims planned before the number of processes was) its interval was as narrow as the noise allows
     ROUNDS = "rounds"  # its rounds are spent
     TIME = "time"  # the time budget was spent (--time-budget)
     FAILED = "failed"  # the configuration failed when measured again
@@ -87,7 +88,10 @@ class ConfirmRecord:
     """A claim measured apart (``confirm:<id>``): the configuration the race chose (``chosen``, a trial), the
     reduced one proposed for it (``reduced``: a trial, or None when nothing was left out) and the knobs it reverts
     (``reverted``: name -> the chosen value), the race it follows, its rounds and target width, and once done why
-    it stopped and whether the reduction held (``reduction``: None while undecided)."""
+    it stopped and whether the reduction held (``reduction``: None while undecided), and the round by which its claim's
+    rounds had decided it (``decided_at``: the reduced configuration's processes up to it chose it, so its claim rests
+    on those after it; None when decided without them). ``processes``: the fresh processes of the recommendation the
+    claim measures (0: a claim planned before that, which stops at its ``width``)."""
 
     chosen: int
     race_id: str
@@ -100,11 +104,14 @@ class ConfirmRecord:
     done: bool = False
     stop: ConfirmStop | None = None
     reduction: bool | None = None
+    decided_at: int | None = None
+    processes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"chosen": self.chosen, "race_id": self.race_id, "started": self.started, "reduced": self.reduced,
                 "reverted": dict(self.reverted), "rounds": self.rounds, "width": self.width, "owner": dict(self.owner),
-                "done": self.done, "stop": self.stop.value if self.stop else None, "reduction": self.reduction}
+                "done": self.done, "stop": self.stop.value if self.stop else None, "reduction": self.reduction,
+                "decided_at": self.decided_at, "processes": self.processes}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ConfirmRecord:
@@ -116,4 +123,5 @@ class ConfirmRecord:
         return cls(int(d["chosen"]), str(d.get("race_id") or ""), float(d.get("started") or 0.0),
                    int(reduced) if reduced is not None else None, dict(d.get("reverted") or {}),
                    int(d.get("rounds") or 0), float(d.get("width") or 1.4), dict(d.get("owner") or {}),
-                   bool(d.get("done")), stop, d.get("reduction"))
+                   bool(d.get("done")), stop, d.get("reduction"),
+                   int(d["decided_at"]) if d.get("decided_at") is not None else None, int(d.get("processes") or 0))

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
+from autotune.errors import plain
 from autotune.store.plans import ConfirmRecord, RaceRecord
 from autotune.units import now
 
@@ -502,7 +503,7 @@ def mark(trial: optuna.Trial, **marks: Any) -> None:
     for name, value in marks.items():
         if name not in TRIAL_MARKS:
             raise TypeError(f"no trial mark {name!r} in the stored format")
-        trial.set_user_attr(name, value)
+        trial.set_user_attr(name, plain(value))  # a message's terms in the command line's words: no marker is stored
 
 
 def add_trials(study: optuna.Study, trials: Sequence[StoredTrial],

@@ -5,6 +5,7 @@ Each factory returns what a :class:`autotune.tuning.phases.Bench` measures with:
 true speed-up over the defaults; a measurement is ``100 * truth * noise`` samples/s. The noise:
 
 - :func:`lognormal`: independent between processes, ``exp(N(0, sigma))`` (what the statistics assume);
+- :func:`unequal`: the same, with a spread of each configuration's own (a GPU's steady defaults, its noisy fast ones);
 - :func:`drifting`: the same, on a machine whose speed wanders (a random walk of ``drift`` per process);
 - :func:`heavy_tailed`: a t distribution of 3 degrees of freedom at the lognormal's scale;
 - :func:`second_is_slower`: the second process of each round runs ``order`` times as fast;
@@ -58,6 +59,19 @@ def lognormal(truth: Truth, seed: int, sigma: float = NOISE, calls: list | None 
             return R.TrialResult.failure(outcome, FAILURES.get(outcome, f"{outcome} (made up)"))
         noise = math.exp(rng.gauss(0.0, sigma)) if sigma else 1.0
         return result(100.0 * truth(config) * noise, peak(config) if peak is not None else 10**8, other_cores, config)
+
+    return evaluate
+
+
+def unequal(truth: Truth, seed: int, spread: Callable[[Mapping[str, Any]], float], calls: list | None = None):
+    """Lognormal noise whose spread between processes depends on the configuration (``spread(config)``): as on an
+    H200, where a GPU-bound step (the defaults) spread 1% between processes and a launch-bound compiled one 25%."""
+    rng = random.Random(50_000 + seed)
+
+    def evaluate(config, dominators=(), margin=None, **_: Any):
+        if calls is not None:
+            calls.append(dict(config))
+        return result(100.0 * truth(config) * math.exp(rng.gauss(0.0, spread(config))), config=config)
 
     return evaluate
 

@@ -26,12 +26,16 @@ from typing import Any, Mapping, Sequence
 from autotune import knobs
 from autotune.trial import forkserver
 from autotune import result as R
-from autotune.errors import SpecError, WorkloadError
+from autotune.errors import Said, SpecError, WorkloadError
 from autotune.trial.forkserver import Ending, kill_group
 from autotune.trial.messages import NumericsRequest, PairedRequest, ProbeAnswer, ProbeRequest, Request, TrialRequest
 from autotune.trial.protocol import Settings
 from autotune.request import DEFAULT_TRIAL_TIMEOUT_S, WorkloadSpec, option
 from autotune.units import format_duration
+
+#: A child stopped at its deadline (the stop is looked for every second) gets this long to go before its timeout
+#: kills it instead: never a reason to outlast the deadline by more.
+DEADLINE_GRACE_S = 2.0
 
 
 def warm_up() -> None:
@@ -80,13 +84,14 @@ class Runner:
 
     # ------------------------------------------------------------ processes
 
-    def _spawn(self, request: Request, timeout_s: float, limit_s: float | None = None, first_limit_s: float | None = None
-               ) -> tuple[Ending, dict[str, Any] | None, list[str], float]:
+    def _spawn(self, request: Request, timeout_s: float, limit_s: float | None = None, first_limit_s: float | None = None,
+               deadline: float | None = None) -> tuple[Ending, dict[str, Any] | None, list[str], float]:
         """Run one child within ``timeout_s``; returns (how it ended, its answer as JSON data, log tail, wall seconds).
 
         ``limit_s``: stop the child once it has run this long after its first step (compilation
         is in the first); ``first_limit_s``: once its first step has run this long. The last progress it
-        reported is then ``self.last_progress``.
+        reported is then ``self.last_progress``. ``deadline`` (epoch seconds): stop it then, whatever it is doing
+        (the end of the time its phase may take: :func:`out_of_time` tells such an ending).
         """
         server = forkserver.get()
         with tempfile.TemporaryDirectory(prefix="autotune-trial-") as tmp:
@@ -96,11 +101,18 @@ class Runner:
             request = dataclasses.replace(request, sys_path=tuple(sys.path), cwd=os.getcwd(), progress_path=progress_path)
             start = time.perf_counter()
             self.last_progress = {}
+            if deadline is not None:
+                timeout_s = min(timeout_s, max(0.0, deadline - time.time()) + DEADLINE_GRACE_S)
             child = server.spawn(request, result_path, log_path, timeout_s)
             self._current = child.pid
             try:
-                watch = limit_s is not None or first_limit_s is not None
-                ending = child.wait(stop=(lambda: self._past(limit_s, first_limit_s, progress_path)) if watch else None)
+                watch = limit_s is not None or first_limit_s is not None or deadline is not None
+
+                def stop() -> bool:
+                    return ((deadline is not None and time.time() >= deadline)
+                            or self._past(limit_s, first_limit_s, progress_path))
+
+                ending = child.wait(stop=stop if watch else None)
             finally:
                 self._current = None
                 # Whatever the trial left in its group (DataLoader workers, grandchildren) goes too.
@@ -153,7 +165,7 @@ class Runner:
 
     def measure(
         self, config: Mapping[str, Any], dominators: Sequence[tuple[float, float]] = (), cut_margin: float | None = None,
-        settings: Settings | None = None, limit_s: float | None = None,
+        settings: Settings | None = None, limit_s: float | None = None, deadline: float | None = None,
     ) -> R.TrialResult:
         """Measure one configuration in an isolated process; every ending becomes a TrialResult.
 
@@ -164,19 +176,28 @@ class Runner:
         ``limit_s``: a trial whose steps after the first take longer than this is stopped as
         ``slower`` (the study passes a multiple of the defaults' whole trial; see
         :func:`autotune.tuning.phases.bench.slow_limit`); ``--trial-timeout`` still bounds the whole trial.
+        ``deadline`` (epoch seconds): the end of the time the trial's phase may take (``--time-budget``): the trial is
+        not started past it and is stopped at it, as :data:`autotune.result.OUT_OF_TIME` (nothing measured).
         """
+        if deadline is not None and time.time() >= deadline:
+            return _out_of_time(R.TrialResult.failure, 0.0, "not started: the time its phase may take was spent")
         request = TrialRequest(
             spec=self.spec, device=self.device, config=dict(config), settings=settings or self.settings,
             global_batch=self.global_batch, dominators=tuple((float(t), float(m)) for t, m in dominators),
             cut_margin=cut_margin,
         )
         first_limit = self.compile_limit_s if knobs.compiles(config) else None
-        ending, payload, log, wall = self._spawn(request, self.timeout_s, limit_s, first_limit)
+        ending, payload, log, wall = self._spawn(request, self.timeout_s, limit_s, first_limit, deadline)
         exitcode = ending.code
-        if ending.stopped and self.last_progress.get("since_first_step_s") is None and first_limit is not None:
+        if out_of_time(ending, deadline):
+            first = self.last_progress.get("since_first_step_s") is None
+            result = _out_of_time(R.TrialResult.failure, wall, "stopped when the time its phase may take ran out"
+                                  + (" (its first step, the compilation, had not finished)" if first else ""),
+                                  stderr_tail=log, progress=dict(self.last_progress))
+        elif ending.stopped and self.last_progress.get("since_first_step_s") is None and first_limit is not None:
             result = R.TrialResult.failure(
-                R.SLOWER, f"stopped after {wall:.0f} s: its first step (the compilation) ran past the "
-                f"{format_duration(first_limit)} compile limit ({option('compile_limit_s')})",
+                R.SLOWER, Said(f"stopped after {wall:.0f} s: its first step (the compilation) ran past the "
+                               f"{format_duration(first_limit)} compile limit ({option('compile_limit_s')})"),
                 stderr_tail=log, progress=dict(self.last_progress))
         elif ending.stopped:
             got = self.last_progress
@@ -208,19 +229,26 @@ class Runner:
         return result
 
     def measure_together(self, configs: Sequence[Mapping[str, Any]], settings: Settings | None = None,
-                         unchecked: bool = False) -> R.PairedResult:
+                         unchecked: bool = False, deadline: float | None = None) -> R.PairedResult:
         """Measure ``configs`` alternately in one isolated process (:mod:`autotune.trial.paired`), the first being the
         reference; every ending becomes a PairedResult. The trial timeout bounds each arm: the process may run
         ``len(configs)`` times as long as one trial. ``unchecked``: measure even what :func:`autotune.knobs.apart`
-        keeps apart (only ``benchmarks/paths_agree.py``, which measures the bias that check prevents)."""
+        keeps apart (only ``benchmarks/paths_agree.py``, which measures the bias that check prevents). ``deadline``: as
+        :meth:`measure`'s."""
+        if deadline is not None and time.time() >= deadline:
+            return _out_of_time(R.PairedResult.failure, 0.0, "not started: the time its phase may take was spent",
+                                arms=len(configs))
         request = PairedRequest(
             spec=self.spec, device=self.device, arms=tuple(dict(c) for c in configs),
             settings=settings or self.settings, global_batch=self.global_batch, unchecked=unchecked,
         )
         timeout_s = self.timeout_s * max(1, len(configs))
-        ending, payload, log, wall = self._spawn(request, timeout_s)
+        ending, payload, log, wall = self._spawn(request, timeout_s, deadline=deadline)
         exitcode = ending.code
-        if ending.timed_out:
+        if out_of_time(ending, deadline):
+            result = _out_of_time(R.PairedResult.failure, wall, "stopped when the time its phase may take ran out",
+                                  arms=len(configs), stderr_tail=log)
+        elif ending.timed_out:
             result = R.PairedResult.failure(R.TIMEOUT, f"the paired measurement ran past its {timeout_s:g} s timeout "
                                             "and was killed", len(configs), stderr_tail=log)
         elif payload is not None:
@@ -236,16 +264,22 @@ class Runner:
 
 
     def numerics(self, config: Mapping[str, Any], steps: int, samples_per_step: int, seed: int,
-                 save_path: str | None = None, references: Sequence[tuple[str, str]] = ()) -> R.NumericsResult:
+                 save_path: str | None = None, references: Sequence[tuple[str, str]] = (),
+                 deadline: float | None = None) -> R.NumericsResult:
         """Train ``config`` for ``steps`` optimizer steps of ``samples_per_step`` samples from weights seeded by
         ``seed`` in an isolated process (:mod:`autotune.trial.numerics`); every ending becomes a NumericsResult. The
-        trial timeout bounds it."""
+        trial timeout bounds it, and ``deadline`` as :meth:`measure`'s."""
+        if deadline is not None and time.time() >= deadline:
+            return _out_of_time(R.NumericsResult.failure, 0.0, "not started: the time its phase may take was spent")
         request = NumericsRequest(spec=self.spec, device=self.device, config=dict(config), steps=steps,
                                   samples_per_step=samples_per_step, seed=seed, save_path=save_path,
                                   references=tuple((str(a), str(b)) for a, b in references))
-        ending, payload, log, wall = self._spawn(request, self.timeout_s)
+        ending, payload, log, wall = self._spawn(request, self.timeout_s, deadline=deadline)
         exitcode = ending.code
-        if ending.timed_out:
+        if out_of_time(ending, deadline):
+            result = _out_of_time(R.NumericsResult.failure, wall, "stopped when the time its phase may take ran out",
+                                  stderr_tail=log)
+        elif ending.timed_out:
             result = R.NumericsResult.failure(R.TIMEOUT, f"the numerics run ran past its {self.timeout_s:g} s timeout "
                                               "and was killed", stderr_tail=log)
         elif payload is not None:
@@ -258,6 +292,18 @@ class Runner:
             result.config = dict(config)
         result.wall_s = wall
         return result
+
+
+def out_of_time(ending: Ending, deadline: float | None) -> bool:
+    """The child was stopped (or timed out) because ``deadline`` passed, not for anything it did."""
+    return deadline is not None and (ending.stopped or ending.timed_out) and time.time() >= deadline
+
+
+def _out_of_time(failure: Any, wall: float, why: str, **extra: Any) -> Any:
+    """A result of :data:`autotune.result.OUT_OF_TIME` (built by ``failure``, a result class's), after ``wall`` s."""
+    result = failure(R.OUT_OF_TIME, f"{why} (after {wall:.0f} s)" if wall else why, **extra)
+    result.wall_s = wall
+    return result
 
 
 def describe_exit(exitcode: int | None, log: list[str]) -> str:

@@ -38,10 +38,11 @@ def samples_per_step(a: Mapping[str, Any], b: Mapping[str, Any], global_batch: i
 
 
 def check(numerics: Numerics, record: dict[str, Any], on_run: Callable[[], None] | None = None,
-          deadline: float | None = None) -> dict[str, Any]:
+          deadline: float | None = None, run_s: float = 0.0) -> dict[str, Any]:
     """Run the check that ``record`` plans (``config``, ``defaults``, ``changes``, ``steps``, ``samples_per_step``,
     ``seed``), adding each run to its ``runs`` (``on_run()`` is told after each), and the reverts when the numerics
-    differ; ``done`` once over (``reason`` when the deadline stopped it). Returns the record."""
+    differ; ``done`` once over (``reason`` when the deadline stopped it: no run starts that is expected, at ``run_s``
+    seconds, to end past it, and one stopped there is not kept). Returns the record."""
     config, defaults = dict(record["config"]), dict(record["defaults"])
     steps, per_step, seed = int(record["steps"]), int(record["samples_per_step"]), int(record.get("seed") or 0)
     with tempfile.TemporaryDirectory(prefix="autotune-numerics-") as tmp:
@@ -49,10 +50,13 @@ def check(numerics: Numerics, record: dict[str, Any], on_run: Callable[[], None]
         refs = ((NU.DEFAULTS, saved),)
 
         def one(label: str, cfg: Mapping[str, Any], save: bool = False) -> bool:
-            if deadline is not None and time.time() >= deadline:
+            if deadline is not None and time.time() + run_s > deadline:
                 record["reason"] = "the time budget was spent before the check could finish"
                 return False
             result = numerics(cfg, steps, per_step, seed, saved if save else None, () if save else refs)
+            if result.outcome == R.OUT_OF_TIME:
+                record["reason"] = "the time budget was spent before the check could finish"
+                return False
             record["runs"].append({"label": label, **result.to_dict()})
             if on_run is not None:
                 on_run()

@@ -18,6 +18,8 @@ from typing import Any, Callable, Mapping
 from autotune.evidence import Verdict, evidence_of
 from autotune.tuning.phases import Bench, Search, SearchOptions, Seeds, Session, TrialRecord, bought, claims, floor
 from autotune.tuning.phases import confirm, minimal, numerics, race
+from autotune.tuning.phases.session import Shares, process_s
+from autotune.store.records import SKIPPED
 from autotune.evidence import claim as CL
 from autotune.tuning.phases.sampler import GP_MAX_TRIALS, GPThenTPE, make_sampler
 from autotune.tuning.phases.seeds import base_config, baseline_failure
@@ -46,11 +48,13 @@ class Options(SearchOptions):
     def of(cls, config: TuneConfig, *, max_memory_bytes: int | None, race: bool = True, deadline: float | None = None,
            placement: Mapping[str, Any] | None = None) -> Options:
         """The options for a request (``max_memory_bytes``: the study's stored budget; ``race``: False for workers
-        that leave the final race to another process; ``deadline``: a fleet's stored --time-budget). The stale
-        grace is the study's own (:class:`autotune.store.LiveStudy`, opened with the request's)."""
+        that leave the final race to another process; ``deadline``: the end of its --time-budget, for a fleet the
+        stored one). The stale grace is the study's own (:class:`autotune.store.LiveStudy`, opened with the
+        request's)."""
         return cls(trials=config.trials, max_memory_bytes=max_memory_bytes, early_stop=config.early_stop,
                    race_rounds=config.confirm if race else 0, deadline=deadline, placement=dict(placement or {}),
-                   numerics=config.numerics if race else NU.OFF)
+                   numerics=config.numerics if race else NU.OFF, time_budget_s=config.time_budget_s,
+                   compile_limit_s=config.compile_limit_s)
 
     def estimate_s(self, trial_s: float, remaining: int, elapsed_s: float = 0.0) -> float:
         """The rest of the study at the defaults' pace: the remaining trials, the noise floor, and a race of
@@ -66,19 +70,26 @@ class Options(SearchOptions):
         return min([rest, *(max(0.0, e) for e in ends if e is not None)])
 
 
-    def reserve_s(self, trial_s: float | None, sigma: float | None) -> float:
-        """The time a time budget keeps for what follows the search, so that it ends with an answer: the race's
-        first rounds and the claim measured apart (a reduced configuration, then rounds of it and the defaults
-        until the width the noise allows, :func:`autotune.evidence.claim.processes_needed`), at ``trial_s`` a
-        process (the defaults' trial), and the numerics check's share of the budget; at most half the budget, so
-        the search always has the other half."""
-        if self.time_budget_s is None or not trial_s or not self.race_rounds:
-            return 0.0
-        processes = min(self.race_rounds, race.MIN_ROUNDS) * (self.race_candidates + 1)
+    def shares(self, race_s: float | None, claim_s: float | None, sigma: float | None) -> Shares:
+        """What a time budget keeps for the phases after the search, so that the run ends with an answer
+        (:class:`autotune.tuning.phases.session.Shares`): the claim measured apart first (a reduced configuration, then
+        :func:`autotune.evidence.claim.processes_needed` rounds of it and the defaults, and the chosen configuration
+        while the reduction is undecided), at ``claim_s`` a process (the likely recommendation's: a compiled one
+        compiles in each fresh process); the numerics check's share of the budget; the race's first rounds, at
+        ``race_s`` a process (the defaults' and the candidates'). At most half the budget in all, so the search always
+        has the other half; when that cannot hold them all, the claim keeps its share first, then the numerics check,
+        and the race takes what is left. Nothing without a time budget or a race."""
+        if self.time_budget_s is None or not race_s or not self.race_rounds:
+            return Shares()
+        cap = self.time_budget_s / 2.0
+        claim = 0.0
         if self.confirm:
-            processes += 1 + 2 * CL.processes_needed(sigma)
-        check = NU.COST_SHARE * self.time_budget_s if self.numerics != NU.OFF else 0.0  # the numerics check's share
-        return min(self.time_budget_s / 2.0, trial_s * processes + check)
+            claim = (claim_s or race_s) * (CL.processes_needed(sigma) + CL.CLAIM_EXTRA_PROCESSES)
+        check = NU.COST_SHARE * self.time_budget_s if self.numerics != NU.OFF else 0.0
+        racing = race_s * min(self.race_rounds, race.MIN_ROUNDS) * (self.race_candidates + 1)
+        claim = min(claim, cap)
+        check = min(check, cap - claim)
+        return Shares(min(racing, cap - claim - check), claim, check)
 
 
 @dataclass
@@ -91,6 +102,7 @@ class Summary:
     new: int
     duplicates: int
     elapsed_s: float
+    skipped: int = 0  # configurations the search did not start: predicted to outlast what was left of its time
     repeats: int = 0  # re-measurements (noise floor, race and ablation) taken by this run: configurations measured
     repeat_processes: int = 0  # ... and the processes they took (a shared process measures several configurations)
     race: race.RaceReport | None = None
@@ -115,7 +127,9 @@ class Summary:
         if self.numerics is not None:
             raced += (f"; the numerics checked in {plural(self.numerics.runs, 'training run')} "
                       f"({format_duration(self.numerics.wall_s)})")
-        return (f"done: {self.reason}; {plural(self.new, 'new configuration')} and "
+        skipped = (f" ({plural(self.skipped, 'configuration')} not started: predicted to outlast the search's time)"
+                   if self.skipped else "")
+        return (f"done: {self.reason}; {plural(self.new, 'new configuration')}{skipped} and "
                 f"{plural(self.repeats, 'repeat measurement')} ({plural(self.repeat_processes, 'process')}) "
                 f"in {format_duration(self.elapsed_s)}{raced}")
 
@@ -148,37 +162,49 @@ class Tuner:
         noise = floor.Floor(live, bench, opts.floor_repeats)
 
         def floor_first() -> None:  # before each trial: the noise floor, as soon as the baseline is measured
+            bench.until = session.ends().search
             if noise():
                 session.save()
-            base = next((t for t in live.trials() if t.role == "baseline" and t.duration_s), None)
-            if base is not None and opts.time_budget_s is not None:  # what follows the search keeps its share
-                session.reserve_s = opts.reserve_s(base.duration_s, evidence_of(live.view()).noise.sigma)
+            if opts.time_budget_s is not None:  # what follows the search keeps its share
+                view = live.view()
+                ev = evidence_of(view)
+                if ev.baseline is not None:
+                    race_s = process_s(view, [ev.baseline.number])
+                    leader = ev.leader()
+                    claim_s = max(race_s, process_s(view, [leader])) if leader is not None else race_s
+                    session.shares = opts.shares(race_s, claim_s, ev.noise.sigma)
+            bench.until = session.ends().search
 
         try:
             found = self.search.run(session, between=floor_first, poll_s=poll_s)
-            summary = Summary(found.reason, found.measured, found.new, found.duplicates, 0.0, records=found.records)
+            summary = Summary(found.reason, found.measured, found.new, found.duplicates, 0.0, records=found.records,
+                              skipped=found.skipped)
             if opts.race_rounds > 0:
-                end = session.end()
-                summary.race = race.run(live, bench, opts.race_rounds, opts.race_candidates, deadline=end)
+                ends = session.ends()
+                bench.until = ends.race
+                summary.race = race.run(live, bench, opts.race_rounds, opts.race_candidates, deadline=ends.race)
                 if bench.ablate is not None:
-                    summary.ablation = bought.run(live, bench, self.seeds.ctx, deadline=end)
-                    rec = minimal.run(live, self.search, end)
+                    summary.ablation = bought.run(live, bench, self.seeds.ctx, deadline=ends.race)
+                    rec = minimal.run(live, self.search, ends.race)
                     if rec is not None:
                         summary.records.append(rec)
                         self._shown(rec)
-                        if rec.duplicate_of is None:
+                        if rec.duplicate_of is None and rec.outcome != SKIPPED:
                             summary.new += 1
                 if opts.confirm:
-                    summary.confirm = confirm.run(live, bench, self.search, deadline=end)
+                    bench.until = ends.claim
+                    summary.confirm = confirm.run(live, bench, self.search, deadline=ends.claim)
                     for rec in summary.confirm.records if summary.confirm else ():
                         summary.records.append(rec)
                         self._shown(rec)
-                        if rec.duplicate_of is None:
+                        if rec.duplicate_of is None and rec.outcome != SKIPPED:
                             summary.new += 1
                 session.save()
-                summary.numerics = numerics.run(live, bench, opts.numerics, deadline=end)
+                bench.until = ends.numerics
+                summary.numerics = numerics.run(live, bench, opts.numerics, deadline=ends.numerics)
                 session.save()
         finally:
+            bench.until = None
             session.save()
         measurements, processes = bench.counts()
         summary.elapsed_s = session.elapsed_s

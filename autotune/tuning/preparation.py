@@ -151,6 +151,7 @@ def prepare(
     ``on_probe(batch, outcome, peak bytes)``: after each probe of the batch-size ceiling; ``job_of``: the submitted
     job a per-kind study works for (recorded on it when it is created).
     """
+    started = time.time()  # a time budget counts from here: the probes and the ceiling are part of the run's time
     with store.faults():
         looked = look(store, name, join_only)
         probed = probe(config, device)
@@ -161,7 +162,7 @@ def prepare(
         recovered = recover(opened.live)
         seeds, warm = warm_start(config, store, probed, fitted, opened)
         return build_loop(config, store, name, device, looked, probed, fitted, opened, recovered, seeds, warm,
-                          race=race, join_only=join_only, on_trial=on_trial, on_repeat=on_repeat)
+                          race=race, join_only=join_only, on_trial=on_trial, on_repeat=on_repeat, started=started)
 
 
 # ---------------------------------------------------------------- the steps, in order
@@ -314,23 +315,30 @@ def warm_start(config: TuneConfig, store: Store, probed: Probed, fitted: spaces.
 
 def build_loop(config: TuneConfig, store: Store, name: str, device: str, looked: Looked, probed: Probed,
                fitted: spaces.Fitted, opened: Opened, recovered: list[int], seeds: Seeds, warm: list[warmstart.Seed],
-               *, race: bool, join_only: bool, on_trial: Any, on_repeat: Any) -> Prepared:
-    """The loop to run: how this process measures (the bench), its options, and what ``run`` says before it starts."""
+               *, race: bool, join_only: bool, on_trial: Any, on_repeat: Any, started: float | None = None) -> Prepared:
+    """The loop to run: how this process measures (the bench), its options, and what ``run`` says before it starts
+    (``started``: when the run began, epoch seconds: its time budget counts from then; default now)."""
     live, runner = opened.live, probed.runner
     options = S.Options.of(config, max_memory_bytes=opened.max_memory_bytes, race=race,
-                           deadline=_deadline(live, config, opened.created, join_only), placement=placement(device))
+                           deadline=_deadline(live, config, opened.created, join_only, started),
+                           placement=placement(device))
 
+    # Every process is stopped at the end of the time its phase may take (bench.until, set by the loop per phase).
     def evaluate(config: Mapping[str, Any], dominators: Any = (), margin: float | None = None) -> Any:
-        return runner.measure(config, dominators, margin, limit_s=slow_limit(live, config))
+        return runner.measure(config, dominators, margin, limit_s=slow_limit(live, config), deadline=bench.until)
 
     def remeasure(config: Mapping[str, Any]) -> Any:
-        return runner.measure(config, settings=runner.settings.lean(), limit_s=slow_limit(live, config))
+        return runner.measure(config, settings=runner.settings.lean(), limit_s=slow_limit(live, config),
+                              deadline=bench.until)
 
     def together(configs: Any) -> Any:
-        return runner.measure_together(configs, settings=runner.settings.lean())
+        return runner.measure_together(configs, settings=runner.settings.lean(), deadline=bench.until)
+
+    def numerics(*args: Any, **kwargs: Any) -> Any:
+        return runner.numerics(*args, deadline=bench.until, **kwargs)
 
     bench = Bench(evaluate, remeasure, together=together if os.environ.get(PAIRED_ENV) == "1" else None, ablate=together,
-                  numerics=runner.numerics, on_repeat=on_repeat)
+                  numerics=numerics if runner.numerics is not None else None, on_repeat=on_repeat)
     effective = fitted.space
     tuner = S.Tuner(live, seeds, bench, options, on_trial=on_trial, check=store.check_alive)
     measured = claims.budget_counts(live.trials())[0]
@@ -347,14 +355,16 @@ def open_live(config: TuneConfig, store: Store, name: str, attrs: Mapping[str, A
     return LiveStudy(study, grace_s=config.stale_grace_s), created
 
 
-def _deadline(live: LiveStudy, config: TuneConfig, created: bool, joining: bool) -> float | None:
-    """``--time-budget``: for a run, from now; for a fleet, from the study's creation (the stored deadline)."""
+def _deadline(live: LiveStudy, config: TuneConfig, created: bool, joining: bool, started: float | None = None
+              ) -> float | None:
+    """``--time-budget``: for a run, from its start (``started``, before the workload's probe and the batch ceiling's:
+    they are part of the time it takes; default now); for a fleet, from the study's creation (the stored deadline)."""
     if config.time_budget_s is None:
         return None
     stored = live.records().deadline
     if joining and stored:
         return float(stored)
-    deadline = time.time() + config.time_budget_s
+    deadline = (started if started is not None else time.time()) + config.time_budget_s
     if created or not stored:
         live.save(deadline=deadline)
     return deadline

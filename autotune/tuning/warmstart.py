@@ -118,7 +118,7 @@ def _winner(store: Store, summary: StoredStudy, space: Space, base: Mapping[str,
         verdict = evidence.verdict()
     except (KeyError, TypeError, ValueError, AttributeError):  # a study too odd to read gives no seed, never an error
         return None
-    if verdict.state != "gain" or verdict.winner is None or verdict.winner not in evidence.configs:
+    if not verdict.recommends or verdict.winner is None or verdict.winner not in evidence.configs:
         return None
     config = evidence.configs[verdict.winner].config
     if not config:

@@ -11,6 +11,8 @@ from collections import Counter
 from typing import Any, Mapping
 
 from autotune.evidence import ceiling
+from autotune.evidence.efficiency import efficiency
+from autotune.machine.peaks import tflops
 from autotune.reports.dashboard.history import _remeasure_totals, remeasurements
 from autotune.reports.dashboard.source import OK, Snapshot, _num, _pct, _plain, config_text, join
 from autotune.units import plural
@@ -31,17 +33,21 @@ def header_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
     ev = snap.evidence
     recommended = ev.speedup(best["number"]) if best else None  # the recommendation's own figure, as every view shows it
     verdict = ev.verdict()
+    # MFU as status and export show it (the configuration's samples/s over the peak of its precision, named)
+    eff = efficiency(study, best["number"] if best else None)
 
     def figures(r: Mapping[str, Any] | None) -> dict[str, Any] | None:
         if r is None:
             return None
+        mfu = eff.of(r["number"])
         return {
             "number": r["number"],
             "role": r["role"],
             "samples_per_s": r["samples_per_s"],
             "processes": r.get("processes"),
             "peak_memory_bytes": r["peak_memory_bytes"],
-            "mfu": r["mfu"],
+            "mfu": mfu.mfu if mfu else None,
+            "mfu_peak": mfu.peak.to_dict() if mfu and mfu.peak and mfu.mfu is not None else None,
             "time_to_first_step_s": r["time_to_first_step_s"],
             "config_text": config_text(r["changes"]),
         }
@@ -81,6 +87,7 @@ def header_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
         "best": figures(best),
         "best_speedup": recommended.estimate if recommended else None,
         "best_speedup_text": recommended.text() if recommended else "-",
+        "efficiency": _plain(eff.to_dict()),
         "verdict": _plain(verdict.to_dict()),
         "noise": _plain(ev.noise.to_dict()),
         "noise_text": ev.noise.text(),
@@ -97,7 +104,9 @@ def _figures_text(r: Mapping[str, Any] | None) -> str:
     if not r:
         return "not measured"
     runs = f" from {r['processes']} processes" if (r.get("processes") or 1) > 1 else ", 1 process"
-    mfu = f", MFU {_pct(r['mfu'])}" if r.get("mfu") is not None else ""
+    peak = r.get("mfu_peak")
+    of = f" of the {peak['name']} ({tflops(peak['flops'])})" if peak else ""
+    mfu = f", MFU {_pct(r['mfu'])}{of}" if r.get("mfu") is not None else ""
     rate, memory = format_rate(r["samples_per_s"]), format_bytes(r["peak_memory_bytes"])
     return f"{rate} samples/s{runs}, {memory}{mfu} (#{r['number']})"
 

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping
 
 from autotune import knobs
 from autotune.knobs import space as spaces
+from autotune.evidence import efficiency
 from autotune.evidence import Evidence, evidence_of
 from autotune.store import StoredStudy, StoredTrial
 
@@ -99,6 +100,8 @@ def snapshot(study: StoredStudy) -> Snapshot:
             s = ev.speedup(r["number"])
             r["first_samples_per_s"] = r["samples_per_s"]
             r["samples_per_s"] = ev.samples_per_s(r["number"])
+            fig = efficiency.figure(study, r["number"])  # the MFU of the figure shown, as every view computes it
+            r["mfu"] = fig.mfu if fig is not None else None
             r["processes"] = ev.configs[r["number"]].processes
             r["speedup"] = s.estimate if s else None
             r["speedup_text"] = s.text() if s else "-"

@@ -56,6 +56,10 @@ class Bench:
     on_repeat: OnMeasure | None = None
     measurements: int = 0  # configurations this process measured again (an arm of a shared process counts as one)
     processes: int = 0  # ... and the processes it started for them
+    #: The end of the time the running phase may take (epoch seconds; None: no limit), set by the tuning loop before
+    #: each phase: a bench that starts processes stops them then (autotune run's: the trial runner's ``deadline``), so
+    #: that no phase eats the share a time budget keeps for the next (:class:`autotune.tuning.phases.session.Session`).
+    until: float | None = None
 
     def __post_init__(self) -> None:
         if self.ablate is None:
@@ -100,7 +104,10 @@ class Bench:
 
 
 def record_measurement(live: LiveStudy, trial: int, round_id: str, result: R.TrialResult) -> float | None:
-    """Store one re-measurement of a trial's configuration; returns its samples/s (None when it failed)."""
+    """Store one re-measurement of a trial's configuration; returns its samples/s (None when it failed). A process
+    stopped because its phase's time ran out (:data:`autotune.result.OUT_OF_TIME`) measured nothing: not stored."""
+    if result.outcome == R.OUT_OF_TIME:
+        return None
     ok = result.ok and result.samples_per_s is not None and math.isfinite(result.samples_per_s) and result.samples_per_s > 0
     rate = float(result.samples_per_s) if ok else None  # type: ignore[arg-type]
     live.save_measurement(trial, round_id, samples_per_s=rate, outcome=result.outcome if ok or not result.ok else R.ERROR,
@@ -114,7 +121,9 @@ def record_paired(live: LiveStudy, round_id: str, keys: Sequence[str], trials: S
                   result: R.PairedResult, **purpose: Any) -> list[float | None]:
     """Store one process's measurements of several configurations (``keys``, the trial each is, if any) taken
     alternately (:mod:`autotune.trial.paired`); returns each arm's samples/s (None where it failed). ``purpose``:
-    ``race=<id>`` or ``ablation=<id>``."""
+    ``race=<id>`` or ``ablation=<id>``. A process stopped because its phase's time ran out is not stored."""
+    if result.outcome == R.OUT_OF_TIME:
+        return [None] * len(keys)
     rates = result.rates() if result.ok else [None] * len(keys)
     arms = []
     for key, trial, rate, arm in zip(keys, trials, rates, result.arms or [{}] * len(keys)):

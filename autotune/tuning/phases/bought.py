@@ -23,6 +23,7 @@ from autotune import knobs
 from autotune.evidence import Evidence, evidence_of
 from autotune.tuning.phases.bench import Bench
 from autotune.tuning.phases.claims import owned_elsewhere
+from autotune.tuning.phases.session import fits, process_s
 from autotune.store import LiveStudy
 from autotune.store.records import owner
 
@@ -76,7 +77,7 @@ def run(live: LiveStudy, bench: Bench, ctx: knobs.Context, rounds: int = A.ROUND
         ordered = A.order(inside, [(c.config, c.samples_per_s) for c in ev.configs.values()])
         ablation_id, plan = _plan(live, ev, winner, inside, apart, ordered, ctx, rounds, apart_first=first)
         report = _measure_path(live, bench, ablation_id, plan, ev, winner.number, rounds, deadline)
-    spent = deadline is not None and time.time() >= deadline
+    spent = not fits(deadline)
     if (report is None or report.stopped == "done") and not plan.get("reordered_from") and not spent:
         # once, for a path that could not leave out a knob that bought nothing: measured again, what paid first
         ab = evidence_of(live.view()).ablation()
@@ -117,7 +118,7 @@ def _measure_path(live: LiveStudy, bench: Bench, ablation_id: str, plan: Mapping
     report = AblationReport(ablation_id, winner, list(plan.get("order") or []))
     done = live.records().rounds_done(f"abl-{ablation_id}-")
     for k in range(done, rounds):
-        if deadline is not None and time.time() >= deadline:
+        if not fits(deadline, process_s(live.view(), [ev.trial_of.get(key) for key in keys])):
             report.stopped = "time budget spent (--time-budget)"
             break
         rates, _ = bench.shared(live, f"abl-{ablation_id}-{k + 1:02d}", keys, [ev.trial_of.get(key) for key in keys],

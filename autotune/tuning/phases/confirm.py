@@ -8,9 +8,10 @@ batch size first (:func:`autotune.evidence.claim.propose`). A reduced configurat
 as a trial of its own (role ``minimal``, beyond the budget): its memory is known, every view can name it, and that
 first process is already a fresh one. Then round after round (``confirm-<id>-<k>``), the defaults, the chosen
 configuration and the reduced one are each measured once more in a process of its own, in a rotating order, until
-the recommendation's interval is as narrow as the noise allows (:func:`autotune.evidence.claim.width_target`) or
-the rounds are spent; the reduced configuration leaves as soon as it is slower than the chosen one beyond the
-noise. The plan and its state are a record (``confirm:<id>``), so a stopped run resumes it.
+the recommendation has the fresh processes its plan fixed from the chosen configuration's noise
+(:func:`autotune.evidence.claim.processes_needed`, at least :data:`autotune.evidence.claim.MIN_PROCESSES`) or the
+rounds are spent; the reduced configuration leaves as soon as it is slower than the chosen one beyond the noise,
+and once the reduction is decided its claim rests on its processes after that round (those before chose it). The plan and its state are a record (``confirm:<id>``), so a stopped run resumes it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from autotune.store.records import owner
 from autotune.tuning.phases.bench import Bench
 from autotune.tuning.phases.claims import owned_elsewhere
 from autotune.tuning.phases.search import Search, TrialRecord
+from autotune.tuning.phases.session import fits, process_s
 
 
 @dataclass
@@ -88,29 +90,29 @@ def run(live: LiveStudy, bench: Bench, search: Search, rounds: int = C.ROUNDS, d
             record = replace(record, reduction=False)  # it failed when measured: the chosen configuration stands
             live.save_confirm(confirm_id, record)
         if record.reduced is not None and record.reduction is None:
-            # the search's proposal, decided by measurement (autotune.evidence.claim.reduction_holds)
+            # the search's proposal, decided by measurement (autotune.evidence.claim.reduction_holds); the reduced
+            # configuration's processes up to here chose it: its claim rests on those after
             holds = C.reduction_holds(C.reduction_ratio(ev, record.reduced, record.chosen), done)
             if holds is not None:
-                record = replace(record, reduction=holds)
+                record = replace(record, reduction=holds, decided_at=done)
                 live.save_confirm(confirm_id, record)
         deciding = record.reduced is not None and record.reduction is None
         target = record.reduced if record.reduced is not None and record.reduction is not False else record.chosen
-        figure = C.claim_of(ev, target)
-        width = C.wide(figure) if figure is not None else None
-        if not deciding and width is not None and width <= C.width_target(ev.noise.sigma):
-            record = replace(record, stop=ConfirmStop.WIDTH)
+        taken = C.fresh(ev, target, C.after_decision(record, target))
+        if not deciding and _enough(record, ev, target, taken):
+            record = replace(record, stop=ConfirmStop.PROCESSES if record.processes else ConfirmStop.WIDTH)
             break
         if done >= rounds:
             record = replace(record, stop=ConfirmStop.ROUNDS)
             break
-        if deadline is not None and time.time() >= deadline:
+        numbers = C.round_of(done, target, record.chosen if deciding else None, base, len(taken),
+                             len(C.defaults_pool(ev)))
+        if not fits(deadline, process_s(view, [target])):
             record = replace(record, stop=ConfirmStop.TIME)
             break
-        numbers = C.round_of(done, target, record.chosen if deciding else None, base,
-                             len(C.fresh(ev, target)), len(C.defaults_pool(ev)))
         what = f"the claim, round {done + 1} of at most {rounds}"
         for number in numbers:
-            if deadline is not None and time.time() >= deadline:
+            if not fits(deadline, process_s(view, [number])):
                 break
             rate = bench.again(live, number, f"{C.CONFIRM}{confirm_id}-{done + 1:02d}", ev.configs[number].config)
             report.processes += 1
@@ -119,6 +121,16 @@ def run(live: LiveStudy, bench: Bench, search: Search, rounds: int = C.ROUNDS, d
     live.save_confirm(confirm_id, record)
     report.stop = record.stop
     return report
+
+
+def _enough(record: ConfirmRecord, ev: Any, target: int, taken: list[Any]) -> bool:
+    """The claim has what its plan asked: the recommendation's fresh processes (a claim planned before that: the
+    width its noise allows)."""
+    if record.processes:
+        return len(taken) >= record.processes
+    figure = C.claim_of(ev, target, C.after_decision(record, target))
+    width = C.wide(figure) if figure is not None else None
+    return width is not None and width <= C.width_target(ev.noise.sigma)
 
 
 def _plan(live: LiveStudy, ev: Any, chosen: int, race_id: str) -> tuple[str, ConfirmRecord]:
@@ -156,8 +168,13 @@ def _plan(live: LiveStudy, ev: Any, chosen: int, race_id: str) -> tuple[str, Con
             reduced = same[0]
         if key is not None and key == c.key:
             reverted = {}
+    # How many fresh processes: what the chosen configuration's own noise asks (its spread, once configurations spread
+    # unequally), fixed now, before any of them is seen: a claim that stopped once its interval looked narrow enough
+    # would stop on processes that happened to agree, and cover the truth less often than it says.
+    noise = ev.noise_of(chosen)
     record = ConfirmRecord(chosen, race_id, time.time(), reduced if reverted else None, reverted, 0,
-                           C.width_target(ev.noise.sigma), owner(), reduction=True if measured and reverted else None)
+                           C.width_target(noise.sigma), owner(), reduction=True if measured and reverted else None,
+                           processes=C.processes_needed(noise.sigma))
     confirm_id = uuid.uuid4().hex[:8]
     live.save_confirm(confirm_id, record)
     return confirm_id, record
@@ -166,7 +183,7 @@ def _plan(live: LiveStudy, ev: Any, chosen: int, race_id: str) -> tuple[str, Con
 def _measure_reduced(live: LiveStudy, search: Search, ev: Any, record: ConfirmRecord, deadline: float | None
                      ) -> TrialRecord | None:
     """The reduced configuration measured once as a trial of its own (role ``minimal``, beyond the budget)."""
-    if deadline is not None and time.time() >= deadline:
+    if not fits(deadline, process_s(ev.study, [record.chosen])):
         return None
     config = {**ev.configs[record.chosen].config, **{k: ev.baseline.config[k] for k in record.reverted}}
     params = {name: config[name] for name in search.seeds.space.search if name in config}

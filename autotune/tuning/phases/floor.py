@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 
 from autotune.tuning.phases.bench import Bench
+from autotune.tuning.phases.session import fits, process_s
 from autotune.store import LiveStudy, StoredStudy, StoredTrial
 from autotune.evidence import evidence_of
 
@@ -52,6 +53,8 @@ def run(live: LiveStudy, bench: Bench, repeats: int = FLOOR_REPEATS) -> int:
         return 0
     taken = 0
     for _ in range(missing(live, repeats, view=view)):
+        if not fits(bench.until, process_s(view, [base.number])):  # within the search's time
+            break
         done = sum(1 for r, _ in evidence_of(live.view()).baseline.repeats if r.startswith("floor-"))
         rate = bench.again(live, base.number, f"floor-{done + 1}-{uuid.uuid4().hex[:6]}", base.config)
         bench.told("noise floor: baseline", base.number, rate)

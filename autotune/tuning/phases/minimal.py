@@ -10,10 +10,9 @@ show as the recommendation.
 
 from __future__ import annotations
 
-import time
-
 from autotune.evidence import ablation as A
 from autotune.tuning.phases.search import Search, TrialRecord
+from autotune.tuning.phases.session import fits, process_s
 from autotune.store import LiveStudy
 from autotune.evidence import evidence_of
 
@@ -23,7 +22,7 @@ def run(live: LiveStudy, search: Search, deadline: float | None = None) -> Trial
     record (None: nothing to measure, the deadline passed, or another process measures it)."""
     view = live.view()
     ab = evidence_of(view).ablation()
-    if ab is None or not ab.settled or ab.minimal is not None or (deadline is not None and time.time() >= deadline):
+    if ab is None or not ab.settled or ab.minimal is not None or not fits(deadline, process_s(view, [ab.winner])):
         return None
     point = next((p for p in view.ablation_plan(ab.ablation_id).get("path") or [] if p.get("key") == ab.minimal_key), None)
     if point is None:

@@ -26,6 +26,9 @@ from autotune.trial import trainings
 from autotune.tuning.phases.bench import Bench
 
 
+RUN_OVERHEAD_S = 2.0  # a run's process start and the workload's build, beside its first step and its steps
+
+
 @dataclass
 class NumericsReport:
     """What this run's check did: its id, its runs and their time, and its answer."""
@@ -69,6 +72,8 @@ def run(live: LiveStudy, bench: Bench, mode: str = NU.WARN, deadline: float | No
         record["candidate_configs"] = {str(c.number): dict(c.config) for c in faster[:NU.STRICT_CANDIDATES]}
     live.save_numerics(check_id, record)
     start = time.perf_counter()
-    trainings.check(bench.numerics, record, on_run=lambda: live.save_numerics(check_id, record), deadline=deadline)
+    run_s = first + RUN_OVERHEAD_S + steps * per_step / slower  # one run: start, build, compile, its steps
+    trainings.check(bench.numerics, record, on_run=lambda: live.save_numerics(check_id, record), deadline=deadline,
+                    run_s=run_s)
     live.save_numerics(check_id, record)
     return NumericsReport(check_id, len(record["runs"]), time.perf_counter() - start, NU.judge(record))

@@ -34,6 +34,7 @@ from autotune import result as R
 from autotune.evidence import Evidence, evidence_of
 from autotune.tuning.phases.bench import Bench
 from autotune.tuning.phases.claims import owned_elsewhere
+from autotune.tuning.phases.session import fits, process_s
 from autotune.evidence.figures import INDIFFERENCE  # a rival not more than 3% faster than the choice is equivalent
 from autotune.evidence.stats import t_quantile
 from autotune.store import LiveStudy, StoredStudy
@@ -157,20 +158,20 @@ def run(live: LiveStudy, bench: Bench, rounds: int, max_candidates: int = MAX_CA
         if report.rounds >= rounds:
             report.stop, report.stopped = RaceStop.ROUNDS, f"budget of {rounds} rounds spent (--confirm)"
             break
-        if deadline is not None and time.time() >= deadline:
+        if not fits(deadline, process_s(view, [base])):
             report.stop, report.stopped = RaceStop.TIME, "time budget spent (--time-budget)"
             break
         k = report.rounds
         what = f"race round {k + 1} of at most {rounds}"
 
-        def late() -> bool:  # no process starts after the deadline, inside a round too
-            return deadline is not None and time.time() >= deadline
+        def late(numbers: list[int]) -> bool:  # no process starts that would end past the deadline, in a round too
+            return not fits(deadline, process_s(view, numbers))
 
         shared = [n for n in alive if n in within]
         for g in range(0, len(shared), MAX_ARMS - 1):
-            if late():
-                break
             numbers = [base, *shared[g:g + MAX_ARMS - 1]]
+            if late(numbers):
+                break
             rates, result = bench.shared(live, f"pair-{race_id}-{k + 1:02d}-{g // (MAX_ARMS - 1)}",
                                          [ev.configs[n].key for n in numbers], numbers,
                                          [ev.configs[n].config for n in numbers], race=race_id)
@@ -188,7 +189,7 @@ def run(live: LiveStudy, bench: Bench, rounds: int, max_candidates: int = MAX_CA
             order = [base, *apart]
             order = order[k % len(order):] + order[: k % len(order)]  # rotate: nobody is always first
             for number in order:
-                if late():
+                if late([number]):
                     break
                 rate = bench.again(live, number, f"race-{race_id}-{k + 1:02d}", ev.configs[number].config)
                 report.measurements += 1

@@ -64,6 +64,12 @@ class GPThenTPE(optuna.samplers.BaseSampler):
     proposal for a trial (its relative parameters) and returns the parameters to use instead (the nearest
     configuration not measured yet: :mod:`.steer`), or None to keep it. Only TPE's proposals are steered, so the
     Gaussian process (a study under ``limit``) decides as it would without it.
+
+    :attr:`afford` (set by the search too): ``afford(params)`` is given every proposal, the Gaussian process's and
+    TPE's, and returns it with a compile mode the search's time left affords (:mod:`.afford`), or None to keep it; an
+    independent sample of the compile knob (the first, random trials) is moved the same way. A proposal the time left
+    cannot afford would otherwise be skipped unmeasured, and the Gaussian process, which learns nothing from a
+    skipped trial, would propose it again.
     """
 
     def __init__(self, gp: optuna.samplers.BaseSampler, tpe: optuna.samplers.BaseSampler, limit: int) -> None:
@@ -72,6 +78,7 @@ class GPThenTPE(optuna.samplers.BaseSampler):
         self.limit = limit
         self.switched_at: int | None = None
         self.steer: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
+        self.afford: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
         self._chosen: dict[int, optuna.samplers.BaseSampler] = {}
 
     def past_limit(self, study: optuna.Study) -> bool:
@@ -107,11 +114,22 @@ class GPThenTPE(optuna.samplers.BaseSampler):
         if chosen is self.tpe and self.steer is not None and params:
             steered = self.steer(dict(params))
             if steered is not None:
-                return {**params, **{k: v for k, v in steered.items() if k in search_space}}
+                params = {**params, **{k: v for k, v in steered.items() if k in search_space}}
+        if self.afford is not None and params:
+            moved = self.afford(dict(params))
+            if moved is not None:
+                params = {**params, **{k: v for k, v in moved.items() if k in search_space
+                                       and v in getattr(search_space[k], "choices", (v,))}}
         return params
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: Any) -> Any:
-        return self._for(study, trial).sample_independent(study, trial, param_name, param_distribution)
+        value = self._for(study, trial).sample_independent(study, trial, param_name, param_distribution)
+        if self.afford is not None:
+            moved = self.afford({param_name: value})
+            choices = getattr(param_distribution, "choices", ())  # the compile knob is categorical
+            if moved is not None and moved[param_name] in choices:
+                return moved[param_name]
+        return value
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None) -> None:
         chosen = self._chosen.pop(trial.number, None) or (self.tpe if self.switched_at is not None else self.gp)

@@ -50,10 +50,10 @@ from optuna.trial import TrialState
 from autotune import knobs
 from autotune import result as R
 from autotune.errors import WorkloadError
-from autotune.tuning.phases import claims, sampler
+from autotune.tuning.phases import afford, claims, sampler
 from autotune.tuning.phases import steer as steering
 from autotune.tuning.phases.bench import Bench
-from autotune.tuning.phases.seeds import Seeds, baseline_failure, failed_baseline
+from autotune.tuning.phases.seeds import NEIGHBOUR, Seeds, baseline_failure, failed_baseline
 from autotune.tuning.phases.session import Session
 from autotune.request import CUT_MARGIN, DEFAULT_TRIALS
 from autotune.evidence.stats import Ratio
@@ -73,6 +73,9 @@ TRACE_ENV = "AUTOTUNE_TRACE"  # "1": print each step of each trial on stderr (se
 STEPS = ("ask", "suggest", "claim", "measure", "tell", "trial", "wait")
 #: ``on_step(step, seconds)``: told as each step of :data:`STEPS` ends.
 OnStep = Callable[[str, float], None]
+#: The last part of the search's budget (its trials, or its share of the time budget) that goes to the leader's
+#: one-knob neighbours: the twin of the least change, where a knob left at a worse value is found.
+NEIGHBOUR_SHARE = 1.0 / 3.0
 
 
 @dataclass
@@ -87,6 +90,7 @@ class SearchOptions:
     failures_as: str = "constraint"  # "fail": Optuna's FAIL state (only to measure the difference)
     placement: dict[str, Any] = field(default_factory=dict)  # the device and cores this process measures on
     poll_s: float = 2.0  # while other processes' trials finish the budget
+    compile_limit_s: float | None = None  # a compiled configuration's first step may run this long (--compile-limit)
 
 
 @dataclass
@@ -118,6 +122,7 @@ class SearchReport:
     measured: int = 0
     new: int = 0
     duplicates: int = 0
+    skipped: int = 0  # configurations not started: predicted to outlast what was left of the search's time
     records: list[TrialRecord] = field(default_factory=list)
 
 
@@ -142,6 +147,7 @@ class Search:
         self.handover = sampler.Handover(live)
         if isinstance(live.sampler, sampler.GPThenTPE):  # past the hand-over, TPE's proposals avoid measured configurations
             live.sampler.steer = self.steer
+            live.sampler.afford = self.affordable  # every proposal: a compile mode the time left affords
         self._cache: dict[str, StoredTrial] | None = None  # measured trials by configuration key
 
     @property
@@ -179,14 +185,15 @@ class Search:
             if measured >= opts.trials:
                 report.reason = f"the study holds {measured} measured configurations (--trials {opts.trials})"
                 return report
-            if session.spent():
-                report.reason = "time budget spent"
+            if session.spent(afford.trial_s(trials, self.seeds.base)[0] or 0.0):
+                report.reason = "time budget spent" if not session.reserve_s else "the search's share of the time budget spent"
                 return report
             if measured + running >= opts.trials:  # the rest of the budget is being measured elsewhere
                 with self._step("wait"):
                     time.sleep(opts.poll_s if poll_s is None else poll_s)
                 continue
-            self.seeds.enqueue(live, trials)
+            if not self.seeds.enqueue(live, trials) and self.near_the_end(measured, session):
+                self.queue_neighbour(trials)
             rec = self.trial()
             session.save()
             if rec is None:  # another process measures it, or the budget filled up meanwhile
@@ -197,11 +204,15 @@ class Search:
                 self.on_trial(rec)
             if rec.role == "baseline" and rec.outcome != R.OK and rec.duplicate_of is None:
                 raise WorkloadError(baseline_failure(rec.number, rec.outcome, rec.error or ""))
-            if rec.duplicate_of is not None:
-                report.duplicates += 1
+            if rec.duplicate_of is not None or rec.outcome == SKIPPED:
+                if rec.outcome == SKIPPED:
+                    report.skipped += 1
+                else:
+                    report.duplicates += 1
                 repeats += 1
                 if repeats >= opts.max_repeats:
-                    report.reason = f"space exhausted: the sampler repeated measured configurations {repeats} times in a row"
+                    report.reason = (f"space exhausted: the sampler proposed configurations measured already or not "
+                                     f"affordable in the time left {repeats} times in a row")
                     return report
             else:
                 repeats = 0
@@ -213,8 +224,17 @@ class Search:
     # ------------------------------------------------------------ one trial
 
     def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
-        """Define-by-run: a dependent knob is suggested only when the knobs it needs allow it."""
+        """Define-by-run: a dependent knob is suggested only when the knobs it needs allow it; over the distribution
+        the study recorded for it where that differs from this process's (:meth:`LiveStudy.distributions`: a worker
+        pinned to a share of the cores searched fewer thread counts than the process that races and claims)."""
+        recorded = self.live.distributions()
+
         def pick(name: str, dim: Any) -> Any:
+            seen = recorded.get(name)
+            if isinstance(seen, optuna.distributions.CategoricalDistribution):
+                return trial.suggest_categorical(name, list(seen.choices))
+            if isinstance(seen, optuna.distributions.IntDistribution):
+                return trial.suggest_int(name, seen.low, seen.high, step=seen.step)
             if dim.choices is not None:
                 return trial.suggest_categorical(name, list(dim.choices))
             assert dim.low is not None and dim.high is not None
@@ -283,6 +303,10 @@ class Search:
             if hit is not None:
                 with self._step("tell"):
                     return self._duplicate(trial, role, resolved, hit)
+            why = self.why_not(resolved.config)
+            if why is not None:
+                with self._step("tell"):
+                    return self._skipped(trial, role, resolved, why)
             with self._step("claim"):
                 claimed = claims.claim(live, trial, role, resolved.key(), opts.trials)
             if claimed.answer is claims.Answer.TAKEN:
@@ -352,7 +376,11 @@ class Search:
         self.live.study.tell(trial, values)
 
     def _record(self, trial: optuna.Trial, role: str, resolved: knobs.Resolved, result: R.TrialResult) -> TrialRecord:
-        """Store a measurement on its trial and tell Optuna (the claim wrote its ``role`` and ``config_key``)."""
+        """Store a measurement on its trial and tell Optuna (the claim wrote its ``role`` and ``config_key``); a trial
+        stopped when its phase's time ran out measured nothing: it is recorded as skipped."""
+        if result.outcome == R.OUT_OF_TIME:
+            return self._skipped(trial, role, resolved, (result.error or {}).get("message") or "out of time",
+                                 duration_s=result.wall_s)
         ok = result.ok and result.samples_per_s is not None and math.isfinite(result.samples_per_s)
         compact = {k: v for k, v in result.to_dict().items() if k not in ("config", "not_applicable", "error", "outcome")}
         error = None
@@ -411,9 +439,74 @@ class Search:
             over_budget=ok and hit.constraints.get("memory", 0.0) > 0,
         )
 
-    def _skip(self, trial: optuna.Trial, role: str, why: str) -> None:
+    # ------------------------------------------------------------ the leader's neighbours, near the end
+
+    def near_the_end(self, measured: int, session: Session) -> bool:
+        """The search is in the last :data:`NEIGHBOUR_SHARE` of its budget (of its trials, or of its share of the time
+        budget): its trials go to the leader's one-knob neighbours."""
+        opts = self.options
+        if opts.trials - measured <= max(1, math.ceil(opts.trials * NEIGHBOUR_SHARE)):
+            return True
+        end = session.ends().search
+        if end is None:
+            return False
+        share = end - session.started_at
+        return share > 0 and end - time.time() <= NEIGHBOUR_SHARE * share
+
+    def queue_neighbour(self, trials: list[StoredTrial]) -> bool:
+        """Queue the first one-knob neighbour of the leader (the fastest configuration so far, the defaults aside)
+        that is not measured yet and the time left affords (:meth:`.seeds.Seeds.neighbours`). Returns whether it
+        queued one."""
+        leader = evidence_of(self.live.view()).leader()
+        if leader is None:
+            return False
+        found = next((t for t in trials if t.number == leader), None)
+        if found is None:
+            return False
+        params = {name: found.config[name] for name in self.seeds.space.search if name in found.config}
+        for near in self.seeds.neighbours(params):
+            if self.measured(near):
+                continue
+            resolved = knobs.resolve({**self.seeds.base, **near}, self.seeds.ctx)
+            if self.why_not(resolved.config) is not None:
+                continue
+            self.live.enqueue(near, role=NEIGHBOUR)
+            return True
+        return False
+
+    # ------------------------------------------------------------ what the time left affords
+
+    def left_s(self) -> float | None:
+        """Seconds left of the running phase's time (:attr:`Bench.until`; None: no limit)."""
+        return None if self.bench.until is None else self.bench.until - time.time()
+
+    def why_not(self, config: Mapping[str, Any]) -> str | None:
+        """Why a trial of ``config`` is not started now (:func:`.afford.why_not`; None: it may be)."""
+        return afford.why_not(self.live.trials(), config, self.left_s(), self.options.compile_limit_s)
+
+    def affordable(self, params: dict[str, Any]) -> dict[str, Any] | None:
+        """A sampler's proposal with its compile mode moved to the nearest cheaper one the time left affords (None:
+        keep it): the proposal is still the sampler's, without a trial skipped for it."""
+        trials = self.live.trials()
+        left, limit = self.left_s(), self.options.compile_limit_s
+        if left is None and limit is None:
+            return None
+        return afford.cheaper(trials, params, lambda p: afford.why_not(trials, {**self.seeds.base, **p}, left, limit)
+                              is None)
+
+    def _skipped(self, trial: optuna.Trial, role: str, resolved: knobs.Resolved, why: str,
+                 duration_s: float | None = None) -> TrialRecord:
+        """A configuration not started (or stopped) for want of time: recorded as skipped with why, never as a
+        failure (nothing is learned of it), not counted in the budget."""
+        self._skip(trial, role, why, config=resolved.config, duration_s=duration_s)
+        self.seeds.passed.add(trial.number)  # a seed is not queued again in this run (a later one tries it again)
+        return TrialRecord(number=trial.number, role=role, config=resolved.config, outcome=SKIPPED,
+                           samples_per_s=None, peak_memory_bytes=None, error=why, duration_s=duration_s)
+
+    def _skip(self, trial: optuna.Trial, role: str, why: str, **marks: Any) -> None:
         """Give a trial up without measuring: not counted, not learned from (PRUNED), not queued again."""
-        self.live.mark(trial, outcome=SKIPPED, role=role, error={"type": "Skipped", "message": why})
+        self.live.mark(trial, outcome=SKIPPED, role=role, error={"type": "Skipped", "message": why},
+                       **{k: v for k, v in marks.items() if v is not None})
         self.live.study.tell(trial, state=TrialState.PRUNED)
 
     def _interrupted(self, trial: optuna.Trial, role: str, params: Mapping[str, Any]) -> None:

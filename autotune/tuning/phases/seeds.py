@@ -1,9 +1,14 @@
-"""The configurations a study measures first, queued just in time: PyTorch's defaults, the guides' recipe, earlier winners.
+"""The configurations a study measures first, queued just in time: PyTorch's defaults, the guides' recipe, earlier
+winners, the recipe's variants along what pays most on a GPU; and the one-knob neighbours of the leader.
 
 The baseline (PyTorch's defaults, the workload's batch and the space's fixed values) is
 queued first and every speed-up is a ratio to it; the recipe ("every trick on", fitted to
 the space) once the baseline is measured; then the warm-start seeds (:mod:`autotune.tuning.warmstart`),
-one at a time. Each is queued only when no trial of its role is queued, running or answered,
+one at a time; then the opening (:meth:`Seeds.opening_params`): the recipe at the top batch the ceiling allows, with
+CUDA graphs, its precision alone, so that the first trials go to the precision, the compile mode and the batch size
+(on an H200 a random start never tried bf16 or compile in a 4-minute study). Near the end of the search, the search
+queues the leader's one-knob neighbours (:meth:`Seeds.neighbours`), the twin of the least change that the claim
+measures: a knob the leader leaves at a worse value is found there. Each is queued only when no trial of its role is queued, running or answered,
 so a resumed study always measures its baseline first, and processes sharing a study queue
 each seed once. When the defaults fail, the study cannot compare anything: the loop stops
 with :func:`baseline_failure`'s line.
@@ -12,14 +17,23 @@ with :func:`baseline_failure`'s line.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Iterator, Mapping, Sequence
 
 from autotune import knobs
+from autotune.knobs import registry
 from autotune import result as R
 from autotune.errors import either
 from autotune.request import option
 from autotune.knobs.space import Space
 from autotune.store import LiveStudy, StoredTrial
+
+OPENING = "opening"  # the trials after the recipe: its variants along what pays most on a GPU (Seeds.opening_params)
+NEIGHBOUR = "neighbour"  # the leader's one-knob neighbours, tried before the race (autotune.tuning.phases.search)
+PRECISION = registry.PRECISION.name
+COMPILE = registry.COMPILE.name
+CUDA_GRAPHS = "reduce-overhead"  # the compile mode that captures the step in CUDA graphs
+#: What pays most on a GPU, tried first: the precision, the compile mode, the batch size.
+FIRST = (PRECISION, COMPILE, knobs.BATCH_KNOB)
 
 
 def base_config(ctx: knobs.Context, fixed: Mapping[str, Any], batch_size: int | None) -> dict[str, Any]:
@@ -40,6 +54,9 @@ class Seeds:
     ctx: knobs.Context
     base: dict[str, Any]
     warm: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = field(default_factory=list)
+    #: trials this run skipped for want of time: their seeds count as answered in this run (a later run, with time of
+    #: its own, queues them again)
+    passed: set[int] = field(default_factory=set)
 
     def seed_params(self) -> list[tuple[str, dict[str, Any]]]:
         """Baseline and recipe as parameters of the searched knobs (validated against the space)."""
@@ -57,24 +74,81 @@ class Seeds:
             recipe[name] = value
         return [("baseline", baseline), ("recipe", recipe)]
 
-    def enqueue(self, live: LiveStudy, trials: Sequence[StoredTrial]) -> None:
+    def opening_params(self) -> list[dict[str, Any]]:
+        """After the recipe, its variants along what pays most on a GPU (:data:`FIRST`), so that the first trials go
+        there rather than to random ones: the recipe at the top batch the ceiling allows; with CUDA graphs
+        (``compile=reduce-overhead``, where the space has it: a launch-bound step is where they pay); the recipe's
+        precision alone (should the recipe's other knobs fail together); CUDA graphs at the top batch. Each only where
+        it differs from what came before."""
+        recipe = dict(self.seed_params())["recipe"]
+        baseline = dict(self.seed_params())["baseline"]
+        batch, compiled = self.space.search.get(knobs.BATCH_KNOB), self.space.search.get(COMPILE)
+        top = max(batch.values()) if batch is not None else None
+        graphs = CUDA_GRAPHS if compiled is not None and CUDA_GRAPHS in compiled.values() else None
+        variants: list[dict[str, Any]] = []
+        if top is not None:
+            variants.append({**recipe, knobs.BATCH_KNOB: top})
+        if graphs is not None:
+            variants.append({**recipe, COMPILE: graphs})
+        if PRECISION in self.space.search:
+            variants.append({**baseline, PRECISION: recipe[PRECISION]})
+        if graphs is not None and top is not None:
+            variants.append({**recipe, COMPILE: graphs, knobs.BATCH_KNOB: top})
+        out: list[dict[str, Any]] = []
+        for v in variants:
+            if v not in out and v != recipe and v != baseline:
+                out.append(v)
+        return out
+
+    def neighbours(self, params: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+        """The one-knob neighbours of a configuration (its searched knobs' values, ``params``), what pays most on a GPU
+        first (:data:`FIRST`), then the space's order: every other choice of a knob; for a range, the next value down
+        and up, half and twice the value, and the top."""
+        order = [k for k in FIRST if k in self.space.search] + [k for k in self.space.search if k not in FIRST]
+        for name in order:
+            dim, here = self.space.search[name], params.get(name)
+            if here is None:
+                continue
+            if dim.choices is not None:
+                others = [v for v in dim.choices if v != here]
+            else:
+                values = dim.values()
+                others = [v for v in (here - dim.step, here + dim.step, here // 2, here * 2, max(values))
+                          if v in values and v != here]
+            for v in dict.fromkeys(others):
+                yield {**params, name: v}
+
+    def enqueue(self, live: LiveStudy, trials: Sequence[StoredTrial]) -> bool:
         """Queue the next seed, just in time: the baseline first; the recipe once the baseline is measured;
-        then the warm-start seeds, one at a time. ``trials``: the study's, just read (one read for every test)."""
+        then the warm-start seeds, then the opening (:meth:`opening_params`), one at a time. ``trials``: the study's,
+        just read (one read for every test). Returns whether one is queued now (this call's or an earlier one)."""
+        if any(t.state == "waiting" for t in trials):
+            return True  # one queued at a time: the next trial takes it (nothing is left queued for a later phase)
         seeds = dict(self.seed_params())
         if not seeded(trials, "baseline"):
             live.enqueue(seeds["baseline"], role="baseline")
-        elif baseline_measured(trials) and not seeded(trials, "recipe"):
+            return True
+        if not baseline_measured(trials):
+            return False
+        if not seeded(trials, "recipe", passed=self.passed):
             live.enqueue(seeds["recipe"], role="recipe")
-        elif baseline_measured(trials):
-            for params, marks in self.warm:
-                if not seeded(trials, marks["role"], **{k: v for k, v in marks.items() if k != "role"}):
-                    live.enqueue(params, **marks)
-                    break
+            return True
+        for params, marks in self.warm:
+            if not seeded(trials, marks["role"], passed=self.passed, **{k: v for k, v in marks.items() if k != "role"}):
+                live.enqueue(params, **marks)
+                return True
+        opening = self.opening_params()
+        done = seeded_count(trials, OPENING, self.passed)
+        if done < len(opening):
+            live.enqueue(opening[done], role=OPENING)
+            return True
+        return False
 
 
-def seeded(trials: Sequence[StoredTrial], role: str, **match: Any) -> bool:
+def seeded(trials: Sequence[StoredTrial], role: str, passed: Collection[int] = (), **match: Any) -> bool:
     """A trial of this role (and these marks, or queued again for one that had them) is queued, running, or has
-    been answered (measured, failed, or a cache answer)."""
+    been answered (measured, failed, or a cache answer), or is one of ``passed`` (skipped in this run for want of
+    time)."""
     matched: set[int] = set()
     for t in trials:
         if t.role != role:
@@ -82,11 +156,18 @@ def seeded(trials: Sequence[StoredTrial], role: str, **match: Any) -> bool:
         if any(getattr(t, k) != v for k, v in match.items()) and t.requeued_from not in matched:
             continue
         matched.add(t.number)
-        if t.state in ("waiting", "running", "complete"):
+        if t.state in ("waiting", "running", "complete") or t.number in passed:
             return True
         if t.state == "fail" and t.outcome not in (None, R.INTERRUPTED):
             return True
     return False
+
+
+def seeded_count(trials: Sequence[StoredTrial], role: str, passed: Collection[int] = ()) -> int:
+    """How many trials of this role are queued, running or answered (or were skipped in this run: ``passed``)."""
+    return sum(1 for t in trials if t.role == role and (t.state in ("waiting", "running", "complete")
+                                                        or t.number in passed
+                                                        or t.state == "fail" and t.outcome not in (None, R.INTERRUPTED)))
 
 
 def baseline_measured(trials: Sequence[StoredTrial]) -> bool:

@@ -1,0 +1,264 @@
+"""How the verdict is reached: the rules that turn a study's evidence into the answer a user reads.
+
+:class:`autotune.evidence.Evidence` computes the figures (each configuration's speed-up, its noise, the race's choice,
+the claim measured apart); the functions here compose them into a :class:`autotune.evidence.verdict.Verdict`, each
+over an evidence (``ev``) as its caller hands it:
+
+- :func:`confirmed`: once the race's choice was measured apart, the claim decides: a gain beyond the noise, a gain
+  measured in too few processes to confirm (no interval), or no gain;
+- :func:`raced`, over :func:`by_noise`: before that, the raced configurations (or every one) compared through the
+  noise; a figure from too few processes is never claimed, and on a busy machine a gain resting on a load-sensitive
+  knob is set aside;
+- :func:`ablated`: the race's verdict told what each knob of its winner bought;
+- :func:`checked`: the verdict once the numerics were checked (``--numerics strict`` may recommend another).
+
+Pure computation; nothing here imports torch or Optuna.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune import knobs
+from autotune.errors import Said, either, said
+from autotune.evidence import ablation as A
+from autotune.evidence import claim as CL
+from autotune.evidence import numerics as NU
+from autotune.evidence import stats
+from autotune.evidence import verdict as V
+from autotune.evidence.verdict import Verdict
+from autotune.evidence.verdict import changes_text as _changes_text
+from autotune.request import option, pickled_name
+from autotune.store.plans import ConfirmStop
+from autotune.units import plural
+
+INDIFFERENCE = CL.INDIFFERENCE
+
+
+def checked(ev: Any, verdict: Verdict, record: Any) -> Verdict:
+    """The verdict once the numerics were checked: its text says how they compare; under ``--numerics strict`` a
+    recommendation whose numerics differ gives way to the fastest configuration checked whose numerics hold (its
+    figure the search's and the race's: it was not measured apart), or to the defaults when none holds."""
+    check = NU.judge(record)
+    if check.state != NU.DIFFER or record.get("mode") != NU.STRICT or "reason" in record:
+        return Verdict(verdict.state, verdict.winner, verdict.leader, verdict.speedup, verdict.tied,
+                       verdict.confirmed, verdict.simpler_preferred, Said(f"{said(verdict.text)}; {check.text()}"))
+    n = verdict.winner
+    assert n is not None and verdict.speedup is not None and ev.baseline is not None
+    was = (f"#{n} ({_changes_text(ev.configs[n].changes)}) was faster, {verdict.speedup.text()}, but "
+           f"{check.text()}")
+    pick = record.get("strict_pick")
+    if pick is None or pick not in ev.configs:
+        text = f"keep the defaults: {was}; no faster configuration checked holds ({option('numerics', NU.STRICT)})"
+        return Verdict("no_gain", ev.baseline.number, n, verdict.speedup, (), verdict.confirmed, False, Said(text))
+    held = NU.judge(record, pick)
+    speedup = ev.speedup(pick)
+    assert speedup is not None
+    text = (f"#{pick} ({_changes_text(ev.configs[pick].changes)}) is {speedup.text()} as fast as PyTorch's "
+            f"defaults (measured in the search and the race), the fastest configuration checked whose numerics "
+            f"hold ({option('numerics', NU.STRICT)}): {held.text()}; {was}")
+    return Verdict("gain", pick, n, speedup, (), False, False, Said(text))
+
+
+def confirmed(ev: Any, conf: CL.Confirmed) -> Verdict:
+    """The verdict on the race's choice, from its claim measured apart: a gain when the recommendation's fresh
+    processes beat the defaults beyond the noise, else "no gain beyond the noise"; the knobs the least change
+    left at the user's setting named with what they bought together."""
+    assert conf.claim is not None and ev.baseline is not None
+    n, s = conf.recommendation, conf.claim
+    c = ev.configs[n]
+    behind = (f"{int(round(100 * stats.LEVEL))}% interval, measured apart from the search that chose it: "
+              f"{plural(s.processes, 'process')} against {s.reference_processes} of the defaults")
+    left = ""
+    if conf.reverted:
+        parts = "; ".join(p.text() for p in ev.left())
+        left = f"; left at your setting, as they bought nothing beyond the noise: {parts}"
+    if ev.load.was_busy:
+        left += f"; {ev.load.text()}"
+    if not s.has_interval and beyond_steady_noise(ev, n):
+        why = {ConfirmStop.TIME: "the time budget ran out", ConfirmStop.FAILED: "it failed when measured again"}.get(
+            conf.record.stop, "its rounds were spent") if conf.done else "the claim is still being measured"
+        text = (f"#{n} ({_changes_text(c.changes)}) measured {s.estimate:.2f}x the speed of PyTorch's defaults in "
+                f"{plural(s.processes, 'process')} apart from the search that chose it: not confirmed, so no interval "
+                f"(a claim needs {plural(CL.MIN_PROCESSES, 'process')} of it; {why}: run again to confirm it, with a "
+                f"longer {option('time_budget')}){left}")
+        return Verdict(V.UNCONFIRMED, n, conf.record.chosen, s, (), True, bool(conf.reverted), Said(text))
+    if s.above_one():
+        text = f"#{n} ({_changes_text(c.changes)}) is {s.text()} as fast as PyTorch's defaults ({behind}){left}"
+        return Verdict("gain", n, conf.record.chosen, s, (), True, bool(conf.reverted), Said(text))
+    text = (f"no configuration beats PyTorch's defaults beyond the noise: #{n} ({_changes_text(c.changes) or 'defaults'}), "
+            f"chosen by the race, measured {s.text()} ({behind}){left}; keep the defaults")
+    return Verdict("no_gain", ev.baseline.number, n, s, (), True, False, Said(text))
+
+
+def ablated(ev: Any, verdict: Verdict) -> Verdict:
+    """The race's verdict, told what each knob of its winner bought (and, where some bought nothing, the
+    smallest configuration that keeps the gain, once measured on its own)."""
+    ab = ev.ablation()
+    if verdict.state != "gain" or ab is None or len(ab.steps) < 2:
+        return verdict
+    m = ab.minimal
+    s = ev.speedup(m) if m is not None and m != verdict.winner else None
+    if m is None or m == verdict.winner or s is None or not s.above_one():
+        return Verdict(verdict.state, verdict.winner, verdict.leader, verdict.speedup, verdict.tied, verdict.confirmed,
+                       verdict.simpler_preferred, Said(f"{said(verdict.text)}; {ab.text()}"))
+    c = ev.configs[m]
+    text = (f"#{m} ({_changes_text(c.changes)}) is {s.text()} as fast as PyTorch's defaults "
+            f"({int(round(100 * stats.LEVEL))}% interval, {plural(s.processes, 'process')} against {s.reference_processes}): "
+            f"#{verdict.winner}'s gain without the knobs that bought nothing beyond the noise; {ab.text()}")
+    if ev.load.was_busy:
+        text += f"; {ev.load.text()}"
+    return Verdict("gain", m, verdict.leader, s, verdict.tied, True, verdict.simpler_preferred, text)
+
+
+def raced(ev: Any) -> Verdict:
+    """The race's verdict, on a busy machine without the configurations whose gain rests on a load-sensitive knob."""
+    verdict = by_noise(ev)
+    if not ev.load.was_busy or verdict.recommends and not sensitive(ev, verdict.winner):
+        return busy_note(ev, verdict) if ev.load.was_busy else verdict
+    if not verdict.recommends:
+        return busy_note(ev, verdict)
+    seen = verdict
+    quiet = by_noise(ev, exclude_sensitive=True)
+    c = ev.configs[seen.winner]  # type: ignore[index]
+    names = ", ".join(k for k in c.changes if sensitive_knob(k))
+    model = ev.study.workload.get("model") or "MODEL"
+    config = {k: v for k, v in c.changes.items() if k in knobs.KNOBS}
+    shown = pickled_name(model) or repr(model)
+    note = (f"#{seen.winner} ({_changes_text(c.changes)}) measured {seen.speedup.text() if seen.speedup else '-'} but its "
+            f"gain rests on {names}, which depends on the load, and {ev.load.text()}: not recommended from these "
+            "measurements; re-check it on a quiet machine with "
+            + either(f"`autotune measure --model {model} "
+                     + " ".join(f"--set {k}={knobs.KNOBS[k].format(v)}" for k, v in config.items())
+                     + f" --repeat 5` against `autotune measure --model {model} --repeat 5`",
+                     f"autotune.measure({shown}, config={config!r}, repeat=5) against "
+                     f"autotune.measure({shown}, repeat=5)"))
+    if quiet.recommends:
+        return Verdict(quiet.state, quiet.winner, seen.leader, quiet.speedup, quiet.tied, quiet.confirmed,
+                       quiet.simpler_preferred, Said(f"{said(quiet.text)}; {note}"))
+    return Verdict("no_gain", ev.baseline.number if ev.baseline else None, seen.leader, seen.speedup, seen.tied,
+                   seen.confirmed, False, Said("no configuration beats PyTorch's defaults beyond the noise once the "
+                                              f"load-sensitive knobs are set aside: keep the defaults; {note}"))
+
+
+def sensitive_knob(name: str) -> bool:
+    """A knob whose gain depends on the load other processes put on the machine (threads, loader workers)."""
+    return name in knobs.KNOBS and knobs.KNOBS[name].load_sensitive
+
+
+def sensitive(ev: Any, number: int | None) -> bool:
+    return number is not None and any(sensitive_knob(k) for k in ev.configs[number].changes)
+
+
+def busy_note(ev: Any, verdict: Verdict) -> Verdict:
+    return Verdict(verdict.state, verdict.winner, verdict.leader, verdict.speedup, verdict.tied, verdict.confirmed,
+                   verdict.simpler_preferred, Said(f"{said(verdict.text)}; {ev.load.text()}"))
+
+
+def by_noise(ev: Any, exclude_sensitive: bool = False) -> Verdict:
+    """The verdict's rule over the raced configurations (before a race, every one), through the noise."""
+    if not ev.configs:
+        return Verdict("no_results", None, None, None, (), False, False, "no successful measurement yet")
+    if ev.baseline is None:
+        return Verdict("no_baseline", None, None, None, (), False, False, "the baseline (PyTorch's defaults) has not been measured yet")
+    base = ev.baseline
+    pool = ev.raced or [c.number for c in ev.ok() if not c.is_baseline]
+    # the ablation's recommendation is measured to be reported, not raced (the verdict comes to it through the ablation)
+    pool = [n for n in pool if ev.configs[n].feasible and not ev.configs[n].busy_only
+            and ev.configs[n].role != A.ROLE]
+    if exclude_sensitive:
+        pool = [n for n in pool if not sensitive(ev, n)]
+    if not pool and not base.feasible:
+        from autotune.units import format_bytes
+
+        return Verdict("no_fit", None, None, None, (), False, False,
+                       Said(f"nothing measured fits the memory budget ({format_bytes(ev.max_memory_bytes)}), PyTorch's "
+                            f"defaults included (they peaked at {format_bytes(base.peak_memory_bytes)}): raise "
+                            f"{option('max_memory')}, or make the model or its batch smaller"))
+    if not pool:
+        return Verdict("no_gain", base.number, None, None, (), False, False,
+                       "no other configuration ran successfully within the budget: keep PyTorch's defaults")
+    if not ev.noise.known:
+        leader = max(pool, key=lambda n: ev.configs[n].samples_per_s)
+        s = ev.speedup(leader)
+        return Verdict(V.NO_GAIN, base.number, leader, s, (leader,), ev.configs[leader].confirmed, False,
+                       f"the noise between processes is not measured yet, so no claim: the fastest so far is "
+                       f"#{leader} at {s.text() if s else '-'} the speed of the defaults")
+    # A figure is a claim only with an interval from enough processes of its own configuration; the others are
+    # compared, but never claimed (the defaults' noise is not lent to them).
+    decided = [n for n in pool if claimable(ev, n)]
+    undecided = [n for n in pool if n not in decided]
+    choice = ev.choose(decided) if decided else stats.Choice(str(base.number), str(base.number), (), False, False)
+    hopeful = max(undecided, key=lambda n: ev.configs[n].samples_per_s, default=None)
+    if hopeful is not None and not beyond_steady_noise(ev, hopeful):
+        hopeful = None
+    if not choice.significant:
+        if hopeful is not None:
+            return unconfirmed(ev, hopeful, tuple(int(k) for k in choice.tied))
+        leader = max(pool, key=lambda n: ev.configs[n].samples_per_s)
+        s = ev.speedup(leader)
+        tied = tuple(int(k) for k in choice.tied) or (leader,)
+        what = knobs.short(ev.configs[leader].config) if ev.configs[leader].changes else "defaults"
+        return Verdict(V.NO_GAIN, base.number, leader, s, tied, ev.configs[leader].confirmed, False,
+                       f"no configuration beats PyTorch's defaults beyond the noise: the fastest, #{leader} ({what}), "
+                       f"measured {s.text() if s else '-'}; keep the defaults")
+    leader = int(choice.leader)
+    winner = int(choice.winner)
+    tied = tuple(int(k) for k in choice.tied)
+    confirmed = ev.configs[leader].confirmed
+    s = ev.speedup(winner)
+    assert s is not None
+    c = ev.configs[winner]
+    text = (f"#{winner} ({_changes_text(c.changes)}) is {s.text()} as fast as PyTorch's defaults "
+            f"({int(round(100 * stats.LEVEL))}% interval, {plural(c.processes, 'process')} against {s.reference_processes})")
+    if choice.simpler_than_leader:
+        text += (f"; preferred over #{leader}, which looked faster ({ev.speedup(leader).text()}) but is not "  # type: ignore[union-attr]
+                 f"separated from it by the evidence, because it changes fewer knobs")
+    elif len(tied) > 1:
+        text += f"; {len(tied) - 1} other configuration(s) were as fast within the noise"
+    if hopeful is not None and ev.configs[hopeful].samples_per_s > c.samples_per_s:
+        h = ev.configs[hopeful]
+        text += (f"; #{hopeful} ({_changes_text(h.changes)}) looked faster, {estimate_text(ev, hopeful)}, but in "
+                 f"too few processes to confirm")
+    if not confirmed:
+        text += f"; not confirmed by a race (run with {option('confirm')})"
+    return Verdict(V.GAIN, winner, leader, s, tied, confirmed, choice.simpler_than_leader, Said(text))
+
+
+def claimable(ev: Any, number: int) -> bool:
+    """A configuration's speed-up may be claimed: it has an interval, from :data:`autotune.evidence.claim.
+    MIN_PROCESSES` processes or more (of its own, or shared with the defaults)."""
+    s = ev.speedup(number)
+    return s is not None and s.has_interval and s.processes >= CL.MIN_PROCESSES
+
+
+def beyond_steady_noise(ev: Any, number: int) -> bool:
+    """A configuration measured in too few processes for a claim looks faster than the defaults by more than the
+    defaults' own spread could make it (their noise used only to rule out, never to claim) and than the
+    indifference zone."""
+    c, base = ev.configs[number], ev.baseline
+    assert base is not None
+    if c.samples_per_s <= base.samples_per_s * (1.0 + INDIFFERENCE):
+        return False
+    steady = ev.noise_of(base.number)
+    if not steady.known:
+        return False
+    return stats.ratio(c.claim, base.claim, steady).above_one()
+
+
+def estimate_text(ev: Any, number: int) -> str:
+    s = ev.speedup(number)
+    n = ev.configs[number].processes
+    return f"{s.estimate:.2f}x in {plural(n, 'process')}" if s is not None else "-"
+
+
+def unconfirmed(ev: Any, number: int, tied: tuple[int, ...] = ()) -> Verdict:
+    """The verdict when the fastest configuration has too few processes for a claim: recommended, not confirmed,
+    with no interval."""
+    assert ev.baseline is not None
+    c = ev.configs[number]
+    s = ev.speedup(number)
+    text = (f"#{number} ({_changes_text(c.changes)}) measured {estimate_text(ev, number)} the speed of PyTorch's "
+            f"defaults: not confirmed, so no interval (a claim needs {plural(CL.MIN_PROCESSES, 'process')} of it; "
+            f"run again to confirm it, with a longer {option('time_budget')} or more {option('confirm')})")
+    return Verdict(V.UNCONFIRMED, number, number, s, tied, c.confirmed, False, Said(text))
