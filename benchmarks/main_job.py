@@ -13,6 +13,8 @@ each knob bought, and the numerics check's time as a share of the study's (issue
 - ``hf``: ``autotune run --model hf:gpt2 --model-arg n_layer=2 --model-arg n_embd=128
   --model-arg n_head=2 --seq-len 64 --trials 6`` (GPT-2's own 50,257-token vocabulary;
   issue 18's target: under 5 minutes with the same or a better verdict);
+- ``cnn90``: ``autotune run --model autotune.examples:cnn --time-budget 90s`` (issue 42's target: it ends within 5% of
+  its budget, plus a few seconds of process exit, with a claim measured apart from at least 3 processes);
 - ``bert``: ``autotune run --model hf:bert`` with 2 layers 128 wide (2 heads, 512 inner), ``--seq-len 64
   --trials 10`` (issue 26's small BERT: extra processes per search trial at most 0.5).
 
@@ -33,11 +35,13 @@ import harness
 from harness import say
 from autotune.evidence import evidence_of
 from autotune.machine import identity
+from autotune.units import parse_duration
 
 JOBS = {
     "cnn": ["--model", "autotune.examples:cnn", "--trials", "30"],
     "hf": ["--model", "hf:gpt2", "--model-arg", "n_layer=2", "--model-arg", "n_embd=128", "--model-arg", "n_head=2",
            "--seq-len", "64", "--trials", "6"],
+    "cnn90": ["--model", "autotune.examples:cnn", "--time-budget", "90s"],
     "bert": ["--model", "hf:bert", "--model-arg", "num_hidden_layers=2", "--model-arg", "hidden_size=128",
              "--model-arg", "num_attention_heads=2", "--model-arg", "intermediate_size=512", "--seq-len", "64",
              "--trials", "10"],
@@ -63,9 +67,17 @@ def run(name: str) -> dict:
         ablation = ev.ablation()
         check = ev.numerics()
         study_s = ev.time_spent()["wall_s"]
+        args = JOBS[name]
+        budget = parse_duration(args[args.index("--time-budget") + 1]) if "--time-budget" in args else None
+        conf = ev.confirmation
         return {
             "command": "autotune run " + " ".join(JOBS[name]),
             "wall_s": wall,
+            "budget_s": budget,
+            # the claim measured apart: the recommendation's fresh processes, and why the claim stopped
+            "claim_processes": conf.claim.processes if conf is not None and conf.claim is not None else 0,
+            "claim_stop": conf.record.stop.value if conf is not None and conf.record.stop else None,
+            "summary_line": next((line for line in proc.stdout.splitlines() if line.startswith("done: ")), None),
             "search_trials": len(trials),
             "trials_s": trial_s,
             "extras": cost,
@@ -109,6 +121,13 @@ def main() -> None:
                 f"per search trial")
             say(f"   noise: between processes ±{r['noise']['percent'] or 0:.0f}%, a ratio within one process "
                 f"±{(r['within_process_noise']['percent'] or 0):.0f}%; {r['load']['text']}")
+            if r["budget_s"]:
+                b = r["budget_s"]
+                say(f"   time budget: {r['wall_s']:.1f} s from start to its last line against {b:.0f} s "
+                    f"({100 * (r['wall_s'] / b - 1):+.1f}%; {'within' if r['wall_s'] <= 1.05 * b + 5 else 'OVER'} 5% "
+                    f"+ 5 s of exit); the claim measured apart in {r['claim_processes']} processes of the "
+                    f"recommendation (stopped: {r['claim_stop']})")
+                say(f"   {r['summary_line']}")
             say(f"   verdict: {r['verdict']['text']}")
             n = r["numerics"]
             say(f"   numerics check: {n['cost_s']:.1f} s of the study's {r['study_s']:.0f} s = {100 * r['numerics_share']:.1f}% "
