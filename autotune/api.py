@@ -31,6 +31,7 @@ from typing import Any, Sequence
 
 import optuna
 
+from autotune.evidence.verdict import shown
 from autotune.tuning import ceiling as ceilings
 from autotune import knobs
 from autotune.workloads import shipping
@@ -261,7 +262,7 @@ class TuneResult:
         what = " ".join(f"{k}={v}" for k, v in self._changes.items()) or "the defaults"
         speed = f", speed-up {self.speedup.text()}" if self.speedup else ""
         return (f"TuneResult(study={self.name!r}, measured={self.measured}, recommended=#{self.recommended} ({what}){speed})\n"
-                f"verdict: {self.verdict.text}")
+                + "\n".join(shown(self.verdict.to_dict())))
 
 
 # ---------------------------------------------------------------- tune
@@ -360,7 +361,8 @@ def tune(
     result = TuneResult(prepared.study, store, summary)
     if progress:
         _echo(summary.text())
-        _echo(f"verdict: {result.verdict.text}")
+        for line in shown(result.verdict.to_dict()):
+            _echo(line)
     return result
 
 

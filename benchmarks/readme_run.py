@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import harness
 from harness import say

@@ -468,7 +468,7 @@ def test_every_view_quotes_the_same_speedup(study):
     status = json.loads(CliRunner().invoke(main, ["status", "mlp", "--storage", url, "--json"]).output)
     verdict = status["verdict"]
     claim = verdict["speedup"]["text"]
-    assert f"verdict: {verdict['text']}" in " ".join(run_output.split())  # the run's summary (rich may wrap it)
+    assert f"verdict: {verdict['headline']}" in " ".join(run_output.split())  # the run's summary (rich may wrap it)
     assert claim in " ".join(run_output.split())
     _, doc = export(url, folder)  # --pick recommended
     rec = status["recommended"]

@@ -220,8 +220,9 @@ def test_with_nothing_else_separated_a_busy_study_keeps_the_defaults():
     loaded(study, 100.0, 1.0, role="baseline"), loaded(study, 300.0, 1.0, threads=1)
     rounds(study, {0: (100.0, 1.0), 1: (300.0, 1.0)})
     v = evidence(study).verdict()
-    assert v.state == "no_gain" and v.text.startswith("no configuration beats PyTorch's defaults beyond the noise once the "
-                                                      "load-sensitive knobs are set aside: keep the defaults; #1 (threads=1)")
+    assert v.state == "no_gain" and v.text.startswith("keep the defaults: no configuration beats PyTorch's defaults beyond "
+                                                      "the noise once the load-sensitive knobs are set aside; #1 (threads=1)")
+    assert v.details and v.details[0].startswith("#1 (threads=1)")  # the why: on the line below the headline
 
 
 def test_measurements_much_busier_than_the_baselines_are_left_out_of_the_claim():

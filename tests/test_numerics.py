@@ -279,7 +279,8 @@ def test_strict_recommends_the_fastest_configuration_checked_whose_numerics_hold
     verdict, pick = ev.verdict(), ev.recommended()
     assert pick != first and ev.configs[pick].config["optimizer_impl"] == "fused" and verdict.state == "gain"
     assert verdict.leader == first and verdict.speedup == ev.speedup(pick)
-    assert "the fastest configuration checked whose numerics hold (--numerics strict): numerics hold" in verdict.text
+    assert verdict.headline.endswith("the fastest configuration checked whose numerics hold (--numerics strict)")
+    assert verdict.details[0].startswith("numerics hold: ")
     assert verdict.text.endswith("numerics differ: loss 10% above the defaults over steps 16-30 (floor 0.0%), "
                                  "weights 0.0% apart: precision=bf16")
     assert ev.numerics().number == pick and ev.numerics().state == NU.HOLD
@@ -296,8 +297,10 @@ def test_strict_keeps_the_defaults_when_no_faster_configuration_holds():
     ev = evidence_of(live.view())
     verdict = ev.verdict()
     assert verdict.state == "no_gain" and ev.recommended() == ev.baseline.number and verdict.leader == first
-    assert verdict.text.startswith(f"keep the defaults: #{first} (")
-    assert verdict.text.endswith("no faster configuration checked holds (--numerics strict)")
+    assert verdict.headline == "keep the defaults: no faster configuration checked holds (--numerics strict)"
+    assert verdict.details[0].startswith(f"#{first} (")
+    assert verdict.details[0].endswith("numerics differ: loss 10% above the defaults over steps 16-30 (floor 0.0%), "
+                                       "weights 0.0% apart: precision=bf16")
     assert ev.numerics() is None
 
 

@@ -192,7 +192,8 @@ def test_the_claim_alone_measures_the_least_change_what_each_knob_bought_found_a
     verdict = ev.verdict()
     assert verdict.state == "gain" and verdict.winner == conf.recommendation and verdict.speedup == conf.claim
     assert "measured apart from the search that chose it" in verdict.text
-    assert "optimizer_impl=fused: " in verdict.text and "left at default" in verdict.text
+    assert "optimizer_impl: default (optimizer_impl=fused bought " in verdict.text
+    assert verdict.left == ("optimizer_impl: default",) and verdict.left_bought.startswith("optimizer_impl=fused bought")
     assert confirm.run(live, Bench(never, remeasure=never), Search(live, seeds, Bench(never))) is None  # done
 
 

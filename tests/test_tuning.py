@@ -30,7 +30,7 @@ def test_the_race_shares_processes_only_when_asked_and_what_each_knob_bought_by_
             started.append([(dict(config), settings)])
             return R.TrialResult(outcome=R.OK, samples_per_s=100.0, peak_memory_bytes=10**8, wall_s=0.01)
 
-        def measure_together(configs, settings=None, unchecked=False):
+        def measure_together(configs, settings=None, unchecked=False, deadline=None):
             started.append([(dict(c), settings) for c in configs])
             return R.PairedResult(outcome=R.OK, arms=[{"config": dict(c), "outcome": R.OK, "samples_per_s": 100.0}
                                                       for c in configs], wall_s=0.01)

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from autotune.evidence.verdict import shown
 from autotune import knobs
 from autotune.cli.edge import open_store, study_store
 from autotune.cli.options import DURATION, SIZE, storage_option
@@ -24,14 +25,16 @@ from autotune.machine import identity
 
 
 RECOMMENDED_MARK = " recommended"
+NAMED_MARK = " (in the verdict)"  # a configuration the verdict names, off the front
 
 
 def front_rows(doc: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
     """The rows of a front table: the recommended configuration first (marked, even when the front leaves it out,
-    dominated on memory), then the rest of the front."""
+    dominated on memory), then the rest of the front, then any other configuration the verdict names (marked)."""
     rec = doc.get("recommended")
     rows = [(rec, RECOMMENDED_MARK)] if rec else []
-    return rows + [(row, "") for row in doc["front"] if not rec or row["trial"] != rec["trial"]]
+    rows += [(row, "") for row in doc["front"] if not rec or row["trial"] != rec["trial"]]
+    return rows + [(row, NAMED_MARK) for row in doc.get("named") or []]  # what the verdict names, off the front
 
 
 def _the_only_study(storage: str | None) -> str:
@@ -89,7 +92,8 @@ def _print_status(doc: dict[str, Any], store: Any) -> None:
             trials = ", ".join(f"#{n}" for n in entry["trials"][:8]) + (" ..." if len(entry["trials"]) > 8 else "")
             out.print(f"  {outcome}: {entry['count']} ({trials}) {entry['example'][:200]}", markup=False)
     _print_ablation(out, doc.get("ablation"))
-    out.print(f"verdict: {doc['verdict']['text']}", markup=False)
+    for line in shown(doc["verdict"]):  # what to do and the claim; the numerics and the machine; the knobs left
+        out.print(line, markup=False)
     if doc.get("efficiency"):  # (views kept before it was computed have none)
         out.print(f"hardware: {doc['efficiency']['text']}", markup=False)
 

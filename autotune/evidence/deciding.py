@@ -20,16 +20,19 @@ from __future__ import annotations
 from typing import Any
 
 from autotune import knobs
-from autotune.errors import Said, either, said
+from autotune.errors import Said, either
 from autotune.evidence import ablation as A
 from autotune.evidence import claim as CL
 from autotune.evidence import numerics as NU
 from autotune.evidence import stats
 from autotune.evidence import verdict as V
+import re
+from dataclasses import replace
+
 from autotune.evidence.verdict import Verdict
 from autotune.evidence.verdict import changes_text as _changes_text
 from autotune.request import option, pickled_name
-from autotune.store.plans import ConfirmStop
+from autotune.store.plans import ConfirmStop, RaceStop
 from autotune.units import plural
 
 INDIFFERENCE = CL.INDIFFERENCE
@@ -41,23 +44,23 @@ def checked(ev: Any, verdict: Verdict, record: Any) -> Verdict:
     figure the search's and the race's: it was not measured apart), or to the defaults when none holds."""
     check = NU.judge(record)
     if check.state != NU.DIFFER or record.get("mode") != NU.STRICT or "reason" in record:
-        return Verdict(verdict.state, verdict.winner, verdict.leader, verdict.speedup, verdict.tied,
-                       verdict.confirmed, verdict.simpler_preferred, Said(f"{said(verdict.text)}; {check.text()}"))
+        return V.detailed(verdict, check.text())
     n = verdict.winner
     assert n is not None and verdict.speedup is not None and ev.baseline is not None
     was = (f"#{n} ({_changes_text(ev.configs[n].changes)}) was faster, {verdict.speedup.text()}, but "
            f"{check.text()}")
     pick = record.get("strict_pick")
     if pick is None or pick not in ev.configs:
-        text = f"keep the defaults: {was}; no faster configuration checked holds ({option('numerics', NU.STRICT)})"
-        return Verdict("no_gain", ev.baseline.number, n, verdict.speedup, (), verdict.confirmed, False, Said(text))
+        text = f"keep the defaults: no faster configuration checked holds ({option('numerics', NU.STRICT)})"
+        return V.detailed(Verdict(V.NO_GAIN, ev.baseline.number, n, verdict.speedup, (), verdict.confirmed, False,
+                                  Said(text)), was)
     held = NU.judge(record, pick)
     speedup = ev.speedup(pick)
     assert speedup is not None
-    text = (f"#{pick} ({_changes_text(ev.configs[pick].changes)}) is {speedup.text()} as fast as PyTorch's "
+    text = (f"use #{pick} ({_changes_text(ev.configs[pick].changes)}): {speedup.text()} as fast as PyTorch's "
             f"defaults (measured in the search and the race), the fastest configuration checked whose numerics "
-            f"hold ({option('numerics', NU.STRICT)}): {held.text()}; {was}")
-    return Verdict("gain", pick, n, speedup, (), False, False, Said(text))
+            f"hold ({option('numerics', NU.STRICT)})")
+    return V.detailed(Verdict(V.GAIN, pick, n, speedup, (), False, False, Said(text)), held.text(), was)
 
 
 def confirmed(ev: Any, conf: CL.Confirmed) -> Verdict:
@@ -69,26 +72,34 @@ def confirmed(ev: Any, conf: CL.Confirmed) -> Verdict:
     c = ev.configs[n]
     behind = (f"{int(round(100 * stats.LEVEL))}% interval, measured apart from the search that chose it: "
               f"{plural(s.processes, 'process')} against {s.reference_processes} of the defaults")
-    left = ""
-    if conf.reverted:
-        parts = "; ".join(p.text() for p in ev.left())
-        left = f"; left at your setting, as they bought nothing beyond the noise: {parts}"
+    details = []
+    if conf.record.unreduced and n == conf.record.chosen:
+        details.append(f"claimed with all its knobs: {conf.record.unreduced}")
     if ev.load.was_busy:
-        left += f"; {ev.load.text()}"
+        details.append(ev.load.text())
     if not s.has_interval and beyond_steady_noise(ev, n):
         why = {ConfirmStop.TIME: "the time budget ran out", ConfirmStop.FAILED: "it failed when measured again"}.get(
             conf.record.stop, "its rounds were spent") if conf.done else "the claim is still being measured"
-        text = (f"#{n} ({_changes_text(c.changes)}) measured {s.estimate:.2f}x the speed of PyTorch's defaults in "
-                f"{plural(s.processes, 'process')} apart from the search that chose it: not confirmed, so no interval "
-                f"(a claim needs {plural(CL.MIN_PROCESSES, 'process')} of it; {why}: run again to confirm it, with a "
-                f"longer {option('time_budget')}){left}")
-        return Verdict(V.UNCONFIRMED, n, conf.record.chosen, s, (), True, bool(conf.reverted), Said(text))
-    if s.above_one():
-        text = f"#{n} ({_changes_text(c.changes)}) is {s.text()} as fast as PyTorch's defaults ({behind}){left}"
-        return Verdict("gain", n, conf.record.chosen, s, (), True, bool(conf.reverted), Said(text))
-    text = (f"no configuration beats PyTorch's defaults beyond the noise: #{n} ({_changes_text(c.changes) or 'defaults'}), "
-            f"chosen by the race, measured {s.text()} ({behind}){left}; keep the defaults")
-    return Verdict("no_gain", ev.baseline.number, n, s, (), True, False, Said(text))
+        text = (f"use #{n} ({_changes_text(c.changes)}): it measured {s.estimate:.2f}x the speed of PyTorch's defaults "
+                f"in {plural(s.processes, 'process')} apart from the search that chose it, not confirmed, so no "
+                f"interval (a claim needs {plural(CL.MIN_PROCESSES, 'process')} of it; {why}: run again to confirm it, "
+                f"with a longer {option('time_budget')})")
+        verdict = Verdict(V.UNCONFIRMED, n, conf.record.chosen, s, (), True, bool(conf.reverted), Said(text))
+    elif s.above_one():
+        text = f"use #{n} ({_changes_text(c.changes)}): {s.text()} as fast as PyTorch's defaults ({behind})"
+        verdict = Verdict(V.GAIN, n, conf.record.chosen, s, (), True, bool(conf.reverted), Said(text))
+    else:
+        text = (f"keep the defaults: no configuration beats PyTorch's defaults beyond the noise; #{n} "
+                f"({_changes_text(c.changes) or 'defaults'}), chosen by the race, measured {s.text()} ({behind})")
+        verdict = Verdict(V.NO_GAIN, ev.baseline.number, n, s, (), True, False, Said(text))
+    verdict = V.detailed(verdict, *details)
+    if conf.reverted and verdict.recommends:
+        lefts = ev.left()
+        verdict = V.leaving(verdict, tuple(line for x in lefts for line in x.lines()),
+                            "; ".join(x.bought_text() for x in lefts),
+                            "left at your setting, as they bought nothing beyond the noise: "
+                            + "; ".join(x.text() for x in lefts))
+    return verdict
 
 
 def ablated(ev: Any, verdict: Verdict) -> Verdict:
@@ -100,15 +111,13 @@ def ablated(ev: Any, verdict: Verdict) -> Verdict:
     m = ab.minimal
     s = ev.speedup(m) if m is not None and m != verdict.winner else None
     if m is None or m == verdict.winner or s is None or not s.above_one():
-        return Verdict(verdict.state, verdict.winner, verdict.leader, verdict.speedup, verdict.tied, verdict.confirmed,
-                       verdict.simpler_preferred, Said(f"{said(verdict.text)}; {ab.text()}"))
+        return V.detailed(verdict, ab.text())
     c = ev.configs[m]
-    text = (f"#{m} ({_changes_text(c.changes)}) is {s.text()} as fast as PyTorch's defaults "
-            f"({int(round(100 * stats.LEVEL))}% interval, {plural(s.processes, 'process')} against {s.reference_processes}): "
-            f"#{verdict.winner}'s gain without the knobs that bought nothing beyond the noise; {ab.text()}")
-    if ev.load.was_busy:
-        text += f"; {ev.load.text()}"
-    return Verdict("gain", m, verdict.leader, s, verdict.tied, True, verdict.simpler_preferred, text)
+    text = (f"use #{m} ({_changes_text(c.changes)}): {s.text()} as fast as PyTorch's defaults "
+            f"({int(round(100 * stats.LEVEL))}% interval, {plural(s.processes, 'process')} against {s.reference_processes}), "
+            f"#{verdict.winner}'s gain without the knobs that bought nothing beyond the noise")
+    return V.detailed(Verdict(V.GAIN, m, verdict.leader, s, verdict.tied, True, verdict.simpler_preferred, text),
+                      ab.text(), ev.load.text() if ev.load.was_busy else "")
 
 
 def raced(ev: Any) -> Verdict:
@@ -134,11 +143,11 @@ def raced(ev: Any) -> Verdict:
                      f"autotune.measure({shown}, config={config!r}, repeat=5) against "
                      f"autotune.measure({shown}, repeat=5)"))
     if quiet.recommends:
-        return Verdict(quiet.state, quiet.winner, seen.leader, quiet.speedup, quiet.tied, quiet.confirmed,
-                       quiet.simpler_preferred, Said(f"{said(quiet.text)}; {note}"))
-    return Verdict("no_gain", ev.baseline.number if ev.baseline else None, seen.leader, seen.speedup, seen.tied,
-                   seen.confirmed, False, Said("no configuration beats PyTorch's defaults beyond the noise once the "
-                                              f"load-sensitive knobs are set aside: keep the defaults; {note}"))
+        return V.detailed(replace(quiet, leader=seen.leader), note)
+    return V.detailed(Verdict(V.NO_GAIN, ev.baseline.number if ev.baseline else None, seen.leader, seen.speedup,
+                              seen.tied, seen.confirmed, False,
+                              Said("keep the defaults: no configuration beats PyTorch's defaults beyond the noise "
+                                   "once the load-sensitive knobs are set aside")), note)
 
 
 def sensitive_knob(name: str) -> bool:
@@ -151,8 +160,7 @@ def sensitive(ev: Any, number: int | None) -> bool:
 
 
 def busy_note(ev: Any, verdict: Verdict) -> Verdict:
-    return Verdict(verdict.state, verdict.winner, verdict.leader, verdict.speedup, verdict.tied, verdict.confirmed,
-                   verdict.simpler_preferred, Said(f"{said(verdict.text)}; {ev.load.text()}"))
+    return V.detailed(verdict, ev.load.text())
 
 
 def by_noise(ev: Any, exclude_sensitive: bool = False) -> Verdict:
@@ -176,20 +184,26 @@ def by_noise(ev: Any, exclude_sensitive: bool = False) -> Verdict:
                             f"defaults included (they peaked at {format_bytes(base.peak_memory_bytes)}): raise "
                             f"{option('max_memory')}, or make the model or its batch smaller"))
     if not pool:
-        return Verdict("no_gain", base.number, None, None, (), False, False,
-                       "no other configuration ran successfully within the budget: keep PyTorch's defaults")
+        tried = [t for t in ev.study.trials if t.measured and t.role != "baseline"]
+        why = ("no other configuration ran successfully within the budget" if tried
+               else "nothing but the defaults was measured within the budget")
+        return Verdict(V.NO_GAIN, base.number, None, None, (), False, False, f"keep PyTorch's defaults: {why}")
     if not ev.noise.known:
         leader = max(pool, key=lambda n: ev.configs[n].samples_per_s)
         s = ev.speedup(leader)
         return Verdict(V.NO_GAIN, base.number, leader, s, (leader,), ev.configs[leader].confirmed, False,
-                       f"the noise between processes is not measured yet, so no claim: the fastest so far is "
-                       f"#{leader} at {s.text() if s else '-'} the speed of the defaults")
+                       f"keep the defaults for now: the noise between processes is not measured yet, so no claim; the "
+                       f"fastest so far is #{leader} at {s.text() if s else '-'} the speed of the defaults")
     # A figure is a claim only with an interval from enough processes of its own configuration; the others are
     # compared, but never claimed (the defaults' noise is not lent to them).
     decided = [n for n in pool if claimable(ev, n)]
     undecided = [n for n in pool if n not in decided]
     choice = ev.choose(decided) if decided else stats.Choice(str(base.number), str(base.number), (), False, False)
-    hopeful = max(undecided, key=lambda n: ev.configs[n].samples_per_s, default=None)
+    # a configuration too little measured to claim may be recommended unconfirmed only when no race, or one that chose
+    # or ran out of time, measured it less than a claim needs: a race that found nothing separated said so
+    races = ev.study.races()
+    hopeful = (max(undecided, key=lambda n: ev.configs[n].samples_per_s, default=None)
+               if not races or races[-1][1].stop in (RaceStop.TIME, RaceStop.CHOSEN, RaceStop.SETTLED) else None)
     if hopeful is not None and not beyond_steady_noise(ev, hopeful):
         hopeful = None
     if not choice.significant:
@@ -200,8 +214,8 @@ def by_noise(ev: Any, exclude_sensitive: bool = False) -> Verdict:
         tied = tuple(int(k) for k in choice.tied) or (leader,)
         what = knobs.short(ev.configs[leader].config) if ev.configs[leader].changes else "defaults"
         return Verdict(V.NO_GAIN, base.number, leader, s, tied, ev.configs[leader].confirmed, False,
-                       f"no configuration beats PyTorch's defaults beyond the noise: the fastest, #{leader} ({what}), "
-                       f"measured {s.text() if s else '-'}; keep the defaults")
+                       f"keep the defaults: no configuration beats PyTorch's defaults beyond the noise; the fastest, "
+                       f"#{leader} ({what}), measured {s.text() if s else '-'}")
     leader = int(choice.leader)
     winner = int(choice.winner)
     tied = tuple(int(k) for k in choice.tied)
@@ -209,20 +223,38 @@ def by_noise(ev: Any, exclude_sensitive: bool = False) -> Verdict:
     s = ev.speedup(winner)
     assert s is not None
     c = ev.configs[winner]
-    text = (f"#{winner} ({_changes_text(c.changes)}) is {s.text()} as fast as PyTorch's defaults "
+    text = (f"use #{winner} ({_changes_text(c.changes)}): {s.text()} as fast as PyTorch's defaults "
             f"({int(round(100 * stats.LEVEL))}% interval, {plural(c.processes, 'process')} against {s.reference_processes})")
+    details = []
     if choice.simpler_than_leader:
-        text += (f"; preferred over #{leader}, which looked faster ({ev.speedup(leader).text()}) but is not "  # type: ignore[union-attr]
-                 f"separated from it by the evidence, because it changes fewer knobs")
+        details.append(f"preferred over #{leader}, which looked faster ({ev.speedup(leader).text()}) but is not "  # type: ignore[union-attr]
+                       f"separated from it by the evidence, because it changes fewer knobs")
     elif len(tied) > 1:
-        text += f"; {len(tied) - 1} other configuration(s) were as fast within the noise"
+        details.append(f"{len(tied) - 1} other configuration(s) were as fast within the noise")
     if hopeful is not None and ev.configs[hopeful].samples_per_s > c.samples_per_s:
         h = ev.configs[hopeful]
-        text += (f"; #{hopeful} ({_changes_text(h.changes)}) looked faster, {estimate_text(ev, hopeful)}, but in "
-                 f"too few processes to confirm")
+        details.append(f"#{hopeful} ({_changes_text(h.changes)}) looked faster, {estimate_text(ev, hopeful)}, but in "
+                       f"too few processes to confirm")
     if not confirmed:
-        text += f"; not confirmed by a race (run with {option('confirm')})"
-    return Verdict(V.GAIN, winner, leader, s, tied, confirmed, choice.simpler_than_leader, Said(text))
+        details.append(f"not confirmed by a race (run with {option('confirm')})")
+    return V.detailed(Verdict(V.GAIN, winner, leader, s, tied, confirmed, choice.simpler_than_leader, Said(text)),
+                      *details)
+
+
+def unclaimed(ev: Any, verdict: Verdict) -> Verdict:
+    """A verdict of no gain names every configuration whose figure (the search's and the race's, which run high for
+    what they chose) lies wholly above the defaults', with why it is not taken: a table must not show a speed-up
+    beyond the noise beside "no gain" without saying why."""
+    if verdict.state != V.NO_GAIN or ev.baseline is None:
+        return verdict
+    named = {int(n) for n in re.findall(r"#(\d+)", verdict.text)}
+    above = [n for n in sorted(ev.configs) if n != ev.baseline.number and n not in named and ev.configs[n].feasible
+             and (s := ev.speedup(n)) is not None and s.above_one()]
+    if not above:
+        return verdict
+    listed = ", ".join(f"#{n} ({_changes_text(ev.configs[n].changes)}) {ev.speedup(n).text()}" for n in above)  # type: ignore[union-attr]
+    return V.detailed(verdict, f"not taken: {listed}, figures of the search and the race, which run high for what "
+                               f"they chose, and {'none was' if len(above) > 1 else 'it was not'} confirmed apart")
 
 
 def claimable(ev: Any, number: int) -> bool:
@@ -243,7 +275,7 @@ def beyond_steady_noise(ev: Any, number: int) -> bool:
     steady = ev.noise_of(base.number)
     if not steady.known:
         return False
-    return stats.ratio(c.claim, base.claim, steady).above_one()
+    return stats.ratio(c.claim, base.claim, steady, ev.comparisons).above_one()  # the fastest of many runs high
 
 
 def estimate_text(ev: Any, number: int) -> str:
@@ -258,7 +290,7 @@ def unconfirmed(ev: Any, number: int, tied: tuple[int, ...] = ()) -> Verdict:
     assert ev.baseline is not None
     c = ev.configs[number]
     s = ev.speedup(number)
-    text = (f"#{number} ({_changes_text(c.changes)}) measured {estimate_text(ev, number)} the speed of PyTorch's "
-            f"defaults: not confirmed, so no interval (a claim needs {plural(CL.MIN_PROCESSES, 'process')} of it; "
-            f"run again to confirm it, with a longer {option('time_budget')} or more {option('confirm')})")
+    text = (f"use #{number} ({_changes_text(c.changes)}): it measured {estimate_text(ev, number)} the speed of "
+            f"PyTorch's defaults, not confirmed, so no interval (a claim needs {plural(CL.MIN_PROCESSES, 'process')} "
+            f"of it; run again to confirm it, with a longer {option('time_budget')} or more {option('confirm')})")
     return Verdict(V.UNCONFIRMED, number, number, s, tied, c.confirmed, False, Said(text))

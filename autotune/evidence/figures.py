@@ -36,7 +36,6 @@ from autotune.store.plans import RaceStop
 from autotune.store.records import StoredStudy
 from autotune.evidence import verdict as V
 from autotune.evidence.verdict import Verdict
-from autotune.errors import Said, said
 from autotune.evidence.stats import Measurement, Noise, Ratio
 
 INDIFFERENCE = CL.INDIFFERENCE  # configurations not more than 3% apart are equal for a user: the simplest is chosen
@@ -307,10 +306,9 @@ class Evidence:
                 verdict = D.confirmed(self, self.confirmation)
             else:
                 verdict = D.ablated(self, D.raced(self)) if ablated else D.raced(self)
+            verdict = D.unclaimed(self, verdict)
             if self.load.share and verdict.state in (V.GAIN, V.UNCONFIRMED, V.NO_GAIN):
-                verdict = Verdict(verdict.state, verdict.winner, verdict.leader, verdict.speedup, verdict.tied,
-                                  verdict.confirmed, verdict.simpler_preferred,
-                                  Said(f"{said(verdict.text)}; {self.load.share}"))
+                verdict = V.detailed(verdict, self.load.share)
             self._memo[key] = verdict
         return self._memo[key]  # type: ignore[no-any-return]
 
@@ -424,6 +422,18 @@ class Evidence:
             return None
         return self.baseline.number if self.baseline else None
 
+    def named(self) -> list[int]:
+        """The configurations the verdict names (``#N`` in its text) that are neither the recommendation nor on the
+        front, in the order it names them."""
+        import re
+
+        shown = set(self.front()) | {self.recommended()}
+        out: list[int] = []
+        for n in (int(m) for m in re.findall(r"#(\d+)", self.verdict().text)):
+            if n in self.configs and n not in shown and n not in out:
+                out.append(n)
+        return out
+
     def time_spent(self) -> dict[str, float]:
         """Wall-clock time during which any process worked on the study (overlapping workers count once)."""
         sessions = self.study.sessions()
@@ -453,6 +463,9 @@ class Evidence:
             "claim": ({**self.confirmation.to_dict(), "left": [x.to_dict() for x in self.left()]}
                       if self.confirmation is not None else None),
             "front": [self.row(n) for n in self.front()],
+            # the configurations the verdict names that neither the recommendation nor the front shows: every view's
+            # table shows them too, so that a verdict never names a configuration its table leaves out
+            "named": [self.row(n) for n in self.named()],
             "recommended": self.row(rec) if (rec := self.recommended()) is not None else None,
             "numerics": check.to_dict() if (check := self.numerics()) is not None else None,
             "load": self.load.to_dict(),

@@ -162,6 +162,23 @@ def welch(numerator: Sequence[Measurement], reference: Sequence[Measurement], nu
                  comparisons, looks, df=df)
 
 
+def paired(numerator: Sequence[Measurement], reference: Sequence[Measurement], level: float = LEVEL) -> Ratio:
+    """``numerator / reference`` over the rounds that measured both, each in a process of its own, when their noises
+    differ: the mean of the rounds' log-ratios, with a t interval from those log-ratios' own spread (``n - 1`` degrees
+    of freedom; none from one round)."""
+    num = {r: v for r, v in numerator if v and v > 0}
+    ref = {r: v for r, v in reference if v and v > 0}
+    diffs = [math.log(num[r]) - math.log(ref[r]) for r in num if r in ref]
+    if not diffs:
+        raise ValueError("a paired ratio needs rounds that measured both")
+    mean = statistics.fmean(diffs)
+    if len(diffs) < 2:
+        return Ratio(math.exp(mean), None, None, 1, 1, True, level)
+    half = t_quantile(len(diffs) - 1, level) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(diffs), len(diffs), True, level,
+                 df=len(diffs) - 1)
+
+
 @functools.lru_cache(maxsize=4096)
 def t_quantile(df: int, level: float = LEVEL, comparisons: int = 1) -> float:
     """Two-sided t quantile at ``level``, Bonferroni-adjusted for ``comparisons`` (cached: a view of a large study

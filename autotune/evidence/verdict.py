@@ -6,10 +6,11 @@ run's summary carry it as :meth:`Verdict.to_dict`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from autotune import knobs
+from autotune.errors import Said, said
 from autotune.evidence.stats import Ratio
 
 
@@ -34,7 +35,15 @@ class Verdict:
     tied: tuple[int, ...]
     confirmed: bool
     simpler_preferred: bool
-    text: str
+    text: str  # all of it, in one line: what is stored, exported, compared (headline; details; the knobs left)
+    #: what to do and the claim: the first line a view shows (None: the whole text)
+    headline: str | None = None
+    #: then, where they apply: the numerics, the machine's state, what else the verdict weighed (one line)
+    details: tuple[str, ...] = ()
+    #: the knobs the recommendation leaves at the user's setting, each as ``knob: your value``, and what they bought
+    #: together: shown below the verdict
+    left: tuple[str, ...] = ()
+    left_bought: str | None = None
 
     @property
     def significant(self) -> bool:
@@ -59,6 +68,10 @@ class Verdict:
             "tied": list(self.tied),
             "confirmed": self.confirmed,
             "unconfirmed": self.unconfirmed,  # recommended on too few processes for an interval
+            "headline": self.headline or self.text,
+            "details": list(self.details),
+            "left": list(self.left),
+            "left_bought": self.left_bought,
             "simpler_preferred": self.simpler_preferred,
             "text": self.text,
         }
@@ -67,3 +80,36 @@ class Verdict:
 def changes_text(changes: Mapping[str, Any]) -> str:
     """``knob=value ...`` of a configuration's changes from the defaults, or ``defaults``."""
     return " ".join(f"{k}={knobs.KNOBS[k].format(v)}" for k, v in changes.items() if k in knobs.KNOBS) or "defaults"
+
+
+def detailed(verdict: Verdict, *details: str) -> Verdict:
+    """The verdict with more details after its headline (the numerics, the machine's state): its text says them, and a
+    view shows them on the line below the headline."""
+    details = tuple(d for d in details if d)
+    if not details:
+        return verdict
+    text = Said("; ".join([said(verdict.text), *(said(d) for d in details)]))
+    return replace(verdict, text=text, headline=verdict.headline or verdict.text,
+                   details=(*verdict.details, *(str(Said(said(d))) for d in details)))
+
+
+def leaving(verdict: Verdict, lines: tuple[str, ...], bought: str | None, text: str) -> Verdict:
+    """The verdict with the knobs its recommendation leaves at the user's setting (``lines``: ``knob: your value``
+    each; ``bought``: what they bought together, in words; ``text``: all of it in one clause, for the one-line text)."""
+    if not lines:
+        return verdict
+    return replace(verdict, text=Said(f"{said(verdict.text)}; {said(text)}"), headline=verdict.headline or verdict.text,
+                   left=lines, left_bought=bought)
+
+
+def shown(verdict: Mapping[str, Any]) -> list[str]:
+    """The verdict as a user reads it (``verdict``: :meth:`Verdict.to_dict`, or a view kept before it had parts): what
+    to do and the claim; on the next line the numerics and the machine's state; below, each knob left at the user's
+    setting as ``knob: your value``, with what the search's values bought together."""
+    out = [f"verdict: {verdict.get('headline') or verdict['text']}"]
+    if verdict.get("details"):
+        out.append("  " + "; ".join(verdict["details"]))
+    if verdict.get("left"):
+        out.append(f"left at your setting, as they bought nothing beyond the noise ({verdict.get('left_bought')}):")
+        out += [f"  {line}" for line in verdict["left"]]
+    return out

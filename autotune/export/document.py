@@ -52,7 +52,8 @@ def pick_trial(study: StoredStudy, pick: str, max_memory_bytes: int | None = Non
                              f"{option('pick', 'smallest')}, or one of the front's configurations")
         if verdict.recommends:
             return trials[recommended], f"recommended: {verdict.text}"
-        return trials[recommended], f"recommended: the defaults, because {verdict.text}"
+        why = verdict.text.removeprefix(KEEP).removeprefix("keep PyTorch's defaults: ")
+        return trials[recommended], f"recommended: the defaults, because {why}"
     if pick == "fastest":
         chosen = max(candidates, key=lambda c: c.samples_per_s).number
     elif pick == "smallest":
@@ -167,6 +168,9 @@ def export(
         "fingerprint": described.get("fingerprint"),
         "study": {"name": study.name, "storage": storage_url, "trial": trial.number},
     })
+
+
+KEEP = "keep the defaults: "  # how a verdict that recommends no change begins
 
 
 def claim_status(ev: Any, number: int) -> str:

@@ -37,14 +37,22 @@ def samples_per_step(a: Mapping[str, Any], b: Mapping[str, Any], global_batch: i
     return math.lcm(*sizes)
 
 
+RUNS = 3  # the runs a check needs for an answer: the defaults, the defaults again (the floor), the recommendation
+
+
 def check(numerics: Numerics, record: dict[str, Any], on_run: Callable[[], None] | None = None,
           deadline: float | None = None, run_s: float = 0.0) -> dict[str, Any]:
     """Run the check that ``record`` plans (``config``, ``defaults``, ``changes``, ``steps``, ``samples_per_step``,
     ``seed``), adding each run to its ``runs`` (``on_run()`` is told after each), and the reverts when the numerics
-    differ; ``done`` once over (``reason`` when the deadline stopped it: no run starts that is expected, at ``run_s``
-    seconds, to end past it, and one stopped there is not kept). Returns the record."""
+    differ; ``done`` once over (``reason`` when the deadline stopped it: the check does not start unless its
+    :data:`RUNS` runs, at ``run_s`` seconds each, end before it, no run starts that is expected to end past it, and
+    one stopped there is not kept). Returns the record."""
     config, defaults = dict(record["config"]), dict(record["defaults"])
     steps, per_step, seed = int(record["steps"]), int(record["samples_per_step"]), int(record.get("seed") or 0)
+    if deadline is not None and time.time() + RUNS * run_s > deadline:  # a check cut after a run tells nothing
+        record["reason"] = "the time budget was spent before the check could finish"
+        record["done"] = True
+        return record
     with tempfile.TemporaryDirectory(prefix="autotune-numerics-") as tmp:
         saved = str(Path(tmp) / "defaults.pt")
         refs = ((NU.DEFAULTS, saved),)

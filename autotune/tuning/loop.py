@@ -19,6 +19,7 @@ from autotune.evidence import Verdict, evidence_of
 from autotune.tuning.phases import Bench, Search, SearchOptions, Seeds, Session, TrialRecord, bought, claims, floor
 from autotune.tuning.phases import confirm, minimal, numerics, race
 from autotune.tuning.phases.session import Shares, process_s
+from autotune.trial import trainings
 from autotune.store.records import SKIPPED
 from autotune.evidence import claim as CL
 from autotune.tuning.phases.sampler import GP_MAX_TRIALS, GPThenTPE, make_sampler
@@ -75,7 +76,9 @@ class Options(SearchOptions):
         (:class:`autotune.tuning.phases.session.Shares`): the claim measured apart first (a reduced configuration, then
         :func:`autotune.evidence.claim.processes_needed` rounds of it and the defaults, and the chosen configuration
         while the reduction is undecided), at ``claim_s`` a process (the likely recommendation's: a compiled one
-        compiles in each fresh process); the numerics check's share of the budget; the race's first rounds, at
+        compiles in each fresh process), and as many of the defaults (``race_s`` each) interleaved with them; the
+        numerics check's share of the budget (none where it could not hold the check's runs); the race's first rounds
+        (none where they would not make a whole round), at
         ``race_s`` a process (the defaults' and the candidates'). At most half the budget in all, so the search always
         has the other half; when that cannot hold them all, the claim keeps its share first, then the numerics check,
         and the race takes what is left. Nothing without a time budget or a race."""
@@ -83,13 +86,19 @@ class Options(SearchOptions):
             return Shares()
         cap = self.time_budget_s / 2.0
         claim = 0.0
-        if self.confirm:
-            claim = (claim_s or race_s) * (CL.processes_needed(sigma) + CL.CLAIM_EXTRA_PROCESSES)
+        if self.confirm:  # the recommendation's processes and as many of the defaults, interleaved, and a little more
+            n = CL.processes_needed(sigma)
+            claim = (claim_s or race_s) * (n + CL.CLAIM_EXTRA_PROCESSES) + race_s * n
         check = NU.COST_SHARE * self.time_budget_s if self.numerics != NU.OFF else 0.0
         racing = race_s * min(self.race_rounds, race.MIN_ROUNDS) * (self.race_candidates + 1)
         claim = min(claim, cap)
         check = min(check, cap - claim)
-        return Shares(min(racing, cap - claim - check), claim, check)
+        if check < trainings.RUNS * race_s:  # its share could not hold the check's runs: it would only sit unused
+            check = 0.0
+        racing = min(racing, cap - claim - check)
+        if racing < race_s * (self.race_candidates + 1):  # not a whole round: the search is better served
+            racing = 0.0
+        return Shares(racing, claim, check)
 
 
 @dataclass

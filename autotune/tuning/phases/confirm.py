@@ -65,7 +65,7 @@ def run(live: LiveStudy, bench: Bench, search: Search, rounds: int = C.ROUNDS, d
         if owned_elsewhere(live, record.owner):
             return None
     else:
-        confirm_id, record = _plan(live, ev, chosen, race_id)
+        confirm_id, record = _plan(live, ev, chosen, race_id, deadline)
     report = ConfirmReport(confirm_id, record.chosen, record.reduced)
     if record.reverted and record.reduced is None:  # the reduced configuration is measured first, on its own
         rec = _measure_reduced(live, search, ev, record, deadline)
@@ -105,7 +105,7 @@ def run(live: LiveStudy, bench: Bench, search: Search, rounds: int = C.ROUNDS, d
         if done >= rounds:
             record = replace(record, stop=ConfirmStop.ROUNDS)
             break
-        numbers = C.round_of(done, target, record.chosen if deciding else None, base, len(taken),
+        numbers = C.round_of(done, target, record.chosen if deciding else None, base, len(C.fresh(ev, target)),
                              len(C.defaults_pool(ev)))
         if not fits(deadline, process_s(view, [target])):
             record = replace(record, stop=ConfirmStop.TIME)
@@ -133,8 +133,10 @@ def _enough(record: ConfirmRecord, ev: Any, target: int, taken: list[Any]) -> bo
     return width is not None and width <= C.width_target(ev.noise.sigma)
 
 
-def _plan(live: LiveStudy, ev: Any, chosen: int, race_id: str) -> tuple[str, ConfirmRecord]:
-    """The claim's plan: the chosen configuration, the least change proposed for it, the width to stop at."""
+def _plan(live: LiveStudy, ev: Any, chosen: int, race_id: str, deadline: float | None = None
+          ) -> tuple[str, ConfirmRecord]:
+    """The claim's plan: the chosen configuration, the least change proposed for it (none when the time left cannot
+    hold deciding it: the chosen configuration is then claimed whole, and says so), the processes to measure."""
     c = ev.configs[chosen]
     base = ev.baseline.config
     ab = ev.ablation()
@@ -172,9 +174,14 @@ def _plan(live: LiveStudy, ev: Any, chosen: int, race_id: str) -> tuple[str, Con
     # unequally), fixed now, before any of them is seen: a claim that stopped once its interval looked narrow enough
     # would stop on processes that happened to agree, and cover the truth less often than it says.
     noise = ev.noise_of(chosen)
+    processes = C.processes_needed(noise.sigma)
+    unreduced = None
+    if reverted and not measured and not fits(deadline, C.deciding_processes(processes) * process_s(ev.study, [chosen])):
+        unreduced = "the time budget could not hold deciding the least change"  # the claim itself comes first
+        reverted, reduced = {}, None
     record = ConfirmRecord(chosen, race_id, time.time(), reduced if reverted else None, reverted, 0,
                            C.width_target(noise.sigma), owner(), reduction=True if measured and reverted else None,
-                           processes=C.processes_needed(noise.sigma))
+                           processes=processes, unreduced=unreduced)
     confirm_id = uuid.uuid4().hex[:8]
     live.save_confirm(confirm_id, record)
     return confirm_id, record

@@ -158,7 +158,7 @@ def run(live: LiveStudy, bench: Bench, rounds: int, max_candidates: int = MAX_CA
         if report.rounds >= rounds:
             report.stop, report.stopped = RaceStop.ROUNDS, f"budget of {rounds} rounds spent (--confirm)"
             break
-        if not fits(deadline, process_s(view, [base])):
+        if not fits(deadline, _round_s(view, base, alive, within)):  # a round begun and cut teaches nothing
             report.stop, report.stopped = RaceStop.TIME, "time budget spent (--time-budget)"
             break
         k = report.rounds
@@ -199,6 +199,15 @@ def run(live: LiveStudy, bench: Bench, rounds: int, max_candidates: int = MAX_CA
                      eliminated=dict(report.eliminated))
     live.save_race(race_id, record)
     return report
+
+
+def _round_s(view: StoredStudy, base: int, alive: list[int], within: list[int]) -> float:
+    """About how long a round takes: the shared processes of the candidates measured beside the defaults, the
+    others' and the defaults' processes of their own."""
+    shared = [n for n in alive if n in within]
+    apart = [n for n in alive if n not in within]
+    groups = [[base, *shared[g:g + MAX_ARMS - 1]] for g in range(0, len(shared), MAX_ARMS - 1)]
+    return sum(process_s(view, g) for g in groups) + (process_s(view, [base, *apart]) if apart else 0.0)
 
 
 def _failed_out(ev: Evidence, alive: list[int], report: RaceReport) -> list[int]:

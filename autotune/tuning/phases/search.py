@@ -445,7 +445,7 @@ class Search:
         """The search is in the last :data:`NEIGHBOUR_SHARE` of its budget (of its trials, or of its share of the time
         budget): its trials go to the leader's one-knob neighbours."""
         opts = self.options
-        if opts.trials - measured <= max(1, math.ceil(opts.trials * NEIGHBOUR_SHARE)):
+        if opts.trials - measured <= math.ceil(opts.trials * NEIGHBOUR_SHARE):
             return True
         end = session.ends().search
         if end is None:

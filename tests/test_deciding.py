@@ -1,0 +1,166 @@
+"""The verdict agrees with itself (autotune.evidence.deciding), as invariants over many simulated studies: made-up
+workloads of known truth (one knob pays, nothing pays, only a combination pays, a configuration that runs out of
+memory, fast configurations noisier than the defaults) x seeds x ways of running (the race and the claim; no race;
+a measurement taken on a busy machine). After each study, every view of it is read as a user reads it:
+
+- the verdict's configuration is the table's recommended row (and the export's, and the dashboard's header's);
+- every configuration the verdict names is in the table;
+- once the race has chosen, a claim is measured apart, or the verdict says why not;
+- "no gain" is never said beside a row whose interval lies wholly above 1, unless the verdict names that row;
+- status --json, the export and the dashboard's header carry the same speed-up for it.
+
+20 studies in the quick loop, 200 in the slow suite.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from autotune import knobs
+from autotune import result as R
+from autotune.cli.reads import front_rows
+from autotune.evidence import evidence_of
+from autotune.export import document
+from autotune.knobs import space
+from autotune.reports import view
+from autotune.reports.dashboard.header import header_info
+from autotune.store import RaceStop
+from autotune.testing import fake as M
+from autotune.testing import studies as made_up
+from autotune.tuning import loop as S
+from autotune.tuning.phases import Bench, Seeds
+
+CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
+SPACE = space.parse({"search": {"precision": ["fp32", "bf16"], "optimizer_impl": ["default", "foreach", "fused"],
+                                "num_workers": [0, 1], "memory_format": ["contiguous", "channels_last"]}},
+                    "deciding.toml", "deciding")
+
+
+def one_pays(c):
+    return 1.5 if c["memory_format"] == "channels_last" else 1.0
+
+
+def nothing_pays(c):
+    return 1.0
+
+
+def combination(c):
+    return 1.5 if c["precision"] == "bf16" and c["optimizer_impl"] == "fused" and c["num_workers"] == 1 else 1.0
+
+
+def ooms(c):
+    return 1.4 if c["optimizer_impl"] == "fused" else 1.0
+
+
+def gpu_like(c):
+    return (2.0 if c["precision"] == "bf16" else 1.0) * (1.2 if c["optimizer_impl"] == "fused" else 1.0)
+
+
+SCENARIOS = {
+    "one knob pays": (one_pays, None),
+    "nothing pays": (nothing_pays, None),
+    "a combination pays": (combination, None),
+    "a configuration runs out of memory": (ooms, lambda c: R.OOM if c["precision"] == "bf16" else None),
+    "fast ones noisier": (gpu_like, None),
+}
+SHAPES = ("race and claim", "no race", "a busy measurement")
+
+
+def measure(name: str, seed: int, shape: str):
+    truth, fail = SCENARIOS[name]
+    if name == "fast ones noisier":
+        plain = M.unequal(truth, seed, lambda c: 0.25 if truth(c) > 1.05 else 0.01)
+    else:
+        plain = M.lognormal(truth, seed, 0.15, fail=fail)
+    if shape != "a busy measurement":
+        return plain
+    calls = [0]
+
+    def busy_once(config, dominators=(), margin=None, **kw):  # the fifth process ran beside another's 1.6 cores
+        calls[0] += 1
+        result = plain(config, dominators, margin)
+        if calls[0] == 5 and result.ok:
+            result.load = {"other_cores": 1.6, "cores": 2}
+        return result
+
+    return busy_once
+
+
+def study(name: str, seed: int, shape: str):
+    live = made_up.live_study("sqlite:///:memory:", f"d{seed}", SPACE, CTX, seed=seed, grace_s=None)
+    base = S.base_config(CTX, SPACE.fixed, None)
+    options = S.Options(trials=10, max_repeats=500, numerics="off", race_rounds=0 if shape == "no race" else 8)
+    summary = S.Tuner(live, Seeds(space.effective(SPACE, CTX, base), CTX, base), Bench(measure(name, seed, shape)),
+                      options).run()
+    return live.view(), summary
+
+
+def check(study_view, summary, where: str) -> None:
+    ev = evidence_of(study_view)
+    verdict = ev.verdict()
+    assert summary.verdict is not None and summary.verdict.text == verdict.text, where
+    doc = view.status(study_view)
+    rows = front_rows(doc)
+    shown = {row["trial"] for row, _ in rows}
+    rec = doc["recommended"]
+    # the verdict's configuration is the table's recommended row
+    if verdict.recommends:
+        assert rec is not None and rec["trial"] == verdict.winner, where
+    elif verdict.state == "no_gain":
+        assert rec is not None and rec["trial"] == ev.baseline.number, where
+    # every configuration the verdict names is in the table
+    named = {int(n) for n in re.findall(r"#(\d+)", verdict.text)}
+    assert named <= shown, f"{where}: the verdict names {sorted(named - shown)}, not in the table: {verdict.text}"
+    # once the race has chosen, a claim is measured apart, or the verdict says why not
+    races = study_view.races()
+    if races and races[-1][1].stop in (RaceStop.CHOSEN, RaceStop.SETTLED) and ev.chosen() is not None:
+        assert ev.confirmation is not None and ev.confirmation.claim is not None, f"{where}: no claim: {verdict.text}"
+    # "no gain" beside a row wholly above 1 must name that row
+    if verdict.state == "no_gain":
+        for row, _ in rows:
+            s = row["speedup"]
+            if row["trial"] != ev.baseline.number and s and s.get("low") is not None and s["low"] > 1.0:
+                assert row["trial"] in named, f"{where}: no gain, but #{row['trial']} is {s['text']}: {verdict.text}"
+    # status --json, the export and the dashboard's header: one configuration, one speed-up
+    if rec is not None:
+        doc_export = document.export(study_view)
+        assert doc_export["study"]["trial"] == rec["trial"], where
+        assert (doc_export["speedup"] or {}).get("text") == (rec["speedup"] or {}).get("text"), where
+        assert doc_export["verdict"]["text"] == verdict.text, where
+        head = header_info(study_view)
+        assert head["best"]["number"] == rec["trial"] and head["verdict"]["text"] == verdict.text, where
+        assert head["best_speedup_text"] == ((rec["speedup"] or {}).get("text") or "-"), where
+
+
+def cases(seeds):
+    return [(name, shape, seed) for name in SCENARIOS for shape in SHAPES for seed in seeds]
+
+
+QUICK = [("one knob pays", "race and claim", 0), ("nothing pays", "race and claim", 1),
+         ("a combination pays", "race and claim", 2), ("a configuration runs out of memory", "race and claim", 3),
+         ("fast ones noisier", "race and claim", 4), ("one knob pays", "no race", 5), ("nothing pays", "no race", 6),
+         ("a combination pays", "no race", 7), ("a configuration runs out of memory", "no race", 8),
+         ("fast ones noisier", "no race", 9), ("one knob pays", "a busy measurement", 10),
+         ("nothing pays", "a busy measurement", 11), ("a combination pays", "a busy measurement", 12),
+         ("a configuration runs out of memory", "a busy measurement", 13),
+         ("fast ones noisier", "a busy measurement", 14), ("one knob pays", "race and claim", 15),
+         ("fast ones noisier", "race and claim", 16), ("a combination pays", "race and claim", 17),
+         ("nothing pays", "race and claim", 18), ("one knob pays", "a busy measurement", 19)]
+
+
+@pytest.mark.parametrize("name,shape,seed", QUICK)
+def test_the_verdict_agrees_with_its_table_and_every_view(name, shape, seed):
+    check(*study(name, seed, shape), f"{name}, {shape}, seed {seed}")
+
+
+@pytest.mark.slow  # 210 studies: a few minutes on a 2-core CPU
+def test_the_verdict_agrees_with_itself_over_two_hundred_studies():
+    failures = []
+    for name, shape, seed in cases(range(100, 114)):
+        try:
+            check(*study(name, seed, shape), f"{name}, {shape}, seed {seed}")
+        except AssertionError as exc:
+            failures.append(str(exc).splitlines()[0])
+    assert not failures, f"{len(failures)} of {len(cases(range(100, 114)))} studies: " + "; ".join(failures[:5])
