@@ -225,6 +225,37 @@ def test_with_nothing_else_separated_a_busy_study_keeps_the_defaults():
     assert v.details and v.details[0].startswith("#1 (threads=1)")  # the why: on the line below the headline
 
 
+def test_on_a_busy_machine_the_claim_reverts_the_load_sensitive_knob_alone_not_the_gain_with_it():
+    # threads=1 with bf16 won while another process used a core: the race's choice stands, its claim is of bf16 alone
+    from dataclasses import replace
+
+    from autotune.evidence import claim as C
+    from autotune.store import LiveStudy, RaceRecord, RaceStop
+    from autotune.tuning.phases import confirm
+
+    study = new_study(fingerprint=FP)
+    loaded(study, 100.0, 1.0, role="baseline"), loaded(study, 450.0, 1.0, threads=1, precision="bf16")
+    rounds(study, {0: (100.0, 1.0), 1: (450.0, 1.0)})
+    ev = evidence(study)
+    assert ev.load.was_busy and ev.chosen() == 1  # not set aside whole for its threads
+    live = LiveStudy(study)
+    live.save_race("a", RaceRecord((1,), 2, 4, 0.0, done=True, stop=RaceStop.CHOSEN))
+    ev = evidence(study)
+    assert ev.chosen() == 1
+    confirm_id, record = confirm._plan(live, ev, 1, "a")
+    assert record.reverted == {"threads": 1} and record.reduction is True and record.reduced is None
+    reduced = loaded(study, 150.0, 1.0, role="minimal", precision="bf16")
+    live.save_confirm(confirm_id, replace(record, reduced=reduced))
+    for k in range(1, record.processes + 1):
+        measured(study, f"{C.CONFIRM}{confirm_id}-{k:02d}", {0: 100.0 * (1 + 0.01 * k), reduced: 150.0 * (1 - 0.01 * k)},
+                 other_cores=1.0)
+    v = evidence(study).verdict()
+    assert v.state == "gain" and v.winner == reduced, v
+    assert v.headline.startswith(f"use #{reduced} (precision=bf16): 1.")
+    assert "left at your setting as their gain depends on the load: threads: 2" in v.details
+    assert not v.left  # not among the knobs that bought nothing
+
+
 def test_measurements_much_busier_than_the_baselines_are_left_out_of_the_claim():
     # #1 raced in 4 rounds; in two of them another process used 1.5 of the 2 cores (the baseline's saw 0.1).
     study = new_study(fingerprint=FP)

@@ -69,6 +69,8 @@ def confirmed(ev: Any, conf: CL.Confirmed) -> Verdict:
     left at the user's setting named with what they bought together."""
     assert conf.claim is not None and ev.baseline is not None
     n, s = conf.recommendation, conf.claim
+    if ev.load.was_busy and sensitive(ev, n):  # its load-sensitive knobs could not be reverted: the race's rule
+        return raced(ev)
     c = ev.configs[n]
     behind = (f"{int(round(100 * stats.LEVEL))}% interval, measured apart from the search that chose it: "
               f"{plural(s.processes, 'process')} against {s.reference_processes} of the defaults")
@@ -95,6 +97,12 @@ def confirmed(ev: Any, conf: CL.Confirmed) -> Verdict:
     verdict = V.detailed(verdict, *details)
     if conf.reverted and verdict.recommends:
         lefts = ev.left()
+        if ev.load.was_busy:  # reverted for the load, not for what they bought
+            loaded = [x for x in lefts if all(sensitive_knob(k) for k in x.changes)]
+            lefts = [x for x in lefts if x not in loaded]
+            if loaded:
+                verdict = V.detailed(verdict, "left at your setting as their gain depends on the load: "
+                                     + ", ".join(line for x in loaded for line in x.lines()))
         verdict = V.leaving(verdict, tuple(line for x in lefts for line in x.lines()),
                             "; ".join(x.bought_text() for x in lefts),
                             "left at your setting, as they bought nothing beyond the noise: "
@@ -157,6 +165,12 @@ def sensitive_knob(name: str) -> bool:
 
 def sensitive(ev: Any, number: int | None) -> bool:
     return number is not None and any(sensitive_knob(k) for k in ev.configs[number].changes)
+
+
+def only_sensitive(ev: Any, number: int | None) -> bool:
+    """``number`` changes load-sensitive knobs only: without them it is the defaults."""
+    changes = [k for k in ev.configs[number].changes if k in knobs.KNOBS] if number is not None else []
+    return bool(changes) and all(sensitive_knob(k) for k in changes)
 
 
 def busy_note(ev: Any, verdict: Verdict) -> Verdict:

@@ -24,6 +24,7 @@ from typing import Any
 from autotune import knobs
 from autotune.evidence import ablation as A
 from autotune.evidence import claim as C
+from autotune.evidence import deciding as D
 from autotune.evidence import evidence_of
 from autotune.store import LiveStudy
 from autotune.store.plans import ConfirmRecord, ConfirmStop
@@ -162,6 +163,14 @@ def _plan(live: LiveStudy, ev: Any, chosen: int, race_id: str, deadline: float |
     if c.changes and set(reverted) >= set(c.changes):  # never the defaults themselves: the race chose a change
         reverted = {k: c.config[k] for k in C.propose(c.changes, rows, ev.noise.sigma)}
         measured, reduced = False, None
+    loaded = {k: c.config[k] for k in c.changes if D.sensitive_knob(k)} if ev.load.was_busy else {}
+    if loaded and not set(loaded) >= set(c.changes):
+        # On a busy machine a load-sensitive knob (threads, loader workers) is reverted by itself, never the whole gain
+        # with it: what a quiet machine could contradict is not claimed. Decided, not measured against the chosen
+        # configuration (which the load flattered); the knobs proposed from the search's figures stay as chosen.
+        reverted = {k: v for k, v in reverted.items() if measured}
+        reverted.update(loaded)
+        measured, reduced = True, None
     if reverted:
         config = {**c.config, **{k: base[k] for k in reverted}}
         key = knobs.resolve(config, knobs.Context.from_dict(ev.study.context)).key() if ev.study.context else None
