@@ -4,8 +4,14 @@
   the API reference, a page left out of the table of contents fails), and its reference is complete: every public
   name of ``autotune`` (``__all__``), every command, every knob (the knob page's table is generated from the
   registry) and every room of the layers contracts.
-- Nothing cites a file the repository does not hold, and every figure on the results page names the file that
-  printed it and that file's date.
+- Nothing cites a file the repository does not hold, and every figure on the results and history pages names the
+  file that printed it and that file's date; the output a page quotes (the README's run, the GPU page's study, the
+  front page's) is in the results file it cites, line for line, and the README's words about it (its processes, its
+  time, its verdict) are that file's.
+- The knob table is written into docs/knobs.md too (GitHub shows the Markdown, not the site), and held equal to the
+  registry; every glossary link points to a term the glossary defines; user pages carry no development words
+  (issue numbers, commit hashes, developers' variables and internal names), which the architecture and contributing
+  pages may.
 
 The build needs the ``docs`` extra (Sphinx, furo, myst-parser, sphinx-click; the ``test`` extra brings it): without
 it the build test skips, saying why, and fails in CI (autotune.testing.suite.need).
@@ -33,6 +39,11 @@ README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
 RESULTS_PAGE = DOCS / "results.md"
+HISTORY_PAGE = DOCS / "history.md"
+GLOSSARY = DOCS / "glossary.md"
+#: Pages for contributors, which may name the package's internals.
+CONTRIBUTORS = ("architecture.md", "contributing.md")
+README_RUN = "readme_run-"  # the results file of the README's main job (benchmarks/readme_run.py)
 README_MAX_LINES = 150
 # A path the documentation cites: a file of the repository (with its extension) or a folder (with its slash).
 CITED = re.compile(r"(?<![\w/.:<-])((?:autotune|benchmarks|tests|docs|search_spaces|\.ci)/[\w./*-]*"
@@ -67,6 +78,7 @@ def test_the_readme_is_short_and_its_first_screen_is_the_users():
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines (at most {README_MAX_LINES})"
     first_screen = "\n".join(lines[:20])
     assert "## Install" in first_screen and "pytest" not in first_screen  # the user's, not a contributor's
+    assert "(docs/gpu.md)" in first_screen, "the first screen points a GPU user to the GPU page"
     assert all(f"(docs/{page.name})" in README.read_text(encoding="utf-8")
                for page in PAGES if page.stem not in ("index",)), "the README's table points to every page"
 
@@ -80,6 +92,90 @@ def test_the_readmes_output_is_a_run_that_was_printed():
         block = text.split("```text\n", 1)[1].split("```", 1)[0]
         assert block.strip() and block.strip() in printed, f"{doc.name}: its output is not in {source}"
         assert "verdict:" in block and "recommended" in block
+
+
+def text_blocks(text: str) -> list[str]:
+    """The ``text`` code blocks of a page (what it quotes of a command's output)."""
+    return [part.split("```", 1)[0] for part in text.split("```text\n")[1:]]
+
+
+def test_the_readmes_words_about_its_run_are_the_files():
+    """What the README says of the run it quotes holds in the results file: the command's wall time (the file's last
+    line), the study's own time, the recommendation's processes in the front table (its race's and its claim's
+    re-measurements: its search trial chose it and is left out), and the claim's fresh processes against the
+    defaults' (the claim's rounds of the recommendation, as the file's trial lines count them)."""
+    text = README.read_text(encoding="utf-8")
+    (source,) = {p for p in cited_paths(text) if README_RUN in p}
+    printed = (ROOT / source).read_text(encoding="utf-8")
+    block = text_blocks(text)[0]
+    prose = " ".join(text.split(block, 1)[1].split("## Three ways in", 1)[0].split())
+    wall = re.search(r"exit code 0; (\d+) s\s*$", printed).group(1)
+    assert f"({wall} s; `{source}`" in " ".join(text.split()), "the README's wall time is not the file's"
+    assert f"The {wall} s are the command's wall time" in prose
+    spent = re.search(r"time spent (\S+)", block).group(1)
+    assert re.search(rf"trials \d+: .*time spent {spent}$", printed, re.MULTILINE) and f"`time spent {spent}`" in prose
+    row = next(line for line in block.splitlines() if "recommended" in line and line.startswith("│"))
+    number, processes = re.search(r"#(\d+) recommended", row).group(1), row.split("│")[4].strip()
+    assert f"Row #{number} counts {processes} processes" in prose
+    fresh, defaults = re.search(r"(\d+) processes against (\d+) of the defaults", block).groups()
+    assert f"counts only its {fresh} fresh ones, against the defaults' {defaults}" in prose
+    claim = len(re.findall(rf"^the claim, round \d+ of at most \d+: #{number} measured again", printed, re.MULTILINE))
+    race = len(re.findall(rf"^race round \d+ of at most \d+: #{number} measured again", printed, re.MULTILINE))
+    assert claim == int(fresh) and claim + race == int(processes), (claim, race, fresh, processes)
+    assert f"the claim's {fresh};" in prose
+
+
+def test_what_a_page_quotes_is_in_the_files_it_cites():
+    """Every line of a ``text`` block on the front page and the GPU page is a line of a results file the page cites."""
+    for doc in (DOCS / "index.md", DOCS / "gpu.md"):
+        text = doc.read_text(encoding="utf-8")
+        sources = [ROOT / p for p in cited_paths(text) if p.startswith("benchmarks/results/") and exists(p)]
+        printed = {line.rstrip() for path in sources if path.is_file()
+                   for line in path.read_text(encoding="utf-8", errors="replace").splitlines()}
+        blocks = text_blocks(text)
+        assert blocks, f"{doc.name} quotes no output"
+        for block in blocks:
+            for line in block.splitlines():
+                assert line.rstrip() in printed, f"{doc.name}: {line!r} is in none of {[str(s) for s in sources]}"
+
+
+def test_the_front_pages_quickstart_is_the_readmes():
+    """The site's front page shows the README's set-up, test and run lines, as commands."""
+    def commands(block: str) -> list[str]:
+        return [row.split("#", 1)[0].strip() for row in block.splitlines() if row.split("#", 1)[0].strip()]
+
+    readme = README.read_text(encoding="utf-8").split("## Set up, test, run", 1)[1].split("```", 2)[1]
+    index = (DOCS / "index.md").read_text(encoding="utf-8").split("## Quickstart", 1)[1].split("```", 2)[1]
+    assert commands(readme.split("\n", 1)[1]) == commands(index.split("\n", 1)[1])
+
+
+def glossary_anchors() -> set[str]:
+    """The anchors of the glossary's terms, as GitHub and MyST spell a heading's: lower case, punctuation dropped,
+    spaces as hyphens."""
+    headings = re.findall(r"^## (.+)$", GLOSSARY.read_text(encoding="utf-8"), re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_every_glossary_link_names_a_term_it_defines():
+    """The site's build checks the pages' links; GitHub checks none, and the README is not on the site."""
+    anchors = glossary_anchors()
+    assert {"race", "noise-floor", "recipe", "claim", "selection", "pareto-front", "least-change", "opening",
+            "neighbour", "unconfirmed", "mfu"} <= anchors
+    for doc in (README, *PAGES):
+        for anchor in re.findall(r"glossary\.md#([\w-]+)", doc.read_text(encoding="utf-8")):
+            assert anchor in anchors, f"{doc.name}: glossary.md#{anchor} is not a term of the glossary"
+
+
+#: Words for the package's developers: issue numbers, commits, their variables, internal names (a stored record's
+#: keys, which docs/storage.md documents, are the user's to read).
+DEVELOPMENT_WORDS = re.compile(r"\bissue \d+|the issue's|\bAUTOTUNE_(?:PAIRED|DOCS_PICTURE|TRACE)\b|\bknobs\.apart\b"
+                               r"|\bcommit [0-9a-f]{7}\b|\b(?:committed|renamed) in [0-9a-f]{7}\b")
+
+
+def test_user_pages_carry_no_development_words():
+    found = [f"{doc.name}: {m.group(0)!r}" for doc in (README, *PAGES) if doc.name not in CONTRIBUTORS
+             for m in DEVELOPMENT_WORDS.finditer(doc.read_text(encoding="utf-8"))]
+    assert not found, "development words on user pages (they belong on architecture or contributing):\n" + "\n".join(found)
 
 
 # ---------------------------------------------------------------- no drift
@@ -107,16 +203,38 @@ def test_no_module_or_test_cites_a_design_file_outside_the_repository():
     assert not cites, cites
 
 
+def docs_extension():
+    """docs/_ext/autotune_docs.py, the site's own directives (imported as the site's build imports it)."""
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        import autotune_docs
+    finally:
+        sys.path.remove(str(DOCS / "_ext"))
+    return autotune_docs
+
+
 def test_the_knob_page_is_generated_from_the_registry():
+    """docs/knobs.md holds the registry's table as Markdown (what GitHub shows), equal to what the site builds from
+    the registry; the site draws its own in its place; no knob row is written anywhere else on the page."""
+    pytest.importorskip("docutils")
+    ext = docs_extension()
     text = (DOCS / "knobs.md").read_text(encoding="utf-8")
-    assert "```{knob-table}" in text
-    hand_written = [name for name in knobs.NAMES if re.search(rf"^\| `{name}`", text, re.MULTILINE)]
+    written = ext.written_table(text)
+    assert written is not None, f"docs/knobs.md has no knob table between {ext.BEGIN!r} and {ext.END!r}"
+    assert written == ext.knob_markdown(), ("docs/knobs.md's knob table is not the registry's: run "
+                                            "`python docs/_ext/autotune_docs.py` to write it again")
+    assert [f"`{name}`" for name in knobs.NAMES] == [row.split(" | ")[0][2:] for row in written.splitlines()[2:]]
+    outside = text.replace(written, "")
+    hand_written = [name for name in knobs.NAMES if re.search(rf"^\| `{name}`", outside, re.MULTILINE)]
     assert not hand_written, f"knob rows written by hand in docs/knobs.md: {hand_written}"
+    source = [text]
+    ext.site_source(None, "knobs", source)
+    assert "```{knob-table}" in source[0] and ext.written_table(source[0]) is None
 
 
-def results_sections() -> list[tuple[str, str]]:
-    """(heading, body) of each ``## `` section of the results page."""
-    parts = re.split(r"^## (.+)$", RESULTS_PAGE.read_text(encoding="utf-8"), flags=re.MULTILINE)
+def results_sections(page: Path = RESULTS_PAGE) -> list[tuple[str, str]]:
+    """(heading, body) of each ``## `` section of the results page (or the history page)."""
+    parts = re.split(r"^## (.+)$", page.read_text(encoding="utf-8"), flags=re.MULTILINE)
     return list(zip(parts[1::2], parts[2::2]))
 
 
@@ -132,18 +250,26 @@ def file_date(path: Path) -> str | None:
     return found.group(0) if found else None
 
 
-def test_every_results_section_names_the_files_that_printed_it_and_their_dates():
-    sections = results_sections()
+@pytest.mark.parametrize("page", [RESULTS_PAGE, HISTORY_PAGE], ids=lambda p: p.stem)
+def test_every_results_section_names_the_files_that_printed_it_and_their_dates(page):
+    sections = results_sections(page)
     assert len(sections) >= 10
     for heading, body in sections:
         first = body.strip().split("\n\n", 1)[0]
-        assert first.startswith("Printed by "), f"results, {heading!r}: its first line does not say what printed it"
+        assert first.startswith("Printed by "), f"{page.stem}, {heading!r}: its first line does not say what printed it"
         files = [p for p in cited_paths(first) if p.startswith("benchmarks/results/")]
-        assert files, f"results, {heading!r}: cites no file of benchmarks/results/"
+        assert files, f"{page.stem}, {heading!r}: cites no file of benchmarks/results/"
         for path in files:
-            assert exists(path), f"results, {heading!r}: {path} does not exist"
+            assert exists(path), f"{page.stem}, {heading!r}: {path} does not exist"
             date = file_date(ROOT / path)
-            assert date is None or date in first, f"results, {heading!r}: {path} is of {date}, not said"
+            assert date is None or date in first, f"{page.stem}, {heading!r}: {path} is of {date}, not said"
+
+
+def test_the_results_page_opens_with_the_gpus():
+    """What a user compares against comes first, GPUs first: the H100's proof, then the H200's study."""
+    headings = [h for h, _ in results_sections()]
+    assert "H100" in headings[0] and "H200" in headings[1], headings[:2]
+    assert "(history.md)" in RESULTS_PAGE.read_text(encoding="utf-8")
 
 
 # ---------------------------------------------------------------- the site, built

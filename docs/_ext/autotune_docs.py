@@ -4,6 +4,10 @@
   where it applies and how it is applied; ``autotune knobs`` prints the same);
 - ``layers``: the package's rooms in the order of the layers contracts in ``pyproject.toml`` (which
   ``tests/test_layers.py`` runs), each with the first sentence of its own docstring.
+
+The knob table is also written into ``docs/knobs.md`` as Markdown, between :data:`BEGIN` and :data:`END`, so that the
+page reads on GitHub too: ``python docs/_ext/autotune_docs.py`` writes it again, ``tests/test_docs.py`` holds it equal
+to the registry, and the site replaces it with the directive when it reads the page (:func:`site_source`).
 """
 
 from __future__ import annotations
@@ -122,7 +126,64 @@ class Layers(SphinxDirective):
         return out
 
 
+KNOBS_PAGE = ROOT / "docs" / "knobs.md"
+BEGIN = "<!-- the knob table, written from the registry by `python docs/_ext/autotune_docs.py`: do not edit by hand -->"
+END = "<!-- end of the knob table -->"
+KNOB_HEADER = ["knob", "values", "PyTorch's default", "applies", "applied as", "what it does", "by hand (the guides' value)"]
+
+
+def markdown_cell(text: str) -> str:
+    """A cell as Markdown: ``code`` and :role:`target` spans as code, the rest as text, pipes escaped."""
+    text = " ".join(str(text).split()) or "-"
+    text = INLINE.sub(lambda m: "`" + (m.group(1) or m.group(2)) + "`", text)
+    return text.replace("|", "\\|")
+
+
+def knob_markdown() -> str:
+    """The knob table as a Markdown table (what :class:`KnobTable` draws on the site)."""
+    rows = [KNOB_HEADER, ["---"] * len(KNOB_HEADER), *knob_rows()]
+    return "\n".join("| " + " | ".join(markdown_cell(c) if i != 1 else c for c in row) + " |"
+                     for i, row in enumerate(rows))
+
+
+def written_table(text: str) -> str | None:
+    """The knob table a page holds between :data:`BEGIN` and :data:`END` (None: no such region)."""
+    if BEGIN not in text or END not in text:
+        return None
+    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+
+
+def write_knob_table(path: Path = KNOBS_PAGE) -> bool:
+    """Write the registry's knob table into the page's region; whether the page changed."""
+    text = path.read_text(encoding="utf-8")
+    if written_table(text) is None:
+        raise SystemExit(f"{path}: no region between {BEGIN!r} and {END!r}")
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    new = f"{head}{BEGIN}\n\n{knob_markdown()}\n\n{END}{tail}"
+    if new != text:
+        path.write_text(new, encoding="utf-8")
+    return new != text
+
+
+def site_source(app, docname: str, source: list[str]) -> None:  # noqa: ANN001 - Sphinx's event
+    """On the site, the page's Markdown copy of the knob table gives way to the table built from the registry."""
+    text = source[0]
+    if written_table(text) is not None:
+        head, rest = text.split(BEGIN, 1)
+        source[0] = head + "```{knob-table}\n```" + rest.split(END, 1)[1]
+
+
 def setup(app):  # noqa: ANN001, ANN201 - Sphinx's extension entry point
     app.add_directive("knob-table", KnobTable)
     app.add_directive("layers", Layers)
+    app.connect("source-read", site_source)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    print(f"{KNOBS_PAGE.relative_to(ROOT)}: " + ("the knob table written again" if write_knob_table()
+                                                 else "the knob table is the registry's already"))
