@@ -17,6 +17,7 @@ from __future__ import annotations
 import multiprocessing
 
 import pytest
+from test_deciding import check
 
 from autotune import knobs
 from autotune import result as R
@@ -27,8 +28,6 @@ from autotune.testing import fake as M
 from autotune.testing import studies as made_up
 from autotune.tuning import loop as S
 from autotune.tuning.phases import Bench, Seeds
-
-from test_deciding import check
 
 #: The parent's machine: 2 cores; each of two workers sees 1 (``threads`` then has fewer values there).
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
@@ -79,10 +78,6 @@ def numerics_run(differs):
                                 data_digest="d", wall_s=0.01)
 
     return run
-
-
-class Stop(Exception):
-    """Raised where the run is stopped: a KeyboardInterrupt, as Ctrl-C is."""
 
 
 class StoppingBench(Bench):
@@ -137,7 +132,7 @@ def bench(workload: str, seed: int, shape: str, offset: int = 0) -> Bench:
 
 
 def options(shape: str, ctx: knobs.Context = CTX, **over) -> S.Options:
-    kw = dict(trials=TRIALS, max_repeats=500, numerics="warn")
+    kw: dict = {"trials": TRIALS, "max_repeats": 500, "numerics": "warn"}
     if shape == "time budget":
         kw["time_budget_s"] = 60.0
     if shape == "confirm 0":
