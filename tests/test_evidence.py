@@ -296,6 +296,18 @@ def test_a_configuration_measured_only_while_much_busier_cannot_win():
     ev = evidence(study)
     assert ev.configs[1].busy_only
     assert ev.verdict().winner != 1
+    assert 1 in ev.race_candidates(1)  # measured again in the race, beyond its limit
+
+
+def test_a_configuration_measured_only_while_much_busier_is_raced_again_and_can_then_win():
+    study = new_study(fingerprint=FP)
+    loaded(study, 100.0, 0.0, role="baseline"), loaded(study, 150.0, 0.0, precision="bf16")
+    loaded(study, 60.0, 1.9, optimizer_impl="fused")  # slowed by another process's 1.9 cores: it looks slowest
+    ev = evidence(study)
+    assert ev.configs[2].busy_only and ev.race_candidates(1) == [1, 2]
+    rounds(study, {0: (100.0, 0.0), 1: (150.0, 0.0), 2: (200.0, 0.0)})  # measured again on a quiet machine
+    ev = evidence(study)
+    assert not ev.configs[2].busy_only and ev.verdict().winner == 2
 
 
 def paired_process(study: optuna.Study, round_id: str, rates: dict[str, float | None], other_cores: float = 0.0,
