@@ -17,6 +17,8 @@ Pure computation; nothing here imports torch or Optuna.
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from typing import Any
 
 from autotune import knobs
@@ -26,9 +28,6 @@ from autotune.evidence import claim as CL
 from autotune.evidence import numerics as NU
 from autotune.evidence import stats
 from autotune.evidence import verdict as V
-import re
-from dataclasses import replace
-
 from autotune.evidence.verdict import Verdict
 from autotune.evidence.verdict import changes_text as _changes_text
 from autotune.request import option, pickled_name
