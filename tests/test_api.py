@@ -57,7 +57,9 @@ def test_tune_a_factory_defined_inside_the_test(tmp_path):
     assert isinstance(result, autotune.TuneResult) and isinstance(result.study, optuna.Study)
     assert result.study.study_name == "s" and result.measured == 3
     assert result.summary.measured == 3 and result.summary.new == 3
-    assert isinstance(result.verdict, Verdict) and result.verdict.text in repr(result)
+    # the repr shows the verdict as a user reads it: its headline, its details on the line below
+    assert isinstance(result.verdict, Verdict) and f"verdict: {result.verdict.headline or result.verdict.text}" in repr(result)
+    assert all(detail in repr(result) for detail in result.verdict.details)
     assert result.front and all({"trial", "changes", "samples_per_s", "peak_memory_bytes", "speedup"} <= set(r) for r in result.front)
     assert isinstance(result.noise, Noise) and result.noise.known
     batch = {t.number: t.config["batch_size"] for t in result.view.trials if t.config and t.duplicate_of is None}

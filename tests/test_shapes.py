@@ -4,7 +4,8 @@ runs a study in, through the tuning loop (autotune.tuning.loop) over a real stor
 
 - SQLite, the journal and PostgreSQL;
 - two workers whose share of the cores leaves some knob values out, then the process that races and claims (the
-  parent of ``autotune run --workers 2``) over the whole space;
+  parent of ``autotune run --workers 2``) over the whole space; two workers of a device each (``--devices``, each
+  over the whole space, simulated on the CPU);
 - a run stopped (Ctrl-C) in the search, the noise floor, the race, the claim or the numerics check, then resumed;
 - ``--time-budget``, ``--confirm 0``, ``--numerics strict``, a measurement taken on a busy machine.
 
@@ -63,7 +64,7 @@ WORKLOADS = {
     "one configuration runs out of memory": (crashes, lambda c: R.OOM if c["precision"] == "bf16" else None),
 }
 STOPS = ("search", "floor", "race", "claim", "numerics")  # where a run is stopped (Ctrl-C), then resumed
-SHAPES = ("one worker", "two workers", "time budget", "confirm 0", "numerics strict", "busy measurement",
+SHAPES = ("one worker", "two workers", "two devices", "time budget", "confirm 0", "numerics strict", "busy measurement",
           *(f"stopped in the {stop}" for stop in STOPS))
 
 
@@ -150,10 +151,11 @@ def tuner(url: str, name: str, workload: str, seed: int, shape: str, ctx: knobs.
                    options(shape, ctx, **over))
 
 
-def worker(url: str, name: str, workload: str, seed: int, k: int) -> None:
-    """A worker of ``--workers 2``: its share of the cores, the search only (the race, the claim and the numerics check
-    are the parent's)."""
-    tuner(url, name, workload, seed + 1000 * (k + 1), "two workers", WORKER_CTX, offset=1000 * (k + 1), race_rounds=0,
+def worker(url: str, name: str, workload: str, seed: int, k: int, shape: str) -> None:
+    """A worker of ``--workers 2`` (its share of the cores) or of ``--devices`` (a device of its own, the whole space):
+    the search only (the race, the claim and the numerics check are the parent's)."""
+    ctx = WORKER_CTX if shape == "two workers" else CTX
+    tuner(url, name, workload, seed + 1000 * (k + 1), shape, ctx, offset=1000 * (k + 1), race_rounds=0,
           numerics="off").run(poll_s=0.01)
 
 
@@ -162,10 +164,10 @@ def run_cell(url: str, workload: str, shape: str, seed: int):
     summary, and whether a run was stopped."""
     name = "-".join(f"{workload} {shape} {seed}".split())
     stopped = False
-    if shape == "two workers":
+    if shape in ("two workers", "two devices"):
         made_up.live_study(url, name, SPACE, CTX, seed=seed, grace_s=None)  # the parent makes the study, then its workers
         spawn = multiprocessing.get_context("spawn")  # processes, as autotune run starts them: each its own owner
-        workers = [spawn.Process(target=worker, args=(url, name, workload, seed, k)) for k in range(2)]
+        workers = [spawn.Process(target=worker, args=(url, name, workload, seed, k, shape)) for k in range(2)]
         for w in workers:
             w.start()
         for w in workers:
@@ -198,7 +200,7 @@ def assert_ends_in_a_verdict(url: str, workload: str, shape: str, seed: int, sto
     check(view, summary, where)
 
 
-QUICK = [("one knob pays", "two workers", 0), ("a combination pays", "time budget", 1),
+QUICK = [("one knob pays", "two workers", 0), ("a combination pays", "two devices", 10), ("a combination pays", "time budget", 1),
          ("nothing pays", "confirm 0", 2), ("one configuration runs out of memory", "numerics strict", 3),
          ("one knob pays", "busy measurement", 4), ("one configuration crashes", "stopped in the search", 5),
          ("a combination pays", "stopped in the race", 6), ("one knob pays", "stopped in the claim", 7),
@@ -216,7 +218,7 @@ def test_a_shape_ends_in_a_verdict_on_every_storage(store_url, workload, shape, 
     assert_ends_in_a_verdict(store_url, workload, shape, seed, stops=True)
 
 
-@pytest.mark.slow  # 5 workloads x 11 shapes x 2 seeds: a few minutes on a 2-core CPU
+@pytest.mark.slow  # 5 workloads x 12 shapes x 2 seeds: a few minutes on a 2-core CPU
 def test_every_shape_and_workload_ends_in_a_verdict_that_agrees_with_itself(tmp_path):
     failures = []
     url = f"sqlite:///{tmp_path / 'studies.db'}"

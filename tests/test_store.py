@@ -235,6 +235,43 @@ def test_a_process_opens_each_store_once():
     assert Store.open(url, read_only=True) is not Store.open(url)
 
 
+def _pop_queue(url: str, name: str, out: str) -> None:
+    """A worker process: take queued trials until none is left, writing each trial number taken to ``out``."""
+    study = Store(url).load(name)
+    with open(out, "w") as f:
+        while True:
+            trial = study.ask()
+            if not trial.user_attrs.get("queued"):  # the queue is empty: this trial is a new one
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                return
+            f.write(f"{trial.number}\n")
+            f.flush()
+            study.tell(trial, [1.0, 1.0])
+
+
+def test_processes_taking_queued_trials_never_take_the_same_one(store_url, tmp_path):
+    """Optuna's queue of enqueued trials (the baseline, the recipe, warm starts, neighbours) is popped by every worker:
+    each queued trial goes to one of them, never two (on SQLite, Python's sqlite3 read the trial WAITING in one
+    transaction and set it RUNNING in another, and two workers measured and told the same trial)."""
+    import multiprocessing
+
+    store = Store(store_url)
+    study = store.create("queue")
+    for k in range(60):
+        study.enqueue_trial({"x": k}, user_attrs={"queued": True})
+    spawn = multiprocessing.get_context("spawn")
+    outs = [str(tmp_path / f"taken-{k}.txt") for k in range(4)]
+    workers = [spawn.Process(target=_pop_queue, args=(store_url, "queue", out)) for out in outs]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=240)
+    assert [w.exitcode for w in workers] == [0] * 4
+    taken = [int(line) for out in outs for line in Path(out).read_text().split()]
+    assert sorted(taken) == sorted(set(taken)), f"taken twice: {sorted(n for n in set(taken) if taken.count(n) > 1)}"
+    assert len(taken) == 60
+
+
 # ---------------------------------------------------------------- study names
 
 

@@ -247,13 +247,16 @@ class Store:
         # liveness is checked by pid (recovery.is_stale), and a heartbeat thread's own SQLite connection
         # would contend for the file's lock (or, for :memory:, see another database).
         is_server = self.is_server and not self.read_only
-        return _optuna().storages.RDBStorage(
+        storage = _optuna().storages.RDBStorage(
             url,
             engine_kwargs=kwargs,
             skip_table_creation=self.read_only,
             heartbeat_interval=server.HEARTBEAT_S if is_server else None,  # recorded while each trial runs (recovery.Heartbeat)
             grace_period=server.GRACE_S if is_server else None,
         )
+        if self.is_sqlite and self.path is not None and not self.read_only:  # workers of one file: one writer at a time
+            sqlite.serialize_writers(storage.engine)
+        return storage
 
     def _check_tables(self, tables: set[str]) -> None:
         """A read-only store must already hold Optuna's tables: a foreign database is refused, untouched."""

@@ -20,6 +20,28 @@ from autotune.store.names import STUDIES_DIR
 ENGINE_KWARGS: dict[str, Any] = {"connect_args": {"timeout": 60}}
 
 
+def serialize_writers(engine: Any) -> None:
+    """Make each transaction of a writer's ``engine`` take the file's write lock when it begins (``BEGIN IMMEDIATE``).
+
+    Python's sqlite3 opens a transaction only at the first write, so a read and the write that depends on it are
+    not one transaction: two processes popping Optuna's queue of enqueued trials both read a trial WAITING, both
+    set it RUNNING, and both measure and tell it (the second tell fails: "Cannot tell a COMPLETE trial"; Optuna's
+    ``SELECT ... FOR UPDATE`` is a no-op on SQLite). Begun immediately, the second waits for the first's commit and
+    then reads the trial RUNNING. SQLAlchemy's documented recipe for pysqlite's transactions (its "connect" and
+    "begin" events); the pool is emptied so that no connection made before keeps the old behaviour."""
+    from sqlalchemy import event
+
+    def no_implicit_begin(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # pysqlite emits no BEGIN of its own
+
+    def begin_immediate(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    event.listen(engine, "connect", no_implicit_begin)
+    event.listen(engine, "begin", begin_immediate)
+    engine.dispose()
+
+
 def path_of(url: str) -> Path | None:
     """The file of a ``sqlite:///`` URL (None for ``:memory:``)."""
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
