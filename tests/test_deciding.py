@@ -7,7 +7,8 @@ a measurement taken on a busy machine). After each study, every view of it is re
 - every configuration the verdict names is in the table;
 - once the race has chosen, a claim is measured apart, or the verdict says why not;
 - "no gain" is never said beside a row whose interval lies wholly above 1, unless the verdict names that row;
-- status --json, the export and the dashboard's header carry the same speed-up for it.
+- status --json, the export, the dashboard's header and what ``verify`` reads of the export carry the same speed-up
+  for it.
 
 20 studies in the quick loop, 200 in the slow suite.
 """
@@ -22,7 +23,7 @@ from autotune import knobs
 from autotune import result as R
 from autotune.cli.reads import front_rows
 from autotune.evidence import evidence_of
-from autotune.export import document
+from autotune.export import document, verify
 from autotune.knobs import space
 from autotune.reports import view
 from autotune.reports.dashboard.header import header_info
@@ -132,6 +133,10 @@ def check(study_view, summary, where: str) -> None:
         head = header_info(study_view)
         assert head["best"]["number"] == rec["trial"] and head["verdict"]["text"] == verdict.text, where
         assert head["best_speedup_text"] == ((rec["speedup"] or {}).get("text") or "-"), where
+        # verify: what it reads of the export is that configuration and that claim
+        if verdict.state == "gain" and rec["trial"] != ev.baseline.number:
+            claim = verify.read(doc_export)
+            assert claim.study.get("trial") == rec["trial"] and claim.speedup.text() == rec["speedup"]["text"], where
 
 
 def cases(seeds):
