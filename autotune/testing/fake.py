@@ -121,6 +121,21 @@ def second_is_slower(truth: Truth, seed: int, context: knobs.Context, sigma: flo
     return evaluate
 
 
+def busy_once(evaluate: Callable[..., R.TrialResult], at: int = 5, other_cores: float = 1.6, cores: int = 2):
+    """``evaluate`` whose ``at``-th process (counting from 1) ran beside other processes' ``other_cores`` cores (a
+    measurement taken on a busy machine, once)."""
+    calls = [0]
+
+    def measure(config, dominators=(), margin=None, **_: Any):
+        calls[0] += 1
+        result = evaluate(config, dominators, margin)
+        if calls[0] == at and result.ok:
+            result.load = {"other_cores": other_cores, "cores": cores}
+        return result
+
+    return measure
+
+
 def shared(truth: Truth, seed: int, sigma: float = NOISE, arm: float = 0.0, within: float = WITHIN,
            calls: list | None = None, offset: int = 10_000):
     """Processes that measure configurations alternately: the process's factor (``sigma``), each arm's own
