@@ -17,7 +17,6 @@ Pure computation; nothing here imports torch or Optuna.
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from typing import Any
 
@@ -260,7 +259,7 @@ def unclaimed(ev: Any, verdict: Verdict) -> Verdict:
     beyond the noise beside "no gain" without saying why."""
     if verdict.state != V.NO_GAIN or ev.baseline is None:
         return verdict
-    named = {int(n) for n in re.findall(r"#(\d+)", verdict.text)}
+    named = set(V.named(verdict))
     above = [n for n in sorted(ev.configs) if n != ev.baseline.number and n not in named and ev.configs[n].feasible
              and (s := ev.speedup(n)) is not None and s.above_one()]
     if not above:

@@ -429,14 +429,8 @@ class Evidence:
     def named(self) -> list[int]:
         """The configurations the verdict names (``#N`` in its text) that are neither the recommendation nor on the
         front, in the order it names them."""
-        import re
-
         shown = set(self.front()) | {self.recommended()}
-        out: list[int] = []
-        for n in (int(m) for m in re.findall(r"#(\d+)", self.verdict().text)):
-            if n in self.configs and n not in shown and n not in out:
-                out.append(n)
-        return out
+        return [n for n in V.named(self.verdict()) if n in self.configs and n not in shown]
 
     def time_spent(self) -> dict[str, float]:
         """Wall-clock time during which any process worked on the study (overlapping workers count once)."""

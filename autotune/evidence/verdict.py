@@ -6,13 +6,13 @@ run's summary carry it as :meth:`Verdict.to_dict`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from autotune import knobs
 from autotune.errors import Said, said
 from autotune.evidence.stats import Ratio
-
 
 GAIN = "gain"  # a configuration beats the defaults beyond the noise
 #: a configuration looks faster than the defaults, but too few processes of it were measured for an interval (a claim
@@ -80,6 +80,15 @@ class Verdict:
 def changes_text(changes: Mapping[str, Any]) -> str:
     """``knob=value ...`` of a configuration's changes from the defaults, or ``defaults``."""
     return " ".join(f"{k}={knobs.KNOBS[k].format(v)}" for k, v in changes.items() if k in knobs.KNOBS) or "defaults"
+
+
+def named(verdict: Verdict) -> list[int]:
+    """The trial numbers the verdict's text names (``#N``), in the order it names them, each once."""
+    out: list[int] = []
+    for n in (int(m) for m in re.findall(r"#(\d+)", verdict.text)):
+        if n not in out:
+            out.append(n)
+    return out
 
 
 def detailed(verdict: Verdict, *details: str) -> Verdict:

@@ -168,7 +168,7 @@ def _plan(live: LiveStudy, ev: Any, chosen: int, race_id: str, deadline: float |
         # On a busy machine a load-sensitive knob (threads, loader workers) is reverted by itself, never the whole gain
         # with it: what a quiet machine could contradict is not claimed. Decided, not measured against the chosen
         # configuration (which the load flattered); the knobs proposed from the search's figures stay as chosen.
-        reverted = {k: v for k, v in reverted.items() if measured}
+        reverted = dict(reverted) if measured else {}
         reverted.update(loaded)
         measured, reduced = True, None
     if reverted:
