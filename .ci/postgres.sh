@@ -14,8 +14,9 @@
 #
 # Without initdb/pg_ctl it installs Debian's postgresql (as root, with apt-get). Started by
 # root, the server runs as the postgres user (postgres refuses to run as root). It listens on
-# 127.0.0.1 only, on a free port, with a role "autotune" that has a password and may create
-# databases, and a database "autotune". Exported:
+# 127.0.0.1 only, on a free port, with a role "autotune" that has a password, may create
+# databases and may end other roles' sessions (pg_signal_backend: DROP DATABASE ... WITH (FORCE)),
+# and a database "autotune". Exported:
 #   AUTOTUNE_TEST_POSTGRES_URL  postgresql://autotune:PASSWORD@127.0.0.1:PORT/autotune
 #   AUTOTUNE_TEST_POSTGRES_CTL  this server's pg_ctl command (user switch, -D, -l, -w included):
 #                               append "stop -m fast" or "start" to it
@@ -107,7 +108,8 @@ _atpg_up() {
     ctl="${ctl% }"
     for attempt in 1 2 3; do  # a free port can be taken between choosing it and binding it
         port=$(_atpg_free_port) || { _atpg_fail "python3 could not pick a free port"; return 1; }
-        # Throw-away data: no fsync. Later lines of postgresql.conf override earlier ones.
+        # Throw-away data: no fsync, no autovacuum (a worker of its own in a test's database would stop that
+        # test's role from dropping it WITH (FORCE)). Later lines of postgresql.conf override earlier ones.
         "${as[@]}" tee -a "$dir/data/postgresql.conf" >/dev/null <<EOF
 listen_addresses = '127.0.0.1'
 port = $port
@@ -115,6 +117,7 @@ unix_socket_directories = '$dir'
 fsync = off
 synchronous_commit = off
 full_page_writes = off
+autovacuum = off
 EOF
         why=""
         (cd "$dir" && eval "$ctl start") >/dev/null 2>&1 && break
@@ -128,7 +131,8 @@ EOF
 
     pw=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
     if ! (cd "$dir" && "${as[@]}" "$bindir/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$port" -U postgres -d postgres \
-            -c "CREATE ROLE autotune LOGIN CREATEDB PASSWORD '$pw'" -c "CREATE DATABASE autotune OWNER autotune") \
+            -c "CREATE ROLE autotune LOGIN CREATEDB PASSWORD '$pw'" -c "GRANT pg_signal_backend TO autotune" \
+            -c "CREATE DATABASE autotune OWNER autotune") \
             >"$dir/setup.log" 2>&1; then
         _atpg_fail "creating the role and database failed: $(tail -n 1 "$dir/setup.log")"
         return 1
