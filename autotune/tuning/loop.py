@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 from autotune.evidence import Verdict, evidence_of
 from autotune.tuning.phases import Bench, Search, SearchOptions, Seeds, Session, TrialRecord, bought, claims, floor
 from autotune.tuning.phases import confirm, minimal, numerics, race
+from autotune.tuning.phases.phase import Context, Phase
 from autotune.tuning.phases.session import Shares, process_s
 from autotune.trial import trainings
 from autotune.store.records import SKIPPED
@@ -101,10 +102,23 @@ class Options(SearchOptions):
         return Shares(racing, claim, check)
 
 
+#: The phases after the search, in the order a run takes them (:class:`autotune.tuning.phases.phase.Phase`): a new
+#: phase is its module's ``PHASE`` and one line here.
+PHASES: tuple[Phase, ...] = (
+    race.PHASE,
+    bought.PHASE,
+    minimal.PHASE,
+    confirm.PHASE,
+    numerics.PHASE,
+)
+
+
 @dataclass
 class Summary:
-    """What a run did: why its search stopped, the configurations it measured, what it measured again, the race and
-    what each knob bought (their reports), and the verdict of the study it leaves."""
+    """What a run did: why its search stopped, the configurations it measured, what it measured again, the report of
+    each phase after the search (``reports``, by the phase's name, each also an attribute: ``summary.race``,
+    ``summary.ablation``, ``summary.confirm``, ``summary.numerics``; None where the run did not take it), and the
+    verdict of the study it leaves."""
 
     reason: str
     measured: int
@@ -114,33 +128,29 @@ class Summary:
     skipped: int = 0  # configurations the search did not start: predicted to outlast what was left of its time
     repeats: int = 0  # re-measurements (noise floor, race and ablation) taken by this run: configurations measured
     repeat_processes: int = 0  # ... and the processes they took (a shared process measures several configurations)
-    race: race.RaceReport | None = None
-    ablation: bought.AblationReport | None = None
-    confirm: confirm.ConfirmReport | None = None
-    numerics: numerics.NumericsReport | None = None
+    reports: dict[str, Any] = field(default_factory=dict)
     verdict: Verdict | None = None
     records: list[TrialRecord] = field(default_factory=list)
+
+    def __getattr__(self, name: str) -> Any:
+        """A phase's report by the phase's name (None: the run did not take it)."""
+        if name in _PHASE_NAMES:
+            return self.__dict__.get("reports", {}).get(name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def text(self) -> str:
         """The line a run ends with (``autotune run`` and ``autotune.tune``)."""
         from autotune.units import format_duration, plural
 
-        r = self.race
-        raced = (f"; race: {plural(r.rounds, 'round')}, {plural(r.measurements, 'measurement')} in "
-                 f"{plural(r.processes, 'process')} ({r.stopped})") if r else ""
-        if self.ablation is not None:
-            raced += f"; each knob's step measured in {plural(self.ablation.processes, 'shared process')}"
-        if self.confirm is not None:
-            raced += (f"; the claim measured apart: {plural(self.confirm.rounds, 'round')}, "
-                      f"{plural(self.confirm.processes, 'process')}")
-        if self.numerics is not None:
-            raced += (f"; the numerics checked in {plural(self.numerics.runs, 'training run')} "
-                      f"({format_duration(self.numerics.wall_s)})")
+        phases = "".join(phase.line(self.reports.get(phase.name)) for phase in PHASES)
         skipped = (f" ({plural(self.skipped, 'configuration')} not started: predicted to outlast the search's time)"
                    if self.skipped else "")
         return (f"done: {self.reason}; {plural(self.new, 'new configuration')}{skipped} and "
                 f"{plural(self.repeats, 'repeat measurement')} ({plural(self.repeat_processes, 'process')}) "
-                f"in {format_duration(self.elapsed_s)}{raced}")
+                f"in {format_duration(self.elapsed_s)}{phases}")
+
+
+_PHASE_NAMES = frozenset(phase.name for phase in PHASES)
 
 
 class Tuner:
@@ -188,30 +198,17 @@ class Tuner:
             found = self.search.run(session, between=floor_first, poll_s=poll_s)
             summary = Summary(found.reason, found.measured, found.new, found.duplicates, 0.0, records=found.records,
                               skipped=found.skipped)
-            if opts.race_rounds > 0:
+            if opts.race_rounds > 0:  # a process that leaves the race to another takes no phase after the search
                 ends = session.ends()
-                bench.until = ends.race
-                summary.race = race.run(live, bench, opts.race_rounds, opts.race_candidates, deadline=ends.race)
-                if bench.ablate is not None:
-                    summary.ablation = bought.run(live, bench, self.seeds.ctx, deadline=ends.race)
-                    rec = minimal.run(live, self.search, ends.race)
-                    if rec is not None:
-                        summary.records.append(rec)
-                        self._shown(rec)
-                        if rec.duplicate_of is None and rec.outcome != SKIPPED:
-                            summary.new += 1
-                if opts.confirm:
-                    bench.until = ends.claim
-                    summary.confirm = confirm.run(live, bench, self.search, deadline=ends.claim)
-                    for rec in summary.confirm.records if summary.confirm else ():
-                        summary.records.append(rec)
-                        self._shown(rec)
-                        if rec.duplicate_of is None and rec.outcome != SKIPPED:
-                            summary.new += 1
-                session.save()
-                bench.until = ends.numerics
-                summary.numerics = numerics.run(live, bench, opts.numerics, deadline=ends.numerics)
-                session.save()
+                for phase in PHASES:
+                    ctx = Context(live, bench, self.search, opts, deadline=getattr(ends, phase.until))
+                    if not phase.wanted(ctx):
+                        continue
+                    bench.until = ctx.deadline
+                    summary.reports[phase.name] = report = phase.run(ctx)
+                    for rec in phase.records(report):
+                        self._record(summary, rec)
+                    session.save()
         finally:
             bench.until = None
             session.save()
@@ -220,6 +217,14 @@ class Tuner:
         summary.repeats, summary.repeat_processes = measurements - counted[0], processes - counted[1]
         summary.verdict = evidence_of(live.view()).verdict()
         return summary
+
+    def _record(self, summary: Summary, rec: TrialRecord) -> None:
+        """A trial a phase after the search measured as one of its own: in the run's records, shown, and counted as
+        a new configuration when it is one."""
+        summary.records.append(rec)
+        self._shown(rec)
+        if rec.duplicate_of is None and rec.outcome != SKIPPED:
+            summary.new += 1
 
     def _shown(self, rec: TrialRecord) -> None:
         """Tell ``on_trial`` a trial's record; the baseline's first measurement carries the estimate of the rest."""

@@ -27,17 +27,18 @@ Every phase is a function (the search a class, for its state across trials) over
 report; it reads what it needs from the study, so each runs alone on a study in the right
 state (a benchmark or a test measures one phase without the others), and a stopped run
 resumes each where it stopped. The time a run may take is its :class:`.session.Session`.
-:class:`autotune.tuning.loop.Tuner` composes them; the figures come from
+Each phase after the search is also a unit (:mod:`.phase`: its module's ``PHASE``), which
+:class:`autotune.tuning.loop.Tuner` walks in the order of :data:`autotune.tuning.loop.PHASES`; the figures come from
 :class:`autotune.evidence.Evidence`, computed from the study each phase leaves.
 """
 
 from __future__ import annotations
 
-from autotune.tuning.phases import bought, claims, confirm, floor, minimal, numerics, race, sampler, seeds
+from autotune.tuning.phases import bought, claims, confirm, floor, minimal, numerics, phase, race, sampler, seeds
 from autotune.tuning.phases.bench import Bench
 from autotune.tuning.phases.search import Search, SearchOptions, SearchReport, TrialRecord
 from autotune.tuning.phases.seeds import Seeds
 from autotune.tuning.phases.session import Session
 
 __all__ = ["Bench", "Search", "SearchOptions", "SearchReport", "Seeds", "Session", "TrialRecord", "bought", "claims", "confirm",
-           "floor", "minimal", "numerics", "race", "sampler", "seeds"]
+           "floor", "minimal", "numerics", "phase", "race", "sampler", "seeds"]

@@ -23,6 +23,8 @@ from autotune import knobs
 from autotune.evidence import Evidence, evidence_of
 from autotune.tuning.phases.bench import Bench
 from autotune.tuning.phases.claims import owned_elsewhere
+from autotune.tuning.phases.phase import Phase
+from autotune.units import plural
 from autotune.tuning.phases.session import fits, process_s
 from autotune.store import LiveStudy
 from autotune.store.records import owner
@@ -131,3 +133,12 @@ def _measure_path(live: LiveStudy, bench: Bench, ablation_id: str, plan: Mapping
         report.stopped = "done"
         live.save_ablation_plan(ablation_id, {**plan, "done": True})
     return report
+
+
+def _line(report: AblationReport | None) -> str:
+    return f"; each knob's step measured in {plural(report.processes, 'shared process')}" if report is not None else ""
+
+
+#: What each knob bought, as the tuning loop runs it: when the bench can measure several configurations in one process.
+PHASE = Phase("ablation", "race", lambda ctx: run(ctx.live, ctx.bench, ctx.search.seeds.ctx, deadline=ctx.deadline),
+              wanted=lambda ctx: ctx.bench.ablate is not None, line=_line)

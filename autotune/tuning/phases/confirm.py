@@ -31,6 +31,8 @@ from autotune.store.plans import ConfirmRecord, ConfirmStop
 from autotune.store.records import owner
 from autotune.tuning.phases.bench import Bench
 from autotune.tuning.phases.claims import owned_elsewhere
+from autotune.tuning.phases.phase import Phase
+from autotune.units import plural
 from autotune.tuning.phases.search import Search, TrialRecord
 from autotune.tuning.phases.session import fits, process_s
 
@@ -211,3 +213,15 @@ def _rounds_begun(view: Any, confirm_id: str) -> int:
     """Rounds of this claim with any measurement stored (a failed one counts: no configuration loops forever)."""
     prefix = f"{C.CONFIRM}{confirm_id}-"
     return len({m.round_id for m in view.remeasurements() if m.round_id.startswith(prefix)})
+
+
+def _line(report: ConfirmReport | None) -> str:
+    return (f"; the claim measured apart: {plural(report.rounds, 'round')}, {plural(report.processes, 'process')}"
+            if report is not None else "")
+
+
+#: The claim measured apart, as the tuning loop runs it: unless the run's options leave it out; its reduced
+#: configuration's trial is one of the run's.
+PHASE = Phase("confirm", "claim", lambda ctx: run(ctx.live, ctx.bench, ctx.search, deadline=ctx.deadline),
+              wanted=lambda ctx: ctx.options.confirm, records=lambda report: report.records if report else [],
+              line=_line)

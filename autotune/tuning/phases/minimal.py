@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from autotune.evidence import ablation as A
 from autotune.tuning.phases.search import Search, TrialRecord
+from autotune.tuning.phases.phase import Phase
 from autotune.tuning.phases.session import fits, process_s
 from autotune.store import LiveStudy
 from autotune.evidence import evidence_of
@@ -30,3 +31,9 @@ def run(live: LiveStudy, search: Search, deadline: float | None = None) -> Trial
     params = {name: point["config"][name] for name in search.seeds.space.search if name in point["config"]}
     live.enqueue(params, role=A.ROLE, ablation=ab.ablation_id)
     return search.trial()
+
+
+#: The least change, as the tuning loop runs it: after what each knob bought; its trial is one of the run's.
+PHASE = Phase("minimal", "race", lambda ctx: run(ctx.live, ctx.search, ctx.deadline),
+              wanted=lambda ctx: ctx.bench.ablate is not None,
+              records=lambda rec: [rec] if rec is not None else [])

@@ -24,6 +24,8 @@ from autotune.evidence import numerics as NU
 from autotune.store import LiveStudy
 from autotune.trial import trainings
 from autotune.tuning.phases.bench import Bench
+from autotune.tuning.phases.phase import Phase
+from autotune.units import format_duration, plural
 
 
 RUN_OVERHEAD_S = 2.0  # a run's process start and the workload's build, beside its first step and its steps
@@ -77,3 +79,13 @@ def run(live: LiveStudy, bench: Bench, mode: str = NU.WARN, deadline: float | No
                     run_s=run_s)
     live.save_numerics(check_id, record)
     return NumericsReport(check_id, len(record["runs"]), time.perf_counter() - start, NU.judge(record))
+
+
+def _line(report: NumericsReport | None) -> str:
+    return (f"; the numerics checked in {plural(report.runs, 'training run')} ({format_duration(report.wall_s)})"
+            if report is not None else "")
+
+
+#: The numerics check, as the tuning loop runs it, in the run's mode (off: nothing).
+PHASE = Phase("numerics", "numerics", lambda ctx: run(ctx.live, ctx.bench, ctx.options.numerics, deadline=ctx.deadline),
+              line=_line)

@@ -34,6 +34,8 @@ from autotune import result as R
 from autotune.evidence import Evidence, evidence_of
 from autotune.tuning.phases.bench import Bench
 from autotune.tuning.phases.claims import owned_elsewhere
+from autotune.tuning.phases.phase import Phase
+from autotune.units import plural
 from autotune.tuning.phases.session import fits, process_s
 from autotune.evidence.figures import INDIFFERENCE  # a rival not more than 3% faster than the choice is equivalent
 from autotune.evidence.stats import t_quantile
@@ -291,3 +293,13 @@ def _futile(s: Any, done: int, budget: int) -> bool:
         tests = s.comparisons * s.looks
         scale *= t_quantile(max(s.df, round(s.df * budget / max(done, 1))), s.level, tests) / t_quantile(s.df, s.level, tests)
     return 1.5 * abs(math.log(s.estimate)) < half_now * scale
+
+
+def _line(report: RaceReport | None) -> str:
+    return (f"; race: {plural(report.rounds, 'round')}, {plural(report.measurements, 'measurement')} in "
+            f"{plural(report.processes, 'process')} ({report.stopped})") if report else ""
+
+
+#: The race, as the tuning loop runs it: its rounds and candidates from the run's options.
+PHASE = Phase("race", "race", lambda ctx: run(ctx.live, ctx.bench, ctx.options.race_rounds,
+                                              ctx.options.race_candidates, deadline=ctx.deadline), line=_line)
