@@ -44,7 +44,7 @@ from autotune.request import (DEFAULT_COMPILE_LIMIT_S, DEFAULT_CONFIRM, DEFAULT_
                               DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS)
 from autotune.request import VERIFY_ROUNDS
 from autotune.request import MeasureConfig, TuneConfig, WorkloadSpec, declared
-from autotune.request import parse_model_args, parse_shape
+from autotune.request import parse_model_args, parse_shape, with_seq_len
 from autotune.result import TrialResult
 from autotune.evidence.stats import Noise, Ratio
 from autotune.store import Store, StoredStudy
@@ -99,7 +99,8 @@ def _part(obj: Any, what: str, pickled: dict[str, str]) -> str | None:
     return spec
 
 
-def _spec(model: Any, data: Any, model_args: Any, input_shape: Any, num_classes: int | None, task: str | None) -> WorkloadSpec:
+def _spec(model: Any, data: Any, model_args: Any, input_shape: Any, num_classes: int | None, task: str | None,
+          seq_len: Any = None) -> WorkloadSpec:
     pickled: dict[str, str] = {}
     model_spec = _part(model, "model", pickled)
     assert model_spec is not None
@@ -127,6 +128,7 @@ def _spec(model: Any, data: Any, model_args: Any, input_shape: Any, num_classes:
             shape = parse_shape(",".join(str(int(d)) for d in input_shape))
         except (TypeError, ValueError):
             raise SpecError(f"input_shape={input_shape!r}: expected positive integers, e.g. (3, 32, 32)") from None
+    args = with_seq_len(model_spec, args, seq_len)
     return WorkloadSpec(model=model_spec, data=data_spec, model_args=args, input_shape=shape, num_classes=num_classes,
                         task=task, pickled=tuple(sorted(pickled.items())))
 
@@ -287,6 +289,7 @@ def tune(
     confirm: int = DEFAULT_CONFIRM,
     numerics: str = DEFAULT_NUMERICS,
     model_args: Mapping[str, Any] | Iterable[str] | None = None,
+    seq_len: int | None = None,
     input_shape: Iterable[int] | str | None = None,
     num_classes: int | None = None,
     task: str | None = None,
@@ -319,6 +322,7 @@ def tune(
     is stopped and recorded as too slow. ``workers``: trials at once on this machine, each worker pinned to its share
     of the cores (as ``run --workers``); ``devices``: GPUs to use at once (``[0, 1]`` or ``"0,1"``), one trial each
     (as ``run --devices``).
+    ``seq_len``: tokens per synthetic sample of an ``hf:`` model (as ``model_args={"seq_len": N}``; as ``--seq-len``).
     ``progress``: a progress bar and one line per trial (False: silent).
 
     Ctrl-C (a notebook's interrupt) stops the running trial, records it as interrupted
@@ -329,11 +333,11 @@ def tune(
     if model is None:
         if study is None:
             raise SpecError("tune(): pass a model, or model=None with study=NAME to resume that study's workload")
-        if any(v is not None for v in (data, model_args, input_shape, num_classes, task)):
+        if any(v is not None for v in (data, model_args, seq_len, input_shape, num_classes, task)):
             raise SpecError("tune(model=None, study=...) resumes the study's own workload: it takes no data or model options")
         spec = tuning.stored_config(_store(storage, study, read_only=True).read(study)).spec
     else:
-        spec = _spec(model, data, model_args, input_shape, num_classes, task)
+        spec = _spec(model, data, model_args, input_shape, num_classes, task, seq_len)
     job = TuneConfig.from_keywords(
         spec, space=space, trials=trials, time_budget=time_budget, max_memory=max_memory, global_batch=global_batch,
         sampler=sampler, seed=seed, quick=quick, early_stop=early_stop, confirm=confirm, numerics=numerics, trial_timeout=trial_timeout,
@@ -392,6 +396,7 @@ def measure(
     repeat: int = 1,
     global_batch: int | None = None,
     model_args: Mapping[str, Any] | Iterable[str] | None = None,
+    seq_len: int | None = None,
     input_shape: Iterable[int] | str | None = None,
     num_classes: int | None = None,
     task: str | None = None,
@@ -402,10 +407,11 @@ def measure(
     ``config``: knob values (``{"precision": "bf16", "batch_size": 64}`` or
     ``["precision=bf16"]``); the rest stay at PyTorch's defaults. Returns the
     :class:`autotune.result.TrialResult` (a list of ``repeat`` of them, each from a new
-    process, when ``repeat > 1``). A failing configuration (oom, nan, ...) is a result; a
+    process, when ``repeat > 1``). ``seq_len``: tokens per synthetic sample of an ``hf:`` model (as ``--seq-len``).
+    A failing configuration (oom, nan, ...) is a result; a
     model or data factory that cannot be built raises.
     """
-    spec = _spec(model, data, model_args, input_shape, num_classes, task)
+    spec = _spec(model, data, model_args, input_shape, num_classes, task, seq_len)
     request = MeasureConfig.from_keywords(spec, quick=quick, global_batch=global_batch, trial_timeout=trial_timeout,
                                           repeat=repeat)
     if config is None:

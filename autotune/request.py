@@ -34,7 +34,7 @@ import re
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any, Iterable, Mapping
 
-from autotune.errors import FieldError, FieldSpecError, FieldValueError, SpecError, UnitError, named
+from autotune.errors import FieldError, FieldSpecError, FieldValueError, SpecError, UnitError, either, named
 from autotune.units import parse_duration, parse_size
 
 TASKS = ("train", "infer")
@@ -514,6 +514,7 @@ FIELDS: dict[str, Declared] = {**declarations(WorkloadSpec), **declarations(Tune
 NAMED: dict[str, Declared] = {
     "pick": Declared(flag="--pick", name="pick", default=DEFAULT_PICK),
     "config": Declared(flag="--set", keyword="config", name="config"),
+    "seq_len": Declared(flag="--seq-len", name="seq_len"),  # folded into model_args (with_seq_len)
 }
 
 # ---------------------------------------------------------------- the declaration's words, in messages
@@ -538,3 +539,22 @@ def option(name: str, value: Any = _NO_VALUE, *, quoted: bool = False) -> str:
     if value is _NO_VALUE:
         return named(field.name, flag)
     return named(field.name, f"{flag} {value!r}" if quoted else f"{flag} {value}", pickled_name(value) or repr(value))
+
+
+def with_seq_len(model: str, model_args: tuple[tuple[str, Any], ...], seq_len: Any) -> tuple[tuple[str, Any], ...]:
+    """``model_args`` with ``seq_len`` (tokens per synthetic sample of an ``hf:`` model: ``--seq-len``, ``seq_len=``)
+    among them, as ``--model-arg seq_len=N`` would put it; unchanged for None. Refused for any other model (its factory
+    takes what it takes, through the model's own arguments), beside a ``seq_len`` model argument, and when not a
+    positive integer."""
+    if seq_len is None:
+        return model_args
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+        raise SpecError(f"{option('seq_len', seq_len)}: expected a positive integer")
+    if not model.startswith("hf:"):
+        shown = pickled_name(model) or model
+        raise SpecError(f"{option('seq_len')} applies to hf: models; for {shown} pass what the factory takes with "
+                        f"{option('model_args')}")
+    if any(key == "seq_len" for key, _ in model_args):
+        both = either("--model-arg seq_len=...", "model_args={'seq_len': ...}")
+        raise SpecError(f"{option('seq_len')} and {both} both given: pass one")
+    return tuple(sorted((*model_args, ("seq_len", seq_len))))

@@ -160,6 +160,26 @@ def test_seq_len_option_is_the_model_arg():
         workload_from({**base, "model_args": ("seq_len=32",), "seq_len": 64})
 
 
+def test_seq_len_is_a_keyword_of_the_api_as_it_is_an_option_of_the_command_line():
+    import autotune
+    from autotune import api
+    from autotune.errors import in_words
+
+    spec = api._spec("hf:gpt2", None, {"n_layer": 1}, None, None, None, seq_len=64)  # what measure() and tune() run
+    assert dict(spec.model_args) == {"n_layer": 1, "seq_len": 64}
+    for call in (lambda **kw: autotune.measure("autotune.examples:cnn", **kw),
+                 lambda **kw: autotune.tune("autotune.examples:cnn", progress=False, **kw)):
+        with pytest.raises(SpecError) as err:
+            call(seq_len=64)
+        assert str(err.value).startswith("seq_len= applies to hf: models") and "model_args=" in str(err.value)
+    with pytest.raises(SpecError, match="both given"):
+        autotune.measure("hf:gpt2", model_args={"seq_len": 32}, seq_len=64)
+    with pytest.raises(SpecError, match="expected a positive integer"):
+        autotune.measure("hf:gpt2", seq_len=0)
+    with pytest.raises(SpecError, match="takes no data or model options"):
+        autotune.tune(None, study="s", seq_len=64, progress=False)
+
+
 def test_seq_len_bad_input_is_one_line():
     from click.testing import CliRunner
 

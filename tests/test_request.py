@@ -123,6 +123,8 @@ CLI_ONLY = {
 API_ONLY = {
     ("tune", "progress"): "a notebook may want silence; the command line always shows progress",
     ("measure", "config"): "the knob values (the command's --set), checked by the knob registry",
+    ("tune", "seq_len"): "the command's --seq-len: a model argument of hf: models (request.with_seq_len), no field",
+    ("measure", "seq_len"): "as tune's",
 }
 #: Where an API default differs from the declared one, and why.
 API_DEFAULTS = {

@@ -160,14 +160,13 @@ def make_spec(model: str, data: str | None, model_args: tuple[str, ...], input_s
 
 def workload_from(options: dict[str, Any]) -> tuple[Any, str, float]:
     """The workload spec, device and trial timeout from the shared workload options."""
-    model_args = tuple(options["model_args"])
-    if options.get("seq_len") is not None:
-        if not options["model"].startswith("hf:"):
-            raise SpecError(f"--seq-len applies to hf: models; for {options['model']} pass what the factory takes with --model-arg")
-        if any(a.split("=", 1)[0].strip() == "seq_len" for a in model_args):
-            raise SpecError("--seq-len and --model-arg seq_len=... both given: pass one")
-        model_args += (f"seq_len={options['seq_len']}",)
-    spec = make_spec(options["model"], options["data"], model_args, options["input_shape"], options["num_classes"], options["task"])
+    from dataclasses import replace
+
+    from autotune.request import with_seq_len
+
+    spec = make_spec(options["model"], options["data"], tuple(options["model_args"]), options["input_shape"],
+                     options["num_classes"], options["task"])
+    spec = replace(spec, model_args=with_seq_len(spec.model, spec.model_args, options.get("seq_len")))
     return spec, resolve_device(options["device"]), FIELDS["trial_timeout_s"].read(options["trial_timeout"])
 
 
