@@ -93,10 +93,9 @@ def _nothing_to_export(study: StoredStudy, ev: Evidence, max_memory_bytes: int |
         return (f"study {name!r}: none of its {len(ok)} successful trials fits in "
                 f"{option('max_memory', format_bytes(max_memory_bytes))} (the smallest peaked at {smallest}); export with a "
                 f"larger {option('max_memory')}")
-    budget = study.max_memory_bytes
-    return (f"study {name!r}: all {len(ok)} successful trials are over the study's memory budget "
-            f"{format_bytes(budget) if budget else ''} (the smallest peaked at {smallest}); "
-            f"start a new study with a larger {option('max_memory')}").replace("budget  (", "budget (")
+    budget = f" {format_bytes(study.max_memory_bytes)}" if study.max_memory_bytes else ""
+    return (f"study {name!r}: all {len(ok)} successful trials are over the study's memory budget{budget} "
+            f"(the smallest peaked at {smallest}); start a new study with a larger {option('max_memory')}")
 
 
 def export(
