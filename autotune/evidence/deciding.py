@@ -31,6 +31,7 @@ from autotune.evidence.verdict import Verdict
 from autotune.evidence.verdict import changes_text as _changes_text
 from autotune.request import option, pickled_name
 from autotune.store.plans import ConfirmStop, RaceStop
+from autotune.store.records import Role
 from autotune.units import plural
 
 INDIFFERENCE = CL.INDIFFERENCE
@@ -196,7 +197,7 @@ def by_noise(ev: Any, exclude_sensitive: bool = False) -> Verdict:
                             f"defaults included (they peaked at {format_bytes(base.peak_memory_bytes)}): raise "
                             f"{option('max_memory')}, or make the model or its batch smaller"))
     if not pool:
-        tried = [t for t in ev.study.trials if t.measured and t.role != "baseline"]
+        tried = [t for t in ev.study.trials if t.measured and t.role != Role.BASELINE]
         why = ("no other configuration ran successfully within the budget" if tried
                else "nothing but the defaults was measured within the budget")
         return Verdict(V.NO_GAIN, base.number, None, None, (), False, False, f"keep PyTorch's defaults: {why}")

@@ -33,7 +33,7 @@ from autotune.evidence import configs as C
 from autotune.evidence.configs import Measured
 from autotune.evidence.busy import Load, leave_out
 from autotune.store.plans import RaceStop
-from autotune.store.records import StoredStudy
+from autotune.store.records import Role, StoredStudy
 from autotune.evidence import verdict as V
 from autotune.evidence.verdict import Verdict
 from autotune.evidence.stats import Measurement, Noise, Ratio
@@ -249,7 +249,7 @@ class Evidence:
             chosen.append(simplest)
         # the expert's recipe too, while the noise cannot tell it from the fastest: it is the configuration most
         # likely to pay before anything is measured, and one unlucky process must not keep it out of the race
-        recipe = next((c for c in tied if c.role == "recipe"), None)
+        recipe = next((c for c in tied if c.role == Role.RECIPE), None)
         if recipe is not None and recipe not in chosen:
             chosen.append(recipe)
         # and whatever was measured only while the machine was much busier than during the baseline's: its figure says

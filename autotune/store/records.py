@@ -22,6 +22,7 @@ import math
 import os
 import socket
 from dataclasses import dataclass, field
+from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
@@ -73,6 +74,21 @@ WARM_FROM = "warm_from"  # on a warm-start seed's trial: {"study", "trial"} it c
 TRIAL_MARKS = (ROLE, OUTCOME, CONFIG, CONFIG_KEY, NOT_APPLICABLE, RESULT, ERROR, DURATION, DUPLICATE_OF, REQUEUED_FROM,
                PLACEMENT, MEASURING_SINCE, ABLATION_ID, WARM_FROM)
 
+
+
+class Role(StrEnum):
+    """Why a trial was measured (its ``role`` mark): stored, shown and compared as its plain value."""
+
+    BASELINE = "baseline"  # the defaults (PyTorch's), measured first
+    RECIPE = "recipe"  # the recipe's configuration, measured next (autotune.knobs.recipe)
+    SEARCH = "search"  # the sampler's choice (a trial with no role mark)
+    OPENING = "opening"  # the trials after the recipe: its variants along what pays most on a GPU (Seeds.opening_params)
+    NEIGHBOUR = "neighbour"  # the leader's one-knob neighbours, tried before the race (autotune.tuning.phases.search)
+    WARM = "warm"  # a seed from an earlier study's winner (autotune.tuning.warmstart)
+    MINIMAL = "minimal"  # a configuration measured on its own after the race: nothing selected it
+    VERIFY = "verify"  # the exported configuration as `autotune verify` measures it (never stored)
+
+
 # outcomes the store itself writes (the others come from autotune.result)
 INTERRUPTED = "interrupted"
 SKIPPED = "skipped"  # given up because another process measures the configuration, or the budget is full
@@ -101,7 +117,7 @@ class StoredTrial:
     params: Mapping[str, Any]
     started: dt.datetime | None
     completed: dt.datetime | None
-    role: str = "search"
+    role: str = Role.SEARCH
     outcome: str | None = None
     config: Mapping[str, Any] = field(default_factory=dict)
     config_key: str | None = None
@@ -141,7 +157,7 @@ class StoredTrial:
             params=params,
             started=started,
             completed=completed,
-            role=ua.get(ROLE, "search"),
+            role=ua.get(ROLE, Role.SEARCH),
             outcome=ua.get(OUTCOME),
             config=ua.get(CONFIG) or {},
             config_key=ua.get(CONFIG_KEY),

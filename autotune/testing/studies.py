@@ -31,6 +31,7 @@ from autotune import knobs
 from autotune.store import StoredStudy, StoredTrial
 from autotune.store import records
 from autotune.store.plans import RaceRecord, RaceStop
+from autotune.store.records import Role
 
 MiB = 1024**2
 GiB = 1024**3
@@ -148,10 +149,10 @@ def _record_trials(
     measured: dict[str, tuple[int, dict[str, Any], list[float]]] = {}  # config_key -> (number, attrs, values)
     first_search_ok: dict[str, Any] | None = None
     for index in range(n_trials):
-        role = "baseline" if index == 0 else "recipe" if index == 1 else "search"
-        if role == "baseline":
+        role = Role.BASELINE if index == 0 else Role.RECIPE if index == 1 else Role.SEARCH
+        if role == Role.BASELINE:
             study.enqueue_trial(baseline)
-        elif role == "recipe":
+        elif role == Role.RECIPE:
             study.enqueue_trial(RECIPE)
         elif index == 4:
             study.enqueue_trial(first_search_ok or baseline)  # asked again: answered from the cache
@@ -160,7 +161,7 @@ def _record_trials(
         key = resolved.key()
         records.mark(trial, role=role, config=resolved.config, config_key=key, not_applicable=resolved.not_applicable)
 
-        if key in measured and role == "search":
+        if key in measured and role == Role.SEARCH:
             number, marks, values = measured[key]
             records.mark(trial, outcome=marks["outcome"], result=marks["result"], duplicate_of=number, duration_s=0.0)
             _constrain(trial, ok=True, peak=values[1], budget=max_memory_bytes)
@@ -168,7 +169,7 @@ def _record_trials(
             continue
 
         outcome = forced.get(index, "ok")
-        if outcome == "ok" and role == "search" and with_failures and rng.random() < 0.08:
+        if outcome == "ok" and role == Role.SEARCH and with_failures and rng.random() < 0.08:
             outcome = rng.choice(["oom", "nan", "error"])
         speed, peak = _model(resolved.config, rng)
         if speed_of is not None:
@@ -200,7 +201,7 @@ def _record_trials(
         values = [result["samples_per_s"], float(peak)]
         study.tell(trial, values)
         measured[key] = (trial.number, {"outcome": "ok", "result": result}, values)
-        if role == "search" and first_search_ok is None:
+        if role == Role.SEARCH and first_search_ok is None:
             first_search_ok = dict(trial.params)
 
 
@@ -214,7 +215,7 @@ def add_failed_trial(
     """Record one more failed search trial (e.g. with a hostile error message); returns its number."""
     trial = study.ask()
     resolved = knobs.resolve(config or {}, CONTEXT)
-    records.mark(trial, role="search", config=resolved.config, config_key=resolved.key(),
+    records.mark(trial, role=Role.SEARCH, config=resolved.config, config_key=resolved.key(),
                  not_applicable=resolved.not_applicable, outcome=outcome, error={"type": error_type, "message": message},
                  result={}, duration_s=1.5)
     _constrain(trial, ok=False, peak=None, budget=None)
@@ -424,7 +425,7 @@ def jittered_copies(study: optuna.Study, n: int, seed: int = 1, failure_share: f
     rng = random.Random(seed)
     stored = StoredStudy.of(study)
     ok = [t for t in stored.trials
-          if t.state == "complete" and t.duplicate_of is None and t.role == "search" and t.outcome == "ok"]
+          if t.state == "complete" and t.duplicate_of is None and t.role == Role.SEARCH and t.outcome == "ok"]
     copies = []
     for k in range(n):
         src = rng.choice(ok)
