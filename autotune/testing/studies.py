@@ -30,7 +30,7 @@ from optuna.trial import TrialState
 from autotune import knobs
 from autotune.store import StoredStudy, StoredTrial
 from autotune.store import records
-from autotune.store.plans import RaceRecord, RaceStop
+from autotune.store.plans import RaceRecord, RaceStop, RoundId
 from autotune.store.records import Role
 
 MiB = 1024**2
@@ -261,7 +261,7 @@ def add_race(
     candidates = [n for n in speeds if n != 0]
     for k in range(rounds):
         for number in [0, *candidates]:
-            record(f"race-{race_id}-{k + 1:02d}", number)
+            record(RoundId(RoundId.RACE, race_id, k + 1).format(), number)
     measured = sum(1 for t in trials.values() if t.finished and t.duplicate_of is None)
     records.save_race(study, race_id, RaceRecord(tuple(candidates), measured, rounds, now, done=True, stop=RaceStop.ROUNDS,
                                                  stopped=f"budget of {rounds} rounds spent (--confirm)",
