@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from autotune.errors import plain
+from autotune.result import Outcome
 from autotune.store.plans import ConfirmRecord, RaceRecord
 from autotune.units import now
 
@@ -90,11 +91,11 @@ class Role(StrEnum):
 
 
 # outcomes the store itself writes (the others come from autotune.result)
-INTERRUPTED = "interrupted"
-SKIPPED = "skipped"  # given up because another process measures the configuration, or the budget is full
-UNCOMPARED = "uncompared"  # an arm of a shared process whose reference arm failed: it ran, but compares with nothing
-OK = "ok"
-ERROR_OUTCOME = "error"
+INTERRUPTED = Outcome.INTERRUPTED
+SKIPPED = Outcome.SKIPPED  # given up because another process measures the configuration, or the budget is full
+UNCOMPARED = Outcome.UNCOMPARED  # an arm of a shared process whose reference arm failed: it compares with nothing
+OK = Outcome.OK
+ERROR_OUTCOME = Outcome.ERROR
 
 #: Trial states (Optuna's ``TrialState`` names, as its tables hold them) by their lower-case names: what a view shows,
 #: with no Optuna enum outside the store.

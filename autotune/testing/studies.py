@@ -28,6 +28,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.trial import TrialState
 
 from autotune import knobs
+from autotune.result import Outcome
 from autotune.store import StoredStudy, StoredTrial
 from autotune.store import records
 from autotune.store.plans import RaceRecord, RaceStop, RoundId
@@ -66,10 +67,10 @@ RECIPE = {
     "threads": 2,
 }
 FAILURE_MESSAGES = {
-    "oom": ("OutOfMemoryError", "CPU out of memory: tried to allocate 512.00 MiB (2.00 GiB total)"),
-    "nan": ("FloatingPointError", "loss is nan at step 7"),
-    "error": ("RuntimeError", "mat1 and mat2 shapes cannot be multiplied (32x512 and 256x10)"),
-    "interrupted": ("KeyboardInterrupt", "trial interrupted (SIGINT)"),
+    Outcome.OOM: ("OutOfMemoryError", "CPU out of memory: tried to allocate 512.00 MiB (2.00 GiB total)"),
+    Outcome.NAN: ("FloatingPointError", "loss is nan at step 7"),
+    Outcome.ERROR: ("RuntimeError", "mat1 and mat2 shapes cannot be multiplied (32x512 and 256x10)"),
+    Outcome.INTERRUPTED: ("KeyboardInterrupt", "trial interrupted (SIGINT)"),
 }
 
 
@@ -145,7 +146,8 @@ def _record_trials(
     dists = distributions()
     defaults = knobs.defaults(CONTEXT)
     baseline = {k: defaults[k] for k in SEARCH}
-    forced = {3: "oom", 5: "nan", 7: "error", 9: "interrupted"} if with_failures and n_trials >= 8 else {}
+    forced = ({3: Outcome.OOM, 5: Outcome.NAN, 7: Outcome.ERROR, 9: Outcome.INTERRUPTED}
+              if with_failures and n_trials >= 8 else {})
     measured: dict[str, tuple[int, dict[str, Any], list[float]]] = {}  # config_key -> (number, attrs, values)
     first_search_ok: dict[str, Any] | None = None
     for index in range(n_trials):
@@ -168,25 +170,25 @@ def _record_trials(
             study.tell(trial, values)
             continue
 
-        outcome = forced.get(index, "ok")
-        if outcome == "ok" and role == Role.SEARCH and with_failures and rng.random() < 0.08:
-            outcome = rng.choice(["oom", "nan", "error"])
+        outcome = forced.get(index, Outcome.OK)
+        if outcome == Outcome.OK and role == Role.SEARCH and with_failures and rng.random() < 0.08:
+            outcome = rng.choice([Outcome.OOM, Outcome.NAN, Outcome.ERROR])
         speed, peak = _model(resolved.config, rng)
         if speed_of is not None:
             speed = max(speed_of(resolved.config) * rng.gauss(1.0, 0.03), 0.01)
-        if outcome == "ok" and peak > CAPACITY:
-            outcome = "oom"
+        if outcome == Outcome.OK and peak > CAPACITY:
+            outcome = Outcome.OOM
         duration = round(6.0 + 14.0 * rng.random() + (25.0 if resolved.config["compile"] != "off" else 0.0), 2)
         records.mark(trial, duration_s=duration, outcome=outcome)
 
-        if outcome == "interrupted":
+        if outcome == Outcome.INTERRUPTED:
             etype, message = FAILURE_MESSAGES[outcome]
             records.mark(trial, error={"type": etype, "message": message}, result={})
             study.tell(trial, state=TrialState.FAIL)
             continue
-        if outcome != "ok":
+        if outcome != Outcome.OK:
             etype, message = FAILURE_MESSAGES[outcome]
-            known_peak = {"oom": CAPACITY, "nan": peak}.get(outcome)
+            known_peak = {Outcome.OOM: CAPACITY, Outcome.NAN: peak}.get(outcome)
             result = {"peak_memory_bytes": known_peak, "memory": {}, "notes": {}}
             records.mark(trial, error={"type": etype, "message": message}, result=result)
             _constrain(trial, ok=False, peak=None, budget=max_memory_bytes)
@@ -200,14 +202,14 @@ def _record_trials(
         _constrain(trial, ok=True, peak=peak, budget=max_memory_bytes)
         values = [result["samples_per_s"], float(peak)]
         study.tell(trial, values)
-        measured[key] = (trial.number, {"outcome": "ok", "result": result}, values)
+        measured[key] = (trial.number, {"outcome": Outcome.OK, "result": result}, values)
         if role == Role.SEARCH and first_search_ok is None:
             first_search_ok = dict(trial.params)
 
 
 def add_failed_trial(
     study: optuna.Study,
-    outcome: str = "error",
+    outcome: str = Outcome.ERROR,
     message: str = "boom",
     error_type: str = "RuntimeError",
     config: dict[str, Any] | None = None,
@@ -252,7 +254,7 @@ def add_race(
         t = trials[number]
         rate = round(speeds[number] * rng.gauss(1.0, spread), 3)
         wall = round(float(t.duration_s or 0.0) * rng.uniform(0.9, 1.1), 2) if wall_s else None
-        records.save_measurement(study, number, round_id, samples_per_s=rate, outcome="ok",
+        records.save_measurement(study, number, round_id, samples_per_s=rate, outcome=Outcome.OK,
                                  peak_memory_bytes=int(t.values[1]), other_cores=None, wall_s=wall)  # type: ignore[index]
 
     for k in range(floor):
@@ -425,17 +427,17 @@ def jittered_copies(study: optuna.Study, n: int, seed: int = 1, failure_share: f
     rng = random.Random(seed)
     stored = StoredStudy.of(study)
     ok = [t for t in stored.trials
-          if t.state == "complete" and t.duplicate_of is None and t.role == Role.SEARCH and t.outcome == "ok"]
+          if t.state == "complete" and t.duplicate_of is None and t.role == Role.SEARCH and t.outcome == Outcome.OK]
     copies = []
     for k in range(n):
         src = rng.choice(ok)
         duration = round(float(src.duration_s or 10.0) * rng.uniform(0.8, 1.2), 2)
         if rng.random() < failure_share:
-            outcome = rng.choice(["oom", "nan", "error"])
+            outcome = rng.choice([Outcome.OOM, Outcome.NAN, Outcome.ERROR])
             etype, message = FAILURE_MESSAGES[outcome]
             changed: dict[str, Any] = dict(
                 outcome=outcome, error={"type": etype, "message": message}, values=(0.0, float(CAPACITY)),
-                result={"peak_memory_bytes": CAPACITY if outcome == "oom" else None, "memory": {}, "notes": {}},
+                result={"peak_memory_bytes": CAPACITY if outcome == Outcome.OOM else None, "memory": {}, "notes": {}},
                 constraints={"failed": 1.0, "memory": 0.0})
         else:
             speed = round(float(src.values[0]) * rng.gauss(1.0, 0.03), 3)  # type: ignore[index]

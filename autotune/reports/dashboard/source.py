@@ -22,10 +22,10 @@ from autotune import knobs
 from autotune.knobs import space as spaces
 from autotune.evidence import efficiency
 from autotune.evidence import Evidence, evidence_of
+from autotune.result import OK
 from autotune.store import StoredStudy, StoredTrial
 from autotune.store.records import Role
 
-OK = "ok"
 
 
 # ---------------------------------------------------------------- the study, read once
