@@ -5,20 +5,36 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
 from typing import Any, Mapping
 
-OK = "ok"
-OOM = "oom"
-NAN = "nan"
-ERROR = "error"
-TIMEOUT = "timeout"
-CRASHED = "crashed"
-NOT_APPLICABLE = "not_applicable"
-INTERRUPTED = "interrupted"
-SLOWER = "slower"  # stopped: ran k times the defaults' whole trial without finishing (autotune.tuning.phases.bench.SLOW_FACTOR)
-#: stopped (or never started) because the time its phase may take ran out (--time-budget): nothing was measured, and
-#: nothing is learned of the configuration (a search trial is recorded as skipped, a re-measurement not at all)
-OUT_OF_TIME = "out_of_time"
+
+class Outcome(StrEnum):
+    """How a trial, a re-measurement or an arm of a shared process ended: stored, shown and compared as its plain
+    value."""
+
+    OK = "ok"
+    OOM = "oom"
+    NAN = "nan"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    NOT_APPLICABLE = "not_applicable"
+    INTERRUPTED = "interrupted"
+    #: stopped: ran k times the defaults' whole trial without finishing (autotune.tuning.phases.bench.SLOW_FACTOR)
+    SLOWER = "slower"
+    #: stopped (or never started) because the time its phase may take ran out (--time-budget): nothing was measured,
+    #: and nothing is learned of the configuration (a search trial is recorded as skipped, a re-measurement not at all)
+    OUT_OF_TIME = "out_of_time"
+    # those the store itself writes (autotune.store.records)
+    SKIPPED = "skipped"  # given up because another process measures the configuration, or the budget is full
+    UNCOMPARED = "uncompared"  # an arm of a shared process whose reference arm failed: it compares with nothing
+
+
+# the outcomes by the names the package has always used
+OK, OOM, NAN, ERROR, TIMEOUT = Outcome.OK, Outcome.OOM, Outcome.NAN, Outcome.ERROR, Outcome.TIMEOUT
+CRASHED, NOT_APPLICABLE, INTERRUPTED = Outcome.CRASHED, Outcome.NOT_APPLICABLE, Outcome.INTERRUPTED
+SLOWER, OUT_OF_TIME = Outcome.SLOWER, Outcome.OUT_OF_TIME
 
 OUTCOMES = (OK, OOM, NAN, ERROR, TIMEOUT, CRASHED, NOT_APPLICABLE, INTERRUPTED, SLOWER, OUT_OF_TIME)
 

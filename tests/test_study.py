@@ -552,7 +552,7 @@ def test_the_last_third_of_the_search_goes_to_the_leaders_one_knob_neighbours(mo
         S.Tuner(live, Seeds(space.effective(NEAR, CTX, base), CTX, base), Bench(M.lognormal(near_truth, seed, 0.03)),
                 S.Options(trials=16, race_rounds=0, numerics="off")).run()
         view = live.view()
-        neighbours = [t for t in view.trials if t.role == seeds.NEIGHBOUR and t.measured]
+        neighbours = [t for t in view.trials if t.role == records.Role.NEIGHBOUR and t.measured]
         assert bool(neighbours) == (searching.NEIGHBOUR_SHARE > 0)  # the last third went to them, when asked
         return max(near_truth(c.config) for c in evidence_of(view).configs.values()) / NEAR_BEST
 

@@ -37,11 +37,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 from autotune import knobs
 from autotune.evidence import stats
-from autotune.evidence.configs import MINIMAL_ROLE
 from autotune.evidence.stats import Measurement, Noise, Ratio
+from autotune.store.records import Role
 
 ABLATION = "ablation:"  # the study attribute of an ablation's plan: ablation:<id>
-ROLE = MINIMAL_ROLE  # the role of the trial that measures the ablation's recommendation on its own
+ROLE = Role.MINIMAL  # the role of the trial that measures the ablation's recommendation on its own
 ROUNDS = 2  # processes that each measure the whole path (two give the within-process noise its first degrees of freedom)
 # ... when the path's processes are the study's only shared ones (its process-wide knobs first: the race shared none)
 ROUNDS_ALONE = 3

@@ -26,9 +26,9 @@ from typing import Any, Mapping, Sequence
 
 from autotune import knobs
 from autotune.evidence import stats
-from autotune.evidence.configs import MINIMAL_ROLE
 from autotune.evidence.stats import Measurement, Noise, Ratio
 from autotune.store.plans import ConfirmRecord
+from autotune.store.records import Role
 
 INDIFFERENCE = 0.03  # configurations not more than 3% apart are equal for a user (the race's choice, the reduction)
 
@@ -204,7 +204,7 @@ def fresh(ev: Any, number: int, after: int = 0) -> list[Measurement]:
     after that one (those up to it decided the reduction: a decision looked at them)."""
     c = ev.configs[number]
     out = [m for m in c.repeats if m[0].startswith(CONFIRM) and m[0] not in c.left_out and round_number(m[0]) > after]
-    if c.role == MINIMAL_ROLE and c.first[0] not in c.left_out and not after:
+    if c.role == Role.MINIMAL and c.first[0] not in c.left_out and not after:
         out.insert(0, c.first)
     return out
 

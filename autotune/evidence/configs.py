@@ -27,11 +27,9 @@ from typing import Any, Iterable
 from autotune import knobs
 from autotune import result as R
 from autotune.evidence import stats
-from autotune.store.records import UNCOMPARED, Block, StoredStudy, StoredTrial
+from autotune.store.records import UNCOMPARED, Block, Role, StoredStudy, StoredTrial
 from autotune.evidence.stats import Measurement
 
-
-MINIMAL_ROLE = "minimal"  # a configuration measured on its own after the race: nothing selected it
 
 @dataclass
 class Measured:
@@ -59,7 +57,7 @@ class Measured:
 
     @property
     def is_baseline(self) -> bool:
-        return self.role == "baseline"
+        return self.role == Role.BASELINE
 
     def seal(self) -> None:
         self.sealed = None

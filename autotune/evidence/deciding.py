@@ -27,10 +27,11 @@ from autotune.evidence import claim as CL
 from autotune.evidence import numerics as NU
 from autotune.evidence import stats
 from autotune.evidence import verdict as V
-from autotune.evidence.verdict import Verdict
+from autotune.evidence.verdict import State, Verdict
 from autotune.evidence.verdict import changes_text as _changes_text
 from autotune.request import option, pickled_name
 from autotune.store.plans import ConfirmStop, RaceStop
+from autotune.store.records import Role
 from autotune.units import plural
 
 INDIFFERENCE = CL.INDIFFERENCE
@@ -50,7 +51,7 @@ def checked(ev: Any, verdict: Verdict, record: Any) -> Verdict:
     pick = record.get("strict_pick")
     if pick is None or pick not in ev.configs:
         text = f"keep the defaults: no faster configuration checked holds ({option('numerics', NU.STRICT)})"
-        return V.detailed(Verdict(V.NO_GAIN, ev.baseline.number, n, verdict.speedup, (), verdict.confirmed, False,
+        return V.detailed(Verdict(State.NO_GAIN, ev.baseline.number, n, verdict.speedup, (), verdict.confirmed, False,
                                   Said(text)), was)
     held = NU.judge(record, pick)
     speedup = ev.speedup(pick)
@@ -58,7 +59,7 @@ def checked(ev: Any, verdict: Verdict, record: Any) -> Verdict:
     text = (f"use #{pick} ({_changes_text(ev.configs[pick].changes)}): {speedup.text()} as fast as PyTorch's "
             f"defaults (measured in the search and the race), the fastest configuration checked whose numerics "
             f"hold ({option('numerics', NU.STRICT)})")
-    return V.detailed(Verdict(V.GAIN, pick, n, speedup, (), False, False, Said(text)), held.text(), was)
+    return V.detailed(Verdict(State.GAIN, pick, n, speedup, (), False, False, Said(text)), held.text(), was)
 
 
 def confirmed(ev: Any, conf: CL.Confirmed) -> Verdict:
@@ -84,14 +85,14 @@ def confirmed(ev: Any, conf: CL.Confirmed) -> Verdict:
                 f"in {plural(s.processes, 'process')} apart from the search that chose it, not confirmed, so no "
                 f"interval (a claim needs {plural(CL.MIN_PROCESSES, 'process')} of it; {why}: run again to confirm it, "
                 f"with a longer {option('time_budget')})")
-        verdict = Verdict(V.UNCONFIRMED, n, conf.record.chosen, s, (), True, bool(conf.reverted), Said(text))
+        verdict = Verdict(State.UNCONFIRMED, n, conf.record.chosen, s, (), True, bool(conf.reverted), Said(text))
     elif s.above_one():
         text = f"use #{n} ({_changes_text(c.changes)}): {s.text()} as fast as PyTorch's defaults ({behind})"
-        verdict = Verdict(V.GAIN, n, conf.record.chosen, s, (), True, bool(conf.reverted), Said(text))
+        verdict = Verdict(State.GAIN, n, conf.record.chosen, s, (), True, bool(conf.reverted), Said(text))
     else:
         text = (f"keep the defaults: no configuration beats PyTorch's defaults beyond the noise; #{n} "
                 f"({_changes_text(c.changes) or 'defaults'}), chosen by the race, measured {s.text()} ({behind})")
-        verdict = Verdict(V.NO_GAIN, ev.baseline.number, n, s, (), True, False, Said(text))
+        verdict = Verdict(State.NO_GAIN, ev.baseline.number, n, s, (), True, False, Said(text))
     verdict = V.detailed(verdict, *details)
     if conf.reverted and verdict.recommends:
         lefts = ev.left()
@@ -112,7 +113,7 @@ def ablated(ev: Any, verdict: Verdict) -> Verdict:
     """The race's verdict, told what each knob of its winner bought (and, where some bought nothing, the
     smallest configuration that keeps the gain, once measured on its own)."""
     ab = ev.ablation()
-    if verdict.state != "gain" or ab is None or len(ab.steps) < 2:
+    if verdict.state != State.GAIN or ab is None or len(ab.steps) < 2:
         return verdict
     m = ab.minimal
     s = ev.speedup(m) if m is not None and m != verdict.winner else None
@@ -122,7 +123,7 @@ def ablated(ev: Any, verdict: Verdict) -> Verdict:
     text = (f"use #{m} ({_changes_text(c.changes)}): {s.text()} as fast as PyTorch's defaults "
             f"({int(round(100 * stats.LEVEL))}% interval, {plural(s.processes, 'process')} against {s.reference_processes}), "
             f"#{verdict.winner}'s gain without the knobs that bought nothing beyond the noise")
-    return V.detailed(Verdict(V.GAIN, m, verdict.leader, s, verdict.tied, True, verdict.simpler_preferred, text),
+    return V.detailed(Verdict(State.GAIN, m, verdict.leader, s, verdict.tied, True, verdict.simpler_preferred, text),
                       ab.text(), ev.load.text() if ev.load.was_busy else "")
 
 
@@ -150,7 +151,7 @@ def raced(ev: Any) -> Verdict:
                      f"autotune.measure({shown}, repeat=5)"))
     if quiet.recommends:
         return V.detailed(replace(quiet, leader=seen.leader), note)
-    return V.detailed(Verdict(V.NO_GAIN, ev.baseline.number if ev.baseline else None, seen.leader, seen.speedup,
+    return V.detailed(Verdict(State.NO_GAIN, ev.baseline.number if ev.baseline else None, seen.leader, seen.speedup,
                               seen.tied, seen.confirmed, False,
                               Said("keep the defaults: no configuration beats PyTorch's defaults beyond the noise "
                                    "once the load-sensitive knobs are set aside")), note)
@@ -178,9 +179,9 @@ def busy_note(ev: Any, verdict: Verdict) -> Verdict:
 def by_noise(ev: Any, exclude_sensitive: bool = False) -> Verdict:
     """The verdict's rule over the raced configurations (before a race, every one), through the noise."""
     if not ev.configs:
-        return Verdict("no_results", None, None, None, (), False, False, "no successful measurement yet")
+        return Verdict(State.NO_RESULTS, None, None, None, (), False, False, "no successful measurement yet")
     if ev.baseline is None:
-        return Verdict("no_baseline", None, None, None, (), False, False, "the baseline (PyTorch's defaults) has not been measured yet")
+        return Verdict(State.NO_BASELINE, None, None, None, (), False, False, "the baseline (PyTorch's defaults) has not been measured yet")
     base = ev.baseline
     pool = ev.raced or [c.number for c in ev.ok() if not c.is_baseline]
     # the ablation's recommendation is measured to be reported, not raced (the verdict comes to it through the ablation)
@@ -191,19 +192,19 @@ def by_noise(ev: Any, exclude_sensitive: bool = False) -> Verdict:
     if not pool and not base.feasible:
         from autotune.units import format_bytes
 
-        return Verdict("no_fit", None, None, None, (), False, False,
+        return Verdict(State.NO_FIT, None, None, None, (), False, False,
                        Said(f"nothing measured fits the memory budget ({format_bytes(ev.max_memory_bytes)}), PyTorch's "
                             f"defaults included (they peaked at {format_bytes(base.peak_memory_bytes)}): raise "
                             f"{option('max_memory')}, or make the model or its batch smaller"))
     if not pool:
-        tried = [t for t in ev.study.trials if t.measured and t.role != "baseline"]
+        tried = [t for t in ev.study.trials if t.measured and t.role != Role.BASELINE]
         why = ("no other configuration ran successfully within the budget" if tried
                else "nothing but the defaults was measured within the budget")
-        return Verdict(V.NO_GAIN, base.number, None, None, (), False, False, f"keep PyTorch's defaults: {why}")
+        return Verdict(State.NO_GAIN, base.number, None, None, (), False, False, f"keep PyTorch's defaults: {why}")
     if not ev.noise.known:
         leader = max(pool, key=lambda n: ev.configs[n].samples_per_s)
         s = ev.speedup(leader)
-        return Verdict(V.NO_GAIN, base.number, leader, s, (leader,), ev.configs[leader].confirmed, False,
+        return Verdict(State.NO_GAIN, base.number, leader, s, (leader,), ev.configs[leader].confirmed, False,
                        f"keep the defaults for now: the noise between processes is not measured yet, so no claim; the "
                        f"fastest so far is #{leader} at {s.text() if s else '-'} the speed of the defaults")
     # A figure is a claim only with an interval from enough processes of its own configuration; the others are
@@ -225,7 +226,7 @@ def by_noise(ev: Any, exclude_sensitive: bool = False) -> Verdict:
         s = ev.speedup(leader)
         tied = tuple(int(k) for k in choice.tied) or (leader,)
         what = knobs.short(ev.configs[leader].config) if ev.configs[leader].changes else "defaults"
-        return Verdict(V.NO_GAIN, base.number, leader, s, tied, ev.configs[leader].confirmed, False,
+        return Verdict(State.NO_GAIN, base.number, leader, s, tied, ev.configs[leader].confirmed, False,
                        f"keep the defaults: no configuration beats PyTorch's defaults beyond the noise; the fastest, "
                        f"#{leader} ({what}), measured {s.text() if s else '-'}")
     leader = int(choice.leader)
@@ -249,7 +250,7 @@ def by_noise(ev: Any, exclude_sensitive: bool = False) -> Verdict:
                        f"too few processes to confirm")
     if not confirmed:
         details.append(f"not confirmed by a race (run with {option('confirm')})")
-    return V.detailed(Verdict(V.GAIN, winner, leader, s, tied, confirmed, choice.simpler_than_leader, Said(text)),
+    return V.detailed(Verdict(State.GAIN, winner, leader, s, tied, confirmed, choice.simpler_than_leader, Said(text)),
                       *details)
 
 
@@ -257,7 +258,7 @@ def unclaimed(ev: Any, verdict: Verdict) -> Verdict:
     """A verdict of no gain names every configuration whose figure (the search's and the race's, which run high for
     what they chose) lies wholly above the defaults', with why it is not taken: a table must not show a speed-up
     beyond the noise beside "no gain" without saying why."""
-    if verdict.state != V.NO_GAIN or ev.baseline is None:
+    if verdict.state != State.NO_GAIN or ev.baseline is None:
         return verdict
     named = set(V.named(verdict))
     above = [n for n in sorted(ev.configs) if n != ev.baseline.number and n not in named and ev.configs[n].feasible
@@ -305,4 +306,4 @@ def unconfirmed(ev: Any, number: int, tied: tuple[int, ...] = ()) -> Verdict:
     text = (f"use #{number} ({_changes_text(c.changes)}): it measured {estimate_text(ev, number)} the speed of "
             f"PyTorch's defaults, not confirmed, so no interval (a claim needs {plural(CL.MIN_PROCESSES, 'process')} "
             f"of it; run again to confirm it, with a longer {option('time_budget')} or more {option('confirm')})")
-    return Verdict(V.UNCONFIRMED, number, number, s, tied, c.confirmed, False, Said(text))
+    return Verdict(State.UNCONFIRMED, number, number, s, tied, c.confirmed, False, Said(text))

@@ -33,9 +33,9 @@ from autotune.evidence import configs as C
 from autotune.evidence.configs import Measured
 from autotune.evidence.busy import Load, leave_out
 from autotune.store.plans import RaceStop
-from autotune.store.records import StoredStudy
+from autotune.store.records import Role, StoredStudy
 from autotune.evidence import verdict as V
-from autotune.evidence.verdict import Verdict
+from autotune.evidence.verdict import State, Verdict
 from autotune.evidence.stats import Measurement, Noise, Ratio
 
 INDIFFERENCE = CL.INDIFFERENCE  # configurations not more than 3% apart are equal for a user: the simplest is chosen
@@ -249,7 +249,7 @@ class Evidence:
             chosen.append(simplest)
         # the expert's recipe too, while the noise cannot tell it from the fastest: it is the configuration most
         # likely to pay before anything is measured, and one unlucky process must not keep it out of the race
-        recipe = next((c for c in tied if c.role == "recipe"), None)
+        recipe = next((c for c in tied if c.role == Role.RECIPE), None)
         if recipe is not None and recipe not in chosen:
             chosen.append(recipe)
         # and whatever was measured only while the machine was much busier than during the baseline's: its figure says
@@ -311,7 +311,7 @@ class Evidence:
             else:
                 verdict = D.ablated(self, D.raced(self)) if ablated else D.raced(self)
             verdict = D.unclaimed(self, verdict)
-            if self.load.share and verdict.state in (V.GAIN, V.UNCONFIRMED, V.NO_GAIN):
+            if self.load.share and verdict.state in (State.GAIN, State.UNCONFIRMED, State.NO_GAIN):
                 verdict = V.detailed(verdict, self.load.share)
             self._memo[key] = verdict
         return self._memo[key]  # type: ignore[no-any-return]
@@ -422,7 +422,7 @@ class Evidence:
         verdict = self.verdict()
         if verdict.recommends and verdict.winner is not None:
             return verdict.winner
-        if verdict.state == "no_fit":  # not even the defaults fit the memory budget: nothing to recommend
+        if verdict.state == State.NO_FIT:  # not even the defaults fit the memory budget: nothing to recommend
             return None
         return self.baseline.number if self.baseline else None
 

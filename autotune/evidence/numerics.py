@@ -39,6 +39,7 @@ from typing import Any
 
 from autotune.evidence.verdict import changes_text
 from autotune.request import NUMERICS_MODES
+from autotune.result import Outcome
 from autotune.units import plural
 
 LOSS_TOLERANCE = 0.01
@@ -75,7 +76,7 @@ class Run:
 
     @property
     def ok(self) -> bool:
-        return self.outcome == "ok" and bool(self.losses)
+        return self.outcome == Outcome.OK and bool(self.losses)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Run:

@@ -8,27 +8,32 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Any, Mapping
 
 from autotune import knobs
 from autotune.errors import Said, said
 from autotune.evidence.stats import Ratio
 
-GAIN = "gain"  # a configuration beats the defaults beyond the noise
-#: a configuration looks faster than the defaults, but too few processes of it were measured for an interval (a claim
-#: needs autotune.evidence.claim.MIN_PROCESSES): recommended, said as not confirmed
-UNCONFIRMED = "unconfirmed"
-NO_GAIN = "no_gain"  # nothing beats the defaults beyond the noise: keep them
-NO_FIT = "no_fit"  # nothing fits the memory budget, the defaults included
-NO_BASELINE = "no_baseline"  # the defaults are not measured yet
-NO_RESULTS = "no_results"  # nothing measured successfully yet
+
+class State(StrEnum):
+    """What a verdict says (:attr:`Verdict.state`): stored, exported and compared as its plain value."""
+
+    GAIN = "gain"  # a configuration beats the defaults beyond the noise
+    #: a configuration looks faster than the defaults, but too few processes of it were measured for an interval (a
+    #: claim needs autotune.evidence.claim.MIN_PROCESSES): recommended, said as not confirmed
+    UNCONFIRMED = "unconfirmed"
+    NO_GAIN = "no_gain"  # nothing beats the defaults beyond the noise: keep them
+    NO_FIT = "no_fit"  # nothing fits the memory budget, the defaults included
+    NO_BASELINE = "no_baseline"  # the defaults are not measured yet
+    NO_RESULTS = "no_results"  # nothing measured successfully yet
 
 
 @dataclass(frozen=True)
 class Verdict:
     """The answer a user reads: which configuration to use, by how much, and how sure."""
 
-    state: str  # GAIN | UNCONFIRMED | NO_GAIN | NO_FIT | NO_BASELINE | NO_RESULTS (above)
+    state: State
     winner: int | None
     leader: int | None
     speedup: Ratio | None  # the winner's (for "no_gain": the leader's) over the baseline
@@ -47,16 +52,16 @@ class Verdict:
 
     @property
     def significant(self) -> bool:
-        return self.state == GAIN
+        return self.state == State.GAIN
 
     @property
     def recommends(self) -> bool:
         """It recommends a change from the defaults (a gain, confirmed or not)."""
-        return self.state in (GAIN, UNCONFIRMED)
+        return self.state in (State.GAIN, State.UNCONFIRMED)
 
     @property
     def unconfirmed(self) -> bool:
-        return self.state == UNCONFIRMED
+        return self.state == State.UNCONFIRMED
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -231,7 +231,7 @@ def text(doc: Mapping[str, Any], fmt: str) -> str:
     out, job = _render(doc, fmt)
     lines = _header(out)
     imports = ["import autotune.callbacks"] if out["callback"] else []
-    if fmt == "hf-trainer":
+    if fmt == exports.HF_TRAINER:
         callbacks = _callback(out, "TrainingArguments", "TrainerCallback")
         lines += ["from transformers import Trainer, TrainingArguments", *imports, ""]
         lines += ["# The keyword form (as data: autotune.frameworks.render(doc, 'hf-trainer')['arguments'])"]
@@ -241,7 +241,7 @@ def text(doc: Mapping[str, Any], fmt: str) -> str:
         given = ", callbacks=list(autotune_callbacks)" if callbacks else ""  # a copy: the pasted names stay as found
         lines += [f"# trainer = Trainer(model=model, args=training_args, train_dataset=train_dataset{given})"]
         lines += _manual_lines(out, "TrainingArguments or autotune's callback")
-    elif fmt == "lightning":
+    elif fmt == exports.LIGHTNING:
         callbacks = _callback(out, "these arguments", "Lightning Callback")
         lines += ["import lightning", *imports, ""]
         lines += ["# The keyword form (as data: autotune.frameworks.render(doc, 'lightning')['arguments'])"]

@@ -48,6 +48,7 @@ from autotune.evidence.busy import leave_out
 from autotune.evidence import numerics as NU
 from autotune.request import DEFAULT_TRIAL_TIMEOUT_S, VERIFY_ROUNDS, WorkloadSpec, option, pickled_name
 from autotune.evidence.stats import Measurement, Ratio
+from autotune.store.records import Role
 
 SCHEMAS = ("autotune.config/2",)  # an export whose speedup is a claim with its interval (autotune.export.document.SCHEMA)
 MIN_ROUNDS, DEFAULT_ROUNDS, MAX_ROUNDS = VERIFY_ROUNDS  # the noise, and so an interval, needs two measurements of each
@@ -351,10 +352,10 @@ def verify(claim: Claim, measure: Measure, *, here: Mapping[str, Any], device: s
         # As a study holds them: the baseline's claim is its first measurement and its repeats; the configuration's
         # its repeats (a study drops the first one that selected it; here none did, so every round is a repeat).
         configs_now = {
-            DEFAULTS: Measured(number=0, role="baseline", config=dict(configs[DEFAULTS]), peak_memory_bytes=0,
+            DEFAULTS: Measured(number=0, role=Role.BASELINE, config=dict(configs[DEFAULTS]), peak_memory_bytes=0,
                              feasible=True, first=taken[DEFAULTS][0], repeats=taken[DEFAULTS][1:],
                              loads=dict(loads[DEFAULTS])),
-            CANDIDATE: Measured(number=1, role="verify", config=dict(configs[CANDIDATE]), peak_memory_bytes=0,
+            CANDIDATE: Measured(number=1, role=Role.VERIFY, config=dict(configs[CANDIDATE]), peak_memory_bytes=0,
                               feasible=True, first=taken[CANDIDATE][0], repeats=list(taken[CANDIDATE]),
                               loads=dict(loads[CANDIDATE])),
         }

@@ -19,6 +19,7 @@ import io
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
+from autotune.result import Outcome
 from autotune.store.records import StoredStudy, StoredTrial
 from autotune.evidence import evidence_of
 
@@ -74,7 +75,7 @@ def _row(t: StoredTrial, ev: Any, reference: Mapping[str, Any], numerics: str | 
         repeat_of=t.duplicate_of,
         requeued_from=t.requeued_from,
         config=dict(t.config),
-        error=t.error_message if t.outcome not in (None, "ok") else "",
+        error=t.error_message if t.outcome not in (None, Outcome.OK) else "",
         numerics=numerics,
     )
 

@@ -27,10 +27,11 @@ from typing import Any, Mapping
 from autotune.export import document as exporting
 from autotune.errors import AutotuneError
 from autotune.request import PICKS
+from autotune.result import Outcome
 from autotune.store import Store, StoredStudy
 from autotune.evidence import evidence_of
 
-NOT_MEASURED = ("interrupted", "skipped", "running", "waiting")
+NOT_MEASURED = (Outcome.INTERRUPTED, Outcome.SKIPPED, "running", "waiting")  # outcomes, and states of no outcome
 RECENT_S = 15 * 60  # a worker that signed a trial this recently counts as working on the study
 #: A study of this many trials or more has its dashboard page kept too (:func:`keep`): drawing it took most of a
 #: 100,000-trial ``dashboard``; a smaller one is drawn when asked (0.8 s at 100 trials), and its run ends sooner.
@@ -62,7 +63,7 @@ def summary(study: StoredStudy) -> dict[str, Any]:
         "trials": sum(outcomes.values()),
         "measured": sum(n for o, n in outcomes.items() if o not in NOT_MEASURED),
         "running": sum(1 for t in study.trials if t.running),
-        "failed": sum(n for o, n in outcomes.items() if o not in ("ok", *NOT_MEASURED)),
+        "failed": sum(n for o, n in outcomes.items() if o not in (Outcome.OK, *NOT_MEASURED)),
         "workers_recently": workers_recently(owners(study)),
         "outcomes": outcomes,
         "best_samples_per_s": ev.samples_per_s(shown) if shown is not None else None,
@@ -88,7 +89,7 @@ def status(study: StoredStudy) -> dict[str, Any]:
     doc["efficiency"] = efficiency(study).to_dict()
     failures: dict[str, dict[str, Any]] = {}
     for t in study.trials:
-        if t.outcome in (None, "ok", "skipped") or t.duplicate_of is not None:
+        if t.outcome in (None, Outcome.OK, Outcome.SKIPPED) or t.duplicate_of is not None:
             continue
         entry = failures.setdefault(t.outcome, {"count": 0, "trials": [], "example": ""})
         entry["count"] += 1

@@ -89,7 +89,7 @@ class LiveStudy:
     def role(self, trial: optuna.Trial) -> str:
         """The role a trial was just asked with: a queued seed's (baseline, recipe, warm, minimal, ...) or ``search``
         (read from the trial as Optuna handed it over, no read of the storage)."""
-        return str(trial.user_attrs.get(rec.ROLE, "search"))
+        return str(trial.user_attrs.get(rec.ROLE, rec.Role.SEARCH))
 
     # ------------------------------------------------------------ processes
 

@@ -11,7 +11,40 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
+
+
+@dataclass(frozen=True)
+class RoundId:
+    """A race's round as its re-measurements are stored (``measurement:<round>:<trial>``, ``paired:<round>``): made
+    (:meth:`format`) and read (:meth:`parse`) here only. ``race-<id>-<k>``: a process of its own in round ``k`` (from 1,
+    two digits) of race ``<id>``; ``pair-<id>-<k>-<g>``: its ``g``-th shared process in that round."""
+
+    RACE: ClassVar[str] = "race"
+    PAIR: ClassVar[str] = "pair"
+
+    kind: str  # RACE | PAIR
+    plan: str  # the race's id
+    k: int
+    group: int | None = None  # PAIR: the shared process within the round
+
+    def format(self) -> str:
+        return f"{self.kind}-{self.plan}-{self.k:02d}" + ("" if self.group is None else f"-{self.group}")
+
+    @staticmethod
+    def prefix(kind: str, plan: str | None = None) -> str:
+        """What the round ids of this kind (of this race, with ``plan``) begin with."""
+        return f"{kind}-" if plan is None else f"{kind}-{plan}-"
+
+    @classmethod
+    def parse(cls, round_id: str) -> RoundId | None:
+        """The round a round id names (None: not a race's)."""
+        kind, _, rest = round_id.partition("-")
+        plan, _, rest = rest.partition("-")
+        k, _, group = rest.partition("-")
+        if kind not in (cls.RACE, cls.PAIR) or not plan or not k.isdigit() or (group and not group.isdigit()):
+            return None
+        return cls(kind, plan, int(k), int(group) if group else None)
 
 
 class RaceStop(str, Enum):

@@ -22,10 +22,12 @@ import math
 import os
 import socket
 from dataclasses import dataclass, field
+from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from autotune.errors import plain
+from autotune.result import Outcome
 from autotune.store.plans import ConfirmRecord, RaceRecord
 from autotune.units import now
 
@@ -73,12 +75,27 @@ WARM_FROM = "warm_from"  # on a warm-start seed's trial: {"study", "trial"} it c
 TRIAL_MARKS = (ROLE, OUTCOME, CONFIG, CONFIG_KEY, NOT_APPLICABLE, RESULT, ERROR, DURATION, DUPLICATE_OF, REQUEUED_FROM,
                PLACEMENT, MEASURING_SINCE, ABLATION_ID, WARM_FROM)
 
+
+
+class Role(StrEnum):
+    """Why a trial was measured (its ``role`` mark): stored, shown and compared as its plain value."""
+
+    BASELINE = "baseline"  # the defaults (PyTorch's), measured first
+    RECIPE = "recipe"  # the recipe's configuration, measured next (autotune.knobs.recipe)
+    SEARCH = "search"  # the sampler's choice (a trial with no role mark)
+    OPENING = "opening"  # the trials after the recipe: its variants along what pays most on a GPU (Seeds.opening_params)
+    NEIGHBOUR = "neighbour"  # the leader's one-knob neighbours, tried before the race (autotune.tuning.phases.search)
+    WARM = "warm"  # a seed from an earlier study's winner (autotune.tuning.warmstart)
+    MINIMAL = "minimal"  # a configuration measured on its own after the race: nothing selected it
+    VERIFY = "verify"  # the exported configuration as `autotune verify` measures it (never stored)
+
+
 # outcomes the store itself writes (the others come from autotune.result)
-INTERRUPTED = "interrupted"
-SKIPPED = "skipped"  # given up because another process measures the configuration, or the budget is full
-UNCOMPARED = "uncompared"  # an arm of a shared process whose reference arm failed: it ran, but compares with nothing
-OK = "ok"
-ERROR_OUTCOME = "error"
+INTERRUPTED = Outcome.INTERRUPTED
+SKIPPED = Outcome.SKIPPED  # given up because another process measures the configuration, or the budget is full
+UNCOMPARED = Outcome.UNCOMPARED  # an arm of a shared process whose reference arm failed: it compares with nothing
+OK = Outcome.OK
+ERROR_OUTCOME = Outcome.ERROR
 
 #: Trial states (Optuna's ``TrialState`` names, as its tables hold them) by their lower-case names: what a view shows,
 #: with no Optuna enum outside the store.
@@ -101,7 +118,7 @@ class StoredTrial:
     params: Mapping[str, Any]
     started: dt.datetime | None
     completed: dt.datetime | None
-    role: str = "search"
+    role: str = Role.SEARCH
     outcome: str | None = None
     config: Mapping[str, Any] = field(default_factory=dict)
     config_key: str | None = None
@@ -141,7 +158,7 @@ class StoredTrial:
             params=params,
             started=started,
             completed=completed,
-            role=ua.get(ROLE, "search"),
+            role=ua.get(ROLE, Role.SEARCH),
             outcome=ua.get(OUTCOME),
             config=ua.get(CONFIG) or {},
             config_key=ua.get(CONFIG_KEY),

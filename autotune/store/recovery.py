@@ -22,7 +22,7 @@ import optuna
 from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled  # private: no public ask/tell heartbeat
 from optuna.trial import TrialState
 
-from autotune.store.records import INTERRUPTED, OWNER, ROLE, StoredTrial, marks_of
+from autotune.store.records import INTERRUPTED, OWNER, ROLE, Role, StoredTrial, marks_of
 
 
 def _pid_alive(pid: int) -> bool:
@@ -91,7 +91,7 @@ def _requeue(study: optuna.Study, trial: optuna.trial.FrozenTrial, why: str) -> 
             return None
     except optuna.exceptions.UpdateFinishedTrialError:
         return None
-    role = trial.user_attrs.get(ROLE, "search")
+    role = trial.user_attrs.get(ROLE, Role.SEARCH)
     study.enqueue_trial(dict(trial.params), user_attrs=marks_of(role=role, requeued_from=trial.number))
     return trial.number
 

@@ -28,9 +28,11 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.trial import TrialState
 
 from autotune import knobs
+from autotune.result import Outcome
 from autotune.store import StoredStudy, StoredTrial
 from autotune.store import records
-from autotune.store.plans import RaceRecord, RaceStop
+from autotune.store.plans import RaceRecord, RaceStop, RoundId
+from autotune.store.records import Role
 
 MiB = 1024**2
 GiB = 1024**3
@@ -65,10 +67,10 @@ RECIPE = {
     "threads": 2,
 }
 FAILURE_MESSAGES = {
-    "oom": ("OutOfMemoryError", "CPU out of memory: tried to allocate 512.00 MiB (2.00 GiB total)"),
-    "nan": ("FloatingPointError", "loss is nan at step 7"),
-    "error": ("RuntimeError", "mat1 and mat2 shapes cannot be multiplied (32x512 and 256x10)"),
-    "interrupted": ("KeyboardInterrupt", "trial interrupted (SIGINT)"),
+    Outcome.OOM: ("OutOfMemoryError", "CPU out of memory: tried to allocate 512.00 MiB (2.00 GiB total)"),
+    Outcome.NAN: ("FloatingPointError", "loss is nan at step 7"),
+    Outcome.ERROR: ("RuntimeError", "mat1 and mat2 shapes cannot be multiplied (32x512 and 256x10)"),
+    Outcome.INTERRUPTED: ("KeyboardInterrupt", "trial interrupted (SIGINT)"),
 }
 
 
@@ -144,14 +146,15 @@ def _record_trials(
     dists = distributions()
     defaults = knobs.defaults(CONTEXT)
     baseline = {k: defaults[k] for k in SEARCH}
-    forced = {3: "oom", 5: "nan", 7: "error", 9: "interrupted"} if with_failures and n_trials >= 8 else {}
+    forced = ({3: Outcome.OOM, 5: Outcome.NAN, 7: Outcome.ERROR, 9: Outcome.INTERRUPTED}
+              if with_failures and n_trials >= 8 else {})
     measured: dict[str, tuple[int, dict[str, Any], list[float]]] = {}  # config_key -> (number, attrs, values)
     first_search_ok: dict[str, Any] | None = None
     for index in range(n_trials):
-        role = "baseline" if index == 0 else "recipe" if index == 1 else "search"
-        if role == "baseline":
+        role = Role.BASELINE if index == 0 else Role.RECIPE if index == 1 else Role.SEARCH
+        if role == Role.BASELINE:
             study.enqueue_trial(baseline)
-        elif role == "recipe":
+        elif role == Role.RECIPE:
             study.enqueue_trial(RECIPE)
         elif index == 4:
             study.enqueue_trial(first_search_ok or baseline)  # asked again: answered from the cache
@@ -160,32 +163,32 @@ def _record_trials(
         key = resolved.key()
         records.mark(trial, role=role, config=resolved.config, config_key=key, not_applicable=resolved.not_applicable)
 
-        if key in measured and role == "search":
+        if key in measured and role == Role.SEARCH:
             number, marks, values = measured[key]
             records.mark(trial, outcome=marks["outcome"], result=marks["result"], duplicate_of=number, duration_s=0.0)
             _constrain(trial, ok=True, peak=values[1], budget=max_memory_bytes)
             study.tell(trial, values)
             continue
 
-        outcome = forced.get(index, "ok")
-        if outcome == "ok" and role == "search" and with_failures and rng.random() < 0.08:
-            outcome = rng.choice(["oom", "nan", "error"])
+        outcome = forced.get(index, Outcome.OK)
+        if outcome == Outcome.OK and role == Role.SEARCH and with_failures and rng.random() < 0.08:
+            outcome = rng.choice([Outcome.OOM, Outcome.NAN, Outcome.ERROR])
         speed, peak = _model(resolved.config, rng)
         if speed_of is not None:
             speed = max(speed_of(resolved.config) * rng.gauss(1.0, 0.03), 0.01)
-        if outcome == "ok" and peak > CAPACITY:
-            outcome = "oom"
+        if outcome == Outcome.OK and peak > CAPACITY:
+            outcome = Outcome.OOM
         duration = round(6.0 + 14.0 * rng.random() + (25.0 if resolved.config["compile"] != "off" else 0.0), 2)
         records.mark(trial, duration_s=duration, outcome=outcome)
 
-        if outcome == "interrupted":
+        if outcome == Outcome.INTERRUPTED:
             etype, message = FAILURE_MESSAGES[outcome]
             records.mark(trial, error={"type": etype, "message": message}, result={})
             study.tell(trial, state=TrialState.FAIL)
             continue
-        if outcome != "ok":
+        if outcome != Outcome.OK:
             etype, message = FAILURE_MESSAGES[outcome]
-            known_peak = {"oom": CAPACITY, "nan": peak}.get(outcome)
+            known_peak = {Outcome.OOM: CAPACITY, Outcome.NAN: peak}.get(outcome)
             result = {"peak_memory_bytes": known_peak, "memory": {}, "notes": {}}
             records.mark(trial, error={"type": etype, "message": message}, result=result)
             _constrain(trial, ok=False, peak=None, budget=max_memory_bytes)
@@ -199,14 +202,14 @@ def _record_trials(
         _constrain(trial, ok=True, peak=peak, budget=max_memory_bytes)
         values = [result["samples_per_s"], float(peak)]
         study.tell(trial, values)
-        measured[key] = (trial.number, {"outcome": "ok", "result": result}, values)
-        if role == "search" and first_search_ok is None:
+        measured[key] = (trial.number, {"outcome": Outcome.OK, "result": result}, values)
+        if role == Role.SEARCH and first_search_ok is None:
             first_search_ok = dict(trial.params)
 
 
 def add_failed_trial(
     study: optuna.Study,
-    outcome: str = "error",
+    outcome: str = Outcome.ERROR,
     message: str = "boom",
     error_type: str = "RuntimeError",
     config: dict[str, Any] | None = None,
@@ -214,7 +217,7 @@ def add_failed_trial(
     """Record one more failed search trial (e.g. with a hostile error message); returns its number."""
     trial = study.ask()
     resolved = knobs.resolve(config or {}, CONTEXT)
-    records.mark(trial, role="search", config=resolved.config, config_key=resolved.key(),
+    records.mark(trial, role=Role.SEARCH, config=resolved.config, config_key=resolved.key(),
                  not_applicable=resolved.not_applicable, outcome=outcome, error={"type": error_type, "message": message},
                  result={}, duration_s=1.5)
     _constrain(trial, ok=False, peak=None, budget=None)
@@ -251,7 +254,7 @@ def add_race(
         t = trials[number]
         rate = round(speeds[number] * rng.gauss(1.0, spread), 3)
         wall = round(float(t.duration_s or 0.0) * rng.uniform(0.9, 1.1), 2) if wall_s else None
-        records.save_measurement(study, number, round_id, samples_per_s=rate, outcome="ok",
+        records.save_measurement(study, number, round_id, samples_per_s=rate, outcome=Outcome.OK,
                                  peak_memory_bytes=int(t.values[1]), other_cores=None, wall_s=wall)  # type: ignore[index]
 
     for k in range(floor):
@@ -260,7 +263,7 @@ def add_race(
     candidates = [n for n in speeds if n != 0]
     for k in range(rounds):
         for number in [0, *candidates]:
-            record(f"race-{race_id}-{k + 1:02d}", number)
+            record(RoundId(RoundId.RACE, race_id, k + 1).format(), number)
     measured = sum(1 for t in trials.values() if t.finished and t.duplicate_of is None)
     records.save_race(study, race_id, RaceRecord(tuple(candidates), measured, rounds, now, done=True, stop=RaceStop.ROUNDS,
                                                  stopped=f"budget of {rounds} rounds spent (--confirm)",
@@ -424,17 +427,17 @@ def jittered_copies(study: optuna.Study, n: int, seed: int = 1, failure_share: f
     rng = random.Random(seed)
     stored = StoredStudy.of(study)
     ok = [t for t in stored.trials
-          if t.state == "complete" and t.duplicate_of is None and t.role == "search" and t.outcome == "ok"]
+          if t.state == "complete" and t.duplicate_of is None and t.role == Role.SEARCH and t.outcome == Outcome.OK]
     copies = []
     for k in range(n):
         src = rng.choice(ok)
         duration = round(float(src.duration_s or 10.0) * rng.uniform(0.8, 1.2), 2)
         if rng.random() < failure_share:
-            outcome = rng.choice(["oom", "nan", "error"])
+            outcome = rng.choice([Outcome.OOM, Outcome.NAN, Outcome.ERROR])
             etype, message = FAILURE_MESSAGES[outcome]
             changed: dict[str, Any] = dict(
                 outcome=outcome, error={"type": etype, "message": message}, values=(0.0, float(CAPACITY)),
-                result={"peak_memory_bytes": CAPACITY if outcome == "oom" else None, "memory": {}, "notes": {}},
+                result={"peak_memory_bytes": CAPACITY if outcome == Outcome.OOM else None, "memory": {}, "notes": {}},
                 constraints={"failed": 1.0, "memory": 0.0})
         else:
             speed = round(float(src.values[0]) * rng.gauss(1.0, 0.03), 3)  # type: ignore[index]

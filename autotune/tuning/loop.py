@@ -21,7 +21,7 @@ from autotune.tuning.phases import confirm, minimal, numerics, race
 from autotune.tuning.phases.phase import Context, Phase
 from autotune.tuning.phases.session import Shares, process_s
 from autotune.trial import trainings
-from autotune.store.records import SKIPPED
+from autotune.store.records import SKIPPED, Role
 from autotune.evidence import claim as CL
 from autotune.tuning.phases.sampler import GP_MAX_TRIALS, GPThenTPE, make_sampler
 from autotune.tuning.phases.seeds import base_config, baseline_failure
@@ -228,7 +228,7 @@ class Tuner:
 
     def _shown(self, rec: TrialRecord) -> None:
         """Tell ``on_trial`` a trial's record; the baseline's first measurement carries the estimate of the rest."""
-        if rec.role == "baseline" and rec.outcome == R.OK and rec.duration_s and rec.duplicate_of is None:
+        if rec.role == Role.BASELINE and rec.outcome == R.OK and rec.duration_s and rec.duplicate_of is None:
             assert self._session is not None
             measured = claims.budget_counts(self.live.trials())[0]
             rec.estimate_s = self.options.estimate_s(rec.duration_s, self.options.trials - measured,

@@ -11,6 +11,7 @@ import time
 from typing import Any, Callable
 
 from autotune import knobs
+from autotune.store.records import Role
 from autotune.units import format_bytes, format_duration, format_rate
 
 
@@ -85,13 +86,13 @@ def estimate_line(trial_s: float, rest_s: float) -> str:
 WIDE_INTERVAL = 4.0  # a trial line leaves out an interval whose ends are further apart than this factor
 
 
-def speedup_text(speedup: Any, role: str = "search") -> str:
+def speedup_text(speedup: Any, role: str = Role.SEARCH) -> str:
     """A trial line's ratio to the defaults: a single measurement as what it is (``1.23x, 1 run``), without the
     interval a claim would need (that comes from repeats: the noise floor and the race); an interval too wide to
     read (a few processes on a noisy machine: ``10.34x (0.09-1172.76)``) is left out the same way, saying why."""
     if speedup is None:
         return "-"
-    if role == "baseline":
+    if role == Role.BASELINE:
         return "1.00x (the defaults)"
     if speedup.processes <= 1:
         return f"{speedup.estimate:.2f}x, 1 run"

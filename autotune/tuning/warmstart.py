@@ -40,7 +40,6 @@ from autotune.evidence import evidence_of
 
 LIMIT = 3  # seeds at most: each one is a measured trial of the budget
 EXAMINED = 12  # earlier studies of this kind whose trials are read at most
-ROLE = "warm"
 
 
 @dataclass(frozen=True)
@@ -54,7 +53,7 @@ class Seed:
 
     def attrs(self) -> dict[str, Any]:
         """The marks of the trial that measures it (role ``warm``, ``warm_from`` naming the source study and trial)."""
-        return records.marks_of(role=ROLE, warm_from={"study": self.study, "trial": self.trial})
+        return records.marks_of(role=records.Role.WARM, warm_from={"study": self.study, "trial": self.trial})
 
     def text(self, base: Mapping[str, Any]) -> str:
         changes = " ".join(f"{k}={knobs.KNOBS[k].format(v)}" for k, v in self.params.items()

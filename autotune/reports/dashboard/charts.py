@@ -15,7 +15,8 @@ from typing import Any, Mapping
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from autotune.reports.dashboard.source import BASELINE, _clip, _pct, _speedup_text, _t, _wrap_changes
+from autotune.reports.dashboard.source import _clip, _pct, _speedup_text, _t, _wrap_changes
+from autotune.store.records import Role
 from autotune.units import format_rate
 
 #: Marker colours by outcome, shared by every figure.
@@ -167,7 +168,7 @@ def pareto_figure(info: Mapping[str, Any]) -> go.Figure:
         # the others above, so that a recommendation next to the recipe or the baseline does not cover theirs.
         frac = x / x_top if x_top else 0.0
         need = min(0.9, (7 * len(label["text"]) + 40) / 1100)
-        left = frac > 0.5 or label["role"] == BASELINE
+        left = frac > 0.5 or label["role"] == Role.BASELINE
         if left and frac < need:
             left = False
         elif not left and 1 - frac < need:
@@ -179,7 +180,7 @@ def pareto_figure(info: Mapping[str, Any]) -> go.Figure:
             showarrow=True,
             arrowhead=2,
             ax=-30 if left else 30,
-            ay=36 if chosen and label["role"] != BASELINE else -30,
+            ay=36 if chosen and label["role"] != Role.BASELINE else -30,
             xanchor="right" if left else "left",
             bgcolor="rgba(255,255,255,0.85)",
             bordercolor=RECOMMENDED_COLOR if chosen else "rgba(0,0,0,0)",

@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Mapping
 
-from autotune.reports.dashboard.source import BASELINE, OK, RECIPE, Snapshot, _memory_unit, _num
+from autotune.reports.dashboard.source import OK, Snapshot, _memory_unit, _num
 from autotune.reports.dashboard.ticks import nice_ticks
 from autotune.result import op_name
 from autotune.store import StoredStudy
+from autotune.store.records import Role
 
 MAX_OPS = 8  # ops named in the profile figure; the rest are "other ops"
 
@@ -74,7 +75,7 @@ def pareto_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
             "peak_memory_bytes": p["peak_memory_bytes"],
         }
         for p in points
-        if (p["role"] in (BASELINE, RECIPE) or p["recommended"]) and p["peak_memory_bytes"] is not None
+        if (p["role"] in (Role.BASELINE, Role.RECIPE) or p["recommended"]) and p["peak_memory_bytes"] is not None
     ]
     return {
         "memory_unit": unit,
@@ -92,9 +93,9 @@ def pareto_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
 def _label_text(p: Mapping[str, Any]) -> str:
     if not p["recommended"]:
         return f"{p['role']} #{p['number']}"
-    if p["role"] == BASELINE:
+    if p["role"] == Role.BASELINE:
         return f"recommended: #{p['number']} (baseline: keep the defaults)"
-    return f"recommended: #{p['number']}" + (f" ({p['role']})" if p["role"] == RECIPE else "")
+    return f"recommended: #{p['number']}" + (f" ({p['role']})" if p["role"] == Role.RECIPE else "")
 
 
 def front_table_info(study: StoredStudy | Snapshot) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any, Iterable, Mapping
 from autotune.reports.dashboard.source import OK, Snapshot, _num
 from autotune.reports.dashboard.ticks import trial_ticks
 from autotune.store import StoredStudy
+from autotune.store.plans import RoundId
 
 CONFIRMATION = "confirm-"  # the rounds of the confirmations of studies made before the race existed
 
@@ -69,7 +70,7 @@ def remeasurements(study: StoredStudy | Snapshot) -> dict[int, dict[str, Any]]:
         if m.round_id.startswith(CONFIRMATION):
             confirmed.append(m.trial)
             continue
-        kind = "race" if m.round_id.startswith("race-") else "noise floor" if m.round_id.startswith("floor-") else "other"
+        kind = "race" if m.round_id.startswith(RoundId.prefix(RoundId.RACE)) else "noise floor" if m.round_id.startswith("floor-") else "other"
         wall = _num(m.wall_s)
         add(m.trial, kind, wall if wall is not None and wall >= 0 else None)
     for b in snap.study.blocks():

@@ -22,11 +22,10 @@ from autotune import knobs
 from autotune.knobs import space as spaces
 from autotune.evidence import efficiency
 from autotune.evidence import Evidence, evidence_of
+from autotune.result import OK
 from autotune.store import StoredStudy, StoredTrial
+from autotune.store.records import Role
 
-OK = "ok"
-BASELINE = "baseline"
-RECIPE = "recipe"
 
 
 # ---------------------------------------------------------------- the study, read once
@@ -71,7 +70,7 @@ class Snapshot:
 
     def baseline(self) -> dict[str, Any] | None:
         for r in self.measured_ok():
-            if r["role"] == BASELINE:
+            if r["role"] == Role.BASELINE:
                 return r
         return None
 
@@ -181,7 +180,7 @@ def _row(
         "number": t.number,
         "state": t.state.upper(),
         "outcome": outcome,
-        "role": str(t.role or "search"),
+        "role": str(t.role or Role.SEARCH),
         "config": shared[0],
         "changes": shared[1],
         "duplicate_of": int(duplicate_of) if isinstance(duplicate_of, (int, float)) else None,

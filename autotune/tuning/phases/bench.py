@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from autotune import result as R
 from autotune.store import LiveStudy
-from autotune.store.records import UNCOMPARED
+from autotune.store.records import UNCOMPARED, Role
 from autotune.trial.trainings import Numerics  # the numerics check's training run (autotune.trial.numerics)
 
 #: ``evaluate(config, dominators, cut_margin)`` measures one configuration in a fresh process (a search trial:
@@ -143,7 +143,7 @@ def slow_limit(live: LiveStudy, config: Mapping[str, Any]) -> float | None:
     baseline's whole trial (None before the baseline is measured, and for the baseline's own configuration,
     which only ``--trial-timeout`` bounds). A configuration that has run three times as long as the whole
     baseline trial without finishing its windows cannot be the answer; waiting longer teaches nothing."""
-    base = next((t for t in live.trials() if t.role == "baseline" and t.outcome == R.OK and t.duplicate_of is None), None)
+    base = next((t for t in live.trials() if t.role == Role.BASELINE and t.outcome == R.OK and t.duplicate_of is None), None)
     if base is None or not base.duration_s:
         return None
     if dict(base.config) == dict(config):

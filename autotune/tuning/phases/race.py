@@ -40,7 +40,7 @@ from autotune.tuning.phases.session import fits, process_s
 from autotune.evidence.figures import INDIFFERENCE  # a rival not more than 3% faster than the choice is equivalent
 from autotune.evidence.stats import t_quantile
 from autotune.store import LiveStudy, StoredStudy
-from autotune.store.plans import RaceRecord, RaceStop
+from autotune.store.plans import RaceRecord, RaceStop, RoundId
 from autotune.store.records import owner
 
 MAX_CANDIDATES = 2  # the race selects (its claim is measured apart): the two fastest, and the simplest and the recipe
@@ -83,8 +83,10 @@ def look_rounds(min_rounds: int, rounds: int) -> list[int]:
 def _rounds_begun(view: StoredStudy, race_id: str) -> int:
     """Rounds of this race with any measurement stored (a failed one counts, so a failing configuration cannot
     loop forever): rounds race-<id>-<k> of a process each, pair-<id>-<k>-<g> of shared processes."""
-    begun = {m.round_id.rsplit("-", 1)[1] for m in view.remeasurements() if m.round_id.startswith(f"race-{race_id}-")}
-    begun |= {b.round_id.split("-")[2] for b in view.blocks() if b.round_id.startswith(f"pair-{race_id}-")}
+    apart = (RoundId.parse(m.round_id) for m in view.remeasurements())
+    shared = (RoundId.parse(b.round_id) for b in view.blocks())
+    begun = {r.k for r in apart if r is not None and r.kind == RoundId.RACE and r.plan == race_id}
+    begun |= {r.k for r in shared if r is not None and r.kind == RoundId.PAIR and r.plan == race_id}
     return len(begun)
 
 
@@ -174,7 +176,7 @@ def run(live: LiveStudy, bench: Bench, rounds: int, max_candidates: int = MAX_CA
             numbers = [base, *shared[g:g + MAX_ARMS - 1]]
             if late(numbers):
                 break
-            rates, result = bench.shared(live, f"pair-{race_id}-{k + 1:02d}-{g // (MAX_ARMS - 1)}",
+            rates, result = bench.shared(live, RoundId(RoundId.PAIR, race_id, k + 1, g // (MAX_ARMS - 1)).format(),
                                          [ev.configs[n].key for n in numbers], numbers,
                                          [ev.configs[n].config for n in numbers], race=race_id)
             report.processes += 1
@@ -193,7 +195,8 @@ def run(live: LiveStudy, bench: Bench, rounds: int, max_candidates: int = MAX_CA
             for number in order:
                 if late([number]):
                     break
-                rate = bench.again(live, number, f"race-{race_id}-{k + 1:02d}", ev.configs[number].config)
+                rate = bench.again(live, number, RoundId(RoundId.RACE, race_id, k + 1).format(),
+                                   ev.configs[number].config)
                 report.measurements += 1
                 report.processes += 1
                 bench.told(what, number, rate)

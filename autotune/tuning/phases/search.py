@@ -53,12 +53,12 @@ from autotune.errors import WorkloadError
 from autotune.tuning.phases import afford, claims, sampler
 from autotune.tuning.phases import steer as steering
 from autotune.tuning.phases.bench import Bench
-from autotune.tuning.phases.seeds import NEIGHBOUR, Seeds, baseline_failure, failed_baseline
+from autotune.tuning.phases.seeds import Seeds, baseline_failure, failed_baseline
 from autotune.tuning.phases.session import Session
 from autotune.request import CUT_MARGIN, DEFAULT_TRIALS
 from autotune.evidence.stats import Ratio
 from autotune.store import LiveStudy, StoredTrial
-from autotune.store.records import SKIPPED
+from autotune.store.records import SKIPPED, Role
 from autotune.evidence import evidence_of
 
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -202,7 +202,7 @@ class Search:
             report.records.append(rec)
             if self.on_trial:
                 self.on_trial(rec)
-            if rec.role == "baseline" and rec.outcome != R.OK and rec.duplicate_of is None:
+            if rec.role == Role.BASELINE and rec.outcome != R.OK and rec.duplicate_of is None:
                 raise WorkloadError(baseline_failure(rec.number, rec.outcome, rec.error or ""))
             if rec.duplicate_of is not None or rec.outcome == SKIPPED:
                 if rec.outcome == SKIPPED:
@@ -321,7 +321,7 @@ class Search:
                     return self._duplicate(trial, role, resolved, claimed.earlier)
             dominators: list[tuple[float, float]] = []
             margin = None
-            if opts.early_stop and role == "search":
+            if opts.early_stop and role == Role.SEARCH:
                 ev = evidence_of(live.view(claimed.trials))  # the trials the claim just read
                 dominators = [(ev.configs[n].samples_per_s, float(ev.configs[n].peak_memory_bytes)) for n in ev.front()]
                 margin = ev.cut_margin(opts.cut_margin)
@@ -470,7 +470,7 @@ class Search:
             resolved = knobs.resolve({**self.seeds.base, **near}, self.seeds.ctx)
             if self.why_not(resolved.config) is not None:
                 continue
-            self.live.enqueue(near, role=NEIGHBOUR)
+            self.live.enqueue(near, role=Role.NEIGHBOUR)
             return True
         return False
 

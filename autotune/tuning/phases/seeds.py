@@ -26,9 +26,8 @@ from autotune.errors import either
 from autotune.request import option
 from autotune.knobs.space import Space
 from autotune.store import LiveStudy, StoredTrial
+from autotune.store.records import Role
 
-OPENING = "opening"  # the trials after the recipe: its variants along what pays most on a GPU (Seeds.opening_params)
-NEIGHBOUR = "neighbour"  # the leader's one-knob neighbours, tried before the race (autotune.tuning.phases.search)
 PRECISION = registry.PRECISION.name
 COMPILE = registry.COMPILE.name
 CUDA_GRAPHS = "reduce-overhead"  # the compile mode that captures the step in CUDA graphs
@@ -72,7 +71,7 @@ class Seeds:
                 else:
                     value = self.base[name]
             recipe[name] = value
-        return [("baseline", baseline), ("recipe", recipe)]
+        return [(Role.BASELINE, baseline), (Role.RECIPE, recipe)]
 
     def opening_params(self) -> list[dict[str, Any]]:
         """After the recipe, its variants along what pays most on a GPU (:data:`FIRST`), so that the first trials go
@@ -80,8 +79,8 @@ class Seeds:
         (``compile=reduce-overhead``, where the space has it: a launch-bound step is where they pay); the recipe's
         precision alone (should the recipe's other knobs fail together); CUDA graphs at the top batch. Each only where
         it differs from what came before."""
-        recipe = dict(self.seed_params())["recipe"]
-        baseline = dict(self.seed_params())["baseline"]
+        recipe = dict(self.seed_params())[Role.RECIPE]
+        baseline = dict(self.seed_params())[Role.BASELINE]
         batch, compiled = self.space.search.get(knobs.BATCH_KNOB), self.space.search.get(COMPILE)
         top = max(batch.values()) if batch is not None else None
         graphs = CUDA_GRAPHS if compiled is not None and CUDA_GRAPHS in compiled.values() else None
@@ -125,22 +124,22 @@ class Seeds:
         if any(t.state == "waiting" for t in trials):
             return True  # one queued at a time: the next trial takes it (nothing is left queued for a later phase)
         seeds = dict(self.seed_params())
-        if not seeded(trials, "baseline"):
-            live.enqueue(seeds["baseline"], role="baseline")
+        if not seeded(trials, Role.BASELINE):
+            live.enqueue(seeds[Role.BASELINE], role=Role.BASELINE)
             return True
         if not baseline_measured(trials):
             return False
-        if not seeded(trials, "recipe", passed=self.passed):
-            live.enqueue(seeds["recipe"], role="recipe")
+        if not seeded(trials, Role.RECIPE, passed=self.passed):
+            live.enqueue(seeds[Role.RECIPE], role=Role.RECIPE)
             return True
         for params, marks in self.warm:
             if not seeded(trials, marks["role"], passed=self.passed, **{k: v for k, v in marks.items() if k != "role"}):
                 live.enqueue(params, **marks)
                 return True
         opening = self.opening_params()
-        done = seeded_count(trials, OPENING, self.passed)
+        done = seeded_count(trials, Role.OPENING, self.passed)
         if done < len(opening):
-            live.enqueue(opening[done], role=OPENING)
+            live.enqueue(opening[done], role=Role.OPENING)
             return True
         return False
 
@@ -172,19 +171,19 @@ def seeded_count(trials: Sequence[StoredTrial], role: str, passed: Collection[in
 
 def baseline_measured(trials: Sequence[StoredTrial]) -> bool:
     """The baseline trial has been measured (successfully or not)."""
-    return any(t.role == "baseline" and t.measured for t in trials)
+    return any(t.role == Role.BASELINE and t.measured for t in trials)
 
 
 def baseline(trials: Sequence[StoredTrial]) -> StoredTrial | None:
     """The baseline's successful trial (not a cache answer), if any."""
-    return next((t for t in trials if t.role == "baseline" and t.outcome == R.OK and t.duplicate_of is None), None)
+    return next((t for t in trials if t.role == Role.BASELINE and t.outcome == R.OK and t.duplicate_of is None), None)
 
 
 def failed_baseline(trials: Sequence[StoredTrial]) -> StoredTrial | None:
     """The baseline trial, when it was measured and failed and no other measurement of the defaults succeeded."""
     failed = None
     for t in trials:
-        if t.role != "baseline" or not t.measured:
+        if t.role != Role.BASELINE or not t.measured:
             continue
         if t.outcome == R.OK:
             return None

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from autotune.store import LiveStudy, StoredStudy
+from autotune.store.records import Role
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ def process_s(view: StoredStudy, numbers: Iterable[int | None]) -> float:
         if m.wall_s:
             walls[m.trial] = max(walls.get(m.trial, 0.0), float(m.wall_s))
     trials = {t.number: t for t in view.trials}
-    base = next((t.number for t in view.trials if t.role == "baseline" and t.ok and t.duplicate_of is None), None)
+    base = next((t.number for t in view.trials if t.role == Role.BASELINE and t.ok and t.duplicate_of is None), None)
 
     def one(n: int | None) -> float:
         for k in (n, base):
