@@ -163,7 +163,6 @@ def test_seq_len_option_is_the_model_arg():
 def test_seq_len_is_a_keyword_of_the_api_as_it_is_an_option_of_the_command_line():
     import autotune
     from autotune import api
-    from autotune.errors import in_words
 
     spec = api._spec("hf:gpt2", None, {"n_layer": 1}, None, None, None, seq_len=64)  # what measure() and tune() run
     assert dict(spec.model_args) == {"n_layer": 1, "seq_len": 64}

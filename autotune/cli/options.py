@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import click
 
-from autotune.errors import SpecError, UnitError
+from autotune.errors import UnitError
 from autotune.request import (FIELDS, Declared, MeasureConfig, OneOf, Switch, TuneConfig, Whole, WorkloadSpec,
                               declarations)
 from autotune.units import format_duration, parse_duration, parse_size
