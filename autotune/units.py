@@ -104,6 +104,11 @@ def format_flops(x: float | None) -> str:
     return f"{x:.0f} FLOP"
 
 
+def clip(text: str, limit: int, ellipsis: str = "…") -> str:
+    """``text`` cut to at most ``limit`` characters, its end replaced by ``ellipsis`` when cut."""
+    return text if len(text) <= limit else text[: limit - len(ellipsis)] + ellipsis
+
+
 def plural(n: int, word: str, many: str | None = None) -> str:
     """``1 process``, ``2 processes``: a count and its noun."""
     return f"{n} {word if n == 1 else (many or (word + 'es' if word.endswith(('s', 'x', 'ch', 'sh')) else word + 's'))}"

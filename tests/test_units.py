@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.errors import UnitError
-from autotune.units import format_bytes, format_duration, parse_duration, parse_size
+from autotune.units import clip, format_bytes, format_duration, parse_duration, parse_size
 
 
 def test_parse_size():
@@ -31,3 +31,9 @@ def test_parse_duration():
 def test_formatting():
     assert format_bytes(3 * 1024**3) == "3.0 GiB"
     assert format_duration(3700) == "1h01m"
+
+
+def test_clip():
+    assert clip("abcdef", 6) == "abcdef"
+    assert clip("abcdefg", 6) == "abcde…"  # the dashboard's
+    assert clip("abcdefg", 6, "...") == "abc..."  # a trial line's (autotune.tuning.progress)

@@ -15,8 +15,8 @@ from typing import Any, Mapping
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from autotune.reports.dashboard.source import BASELINE, _clip, _pct, plotly_text, speedup_text, wrap_changes
-from autotune.units import format_rate
+from autotune.reports.dashboard.source import BASELINE, _pct, plotly_text, speedup_text, wrap_changes
+from autotune.units import clip, format_rate
 
 #: Marker colours by outcome, shared by every figure.
 OUTCOME_COLORS = {
@@ -136,14 +136,14 @@ def pareto_figure(info: Mapping[str, Any]) -> go.Figure:
         xs = [(f["peak_memory_bytes"] if f["peak_memory_bytes"] is not None else edge) / scale for f in items]
         dense = len(items) > DENSE / 10
         hovers = [
-            f"<b>#{f['number']}</b> {plotly_text(f['outcome'])}: {plotly_text(_clip(f['error'], 80))}" if dense else
+            f"<b>#{f['number']}</b> {plotly_text(f['outcome'])}: {plotly_text(clip(f['error'], 80))}" if dense else
             f"<b>#{f['number']}</b> {plotly_text(f['outcome'])}<br>"
             + (
                 "memory unknown (drawn at the right edge)"
                 if f["peak_memory_bytes"] is None
                 else f"{f['peak_memory_bytes'] / scale:.2f} {unit} when it failed"
             )
-            + f"<br>{plotly_text(_clip(f['error'], 160))}<br>{wrap_changes(f['changes'])}"
+            + f"<br>{plotly_text(clip(f['error'], 160))}<br>{wrap_changes(f['changes'])}"
             for f in items
         ]
         if len(items) > DENSE and _add_failure_cloud(fig, outcome, items, xs):
@@ -239,7 +239,7 @@ def _add_failure_cloud(fig: go.Figure, outcome: str, items: list[Mapping[str, An
                 marker={"color": OUTCOME_COLORS.get(outcome, "#555"), "size": 10, "symbol": "x"},
                 customdata=typed_array([items[i]["number"] for i in members], "i4"),
                 # the error as text of the trace (not in the template, where a "%{" of the message would be read)
-                text=f"{plotly_text(outcome)}: {plotly_text(_clip(error, 80))}",
+                text=f"{plotly_text(outcome)}: {plotly_text(clip(error, 80))}",
                 hovertemplate="<b>#%{customdata}</b> %{text}<extra></extra>",
             )
         )
@@ -391,7 +391,7 @@ def ablation_figure(info: Mapping[str, Any]) -> go.Figure:
     x, y, measure, text, hover = ["the defaults"], [1.0], ["absolute"], ["1.00x"], ["PyTorch's defaults: 1.00x"]
     before = 1.0
     for s in info["steps"]:
-        name = plotly_text(_clip(s["label"], 40)) + ("" if s["kept"] else "<br>(left out)")
+        name = plotly_text(clip(s["label"], 40)) + ("" if s["kept"] else "<br>(left out)")
         x.append(name)
         y.append(s["speedup"] - before)
         measure.append("relative")

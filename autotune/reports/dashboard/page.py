@@ -45,10 +45,10 @@ from autotune.reports.dashboard.charts import (
     pareto_figure,
     profile_figure,
 )
-from autotune.reports.dashboard.source import Snapshot, _clip, _pct, config_text, html_text, join, script_json
+from autotune.reports.dashboard.source import Snapshot, _pct, config_text, html_text, join, script_json
 from autotune.units import plural
 from autotune.store import StoredStudy
-from autotune.units import format_bytes, format_duration, format_rate
+from autotune.units import clip, format_bytes, format_duration, format_rate
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ def _failures_html(info: Mapping[str, Any]) -> str:
     )
     body = []
     for r in info["rows"]:
-        message = _clip(r["error_message"], 4000)
+        message = clip(r["error_message"], 4000)
         kind = f"<b>{html_text(r['error_type'])}</b>: " if r["error_type"] else ""
         cached = (
             f' <span class="dim">(cached from #{r["duplicate_of"]})</span>' if r["duplicate_of"] is not None else ""
@@ -169,7 +169,7 @@ def _failure_groups_html(info: Mapping[str, Any]) -> str:
     )
     body = []
     for g in groups:
-        message = _clip(g["error_message"], 4000)
+        message = clip(g["error_message"], 4000)
         kind = f"<b>{html_text(g['error_type'])}</b>: " if g["error_type"] else ""
         shown = ", ".join(f"#{n}" for n in g["numbers"]) + (", …" if g["count"] > len(g["numbers"]) else "")
         cached = f' <span class="dim">({g["cached"]:,} cached)</span>' if g["cached"] else ""

@@ -307,10 +307,6 @@ def wrap_changes(changes: Mapping[str, str], per_line: int = 3) -> str:
     return "<br>".join(" ".join(items[i : i + per_line]) for i in range(0, len(items), per_line))
 
 
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def searched_knobs(study: StoredStudy | Snapshot) -> list[str]:
     """The knobs the study searched: ``space.search``, else the sampled params, else the config values that vary."""
     snap = Snapshot.of(study)
