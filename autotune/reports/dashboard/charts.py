@@ -15,8 +15,8 @@ from typing import Any, Mapping
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from autotune.reports.dashboard.source import BASELINE, _pct, plotly_text, speedup_text, wrap_changes
-from autotune.units import clip, format_rate
+from autotune.reports.dashboard.source import BASELINE, plotly_text, speedup_text, wrap_changes
+from autotune.units import clip, format_percent, format_rate
 
 #: Marker colours by outcome, shared by every figure.
 OUTCOME_COLORS = {
@@ -70,7 +70,7 @@ def _point_hover(p: Mapping[str, Any], unit: str, scale: float) -> str:
     if p.get("speedup") is not None:
         extra.append(f"{plotly_text(p.get('speedup_text') or speedup_text(p['speedup']))} the defaults (90%)")
     if p.get("mfu") is not None:
-        extra.append(f"MFU {_pct(p['mfu'])}")
+        extra.append(f"MFU {format_percent(p['mfu'])}")
     if not p.get("feasible", True):
         extra.append("over the memory budget")
     if extra:
@@ -433,7 +433,7 @@ def profile_figure(info: Mapping[str, Any]) -> go.Figure:
                 name=plotly_text(op),
                 marker={"color": PALETTE[i % len(PALETTE)] if op != "other ops" else "#ced4da"},
                 hovertext=[
-                    f"{plotly_text(op)}: {_pct(s)} of the step<br>{wrap_changes(t['changes'])}" for s, t in zip(shares, trials)
+                    f"{plotly_text(op)}: {format_percent(s)} of the step<br>{wrap_changes(t['changes'])}" for s, t in zip(shares, trials)
                 ],
                 hoverinfo="text",
             ),
@@ -447,7 +447,7 @@ def profile_figure(info: Mapping[str, Any]) -> go.Figure:
             orientation="h",
             name="data wait",
             marker={"color": "#d62828"},
-            hovertext=[f"#{t['number']} waits for data {_pct(t['data_wait_share'])} of the step" for t in trials],
+            hovertext=[f"#{t['number']} waits for data {format_percent(t['data_wait_share'])} of the step" for t in trials],
             hoverinfo="text",
         ),
         row=1,

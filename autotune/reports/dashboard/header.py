@@ -14,10 +14,10 @@ from autotune.evidence import ceiling
 from autotune.evidence.efficiency import efficiency
 from autotune.machine.peaks import tflops
 from autotune.reports.dashboard.history import remeasure_totals, remeasurements
-from autotune.reports.dashboard.source import OK, Snapshot, _pct, config_text, finite, join, jsonable
+from autotune.reports.dashboard.source import OK, Snapshot, config_text, finite, join, jsonable
 from autotune.units import plural
 from autotune.store import StoredStudy
-from autotune.units import format_bytes, format_duration, format_rate
+from autotune.units import format_bytes, format_duration, format_percent, format_rate
 
 
 def header_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
@@ -106,7 +106,7 @@ def _figures_text(r: Mapping[str, Any] | None) -> str:
     runs = f" from {r['processes']} processes" if (r.get("processes") or 1) > 1 else ", 1 process"
     peak = r.get("mfu_peak")
     of = f" of the {peak['name']} ({tflops(peak['flops'])})" if peak else ""
-    mfu = f", MFU {_pct(r['mfu'])}{of}" if r.get("mfu") is not None else ""
+    mfu = f", MFU {format_percent(r['mfu'])}{of}" if r.get("mfu") is not None else ""
     rate, memory = format_rate(r["samples_per_s"]), format_bytes(r["peak_memory_bytes"])
     return f"{rate} samples/s{runs}, {memory}{mfu} (#{r['number']})"
 

@@ -45,10 +45,10 @@ from autotune.reports.dashboard.charts import (
     pareto_figure,
     profile_figure,
 )
-from autotune.reports.dashboard.source import Snapshot, _pct, config_text, html_text, join, script_json
+from autotune.reports.dashboard.source import Snapshot, config_text, html_text, join, script_json
 from autotune.units import plural
 from autotune.store import StoredStudy
-from autotune.units import clip, format_bytes, format_duration, format_rate
+from autotune.units import clip, format_bytes, format_duration, format_percent, format_rate
 
 log = logging.getLogger(__name__)
 
@@ -122,9 +122,9 @@ def _front_table_html(info: Mapping[str, Any]) -> str:
             (r["speedup"], r["speedup_text"]),
         ]
         if info["has_mfu"]:
-            cells.append((r["mfu"], _pct(r["mfu"])))
+            cells.append((r["mfu"], format_percent(r["mfu"])))
         cells += [
-            (r["data_wait_share"], _pct(r["data_wait_share"])),
+            (r["data_wait_share"], format_percent(r["data_wait_share"])),
             (r["time_to_first_step_s"], format_duration(r["time_to_first_step_s"])),
             (config_text(r["changes"]), config_text(r["changes"])),
         ]

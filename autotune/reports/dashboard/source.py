@@ -290,10 +290,6 @@ def memory_unit(max_bytes: float) -> tuple[str, float]:
     return "B", 1.0
 
 
-def _pct(x: float | None, digits: int = 1) -> str:
-    return "-" if x is None else f"{100 * x:.{digits}f}%"
-
-
 def speedup_text(x: float | None) -> str:
     """A speed-up ratio as the dashboard shows it (``×1.23``; ``-`` for none)."""
     return "-" if x is None else f"×{x:.2f}"
