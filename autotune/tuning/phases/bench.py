@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from autotune import result as R
-from autotune.store import LiveStudy
+from autotune.store import LiveStudy, StoredStudy
 from autotune.store.records import UNCOMPARED
 from autotune.trial.trainings import Numerics  # the numerics check's training run (autotune.trial.numerics)
 
@@ -136,6 +136,15 @@ def record_paired(live: LiveStudy, round_id: str, keys: Sequence[str], trials: S
     live.save_paired(round_id, arms, other_cores=(result.load or {}).get("other_cores"), cores=(result.load or {}).get("cores"),
                      wall_s=result.wall_s, **purpose)
     return [a["samples_per_s"] for a in arms]
+
+
+def rounds_begun(view: StoredStudy, prefix: str, paired: str | None = None) -> int:
+    """Rounds with any measurement stored (a failed one counts, so a failing configuration cannot loop forever): the
+    re-measurements' rounds ``<prefix><k>`` and, given ``paired``, the shared processes' rounds ``<paired><k>-<g>``."""
+    begun = {m.round_id[len(prefix):] for m in view.remeasurements() if m.round_id.startswith(prefix)}
+    if paired is not None:
+        begun |= {b.round_id[len(paired):].split("-")[0] for b in view.blocks() if b.round_id.startswith(paired)}
+    return len(begun)
 
 
 def slow_limit(live: LiveStudy, config: Mapping[str, Any]) -> float | None:

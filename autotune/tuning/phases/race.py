@@ -32,7 +32,7 @@ from typing import Any
 from autotune import knobs
 from autotune import result as R
 from autotune.evidence import Evidence, evidence_of
-from autotune.tuning.phases.bench import Bench
+from autotune.tuning.phases.bench import Bench, rounds_begun
 from autotune.tuning.phases.claims import owned_elsewhere
 from autotune.tuning.phases.session import fits, process_s
 from autotune.evidence.figures import INDIFFERENCE  # a rival not more than 3% faster than the choice is equivalent
@@ -76,14 +76,6 @@ def look_rounds(min_rounds: int, rounds: int) -> list[int]:
         out.append(k)
         k *= 2
     return [*out, rounds]
-
-
-def _rounds_begun(view: StoredStudy, race_id: str) -> int:
-    """Rounds of this race with any measurement stored (a failed one counts, so a failing configuration cannot
-    loop forever): rounds race-<id>-<k> of a process each, pair-<id>-<k>-<g> of shared processes."""
-    begun = {m.round_id.rsplit("-", 1)[1] for m in view.remeasurements() if m.round_id.startswith(f"race-{race_id}-")}
-    begun |= {b.round_id.split("-")[2] for b in view.blocks() if b.round_id.startswith(f"pair-{race_id}-")}
-    return len(begun)
 
 
 def run(live: LiveStudy, bench: Bench, rounds: int, max_candidates: int = MAX_CANDIDATES, min_rounds: int = MIN_ROUNDS,
@@ -143,7 +135,7 @@ def run(live: LiveStudy, bench: Bench, rounds: int, max_candidates: int = MAX_CA
     while True:
         view = live.view()
         ev = evidence_of(view)
-        report.rounds = _rounds_begun(view, race_id)
+        report.rounds = rounds_begun(view, f"race-{race_id}-", f"pair-{race_id}-")  # race-<id>-<k>, pair-<id>-<k>-<g>
         alive = _failed_out(ev, alive, report)
         if not alive:
             report.stop, report.stopped = RaceStop.FAILED, "every candidate failed when measured again"
