@@ -35,9 +35,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def load_config(path: str, **kwargs: Any) -> "Config":
     """Read an exported configuration (``autotune export -o best.json``); see :mod:`autotune.export.config`."""
-    from autotune.export.config import load_config as _load
+    from autotune.export import config
 
-    return _load(path, **kwargs)
+    return config.load_config(path, **kwargs)
 
 
 def __getattr__(name: str) -> Any:

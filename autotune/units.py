@@ -7,6 +7,7 @@ CLI's parameter types, ``autotune.tune(time_budget="2h")``), and then applies it
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 import time
 
@@ -102,6 +103,23 @@ def format_flops(x: float | None) -> str:
         if x >= size:
             return f"{x / size:.2f} {unit}"
     return f"{x:.0f} FLOP"
+
+
+def format_percent(x: float | None, digits: int | None = 1, none: str = "-") -> str:
+    """``12.3%``: ``digits`` decimals; ``digits=None``: one below 10%, whole percents from there (``inf%`` for an
+    infinite one); ``none`` for no number."""
+    if x is None:
+        return none
+    if digits is None:
+        if math.isinf(x):
+            return "inf%"
+        digits = 1 if 100 * x < 10 else 0
+    return f"{100 * x:.{digits}f}%"
+
+
+def clip(text: str, limit: int, ellipsis: str = "…") -> str:
+    """``text`` cut to at most ``limit`` characters, its end replaced by ``ellipsis`` when cut."""
+    return text if len(text) <= limit else text[: limit - len(ellipsis)] + ellipsis
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:

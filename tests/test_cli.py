@@ -289,15 +289,15 @@ def test_a_trial_line_shows_one_measurement_as_one_measurement():
 
 
 def test_measure_says_compilation_only_when_it_compiled():
-    from autotune.cli import _result_lines
+    from autotune.cli import result_lines
     from autotune.result import OK, TrialResult
 
     res = TrialResult(outcome=OK, config={"compile": "off"}, samples_per_s=10.0, samples_per_s_cv=0.01,
                       window_samples_per_s=[10.0], step_time_s=0.1, samples_per_step=1, time_to_first_step_s=2.0,
                       peak_memory_bytes=1, profile={"top_ops": [{"name": "## Call CompiledFxGraph fgqrddoohho5abcdefgh", "share": 0.5}]})
-    lines = dict(_result_lines(res))
+    lines = dict(result_lines(res))
     assert lines["first step"] == "2.00 s"
-    assert dict(_result_lines(TrialResult(**{**res.__dict__, "config": {"compile": "default"}})))["first step"].endswith(
+    assert dict(result_lines(TrialResult(**{**res.__dict__, "config": {"compile": "default"}})))["first step"].endswith(
         "(includes compilation)")
     assert lines["top ops"] == "compiled graph 50%"
 

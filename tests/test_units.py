@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from autotune.errors import UnitError
-from autotune.units import format_bytes, format_duration, parse_duration, parse_size
+from autotune.units import clip, format_bytes, format_duration, format_percent, parse_duration, parse_size
 
 
 def test_parse_size():
@@ -31,3 +33,16 @@ def test_parse_duration():
 def test_formatting():
     assert format_bytes(3 * 1024**3) == "3.0 GiB"
     assert format_duration(3700) == "1h01m"
+
+
+def test_clip():
+    assert clip("abcdef", 6) == "abcdef"
+    assert clip("abcdefg", 6) == "abcde…"  # the dashboard's
+    assert clip("abcdefg", 6, "...") == "abc..."  # a trial line's (autotune.tuning.progress)
+
+
+def test_format_percent():
+    assert format_percent(None) == "-" and format_percent(0.1234) == "12.3%"  # the dashboard's
+    assert format_percent(None, digits=None, none="?") == "?"  # the numerics check's: one decimal below 10%
+    assert format_percent(0.0123, digits=None) == "1.2%" and format_percent(0.1234, digits=None) == "12%"
+    assert format_percent(math.inf, digits=None) == "inf%" and format_percent(-math.inf, digits=None) == "inf%"

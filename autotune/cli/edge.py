@@ -52,11 +52,11 @@ class AutotuneGroup(click.Group):
             ctx.exit(fault.exit_code)
 
 
-_STORES: list[Any] = []  # the stores this process opened (one per URL): a fault is explained by its own store
+STORES: list[Any] = []  # the stores this process opened (one per URL): a fault is explained by its own store
 
 
 def _storage_fault(exc: BaseException) -> AutotuneError | None:
-    for store in _STORES:
+    for store in STORES:
         fault = store.fault(exc)
         if fault is not None:
             return fault
@@ -68,7 +68,7 @@ def open_store(url: str, read_only: bool = False) -> Any:
     from autotune.store import Store
 
     store = Store.open(url, read_only=read_only)
-    _STORES.append(store)
+    STORES.append(store)
     return store
 
 

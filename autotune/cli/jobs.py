@@ -13,9 +13,9 @@ from typing import Any, Callable, Iterator
 
 import click
 
-from autotune.cli.edge import _STORES, study_store
+from autotune.cli.edge import STORES, study_store
 from autotune.cli.options import DURATION, JOB, WORKLOAD, job_from, options, resolve_device, workload_from
-from autotune.cli.reads import _print_status
+from autotune.cli.reads import print_status
 from autotune.errors import KnobError
 from autotune.tuning.progress import Progress
 from autotune.request import DEFAULT_POLL_S
@@ -55,7 +55,7 @@ def run(study: str | None, storage: str | None, workers: int, devices: str | Non
     click.echo(summary.text())
     from autotune.reports import view
 
-    _print_status(view.status_of(store, prepared.name), store)  # as every read command shows it (kept by the run)
+    print_status(view.status_of(store, prepared.name), store)  # as every read command shows it (kept by the run)
 
 
 def _print_probe(batch: int, outcome: str, peak: int | None) -> None:
@@ -192,7 +192,7 @@ def worker(device: str | None, study: str | None, storage: str | None, all_jobs:
 
     def work() -> Any:
         store = daemon.open_store(storage, log)
-        _STORES.append(store)
+        STORES.append(store)
         if all_jobs:
             return daemon.serve(store, dev, log, poll_s=poll, exit_when_idle=exit_when_idle,
                                 on_trial=progress, on_repeat=progress.repeat)

@@ -63,7 +63,8 @@ def _compiled(config: dict[str, Any] | None) -> bool:
     return bool(config) and config.get(COMPILE.name, COMPILE.default) != COMPILE.default
 
 
-def _result_lines(res: Any) -> list[tuple[str, str]]:
+def result_lines(res: Any) -> list[tuple[str, str]]:
+    """What ``autotune measure`` prints of one measured result: (label, value) lines."""
     from autotune.result import OK, op_name
 
     lines = [("outcome", res.outcome), ("config", knobs.short(res.config) if res.config else "-")]
@@ -99,8 +100,8 @@ def _result_lines(res: Any) -> list[tuple[str, str]]:
 
 
 def _print_result(res: Any) -> None:
-    width = max(len(k) for k, _ in _result_lines(res))
-    for key, value in _result_lines(res):
+    width = max(len(k) for k, _ in result_lines(res))
+    for key, value in result_lines(res):
         click.echo(f"{key:<{width}}  {value}")
 
 

@@ -55,7 +55,7 @@ def _the_only_study(storage: str | None) -> str:
     raise StudyError(f"which study? {len(names)} in {where}: {', '.join(names)} (autotune status NAME)")
 
 
-def _print_status(doc: dict[str, Any], store: Any) -> None:
+def print_status(doc: dict[str, Any], store: Any) -> None:
     """The status table of ``doc`` (:func:`autotune.reports.view.status_of`)."""
     from rich.table import Table
 
@@ -201,7 +201,7 @@ def status(study_name: str | None, storage: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(doc, indent=2, default=str))
     else:
-        _print_status(doc, store)
+        print_status(doc, store)
 
 
 @click.command("trials")

@@ -27,8 +27,7 @@ from autotune.evidence import claim as CL
 from autotune.evidence import numerics as NU
 from autotune.evidence import stats
 from autotune.evidence import verdict as V
-from autotune.evidence.verdict import State, Verdict
-from autotune.evidence.verdict import changes_text as _changes_text
+from autotune.evidence.verdict import State, Verdict, changes_text
 from autotune.request import option, pickled_name
 from autotune.store.plans import ConfirmStop, RaceStop
 from autotune.store.records import Role
@@ -46,7 +45,7 @@ def checked(ev: Any, verdict: Verdict, record: Any) -> Verdict:
         return V.detailed(verdict, check.text())
     n = verdict.winner
     assert n is not None and verdict.speedup is not None and ev.baseline is not None
-    was = (f"#{n} ({_changes_text(ev.configs[n].changes)}) was faster, {verdict.speedup.text()}, but "
+    was = (f"#{n} ({changes_text(ev.configs[n].changes)}) was faster, {verdict.speedup.text()}, but "
            f"{check.text()}")
     pick = record.get("strict_pick")
     if pick is None or pick not in ev.configs:
@@ -56,7 +55,7 @@ def checked(ev: Any, verdict: Verdict, record: Any) -> Verdict:
     held = NU.judge(record, pick)
     speedup = ev.speedup(pick)
     assert speedup is not None
-    text = (f"use #{pick} ({_changes_text(ev.configs[pick].changes)}): {speedup.text()} as fast as PyTorch's "
+    text = (f"use #{pick} ({changes_text(ev.configs[pick].changes)}): {speedup.text()} as fast as PyTorch's "
             f"defaults (measured in the search and the race), the fastest configuration checked whose numerics "
             f"hold ({option('numerics', NU.STRICT)})")
     return V.detailed(Verdict(State.GAIN, pick, n, speedup, (), False, False, Said(text)), held.text(), was)
@@ -81,17 +80,17 @@ def confirmed(ev: Any, conf: CL.Confirmed) -> Verdict:
     if not s.has_interval and beyond_steady_noise(ev, n):
         why = {ConfirmStop.TIME: "the time budget ran out", ConfirmStop.FAILED: "it failed when measured again"}.get(
             conf.record.stop, "its rounds were spent") if conf.done else "the claim is still being measured"
-        text = (f"use #{n} ({_changes_text(c.changes)}): it measured {s.estimate:.2f}x the speed of PyTorch's defaults "
+        text = (f"use #{n} ({changes_text(c.changes)}): it measured {s.estimate:.2f}x the speed of PyTorch's defaults "
                 f"in {plural(s.processes, 'process')} apart from the search that chose it, not confirmed, so no "
                 f"interval (a claim needs {plural(CL.MIN_PROCESSES, 'process')} of it; {why}: run again to confirm it, "
                 f"with a longer {option('time_budget')})")
         verdict = Verdict(State.UNCONFIRMED, n, conf.record.chosen, s, (), True, bool(conf.reverted), Said(text))
     elif s.above_one():
-        text = f"use #{n} ({_changes_text(c.changes)}): {s.text()} as fast as PyTorch's defaults ({behind})"
+        text = f"use #{n} ({changes_text(c.changes)}): {s.text()} as fast as PyTorch's defaults ({behind})"
         verdict = Verdict(State.GAIN, n, conf.record.chosen, s, (), True, bool(conf.reverted), Said(text))
     else:
         text = (f"keep the defaults: no configuration beats PyTorch's defaults beyond the noise; #{n} "
-                f"({_changes_text(c.changes) or 'defaults'}), chosen by the race, measured {s.text()} ({behind})")
+                f"({changes_text(c.changes) or 'defaults'}), chosen by the race, measured {s.text()} ({behind})")
         verdict = Verdict(State.NO_GAIN, ev.baseline.number, n, s, (), True, False, Said(text))
     verdict = V.detailed(verdict, *details)
     if conf.reverted and verdict.recommends:
@@ -120,7 +119,7 @@ def ablated(ev: Any, verdict: Verdict) -> Verdict:
     if m is None or m == verdict.winner or s is None or not s.above_one():
         return V.detailed(verdict, ab.text())
     c = ev.configs[m]
-    text = (f"use #{m} ({_changes_text(c.changes)}): {s.text()} as fast as PyTorch's defaults "
+    text = (f"use #{m} ({changes_text(c.changes)}): {s.text()} as fast as PyTorch's defaults "
             f"({int(round(100 * stats.LEVEL))}% interval, {plural(s.processes, 'process')} against {s.reference_processes}), "
             f"#{verdict.winner}'s gain without the knobs that bought nothing beyond the noise")
     return V.detailed(Verdict(State.GAIN, m, verdict.leader, s, verdict.tied, True, verdict.simpler_preferred, text),
@@ -141,7 +140,7 @@ def raced(ev: Any) -> Verdict:
     model = ev.study.workload.get("model") or "MODEL"
     config = {k: v for k, v in c.changes.items() if k in knobs.KNOBS}
     shown = pickled_name(model) or repr(model)
-    note = (f"#{seen.winner} ({_changes_text(c.changes)}) measured {seen.speedup.text() if seen.speedup else '-'} but its "
+    note = (f"#{seen.winner} ({changes_text(c.changes)}) measured {seen.speedup.text() if seen.speedup else '-'} but its "
             f"gain rests on {names}, which depends on the load, and {ev.load.text()}: not recommended from these "
             "measurements; re-check it on a quiet machine with "
             + either(f"`autotune measure --model {model} "
@@ -236,7 +235,7 @@ def by_noise(ev: Any, exclude_sensitive: bool = False) -> Verdict:
     s = ev.speedup(winner)
     assert s is not None
     c = ev.configs[winner]
-    text = (f"use #{winner} ({_changes_text(c.changes)}): {s.text()} as fast as PyTorch's defaults "
+    text = (f"use #{winner} ({changes_text(c.changes)}): {s.text()} as fast as PyTorch's defaults "
             f"({int(round(100 * stats.LEVEL))}% interval, {plural(c.processes, 'process')} against {s.reference_processes})")
     details = []
     if choice.simpler_than_leader:
@@ -246,7 +245,7 @@ def by_noise(ev: Any, exclude_sensitive: bool = False) -> Verdict:
         details.append(f"{len(tied) - 1} other configuration(s) were as fast within the noise")
     if hopeful is not None and ev.configs[hopeful].samples_per_s > c.samples_per_s:
         h = ev.configs[hopeful]
-        details.append(f"#{hopeful} ({_changes_text(h.changes)}) looked faster, {estimate_text(ev, hopeful)}, but in "
+        details.append(f"#{hopeful} ({changes_text(h.changes)}) looked faster, {estimate_text(ev, hopeful)}, but in "
                        f"too few processes to confirm")
     if not confirmed:
         details.append(f"not confirmed by a race (run with {option('confirm')})")
@@ -265,7 +264,7 @@ def unclaimed(ev: Any, verdict: Verdict) -> Verdict:
              and (s := ev.speedup(n)) is not None and s.above_one()]
     if not above:
         return verdict
-    listed = ", ".join(f"#{n} ({_changes_text(ev.configs[n].changes)}) {ev.speedup(n).text()}" for n in above)  # type: ignore[union-attr]
+    listed = ", ".join(f"#{n} ({changes_text(ev.configs[n].changes)}) {ev.speedup(n).text()}" for n in above)  # type: ignore[union-attr]
     return V.detailed(verdict, f"not taken: {listed}, figures of the search and the race, which run high for what "
                                f"they chose, and {'none was' if len(above) > 1 else 'it was not'} confirmed apart")
 
@@ -303,7 +302,7 @@ def unconfirmed(ev: Any, number: int, tied: tuple[int, ...] = ()) -> Verdict:
     assert ev.baseline is not None
     c = ev.configs[number]
     s = ev.speedup(number)
-    text = (f"use #{number} ({_changes_text(c.changes)}): it measured {estimate_text(ev, number)} the speed of "
+    text = (f"use #{number} ({changes_text(c.changes)}): it measured {estimate_text(ev, number)} the speed of "
             f"PyTorch's defaults, not confirmed, so no interval (a claim needs {plural(CL.MIN_PROCESSES, 'process')} "
             f"of it; run again to confirm it, with a longer {option('time_budget')} or more {option('confirm')})")
     return Verdict(State.UNCONFIRMED, number, number, s, tied, c.confirmed, False, Said(text))

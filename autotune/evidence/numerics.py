@@ -40,7 +40,7 @@ from typing import Any
 from autotune.evidence.verdict import changes_text
 from autotune.request import NUMERICS_MODES
 from autotune.result import Outcome
-from autotune.units import plural
+from autotune.units import format_percent, plural
 
 LOSS_TOLERANCE = 0.01
 WEIGHTS_TOLERANCE = 0.40
@@ -165,16 +165,17 @@ class Check:
         if self.state == NOT_CHECKED or self.gap is None or self.floor is None:
             return f"numerics not checked: {self.reason or 'no check ran'}"
         g, f = self.gap, self.floor
-        weights = f", weights {_pct(g.weights)} apart" if g.weights is not None else ""
+        loss, floor = (format_percent(x, digits=None, none="?") for x in (g.loss, f.loss))
+        weights = f", weights {format_percent(g.weights, digits=None, none='?')} apart" if g.weights is not None else ""
         off = f"; dropout off for the check ({plural(self.dropout_off, 'module')})" if self.dropout_off else ""
         if self.state == HOLD:
-            return (f"numerics hold: loss within {_pct(g.loss)} of the defaults over {self.steps} steps "
-                    f"(floor {_pct(f.loss)}){weights}{off}")
+            return (f"numerics hold: loss within {loss} of the defaults over {self.steps} steps "
+                    f"(floor {floor}){weights}{off}")
         side = "above" if g.loss_signed >= 0 else "below"
         cause = (changes_text({k: self.changes[k] for k in self.causes if k in self.changes}) if self.causes
                  else "no one knob alone: " + (changes_text(self.changes) if self.changes else "the configuration"))
-        return (f"numerics differ: loss {_pct(g.loss)} {side} the defaults over steps {self.steps // 2 + 1}-{self.steps} "
-                f"(floor {_pct(f.loss)}){weights}: {cause}{off}")
+        return (f"numerics differ: loss {loss} {side} the defaults over steps {self.steps // 2 + 1}-{self.steps} "
+                f"(floor {floor}){weights}: {cause}{off}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"state": self.state, "number": self.number, "mode": self.mode, "steps": self.steps,
@@ -184,14 +185,6 @@ class Check:
                 "samples_per_step": self.samples_per_step, "seed": self.seed,
                 "tolerance": {"loss": LOSS_TOLERANCE, "weights": WEIGHTS_TOLERANCE, "floor_times": FLOOR_TIMES},
                 "curves": {k: list(v) for k, v in self.curves.items()}}
-
-
-def _pct(x: float | None) -> str:
-    if x is None:
-        return "?"
-    if math.isinf(x):
-        return "inf%"
-    return f"{100 * x:.{1 if 100 * x < 10 else 0}f}%"
 
 
 def unusable(defaults: Run | None, floor: Run | None, run: Run | None) -> str | None:

@@ -96,11 +96,11 @@ class KnobsInForce:
     def begin(self, model: nn.Module | None, optimizers: Iterable[Any] = ()) -> None:
         """Apply the knobs to the process for the model's device, to the model (its layout, its inputs' layout,
         its checkpointed blocks), and to the optimizers built on it."""
-        from autotune.export.config import _apply_process  # the allocator of a CUDA already started, as apply() does
+        from autotune.export.config import apply_process  # the allocator of a CUDA already started, as apply() does
 
         devices = _devices(model)
         plan = self.plan = Plan.from_config(self.values, devices[0], self.task)
-        _apply_process(plan)
+        apply_process(plan)
         if model is None:
             return
         if len(devices) > 1:

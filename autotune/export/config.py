@@ -293,7 +293,7 @@ class Config:
         if plan.task != "train" and (scheduler is not None or clip_grad_norm is not None):
             raise ConfigError(f"scheduler= and clip_grad_norm= apply to training; this configuration's task is {plan.task!r}")
         clip = _max_norm(clip_grad_norm)
-        _apply_process(plan)
+        apply_process(plan)
         model = plan.prepare_model(model)
         opt = plan.build_optimizer(model, optimizer) if plan.task == "train" else None
         loader = plan.make_loader(dataset, collate_fn, shuffle=shuffle, **loader_kwargs) if dataset is not None else None
@@ -350,7 +350,7 @@ def _sync(device: torch.device) -> Callable[[], None] | None:
     return lambda: torch.cuda.synchronize(device)
 
 
-def _apply_process(plan: Plan) -> None:
+def apply_process(plan: Plan) -> None:
     """Process-level knobs in a process that may already have started CUDA."""
     wanted = plan.environment().get("PYTORCH_CUDA_ALLOC_CONF")
     if wanted and torch.cuda.is_available() and torch.cuda.is_initialized():

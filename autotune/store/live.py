@@ -102,7 +102,7 @@ class LiveStudy:
         """The process ``who`` (an owner: host, pid) has stopped: on this host its pid is gone; on another, ``since``
         (epoch seconds: when it was last known at work) is longer ago than ``grace_s`` (default: the study's grace)."""
         if who.get("host") == socket.gethostname():
-            return not recovery._pid_alive(int(who.get("pid", -1)))
+            return not recovery.pid_alive(int(who.get("pid", -1)))
         grace = grace_s if grace_s is not None else self.grace_s if self.grace_s is not None else float("inf")
         return time.time() - since > grace
 

@@ -25,7 +25,8 @@ from optuna.trial import TrialState
 from autotune.store.records import INTERRUPTED, OWNER, ROLE, Role, StoredTrial, marks_of
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this host with this id still runs."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -46,7 +47,7 @@ def is_stale(trial: optuna.trial.FrozenTrial | StoredTrial, grace_s: float) -> b
         started = started or dt.datetime.now()
         return (dt.datetime.now() - started).total_seconds() > grace_s
     if who.get("host") == socket.gethostname():
-        return not _pid_alive(int(who.get("pid", -1))) or who.get("pid") == os.getpid()
+        return not pid_alive(int(who.get("pid", -1))) or who.get("pid") == os.getpid()
     age = dt.datetime.now(dt.timezone.utc).timestamp() - float(who.get("started", 0))
     return age > grace_s
 

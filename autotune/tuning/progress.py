@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from autotune import knobs
 from autotune.store.records import Role
-from autotune.units import format_bytes, format_duration, format_rate
+from autotune.units import clip, format_bytes, format_duration, format_rate
 
 
 def _isatty() -> bool:
@@ -48,7 +48,7 @@ def trial_line(rec: Any) -> str:
         speed = speedup_text(rec.speedup, rec.role)
         body = f"{'ok':<8} {format_rate(rec.samples_per_s):>9} samples/s {format_bytes(rec.peak_memory_bytes):>10}  {speed:<18}"
     else:
-        body = f"{rec.outcome:<8} {_cut(rec.error or '', 160)}"
+        body = f"{rec.outcome:<8} {clip(rec.error or '', 160, '...')}"
     tags = []
     if rec.duplicate_of is not None:
         tags.append(f"(already measured as #{rec.duplicate_of})")
@@ -64,11 +64,6 @@ def trial_line(rec: Any) -> str:
         if other > busy_threshold(cores):
             tags.append(f"(busy machine: other processes used {other:.1f} of {cores} cores)")
     return f"{head}{body}  {knobs.short(rec.config)} {' '.join(tags)}".rstrip()
-
-
-def _cut(text: str, width: int) -> str:
-    """At most ``width`` characters, marked when cut."""
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 SLOW_TRIAL_S = 60.0  # a baseline trial longer than this gets advice with its estimate

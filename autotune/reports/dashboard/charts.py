@@ -15,9 +15,9 @@ from typing import Any, Mapping
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from autotune.reports.dashboard.source import _clip, _pct, _speedup_text, _t, _wrap_changes
+from autotune.reports.dashboard.source import plotly_text, speedup_text, wrap_changes
 from autotune.store.records import Role
-from autotune.units import format_rate
+from autotune.units import clip, format_percent, format_rate
 
 #: Marker colours by outcome, shared by every figure.
 OUTCOME_COLORS = {
@@ -48,7 +48,8 @@ DENSE = 1000
 # ---------------------------------------------------------------- figure functions
 
 
-def _layout(fig: go.Figure, height: int, **kwargs: Any) -> go.Figure:
+def layout(fig: go.Figure, height: int, **kwargs: Any) -> go.Figure:
+    """The dashboard's look for a figure (template, height, margins, font, legend), ``kwargs`` over it."""
     base: dict[str, Any] = {
         "template": "plotly_white",
         "height": height,
@@ -62,20 +63,20 @@ def _layout(fig: go.Figure, height: int, **kwargs: Any) -> go.Figure:
 
 
 def _point_hover(p: Mapping[str, Any], unit: str, scale: float) -> str:
-    lines = [f"<b>#{p['number']}</b> {_t(p['role'])}" + (" · on the front" if p.get("on_front") else "")]
+    lines = [f"<b>#{p['number']}</b> {plotly_text(p['role'])}" + (" · on the front" if p.get("on_front") else "")]
     runs = p.get("processes") or 1
     memory = "-" if p["peak_memory_bytes"] is None else f"{p['peak_memory_bytes'] / scale:.2f} {unit}"
     lines.append(f"{format_rate(p['samples_per_s'])} samples/s ({runs} process{'es' if runs > 1 else ''}) · {memory}")
     extra = []
     if p.get("speedup") is not None:
-        extra.append(f"{_t(p.get('speedup_text') or _speedup_text(p['speedup']))} the defaults (90%)")
+        extra.append(f"{plotly_text(p.get('speedup_text') or speedup_text(p['speedup']))} the defaults (90%)")
     if p.get("mfu") is not None:
-        extra.append(f"MFU {_pct(p['mfu'])}")
+        extra.append(f"MFU {format_percent(p['mfu'])}")
     if not p.get("feasible", True):
         extra.append("over the memory budget")
     if extra:
         lines.append(" · ".join(extra))
-    lines.append(_wrap_changes(p["changes"]))
+    lines.append(wrap_changes(p["changes"]))
     return "<br>".join(lines)
 
 
@@ -104,7 +105,7 @@ def pareto_figure(info: Mapping[str, Any]) -> go.Figure:
             kind, marker = go.Scattergl, {"color": color, "size": 5, "symbol": symbol, "opacity": 0.6}
             hover: dict[str, Any] = {
                 "customdata": typed_array([p["number"] for p in pts], "i4"),
-                "text": [_t(p.get("speedup_text") or "-") for p in pts],
+                "text": [plotly_text(p.get("speedup_text") or "-") for p in pts],
                 "hovertemplate": f"#%{{customdata}}: %{{y:.1f}} samples/s, %{{x:.2f}} {unit}, "
                                  "%{text} the defaults<extra></extra>"}
             xs, ys = typed_array(xs), typed_array(ys)  # type: ignore[assignment]
@@ -136,14 +137,14 @@ def pareto_figure(info: Mapping[str, Any]) -> go.Figure:
         xs = [(f["peak_memory_bytes"] if f["peak_memory_bytes"] is not None else edge) / scale for f in items]
         dense = len(items) > DENSE / 10
         hovers = [
-            f"<b>#{f['number']}</b> {_t(f['outcome'])}: {_t(_clip(f['error'], 80))}" if dense else
-            f"<b>#{f['number']}</b> {_t(f['outcome'])}<br>"
+            f"<b>#{f['number']}</b> {plotly_text(f['outcome'])}: {plotly_text(clip(f['error'], 80))}" if dense else
+            f"<b>#{f['number']}</b> {plotly_text(f['outcome'])}<br>"
             + (
                 "memory unknown (drawn at the right edge)"
                 if f["peak_memory_bytes"] is None
                 else f"{f['peak_memory_bytes'] / scale:.2f} {unit} when it failed"
             )
-            + f"<br>{_t(_clip(f['error'], 160))}<br>{_wrap_changes(f['changes'])}"
+            + f"<br>{plotly_text(clip(f['error'], 160))}<br>{wrap_changes(f['changes'])}"
             for f in items
         ]
         if len(items) > DENSE and _add_failure_cloud(fig, outcome, items, xs):
@@ -153,7 +154,7 @@ def pareto_figure(info: Mapping[str, Any]) -> go.Figure:
                 x=xs,
                 y=[0.0] * len(items),
                 mode="markers",
-                name=f"{_t(outcome)} ({len(items)})",
+                name=f"{plotly_text(outcome)} ({len(items)})",
                 marker={"color": OUTCOME_COLORS.get(outcome, "#555"), "size": 10, "symbol": "x"},
                 hovertext=hovers,
                 hoverinfo="text",
@@ -176,7 +177,7 @@ def pareto_figure(info: Mapping[str, Any]) -> go.Figure:
         fig.add_annotation(
             x=x,
             y=label["samples_per_s"],
-            text=f"<b>{_t(label['text'])}</b>" if chosen else _t(label["text"]),
+            text=f"<b>{plotly_text(label['text'])}</b>" if chosen else plotly_text(label["text"]),
             showarrow=True,
             arrowhead=2,
             ax=-30 if left else 30,
@@ -194,7 +195,7 @@ def pareto_figure(info: Mapping[str, Any]) -> go.Figure:
             annotation_text="memory budget",
             annotation_position="top right",
         )
-    _layout(fig, 520, xaxis_title=f"peak memory ({unit})", yaxis_title="samples/s", hovermode="closest")
+    layout(fig, 520, xaxis_title=f"peak memory ({unit})", yaxis_title="samples/s", hovermode="closest")
     # Fixed ranges from 0, with room below 0 samples/s for the failures drawn there.
     top_speed = max((p["samples_per_s"] for p in info["points"]), default=1.0)
     fig.update_xaxes(range=[0, x_top])
@@ -233,13 +234,13 @@ def _add_failure_cloud(fig: go.Figure, outcome: str, items: list[Mapping[str, An
                 x=typed_array([xs[i] for i in members]),
                 y=typed_array([0.0] * len(members)),
                 mode="markers",
-                name=f"{_t(outcome)} ({len(items)})",
+                name=f"{plotly_text(outcome)} ({len(items)})",
                 legendgroup=f"failed:{outcome}",
                 showlegend=k == 0,
                 marker={"color": OUTCOME_COLORS.get(outcome, "#555"), "size": 10, "symbol": "x"},
                 customdata=typed_array([items[i]["number"] for i in members], "i4"),
                 # the error as text of the trace (not in the template, where a "%{" of the message would be read)
-                text=f"{_t(outcome)}: {_t(_clip(error, 80))}",
+                text=f"{plotly_text(outcome)}: {plotly_text(clip(error, 80))}",
                 hovertemplate="<b>#%{customdata}</b> %{text}<extra></extra>",
             )
         )
@@ -255,7 +256,7 @@ def knob_figure(knob: Mapping[str, Any], memory_unit: str, memory_scale: float) 
     for i, v in enumerate(knob["values"]):
         color = PALETTE[i % len(PALETTE)]
         if dense:  # boxes from their quartiles (plotly's own method), without a mark per trial
-            label = _t(v["value"])
+            label = plotly_text(v["value"])
             for col, ys in ((1, v["samples_per_s"]), (2, [None if m is None else m / memory_scale for m in v["peak_memory_bytes"]])):
                 q = _quartiles([y for y in ys if y is not None])
                 if q is None:
@@ -266,7 +267,7 @@ def knob_figure(knob: Mapping[str, Any], memory_unit: str, memory_scale: float) 
             continue
         hover = [f"#{n}" for n in v["numbers"]]
         common = {
-            "name": _t(v["value"]),
+            "name": plotly_text(v["value"]),
             "boxpoints": "all",
             "jitter": 0.4,
             "pointpos": 0,
@@ -276,13 +277,13 @@ def knob_figure(knob: Mapping[str, Any], memory_unit: str, memory_scale: float) 
             "marker": {"size": 5, "opacity": 0.7, "color": color},
             "line": {"color": color},
         }
-        fig.add_trace(go.Box(y=v["samples_per_s"], x=[_t(v["value"])] * len(hover), **common), row=1, col=1)
+        fig.add_trace(go.Box(y=v["samples_per_s"], x=[plotly_text(v["value"])] * len(hover), **common), row=1, col=1)
         mem = [None if m is None else m / memory_scale for m in v["peak_memory_bytes"]]
-        fig.add_trace(go.Box(y=mem, x=[_t(v["value"])] * len(hover), **common), row=1, col=2)
-    _layout(
+        fig.add_trace(go.Box(y=mem, x=[plotly_text(v["value"])] * len(hover), **common), row=1, col=2)
+    layout(
         fig,
         300,
-        title={"text": f"<b>{_t(knob['name'])}</b>", "x": 0.01, "font": {"size": 14}},
+        title={"text": f"<b>{plotly_text(knob['name'])}</b>", "x": 0.01, "font": {"size": 14}},
         margin={"l": 50, "r": 10, "t": 60, "b": 40},
     )
     fig.update_xaxes(type="category")
@@ -323,15 +324,15 @@ def importance_figure(info: Mapping[str, Any]) -> go.Figure:
     for label, values, color in series:
         fig.add_trace(
             go.Bar(
-                y=[_t(n) for n in names],
+                y=[plotly_text(n) for n in names],
                 x=[values.get(n) for n in names],
                 orientation="h",
-                name=_t(label),
+                name=plotly_text(label),
                 marker={"color": color},
-                hovertemplate="%{y}: %{x:.2f}<extra>" + _t(label) + "</extra>",
+                hovertemplate="%{y}: %{x:.2f}<extra>" + plotly_text(label) + "</extra>",
             )
         )
-    _layout(
+    layout(
         fig,
         max(260, 60 + 16 * len(series) * len(names)),
         barmode="group",
@@ -350,9 +351,9 @@ def parallel_figure(info: Mapping[str, Any], memory_unit: str, memory_scale: flo
     """Parallel coordinates: one line per ok trial through its knob values to its samples/s and memory."""
     dims = []
     for d in info["dimensions"]:
-        dim: dict[str, Any] = {"label": _t(d["name"]), "values": d["values"]}
+        dim: dict[str, Any] = {"label": plotly_text(d["name"]), "values": d["values"]}
         if d.get("ticktext") is not None:
-            dim.update(tickvals=d["tickvals"], ticktext=[_t(t) for t in d["ticktext"]])
+            dim.update(tickvals=d["tickvals"], ticktext=[plotly_text(t) for t in d["ticktext"]])
         if d.get("range") is not None:
             dim["range"] = d["range"]
         dims.append(dim)
@@ -366,7 +367,7 @@ def parallel_figure(info: Mapping[str, Any], memory_unit: str, memory_scale: flo
     dense = len(info["samples_per_s"]) > DENSE
     for o in objectives:
         # thousands of lines: 4 significant digits are all an axis can show (the exact figures are in the tables)
-        dim = {"label": _t(o["name"]), "values": [_round(v) for v in o["values"]] if dense else o["values"]}
+        dim = {"label": plotly_text(o["name"]), "values": [_round(v) for v in o["values"]] if dense else o["values"]}
         dim.update({k: o[k] for k in ("tickvals", "ticktext", "range") if o.get(k) is not None})
         dims.append(dim)
     fig = go.Figure(
@@ -381,7 +382,7 @@ def parallel_figure(info: Mapping[str, Any], memory_unit: str, memory_scale: flo
             labelangle=-20,
         )
     )
-    _layout(fig, 420, margin={"l": 100, "r": 110, "t": 80, "b": 30})  # room for the first axis's labels
+    layout(fig, 420, margin={"l": 100, "r": 110, "t": 80, "b": 30})  # room for the first axis's labels
     return fig
 
 
@@ -391,14 +392,14 @@ def ablation_figure(info: Mapping[str, Any]) -> go.Figure:
     x, y, measure, text, hover = ["the defaults"], [1.0], ["absolute"], ["1.00x"], ["PyTorch's defaults: 1.00x"]
     before = 1.0
     for s in info["steps"]:
-        name = _t(_clip(s["label"], 40)) + ("" if s["kept"] else "<br>(left out)")
+        name = plotly_text(clip(s["label"], 40)) + ("" if s["kept"] else "<br>(left out)")
         x.append(name)
         y.append(s["speedup"] - before)
         measure.append("relative")
-        text.append(f"×{_t(s['bought_text'])}")
+        text.append(f"×{plotly_text(s['bought_text'])}")
         where = "in one process" if s["within_process"] else "between processes"
-        hover.append(f"<b>+ {_t(s['label'])}</b><br>bought {_t(s['bought_text'])} ({where})"
-                     f"<br>{_t(s['speedup_text'])} the defaults"
+        hover.append(f"<b>+ {plotly_text(s['label'])}</b><br>bought {plotly_text(s['bought_text'])} ({where})"
+                     f"<br>{plotly_text(s['speedup_text'])} the defaults"
                      + ("" if s["kept"] else "<br>left out of the recommendation: bought nothing beyond the noise"))
         before = s["speedup"]
     fig = go.Figure(go.Waterfall(
@@ -407,7 +408,7 @@ def ablation_figure(info: Mapping[str, Any]) -> go.Figure:
         totals={"marker": {"color": TRIAL_COLOR}}, connector={"line": {"color": "#adb5bd", "dash": "dot"}},
     ))
     top = max([1.0, *(s["speedup"] for s in info["steps"])])
-    return _layout(fig, 380, showlegend=False, yaxis={"title": "speed-up over the defaults", "range": [0, top * 1.25]},
+    return layout(fig, 380, showlegend=False, yaxis={"title": "speed-up over the defaults", "range": [0, top * 1.25]},
                    xaxis={"type": "category"})
 
 
@@ -430,10 +431,10 @@ def profile_figure(info: Mapping[str, Any]) -> go.Figure:
                 y=labels,
                 x=shares,
                 orientation="h",
-                name=_t(op),
+                name=plotly_text(op),
                 marker={"color": PALETTE[i % len(PALETTE)] if op != "other ops" else "#ced4da"},
                 hovertext=[
-                    f"{_t(op)}: {_pct(s)} of the step<br>{_wrap_changes(t['changes'])}" for s, t in zip(shares, trials)
+                    f"{plotly_text(op)}: {format_percent(s)} of the step<br>{wrap_changes(t['changes'])}" for s, t in zip(shares, trials)
                 ],
                 hoverinfo="text",
             ),
@@ -447,13 +448,13 @@ def profile_figure(info: Mapping[str, Any]) -> go.Figure:
             orientation="h",
             name="data wait",
             marker={"color": "#d62828"},
-            hovertext=[f"#{t['number']} waits for data {_pct(t['data_wait_share'])} of the step" for t in trials],
+            hovertext=[f"#{t['number']} waits for data {format_percent(t['data_wait_share'])} of the step" for t in trials],
             hoverinfo="text",
         ),
         row=1,
         col=2,
     )
-    _layout(
+    layout(
         fig,
         max(260, 90 + 34 * len(trials)),
         barmode="stack",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Mapping
 
-from autotune.reports.dashboard.source import OK, Snapshot, _memory_unit, _num
+from autotune.reports.dashboard.source import OK, Snapshot, finite, memory_unit
 from autotune.reports.dashboard.ticks import nice_ticks
 from autotune.result import op_name
 from autotune.store import StoredStudy
@@ -61,9 +61,9 @@ def pareto_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
         if r["outcome"] != OK and r["duplicate_of"] is None and r["state"] in ("COMPLETE", "FAIL")
     ]
     memories = [p["peak_memory_bytes"] for p in points + failed if p["peak_memory_bytes"] is not None]
-    budget = _num(snap.study.max_memory_bytes)
+    budget = finite(snap.study.max_memory_bytes)
     top = max(memories + ([budget] if budget else []), default=1024.0**3)
-    unit, scale = _memory_unit(top)
+    unit, scale = memory_unit(top)
     by_number = {p["number"]: p for p in points}
     labels = [
         {
@@ -123,7 +123,7 @@ def front_table_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
                 "speedup": r.get("speedup"),
                 "speedup_text": r.get("speedup_text", "-"),
                 "mfu": r["mfu"],
-                "data_wait_share": _num(profile.get("data_wait_share")),
+                "data_wait_share": finite(profile.get("data_wait_share")),
                 "time_to_first_step_s": r["time_to_first_step_s"],
                 "changes": r["changes"],
             }
@@ -147,10 +147,10 @@ def profile_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
         profile = r["profile"] if isinstance(r["profile"], Mapping) else {}
         ops = {}
         for op in profile.get("top_ops") or []:
-            if isinstance(op, Mapping) and _num(op.get("share")) is not None:
+            if isinstance(op, Mapping) and finite(op.get("share")) is not None:
                 name = op_name(str(op.get("name", "?")))  # one entry for every compiled graph, not one per hash
                 ops[name] = ops.get(name, 0.0) + float(op["share"])
-        wait = _num(profile.get("data_wait_share"))
+        wait = finite(profile.get("data_wait_share"))
         if not ops and wait is None:
             continue
         totals.update(ops)

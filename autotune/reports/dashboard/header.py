@@ -13,11 +13,11 @@ from typing import Any, Mapping
 from autotune.evidence import ceiling
 from autotune.evidence.efficiency import efficiency
 from autotune.machine.peaks import tflops
-from autotune.reports.dashboard.history import _remeasure_totals, remeasurements
-from autotune.reports.dashboard.source import OK, Snapshot, _num, _pct, _plain, config_text, join
+from autotune.reports.dashboard.history import remeasure_totals, remeasurements
+from autotune.reports.dashboard.source import OK, Snapshot, config_text, finite, join, jsonable
 from autotune.units import plural
 from autotune.store import StoredStudy
-from autotune.units import format_bytes, format_duration, format_rate
+from autotune.units import format_bytes, format_duration, format_percent, format_rate
 
 
 def header_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
@@ -54,10 +54,10 @@ def header_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
 
     info: dict[str, Any] = {
         "name": snap.name,
-        "workload": _plain(
+        "workload": jsonable(
             {k: workload.get(k) for k in ("model", "data", "model_args", "input_shape", "num_classes", "task")}
         ),
-        "fingerprint": _plain(
+        "fingerprint": jsonable(
             {
                 k: fingerprint.get(k)
                 for k in (
@@ -72,12 +72,12 @@ def header_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
                 )
             }
         ),
-        "device": _plain(study.device),
-        "space": _plain(space.get("name")),
-        "max_memory_bytes": _num(study.max_memory_bytes),
-        "global_batch": _plain(study.global_batch),
-        "created_at": _plain(study.created_at),
-        "autotune_version": _plain(study.version),
+        "device": jsonable(study.device),
+        "space": jsonable(space.get("name")),
+        "max_memory_bytes": finite(study.max_memory_bytes),
+        "global_batch": jsonable(study.global_batch),
+        "created_at": jsonable(study.created_at),
+        "autotune_version": jsonable(study.version),
         "n_trials": len(snap.rows),
         "outcomes": dict(sorted(outcomes.items(), key=lambda kv: (kv[0] != OK, -kv[1], kv[0]))),
         "duplicates": sum(1 for r in snap.rows if r["duplicate_of"] is not None),
@@ -87,14 +87,14 @@ def header_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
         "best": figures(best),
         "best_speedup": recommended.estimate if recommended else None,
         "best_speedup_text": recommended.text() if recommended else "-",
-        "efficiency": _plain(eff.to_dict()),
-        "verdict": _plain(verdict.to_dict()),
-        "noise": _plain(ev.noise.to_dict()),
+        "efficiency": jsonable(eff.to_dict()),
+        "verdict": jsonable(verdict.to_dict()),
+        "noise": jsonable(ev.noise.to_dict()),
         "noise_text": ev.noise.text(),
-        "load": _plain(ev.load.to_dict()),
-        "batch_ceiling": _plain(ceiling.describe(study.batch_ceiling)),
+        "load": jsonable(ev.load.to_dict()),
+        "batch_ceiling": jsonable(ceiling.describe(study.batch_ceiling)),
         "front_size": len(snap.front),
-        "remeasurements": _remeasure_totals(remeasurements(snap)),
+        "remeasurements": remeasure_totals(remeasurements(snap)),
     }
     info.update(header_texts(info))
     return info
@@ -106,7 +106,7 @@ def _figures_text(r: Mapping[str, Any] | None) -> str:
     runs = f" from {r['processes']} processes" if (r.get("processes") or 1) > 1 else ", 1 process"
     peak = r.get("mfu_peak")
     of = f" of the {peak['name']} ({tflops(peak['flops'])})" if peak else ""
-    mfu = f", MFU {_pct(r['mfu'])}{of}" if r.get("mfu") is not None else ""
+    mfu = f", MFU {format_percent(r['mfu'])}{of}" if r.get("mfu") is not None else ""
     rate, memory = format_rate(r["samples_per_s"]), format_bytes(r["peak_memory_bytes"])
     return f"{rate} samples/s{runs}, {memory}{mfu} (#{r['number']})"
 

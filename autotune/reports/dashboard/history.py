@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from autotune.reports.dashboard.source import OK, Snapshot, _num
+from autotune.reports.dashboard.source import OK, Snapshot, finite
 from autotune.reports.dashboard.ticks import trial_ticks
 from autotune.store import StoredStudy
 from autotune.store.plans import RoundId
@@ -71,7 +71,7 @@ def remeasurements(study: StoredStudy | Snapshot) -> dict[int, dict[str, Any]]:
             confirmed.append(m.trial)
             continue
         kind = "race" if m.round_id.startswith(RoundId.prefix(RoundId.RACE)) else "noise floor" if m.round_id.startswith("floor-") else "other"
-        wall = _num(m.wall_s)
+        wall = finite(m.wall_s)
         add(m.trial, kind, wall if wall is not None and wall >= 0 else None)
     for b in snap.study.blocks():
         # a process that measured several configurations alternately: its time shared by the trials it measured
@@ -86,7 +86,8 @@ def remeasurements(study: StoredStudy | Snapshot) -> dict[int, dict[str, Any]]:
     return out
 
 
-def _remeasure_totals(per_trial: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+def remeasure_totals(per_trial: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """The re-measurements of all trials together: counts (timed, estimated, untimed) and their time."""
     totals = {k: sum(e[k] for e in per_trial.values()) for k in ("count", "timed", "estimated", "untimed")}
     return {**totals, "time_s": sum(e["time_s"] for e in per_trial.values())}
 
@@ -126,7 +127,7 @@ def history_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
     return {
         "numbers": numbers,
         "trial_ticks": trial_ticks(numbers),
-        "remeasurements": _remeasure_totals(again),
+        "remeasurements": remeasure_totals(again),
         "metric": "speedup" if base else "samples_per_s",
         "best_so_far": best_so_far,
         "hypervolume": hv,

@@ -12,16 +12,16 @@ from typing import Any, Hashable, Mapping, Sequence
 from autotune import knobs
 from autotune.reports.dashboard.source import (
     Snapshot,
-    _is_range,
-    _knob_value,
-    _memory_unit,
-    _num,
-    _value_order,
+    finite,
     format_value,
+    is_range,
+    knob_value,
+    memory_unit,
     range_here,
     searched_knobs,
+    value_order,
 )
-from autotune.reports.dashboard.ticks import _padded, nice_ticks
+from autotune.reports.dashboard.ticks import nice_ticks, padded
 from autotune.store import StoredStudy
 
 MIN_TRIALS_FOR_IMPORTANCE = 5
@@ -39,7 +39,7 @@ def knob_effects_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
     out = []
     for name in searched_knobs(snap):
         raw = _values(snap, rows, name)
-        members: dict[str, list[int]] = {format_value(name, value): [] for value in _value_order(snap, name, raw)}
+        members: dict[str, list[int]] = {format_value(name, value): [] for value in value_order(snap, name, raw)}
         for i, label in enumerate(_labels(name, raw)):
             members.setdefault(label, []).append(i)
         values = [
@@ -124,7 +124,7 @@ def importance_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
 def _groups(snap: Snapshot, rows: Sequence[Mapping[str, Any]], name: str) -> list[Hashable]:
     """Each row's value of a knob as a group label; a numeric knob with more than ``MAX_GROUPS`` values is binned."""
     raw = _values(snap, rows, name)
-    numeric = [_num(v) for v in raw]
+    numeric = [finite(v) for v in raw]
     distinct = sorted({v for v in numeric if v is not None})
     if len(distinct) <= MAX_GROUPS or any(v is None for v in numeric):
         return list(_labels(name, raw))
@@ -142,7 +142,7 @@ def _groups(snap: Snapshot, rows: Sequence[Mapping[str, Any]], name: str) -> lis
 
 
 def _values(snap: Snapshot, rows: Sequence[Mapping[str, Any]], name: str) -> list[Any]:
-    """Each row's value of a knob (:func:`~autotune.reports.dashboard.source._knob_value`, without a call a row)."""
+    """Each row's value of a knob (:func:`~autotune.reports.dashboard.source.knob_value`, without a call a row)."""
     default = snap.defaults.get(name)
     return [r["config"][name] if name in r["config"] else default for r in rows]
 
@@ -221,17 +221,17 @@ def parallel_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
         rows = [r for r in every if r["number"] in keep]
     dims = []
     for name in searched_knobs(snap):
-        raw = [_knob_value(snap, r, name) for r in rows]
-        if _is_range(snap, name) and all(_num(v) is not None for v in raw):
+        raw = [knob_value(snap, r, name) for r in rows]
+        if is_range(snap, name) and all(finite(v) is not None for v in raw):
             values = [float(v) for v in raw]
             bounds = range_here(snap, name)
             low = min(values + ([bounds[0]] if bounds else []), default=0.0)
             high = max(values + ([bounds[1]] if bounds else []), default=0.0)
             integer = all(float(v).is_integer() for v in values)
             ticks = nice_ticks(low, high, integer=integer)
-            dims.append({"name": name, "values": values, "range": _padded(low, high), **ticks, "numeric": True})
+            dims.append({"name": name, "values": values, "range": padded(low, high), **ticks, "numeric": True})
         else:
-            order = _value_order(snap, name, raw)
+            order = value_order(snap, name, raw)
             texts = [format_value(name, v) for v in order]
             dims.append(
                 {
@@ -245,7 +245,7 @@ def parallel_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
             )
     speeds = [r["samples_per_s"] for r in rows]
     memories = [r["peak_memory_bytes"] for r in rows]
-    unit, scale = _memory_unit(max((m for m in memories if m is not None), default=1024.0**3))
+    unit, scale = memory_unit(max((m for m in memories if m is not None), default=1024.0**3))
     scaled = [None if m is None else m / scale for m in memories]
     return {
         "dimensions": dims,
@@ -263,5 +263,5 @@ def parallel_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
 def _objective_axis(label: str, values: Sequence[float | None]) -> dict[str, Any]:
     known = [v for v in values if v is not None]
     low, high = (min(known), max(known)) if known else (0.0, 1.0)
-    return {"name": label, "values": list(values), "range": _padded(low, high), **nice_ticks(low, high)}
+    return {"name": label, "values": list(values), "range": padded(low, high), **nice_ticks(low, high)}
 

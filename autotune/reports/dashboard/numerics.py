@@ -12,7 +12,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from autotune.reports.dashboard.source import Snapshot, _t
+from autotune.reports.dashboard.source import Snapshot, plotly_text
 from autotune.store import StoredStudy
 
 COLORS = {"defaults": "#6c757d", "floor": "#adb5bd", "recommendation": "#2a9d8f"}
@@ -35,7 +35,7 @@ def numerics_figure(info: Mapping[str, Any]) -> go.Figure:
         name = {"defaults": "PyTorch's defaults", "floor": "the defaults again (floor)",
                 "recommendation": "the recommendation"}.get(label, label.replace("revert:", "reverted: "))
         dash = "dot" if label == "floor" else ("dash" if label.startswith(("revert:", "candidate:")) else "solid")
-        fig.add_trace(go.Scatter(x=list(range(1, len(losses) + 1)), y=losses, mode="lines", name=_t(name),
+        fig.add_trace(go.Scatter(x=list(range(1, len(losses) + 1)), y=losses, mode="lines", name=plotly_text(name),
                                  line={"color": COLORS.get(label), "dash": dash, "width": 2}))
     fig.update_layout(template="plotly_white", height=360, margin={"l": 60, "r": 20, "t": 40, "b": 50},
                       legend={"orientation": "h", "y": -0.2}, xaxis={"title": "optimizer step"},

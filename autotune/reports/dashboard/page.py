@@ -45,10 +45,10 @@ from autotune.reports.dashboard.charts import (
     pareto_figure,
     profile_figure,
 )
-from autotune.reports.dashboard.source import Snapshot, _clip, _e, _pct, config_text, join, script_json
+from autotune.reports.dashboard.source import Snapshot, config_text, html_text, join, script_json
 from autotune.units import plural
 from autotune.store import StoredStudy
-from autotune.units import format_bytes, format_duration, format_rate
+from autotune.units import clip, format_bytes, format_duration, format_percent, format_rate
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class _Page:
     def figure(self, fig: go.Figure, css: str = "plot", name: str = "") -> str:
         fig_id = f"fig-{len(self.figures) + 1}"
         self.figures.append({"id": fig_id, "json": plotly.io.to_json(fig, validate=False)})
-        return f'<div id="{fig_id}" class="{css}" data-name="{_e(name)}"></div>'
+        return f'<div id="{fig_id}" class="{css}" data-name="{html_text(name)}"></div>'
 
     def figures_json(self) -> str:
         body = ",".join(f'{{"id":{json.dumps(f["id"])},"figure":{f["json"]}}}' for f in self.figures)
@@ -80,18 +80,18 @@ class _Page:
 
 
 def _note(text: str) -> str:
-    return f'<p class="note">{_e(text)}</p>'
+    return f'<p class="note">{html_text(text)}</p>'
 
 
 def _header_html(h: Mapping[str, Any]) -> str:
     card_html = "".join(
-        f'<div class="card"><div class="label">{_e(c["label"])}</div><div class="value">{_e(c["value"])}</div>'
-        f'<div class="sub">{_e(c["sub"])}</div></div>'
+        f'<div class="card"><div class="label">{html_text(c["label"])}</div><div class="value">{html_text(c["value"])}</div>'
+        f'<div class="sub">{html_text(c["sub"])}</div></div>'
         for c in h["cards"]
     )
-    verdict = f'<p class="verdict" id="verdict">{_e(h["verdict"]["text"])}</p>'
+    verdict = f'<p class="verdict" id="verdict">{html_text(h["verdict"]["text"])}</p>'
     return (
-        f'<header><h1>autotune study <span class="name">{_e(h["name"])}</span></h1><p class="meta">{_e(h["meta"])}</p>'
+        f'<header><h1>autotune study <span class="name">{html_text(h["name"])}</span></h1><p class="meta">{html_text(h["meta"])}</p>'
         f'<div class="cards">{card_html}</div>{verdict}</header>'
     )
 
@@ -110,7 +110,7 @@ def _front_table_html(info: Mapping[str, Any]) -> str:
     if info["has_mfu"]:
         cols.append(("MFU", "num"))
     cols += [("data wait", "num"), ("first step", "num"), ("changes from PyTorch defaults", "text")]
-    head = "".join(f'<th data-type="{kind}" title="sort">{_e(name)}</th>' for name, kind in cols)
+    head = "".join(f'<th data-type="{kind}" title="sort">{html_text(name)}</th>' for name, kind in cols)
     body = []
     for r in info["rows"]:
         cells: list[tuple[Any, str]] = [
@@ -122,13 +122,13 @@ def _front_table_html(info: Mapping[str, Any]) -> str:
             (r["speedup"], r["speedup_text"]),
         ]
         if info["has_mfu"]:
-            cells.append((r["mfu"], _pct(r["mfu"])))
+            cells.append((r["mfu"], format_percent(r["mfu"])))
         cells += [
-            (r["data_wait_share"], _pct(r["data_wait_share"])),
+            (r["data_wait_share"], format_percent(r["data_wait_share"])),
             (r["time_to_first_step_s"], format_duration(r["time_to_first_step_s"])),
             (config_text(r["changes"]), config_text(r["changes"])),
         ]
-        tds = "".join(f'<td data-v="{_e("" if v is None else v)}">{_e(text)}</td>' for v, text in cells)
+        tds = "".join(f'<td data-v="{html_text("" if v is None else v)}">{html_text(text)}</td>' for v, text in cells)
         body.append(f"<tr>{tds}</tr>")
     return (
         f'<table class="sortable" id="front-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
@@ -146,16 +146,16 @@ def _failures_html(info: Mapping[str, Any]) -> str:
     )
     body = []
     for r in info["rows"]:
-        message = _clip(r["error_message"], 4000)
-        kind = f"<b>{_e(r['error_type'])}</b>: " if r["error_type"] else ""
+        message = clip(r["error_message"], 4000)
+        kind = f"<b>{html_text(r['error_type'])}</b>: " if r["error_type"] else ""
         cached = (
             f' <span class="dim">(cached from #{r["duplicate_of"]})</span>' if r["duplicate_of"] is not None else ""
         )
         body.append(
             f'<tr><td data-v="{r["number"]}">#{r["number"]}</td>'
-            f'<td data-v="{_e(r["outcome"])}"><span class="pill" style="background:{OUTCOME_COLORS.get(r["outcome"], "#555")}">{_e(r["outcome"])}</span>{cached}</td>'
-            f'<td data-v="{_e(r["error_type"])}" class="error">{kind}{_e(message) or "-"}</td>'
-            f'<td data-v="{_e(config_text(r["changes"]))}" class="config">{_e(config_text(r["changes"]))}</td></tr>'
+            f'<td data-v="{html_text(r["outcome"])}"><span class="pill" style="background:{OUTCOME_COLORS.get(r["outcome"], "#555")}">{html_text(r["outcome"])}</span>{cached}</td>'
+            f'<td data-v="{html_text(r["error_type"])}" class="error">{kind}{html_text(message) or "-"}</td>'
+            f'<td data-v="{html_text(config_text(r["changes"]))}" class="config">{html_text(config_text(r["changes"]))}</td></tr>'
         )
     return f'<table class="sortable" id="failures-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
@@ -169,15 +169,15 @@ def _failure_groups_html(info: Mapping[str, Any]) -> str:
     )
     body = []
     for g in groups:
-        message = _clip(g["error_message"], 4000)
-        kind = f"<b>{_e(g['error_type'])}</b>: " if g["error_type"] else ""
+        message = clip(g["error_message"], 4000)
+        kind = f"<b>{html_text(g['error_type'])}</b>: " if g["error_type"] else ""
         shown = ", ".join(f"#{n}" for n in g["numbers"]) + (", …" if g["count"] > len(g["numbers"]) else "")
         cached = f' <span class="dim">({g["cached"]:,} cached)</span>' if g["cached"] else ""
         body.append(
             f'<tr><td data-v="{g["count"]}">{g["count"]:,}</td>'
-            f'<td data-v="{_e(g["outcome"])}"><span class="pill" style="background:{OUTCOME_COLORS.get(g["outcome"], "#555")}">{_e(g["outcome"])}</span>{cached}</td>'
-            f'<td data-v="{_e(g["error_type"])}" class="error">{kind}{_e(message) or "-"}</td>'
-            f'<td data-v="{g["numbers"][0]}" class="config">{_e(shown)}</td>'
+            f'<td data-v="{html_text(g["outcome"])}"><span class="pill" style="background:{OUTCOME_COLORS.get(g["outcome"], "#555")}">{html_text(g["outcome"])}</span>{cached}</td>'
+            f'<td data-v="{html_text(g["error_type"])}" class="error">{kind}{html_text(message) or "-"}</td>'
+            f'<td data-v="{g["numbers"][0]}" class="config">{html_text(shown)}</td>'
             f'<td data-v="{g["configurations"]}">{g["configurations"]:,}</td></tr>'
         )
     note = _note(
@@ -195,7 +195,7 @@ def render_html(study: StoredStudy | Snapshot | Drawn, refresh_s: float | None =
     drew it (as the run that wrote a study last keeps it: :func:`autotune.reports.view.page_of`)."""
     drawn = study if isinstance(study, Drawn) else draw(study)
     refresh = f'<meta http-equiv="refresh" content="{max(1, round(refresh_s))}">' if refresh_s else ""
-    return (drawn.text.replace(_REFRESH, refresh, 1).replace(_GENERATED, _e(time.strftime("%Y-%m-%d %H:%M:%S")), 1)
+    return (drawn.text.replace(_REFRESH, refresh, 1).replace(_GENERATED, html_text(time.strftime("%Y-%m-%d %H:%M:%S")), 1)
             .replace(_PLOTLY, _plotly_js(), 1))
 
 
@@ -270,7 +270,7 @@ def _render_html(info: Mapping[str, Any]) -> str:
 
     bought = info["bought"]
     if bought["steps"]:
-        section = [page.figure(ablation_figure(bought), name="ablation"), f'<p class="hint">{_e(bought["text"])}.</p>']
+        section = [page.figure(ablation_figure(bought), name="ablation"), f'<p class="hint">{html_text(bought["text"])}.</p>']
     else:
         section = [_note("Measured once the race settles a gain: the path from the defaults to the winner, one knob "
                          "at a time, each step's speed-up in shared processes.")]
@@ -278,7 +278,7 @@ def _render_html(info: Mapping[str, Any]) -> str:
 
     numerics = info["numerics"]
     if numerics["curves"]:
-        section = [page.figure(numerics_figure(numerics), name="numerics"), f'<p class="hint">{_e(numerics["text"])}; '
+        section = [page.figure(numerics_figure(numerics), name="numerics"), f'<p class="hint">{html_text(numerics["text"])}; '
                    "each run trained from the same weights on the same samples per optimizer step.</p>"]
     else:
         section = [_note("Checked once the verdict recommends a change: the recommendation trained beside the "
@@ -292,7 +292,7 @@ def _render_html(info: Mapping[str, Any]) -> str:
         section.append('<div class="grid">')
         for k in shown:
             drawn = page.figure(knob_figure(k, unit, scale), "plot small", "knob:" + k["name"])
-            section.append(f'<div class="knob">{drawn}<p class="hint">{_e(k["help"])}</p></div>')
+            section.append(f'<div class="knob">{drawn}<p class="hint">{html_text(k["help"])}</p></div>')
         section.append("</div>")
     else:
         section.append(_note("No ok trial yet: nothing to show per knob."))
@@ -300,7 +300,7 @@ def _render_html(info: Mapping[str, Any]) -> str:
     section.append("<h3>Knob importance</h3>")
     if importance["samples_per_s"]:
         section.append(page.figure(importance_figure(importance), name="importance"))
-        section.append(f'<p class="hint">{_e(importance["method"])}</p>')
+        section.append(f'<p class="hint">{html_text(importance["method"])}</p>')
     else:
         section.append(_note(importance["note"] or "No importance."))
     parallel = info["parallel"]
@@ -310,7 +310,7 @@ def _render_html(info: Mapping[str, Any]) -> str:
         drawn = len(parallel["numbers"])
         sample = (f" {drawn:,} of the {parallel['of']:,} ok trials are drawn: every front point and a random sample "
                   "of the rest." if drawn < parallel["of"] else "")
-        section.append(f'<p class="hint">Drag along an axis to filter the lines.{_e(sample)}</p>')
+        section.append(f'<p class="hint">Drag along an axis to filter the lines.{html_text(sample)}</p>')
     else:
         section.append(_note("No ok trial with searched knobs yet."))
     page.section("knobs", "What each knob does", section)
@@ -321,7 +321,7 @@ def _render_html(info: Mapping[str, Any]) -> str:
         section.append(page.figure(history_figure(history), name="history"))
         ref = history["reference"]["peak_memory_bytes"]
         section.append(
-            f'<p class="hint">Hypervolume reference point: 0 samples/s, {_e(format_bytes(ref))} (1.1 × the largest peak memory of an ok trial).</p>'
+            f'<p class="hint">Hypervolume reference point: 0 samples/s, {html_text(format_bytes(ref))} (1.1 × the largest peak memory of an ok trial).</p>'
         )
         section.append("<h3>Time per trial</h3>")
         section.append(page.figure(duration_figure(history), name="durations"))
@@ -330,7 +330,7 @@ def _render_html(info: Mapping[str, Any]) -> str:
             guessed = again["estimated"] + again["untimed"]
             section.append(
                 '<p class="hint">'
-                + _e(
+                + html_text(
                     join(
                         [
                             f"On top of each trial, the time its configuration was measured again (noise floor, race, what each knob bought): "
@@ -367,7 +367,7 @@ def _render_html(info: Mapping[str, Any]) -> str:
         "<!DOCTYPE html>\n"
         f'<html lang="en"><head><meta charset="utf-8">{_REFRESH}'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>autotune · {_e(info['name'])}</title><style>{_asset('page.css')}</style><script>{_asset('early.js')}</script></head><body>"
+        f"<title>autotune · {html_text(info['name'])}</title><style>{_asset('page.css')}</style><script>{_asset('early.js')}</script></head><body>"
         + "".join(page.parts)
         + f"<footer>Generated {_GENERATED} by autotune. Everything on this page is embedded; it needs no network.</footer>"
         + '<pre id="autotune-selftest" hidden></pre>'

@@ -120,7 +120,7 @@ def _context(study: StoredStudy) -> knobs.Context | None:
             ctx = None
     if ctx is None:
         fingerprint = study.fingerprint if isinstance(study.fingerprint, Mapping) else {}
-        cpus = _num(fingerprint.get("cpu_count"))
+        cpus = finite(fingerprint.get("cpu_count"))
         ctx = knobs.Context(cpu_count=int(cpus)) if cpus else None
     return ctx
 
@@ -160,19 +160,19 @@ def _row(
     except TypeError:  # a value that cannot be a key (a list): this row's own copy
         key, shared = None, None
     if shared is None:
-        shared = ({str(k): _plain(v) for k, v in config.items()}, _changes(config, defaults))
+        shared = ({str(k): jsonable(v) for k, v in config.items()}, _changes(config, defaults))
         if key is not None and seen is not None:
             seen[key] = shared
     error = t.error or {}
     outcome = str(t.outcome or _outcome_from_state(t))
     values = list(t.values) if t.values is not None else []
     ok = outcome == OK
-    speed = _num(result.get("samples_per_s"))
-    peak = _num(result.get("peak_memory_bytes"))
+    speed = finite(result.get("samples_per_s"))
+    peak = finite(result.get("peak_memory_bytes"))
     if ok and speed is None and values:
-        speed = _num(values[0])
+        speed = finite(values[0])
     if ok and peak is None and len(values) > 1:
-        peak = _num(values[1])
+        peak = finite(values[1])
     profile = result.get("profile")
     profile = profile if isinstance(profile, _MAP) else {}
     duplicate_of = t.duplicate_of
@@ -184,16 +184,16 @@ def _row(
         "config": shared[0],
         "changes": shared[1],
         "duplicate_of": int(duplicate_of) if isinstance(duplicate_of, (int, float)) else None,
-        "feasible": all((_num(c) or 0.0) <= 0.0 for c in t.constraints.values()),
+        "feasible": all((finite(c) or 0.0) <= 0.0 for c in t.constraints.values()),
         "samples_per_s": speed,
-        "samples_per_s_cv": _num(result.get("samples_per_s_cv")),
+        "samples_per_s_cv": finite(result.get("samples_per_s_cv")),
         "peak_memory_bytes": peak,
-        "mfu": _num(result.get("mfu")),
-        "time_to_first_step_s": _num(result.get("time_to_first_step_s")),
-        "duration_s": _num(t.duration_s),
+        "mfu": finite(result.get("mfu")),
+        "time_to_first_step_s": finite(result.get("time_to_first_step_s")),
+        "duration_s": finite(t.duration_s),
         "error_type": str(error.get("type") or ""),
         "error_message": str(error.get("message") or ""),
-        "profile": profile,  # as stored (not copied: read only for the front's trials, through _num)
+        "profile": profile,  # as stored (not copied: read only for the front's trials, through finite)
     }
 
 
@@ -203,7 +203,7 @@ def _outcome_from_state(t: StoredTrial) -> str:
     return {"fail": "error"}.get(t.state, t.state)
 
 
-def _num(x: Any) -> float | None:
+def finite(x: Any) -> float | None:
     """A finite float, or None."""
     kind = type(x)
     if kind is float:  # most numbers: 16 a trial
@@ -220,7 +220,7 @@ def _num(x: Any) -> float | None:
 _SCALARS = (str, int, bool, type(None))  # exact types: returned as they are, without the costlier checks below
 
 
-def _plain(x: Any) -> Any:
+def jsonable(x: Any) -> Any:
     """JSON-able copy of stored data (it already is, unless someone stored odd floats)."""
     kind = type(x)
     if kind in _SCALARS:  # most of a configuration: 14 values a trial, 1.4 million checks at 100,000 trials
@@ -228,9 +228,9 @@ def _plain(x: Any) -> Any:
     if kind is float:
         return x if math.isfinite(x) else None
     if isinstance(x, Mapping):
-        return {str(k): _plain(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
+        return [jsonable(v) for v in x]
     if isinstance(x, float) and not math.isfinite(x):
         return None
     if x is None or isinstance(x, (str, int, float, bool)):
@@ -257,12 +257,12 @@ def config_text(changes: Mapping[str, str]) -> str:
     return " ".join(f"{k}={v}" for k, v in changes.items()) or "defaults"
 
 
-def _t(text: Any) -> str:
+def plotly_text(text: Any) -> str:
     """Text for plotly labels and hovers (plotly renders a subset of HTML, so escape)."""
     return html.escape(str(text), quote=False)
 
 
-def _e(text: Any) -> str:
+def html_text(text: Any) -> str:
     """Text for the HTML page."""
     return html.escape(str(text), quote=True)
 
@@ -281,31 +281,25 @@ def script_json(data: Any) -> str:
     return text
 
 
-def _memory_unit(max_bytes: float) -> tuple[str, float]:
+def memory_unit(max_bytes: float) -> tuple[str, float]:
+    """The unit to show memory in, up to ``max_bytes``, and its size in bytes."""
     for unit, size in (("GiB", 1024.0**3), ("MiB", 1024.0**2), ("KiB", 1024.0)):
         if max_bytes >= size:
             return unit, size
     return "B", 1.0
 
 
-def _pct(x: float | None, digits: int = 1) -> str:
-    return "-" if x is None else f"{100 * x:.{digits}f}%"
-
-
-def _speedup_text(x: float | None) -> str:
+def speedup_text(x: float | None) -> str:
+    """A speed-up ratio as the dashboard shows it (``×1.23``; ``-`` for none)."""
     return "-" if x is None else f"×{x:.2f}"
 
 
-def _wrap_changes(changes: Mapping[str, str], per_line: int = 3) -> str:
+def wrap_changes(changes: Mapping[str, str], per_line: int = 3) -> str:
     """Changes for a hover, a few per line, escaped."""
-    items = [_t(f"{k}={v}") for k, v in changes.items()]
+    items = [plotly_text(f"{k}={v}") for k, v in changes.items()]
     if not items:
         return "defaults"
     return "<br>".join(" ".join(items[i : i + per_line]) for i in range(0, len(items), per_line))
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def searched_knobs(study: StoredStudy | Snapshot) -> list[str]:
@@ -331,13 +325,13 @@ def searched_knobs(study: StoredStudy | Snapshot) -> list[str]:
 
 
 def _observed(snap: Snapshot, name: str) -> set[str]:
-    return {json.dumps(_knob_value(snap, r, name), sort_keys=True, default=str) for r in snap.measured_ok()}
+    return {json.dumps(knob_value(snap, r, name), sort_keys=True, default=str) for r in snap.measured_ok()}
 
 
-def _value_order(snap: Snapshot, name: str, observed: Iterable[Any]) -> list[Any]:
+def value_order(snap: Snapshot, name: str, observed: Iterable[Any]) -> list[Any]:
     """A knob's values in a sensible order: the space's choices (those that applied on the study's machine), the
     registry's, else sorted; then any other value a trial ran with."""
-    if snap.values_here is not None and not _is_range(snap, name):
+    if snap.values_here is not None and not is_range(snap, name):
         return _with_extra(list(snap.values_here.get(name, [])), observed)
     space = snap.study.space
     spec = (
@@ -365,7 +359,7 @@ def _with_extra(choices: list[Any], observed: Iterable[Any]) -> list[Any]:
     return choices + extra
 
 
-def _is_range(snap: Snapshot, name: str) -> bool:
+def is_range(snap: Snapshot, name: str) -> bool:
     """True when the knob was searched over an integer range (else over a list of choices)."""
     space = snap.study.space
     search = space.get("search") if isinstance(space, Mapping) else None
@@ -378,7 +372,7 @@ def _is_range(snap: Snapshot, name: str) -> bool:
 def range_here(snap: Snapshot, name: str) -> tuple[float, float] | None:
     """A range knob's bounds as searched on the study's machine (``threads``: 1 to its CPUs); None when unknown."""
     values = (snap.values_here or {}).get(name)
-    numbers = [float(v) for v in values or () if _num(v) is not None]
+    numbers = [float(v) for v in values or () if finite(v) is not None]
     return (min(numbers), max(numbers)) if numbers else None
 
 
@@ -387,7 +381,8 @@ def join(parts: Iterable[str | None], sep: str = ", ") -> str:
     return sep.join(p.strip() for p in parts if p and p.strip())
 
 
-def _knob_value(snap: Snapshot, row: Mapping[str, Any], name: str) -> Any:
+def knob_value(snap: Snapshot, row: Mapping[str, Any], name: str) -> Any:
+    """A row's value of a knob: its configuration's, else the study's default."""
     if name in row["config"]:
         return row["config"][name]
     return snap.defaults.get(name)

@@ -60,7 +60,7 @@ def trial_ticks(numbers: Sequence[int]) -> dict[str, list[Any]]:
     return nice_ticks(min(numbers), max(numbers), target=min(8, max(1, max(numbers) - min(numbers))), integer=True)
 
 
-def _padded(low: float, high: float) -> list[float]:
+def padded(low: float, high: float) -> list[float]:
     """An axis range; one value alone sits in the middle of a small range around it."""
     if high > low:
         return [low, high]

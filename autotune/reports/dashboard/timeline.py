@@ -11,8 +11,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from autotune.reports.dashboard import charts
-from autotune.reports.dashboard.charts import FRONT_COLOR, OUTCOME_COLORS, REMEASURE_COLOR, _layout
-from autotune.reports.dashboard.source import _t
+from autotune.reports.dashboard.charts import FRONT_COLOR, OUTCOME_COLORS, REMEASURE_COLOR, layout
+from autotune.reports.dashboard.source import plotly_text
 from autotune.units import format_duration
 
 
@@ -44,7 +44,7 @@ def history_figure(info: Mapping[str, Any]) -> go.Figure:
         ),
         secondary_y=True,
     )
-    _layout(fig, 340, xaxis_title="trial")
+    layout(fig, 340, xaxis_title="trial")
     _trial_axis(fig, info)
     fig.update_yaxes(
         title_text="speed-up over baseline" if info["metric"] == "speedup" else "samples/s", secondary_y=False
@@ -98,11 +98,11 @@ def duration_figure(info: Mapping[str, Any]) -> go.Figure:
             go.Bar(
                 x=[d["number"] for d in items],
                 y=[d["duration_s"] for d in items],
-                name=_t(outcome),
+                name=plotly_text(outcome),
                 width=[0.8] * len(items),  # per trace, plotly would size bars by that trace's spacing
                 marker={"color": OUTCOME_COLORS.get(outcome, "#555")},
                 hovertext=[
-                    f"#{d['number']} {_t(outcome)}: {format_duration(d['duration_s'])}"
+                    f"#{d['number']} {plotly_text(outcome)}: {format_duration(d['duration_s'])}"
                     + (f" (cached from #{d['duplicate_of']})" if d["duplicate_of"] is not None else "")
                     for d in items
                 ],
@@ -137,7 +137,7 @@ def duration_figure(info: Mapping[str, Any]) -> go.Figure:
                 hoverinfo="text",
             )
         )
-    _layout(fig, 300, xaxis_title="trial", yaxis_title="duration (s)", barmode="stack", bargap=0.1)
+    layout(fig, 300, xaxis_title="trial", yaxis_title="duration (s)", barmode="stack", bargap=0.1)
     _trial_axis(fig, info)
     return fig
 
@@ -163,8 +163,8 @@ def _binned_duration_figure(info: Mapping[str, Any]) -> go.Figure:
     fig = go.Figure()
     for outcome, ys in sums.items():
         fig.add_trace(go.Bar(
-            x=xs, y=ys, width=width * 0.9, name=_t(outcome), marker={"color": OUTCOME_COLORS.get(outcome, "#555")},
-            hovertext=[f"trials #{a}-#{a + width - 1}: {n} {_t(outcome)}, {format_duration(y)}"
+            x=xs, y=ys, width=width * 0.9, name=plotly_text(outcome), marker={"color": OUTCOME_COLORS.get(outcome, "#555")},
+            hovertext=[f"trials #{a}-#{a + width - 1}: {n} {plotly_text(outcome)}, {format_duration(y)}"
                        for a, n, y in zip(starts, counts[outcome], ys)],
             hoverinfo="text"))
     if any(again):
@@ -173,7 +173,7 @@ def _binned_duration_figure(info: Mapping[str, Any]) -> go.Figure:
             marker={"color": REMEASURE_COLOR},
             hovertext=[f"trials #{a}-#{a + width - 1}: re-measurements {format_duration(y)}" for a, y in zip(starts, again)],
             hoverinfo="text"))
-    _layout(fig, 300, xaxis_title=f"trial (bars of {width} trials)", yaxis_title=f"time per {width} trials (s)",
+    layout(fig, 300, xaxis_title=f"trial (bars of {width} trials)", yaxis_title=f"time per {width} trials (s)",
             barmode="stack", bargap=0.1)
     return fig
 
@@ -181,7 +181,7 @@ def _binned_duration_figure(info: Mapping[str, Any]) -> go.Figure:
 def _remeasure_hover(d: Mapping[str, Any]) -> str:
     again = d["remeasured"]
     kinds = ", ".join(f"{n} {kind}" for kind, n in (again.get("by_kind") or {}).items())
-    parts = [f"#{d['number']} measured again {again['count']} time{'s' if again['count'] != 1 else ''} ({_t(kinds)})"]
+    parts = [f"#{d['number']} measured again {again['count']} time{'s' if again['count'] != 1 else ''} ({plotly_text(kinds)})"]
     if again.get("timed"):
         parts.append(f"{again['timed']} timed: {format_duration(again.get('timed_s'))}")
     if again.get("estimated"):

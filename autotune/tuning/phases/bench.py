@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from autotune import result as R
-from autotune.store import LiveStudy
+from autotune.store import LiveStudy, StoredStudy
 from autotune.store.records import UNCOMPARED, Role
 from autotune.trial.trainings import Numerics  # the numerics check's training run (autotune.trial.numerics)
 
@@ -136,6 +136,12 @@ def record_paired(live: LiveStudy, round_id: str, keys: Sequence[str], trials: S
     live.save_paired(round_id, arms, other_cores=(result.load or {}).get("other_cores"), cores=(result.load or {}).get("cores"),
                      wall_s=result.wall_s, **purpose)
     return [a["samples_per_s"] for a in arms]
+
+
+def rounds_begun(view: StoredStudy, prefix: str) -> int:
+    """Rounds ``<prefix><k>`` with any measurement stored (a failed one counts, so a failing configuration cannot loop
+    forever): a claim's (``confirm-<id>-``); a race's rounds are read as :class:`autotune.store.plans.RoundId`."""
+    return len({m.round_id[len(prefix):] for m in view.remeasurements() if m.round_id.startswith(prefix)})
 
 
 def slow_limit(live: LiveStudy, config: Mapping[str, Any]) -> float | None:

@@ -29,7 +29,7 @@ from autotune.evidence import evidence_of
 from autotune.store import LiveStudy
 from autotune.store.plans import ConfirmRecord, ConfirmStop
 from autotune.store.records import owner
-from autotune.tuning.phases.bench import Bench
+from autotune.tuning.phases.bench import Bench, rounds_begun
 from autotune.tuning.phases.claims import owned_elsewhere
 from autotune.tuning.phases.phase import Phase
 from autotune.units import plural
@@ -83,7 +83,7 @@ def run(live: LiveStudy, bench: Bench, search: Search, rounds: int = C.ROUNDS, d
     while True:
         view = live.view()
         ev = evidence_of(view)
-        done = _rounds_begun(view, confirm_id)
+        done = rounds_begun(view, f"{C.CONFIRM}{confirm_id}-")  # confirm-<id>-<k>
         report.rounds = done
         if ev.configs.get(record.chosen) is None or ev.configs[record.chosen].failed_repeats:
             record = replace(record, stop=ConfirmStop.FAILED)
@@ -207,12 +207,6 @@ def _measure_reduced(live: LiveStudy, search: Search, ev: Any, record: ConfirmRe
     params = {name: config[name] for name in search.seeds.space.search if name in config}
     live.enqueue(params, role=A.ROLE)
     return search.trial()
-
-
-def _rounds_begun(view: Any, confirm_id: str) -> int:
-    """Rounds of this claim with any measurement stored (a failed one counts: no configuration loops forever)."""
-    prefix = f"{C.CONFIRM}{confirm_id}-"
-    return len({m.round_id for m in view.remeasurements() if m.round_id.startswith(prefix)})
 
 
 def _line(report: ConfirmReport | None) -> str:
