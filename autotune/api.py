@@ -36,8 +36,8 @@ from autotune.tuning import ceiling as ceilings
 from autotune import knobs
 from autotune.workloads import shipping
 from autotune.tuning import fleet
-from autotune.tuning import preparation as tuning
-from autotune.tuning import loop as S
+from autotune.tuning import preparation
+from autotune.tuning import loop
 from autotune.errors import AutotuneError, FieldError, KnobError, SpecError, WorkloadError, in_words, said
 from autotune.evidence import Verdict, evidence_of
 from autotune.request import (DEFAULT_COMPILE_LIMIT_S, DEFAULT_CONFIRM, DEFAULT_NUMERICS, DEFAULT_PICK, DEFAULT_SAMPLER,
@@ -202,7 +202,7 @@ class TuneResult:
     ran); ``summary``: what this run did (:class:`autotune.tuning.loop.Summary`).
     """
 
-    def __init__(self, study: optuna.Study, store: Store, summary: S.Summary | None = None) -> None:
+    def __init__(self, study: optuna.Study, store: Store, summary: loop.Summary | None = None) -> None:
         self.study = study
         self.store = store
         self.summary = summary
@@ -244,14 +244,14 @@ class TuneResult:
         fastest (the fastest-looking, labelled with the verdict), smallest or balanced;
         ``max_memory``: only front points within it.
         """
-        from autotune.export import document as C
+        from autotune.export import document
         from autotune.export import frameworks
 
         frameworks.check_format(format)
-        doc = C.export(self.view, pick, _size(max_memory, "max_memory"), self.store.shown)
+        doc = document.export(self.view, pick, _size(max_memory, "max_memory"), self.store.shown)
         if format == "json":
             if path is not None:
-                C.write(doc, path)
+                document.write(doc, path)
             return doc
         text = frameworks.text(doc, format)
         if path is not None:
@@ -335,7 +335,7 @@ def tune(
             raise SpecError("tune(): pass a model, or model=None with study=NAME to resume that study's workload")
         if any(v is not None for v in (data, model_args, seq_len, input_shape, num_classes, task)):
             raise SpecError("tune(model=None, study=...) resumes the study's own workload: it takes no data or model options")
-        spec = tuning.stored_config(_store(storage, study, read_only=True).read(study)).spec
+        spec = preparation.stored_config(_store(storage, study, read_only=True).read(study)).spec
     else:
         spec = _spec(model, data, model_args, input_shape, num_classes, task, seq_len)
     job = TuneConfig.from_keywords(
@@ -349,7 +349,7 @@ def tune(
 
     bar = Progress(trials, job.time_budget_s, 0, enabled=progress, echo=_echo)
     try:
-        prepared = tuning.prepare(job, name, store, dev, on_trial=bar, on_repeat=bar.repeat,
+        prepared = preparation.prepare(job, name, store, dev, on_trial=bar, on_repeat=bar.repeat,
                                   on_probe=lambda *probe: bar.print(ceilings.probe_text(*probe)))
         bar.done = prepared.measured
         for line in prepared.opening(here.processes):

@@ -22,7 +22,7 @@ import optuna
 from harness import say
 from autotune.testing.studies import make_study
 
-from autotune.reports import dashboard as report
+from autotune.reports import dashboard
 from autotune.knobs import cpu_count
 
 TARGET_S = 5.0
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeat):
             store = harness.open_store(harness.sqlite_url(db), fresh=True)
             start = time.perf_counter()
-            report.write_dashboard(store.read("bench"), out)
+            dashboard.write_dashboard(store.read("bench"), out)
             times.append(time.perf_counter() - start)
         size = out.stat().st_size
         plotly = _plotly_bytes(out.read_text(encoding="utf-8"))

@@ -128,9 +128,9 @@ def test_a_study_fits_its_batch_sizes_to_the_ceiling_once_and_shows_it(tmp_path)
     import json
 
     assert json.loads(doc.output)["batch_ceiling"]["batch_size"] == 48
-    from autotune.reports import dashboard as report
+    from autotune.reports import dashboard
 
-    assert report.header_info(Store.open(url).read("capped"))["batch_ceiling"]["text"].startswith("48 (64 ran out of memory")
+    assert dashboard.header_info(Store.open(url).read("capped"))["batch_ceiling"]["text"].startswith("48 (64 ran out of memory")
     assert recorded.describe(Store.open(url).read("capped")) == json.loads(doc.output)["batch_ceiling"]
 
 

@@ -8,30 +8,30 @@ import statistics
 
 import pytest
 
-from autotune.evidence import claim as C
+from autotune.evidence import claim
 from autotune.evidence.stats import Noise, Ratio
 
 
 def test_the_width_a_claim_stops_at_is_what_the_noise_allows():
-    assert C.width_target(0.15) == pytest.approx(1.40, abs=0.01)
-    assert C.width_target(0.03) == pytest.approx(1.10)  # never narrower: 1.07 would cost more than it tells
-    assert C.width_target(None) == pytest.approx(1.40, abs=0.01)
-    assert C.width_target(0.30) > C.width_target(0.15)
+    assert claim.width_target(0.15) == pytest.approx(1.40, abs=0.01)
+    assert claim.width_target(0.03) == pytest.approx(1.10)  # never narrower: 1.07 would cost more than it tells
+    assert claim.width_target(None) == pytest.approx(1.40, abs=0.01)
+    assert claim.width_target(0.30) > claim.width_target(0.15)
 
 
 def test_the_claim_is_the_fresh_processes_over_every_process_of_the_defaults():
     fresh = [("confirm-a-01", 150.0), ("confirm-a-02", 150.0), ("confirm-a-03", 150.0)]
     defaults = [("0", 100.0), ("floor-1", 100.0), ("confirm-a-01", 100.0)]
-    r = C.claim_ratio(fresh, defaults, Noise(0.1, 10))
+    r = claim.claim_ratio(fresh, defaults, Noise(0.1, 10))
     assert r.estimate == pytest.approx(1.5)
     assert (r.processes, r.reference_processes, r.paired) == (3, 3, False)
     assert r.low < 1.5 < r.high
-    two = C.claim_ratio(fresh[:2], defaults, Noise(0.1, 10))  # fewer than 3 processes of it: no interval
-    assert two.estimate == pytest.approx(1.5) and not two.has_interval and C.MIN_PROCESSES == 3
-    unknown = C.claim_ratio(fresh, defaults, Noise(None, 0))
+    two = claim.claim_ratio(fresh[:2], defaults, Noise(0.1, 10))  # fewer than 3 processes of it: no interval
+    assert two.estimate == pytest.approx(1.5) and not two.has_interval and claim.MIN_PROCESSES == 3
+    unknown = claim.claim_ratio(fresh, defaults, Noise(None, 0))
     assert unknown.estimate == pytest.approx(1.5) and not unknown.has_interval
     with pytest.raises(ValueError):
-        C.claim_ratio([], defaults, Noise(0.1, 10))
+        claim.claim_ratio([], defaults, Noise(0.1, 10))
 
 
 def test_a_claim_whose_configuration_spreads_more_than_the_defaults_takes_its_own_spread():
@@ -40,9 +40,9 @@ def test_a_claim_whose_configuration_spreads_more_than_the_defaults_takes_its_ow
     fresh = [("confirm-a-01", 200.0), ("confirm-a-02", 250.0), ("confirm-a-03", 300.0)]
     defaults = [("0", 100.0), ("floor-1", 101.0), ("floor-2", 99.0), ("confirm-a-01", 100.0)]
     own, steady = Noise(0.25, 2), Noise(0.01, 3)
-    r = C.claim_ratio(fresh, defaults, own, reference_noise=steady)
+    r = claim.claim_ratio(fresh, defaults, own, reference_noise=steady)
     assert r.df == 2 and r.low < 2.0 and r.high > 3.0  # t(2) 2.92 x 0.25 / sqrt(3): x/ 1.52
-    lent = C.claim_ratio(fresh, defaults, steady)  # one noise, the defaults': what a claim no longer does
+    lent = claim.claim_ratio(fresh, defaults, steady)  # one noise, the defaults': what a claim no longer does
     assert lent.high / lent.low < 1.1 < r.high / r.low
 
 def test_the_claim_covers_the_truth_at_its_level_on_seeded_noise():
@@ -53,7 +53,7 @@ def test_the_claim_covers_the_truth_at_its_level_on_seeded_noise():
         rng = random.Random(seed)
         fresh = [(f"confirm-{i}", 150.0 * math.exp(rng.gauss(0, 0.15))) for i in range(4)]
         defaults = [(str(i), 100.0 * math.exp(rng.gauss(0, 0.15))) for i in range(6)]
-        r = C.claim_ratio(fresh, defaults, Noise(0.15, 30))
+        r = claim.claim_ratio(fresh, defaults, Noise(0.15, 30))
         covered += r.low <= 1.5 <= r.high
         logs.append(math.log(r.estimate / 1.5))
     assert 0.87 <= covered / 2000 <= 0.93
@@ -79,47 +79,47 @@ def test_the_knobs_that_show_no_effect_in_the_search_are_proposed_for_reverting_
     """Only channels-last pays (1.5x): batch size and optimizer kernels are proposed for reverting, the batch size
     first; channels-last stays."""
     truth = lambda c: 1.5 if c["memory_format"] == "channels_last" else 1.0  # noqa: E731
-    proposed = C.propose(CHOSEN, rows_of(truth, seed), 0.10)
+    proposed = claim.propose(CHOSEN, rows_of(truth, seed), 0.10)
     assert proposed == ["batch_size", "optimizer_impl"]
 
 
 def test_a_knob_is_never_proposed_when_the_search_shows_it_pays():
     truth = lambda c: (1.5 if c["memory_format"] == "channels_last" else 1.0) * (1.3 if c["batch_size"] == 128 else 1.0)  # noqa: E731
-    assert "batch_size" not in C.propose(CHOSEN, rows_of(truth, 3), 0.10)
-    assert "memory_format" not in C.propose(CHOSEN, rows_of(truth, 3), 0.10)
+    assert "batch_size" not in claim.propose(CHOSEN, rows_of(truth, 3), 0.10)
+    assert "memory_format" not in claim.propose(CHOSEN, rows_of(truth, 3), 0.10)
 
 
 def test_the_knob_with_the_largest_effect_stays_when_none_shows_one():
     flat = lambda c: 1.0  # noqa: E731
-    proposed = C.propose(CHOSEN, rows_of(flat, 1, n=6), 0.30)
+    proposed = claim.propose(CHOSEN, rows_of(flat, 1, n=6), 0.30)
     assert len(proposed) == 2 and set(proposed) < set(CHOSEN)
-    assert len(C.propose(CHOSEN, rows_of(flat, 1, n=6), 0.30, keep_one=False)) == 3
+    assert len(claim.propose(CHOSEN, rows_of(flat, 1, n=6), 0.30, keep_one=False)) == 3
 
 
 def test_a_round_measures_the_recommendation_the_choice_while_undecided_and_the_defaults_every_time():
-    assert sorted(C.round_of(0, 5, 3, 0, 0, 4)) == [0, 3, 5]  # the first round: interleaved with the defaults
-    assert sorted(C.round_of(1, 5, None, 0, 1, 6)) == [0, 5]  # ... and every round, more of them or not
-    assert [C.round_of(k, 5, None, 0, 6, 6)[0] for k in range(2)] == [5, 0]  # the recommendation not always first
-    firsts = {C.round_of(k, 5, 3, 0, 0, 0)[0] for k in range(3)}
+    assert sorted(claim.round_of(0, 5, 3, 0, 0, 4)) == [0, 3, 5]  # the first round: interleaved with the defaults
+    assert sorted(claim.round_of(1, 5, None, 0, 1, 6)) == [0, 5]  # ... and every round, more of them or not
+    assert [claim.round_of(k, 5, None, 0, 6, 6)[0] for k in range(2)] == [5, 0]  # the recommendation not always first
+    firsts = {claim.round_of(k, 5, 3, 0, 0, 0)[0] for k in range(3)}
     assert firsts == {0, 3, 5}  # a rotating order: nobody always first
 
 
 def test_the_reduction_holds_unless_it_is_slower_beyond_the_noise_once_a_loss_had_its_chance():
-    assert C.reduction_holds(Ratio(0.98, 0.90, 1.07), 1) is None  # one round: too early
-    assert C.reduction_holds(Ratio(0.98, 0.90, 1.07), 2) is True  # no loss shown, within the zone
-    assert C.reduction_holds(Ratio(1.0), 2) is True  # unknown noise: nothing shows it slower
-    assert C.reduction_holds(Ratio(0.70, 0.62, 0.80), 2) is False  # slower beyond the noise
-    assert C.reduction_holds(Ratio(0.85, 0.70, 1.03), 2) is None  # looks slower: measured more
-    assert C.reduction_holds(Ratio(0.93, 0.80, 1.08), C.DECIDE_BY) is True  # ... until it has had its chance
-    assert C.reduction_holds(Ratio(0.85, 0.70, 1.03), C.DECIDE_BY) is False  # 15% slower: a loss the noise hid
+    assert claim.reduction_holds(Ratio(0.98, 0.90, 1.07), 1) is None  # one round: too early
+    assert claim.reduction_holds(Ratio(0.98, 0.90, 1.07), 2) is True  # no loss shown, within the zone
+    assert claim.reduction_holds(Ratio(1.0), 2) is True  # unknown noise: nothing shows it slower
+    assert claim.reduction_holds(Ratio(0.70, 0.62, 0.80), 2) is False  # slower beyond the noise
+    assert claim.reduction_holds(Ratio(0.85, 0.70, 1.03), 2) is None  # looks slower: measured more
+    assert claim.reduction_holds(Ratio(0.93, 0.80, 1.08), claim.DECIDE_BY) is True  # ... until it has had its chance
+    assert claim.reduction_holds(Ratio(0.85, 0.70, 1.03), claim.DECIDE_BY) is False  # 15% slower: a loss the noise hid
 
 
 def test_a_knob_left_at_the_users_setting_is_named_with_what_it_bought():
     """Each knob with the user's value (``knob: your value``), then what the search's values bought (together)."""
-    one = C.Left({"batch_size": 128}, {"batch_size": 32}, Ratio(1.01, 0.93, 1.10))
+    one = claim.Left({"batch_size": 128}, {"batch_size": 32}, Ratio(1.01, 0.93, 1.10))
     assert one.lines() == ["batch_size: 32"] and one.bought_text() == "batch_size=128 bought 1.01x (0.93-1.10)"
     assert one.text() == "batch_size: 32 (batch_size=128 bought 1.01x (0.93-1.10))"
-    two = C.Left({"batch_size": 128, "optimizer_impl": "foreach"}, {"batch_size": 32, "optimizer_impl": "default"},
+    two = claim.Left({"batch_size": 128, "optimizer_impl": "foreach"}, {"batch_size": 32, "optimizer_impl": "default"},
                  Ratio(0.99, 0.90, 1.09))
     assert two.lines() == ["batch_size: 32", "optimizer_impl: default"]
     assert two.text() == "batch_size: 32, optimizer_impl: default (batch_size=128 optimizer_impl=foreach bought 0.99x (0.90-1.09) together)"
@@ -142,7 +142,7 @@ def test_the_path_shows_the_knobs_the_claim_left_out_and_the_verdict_quotes_thei
     assert settled.dropped == {"host_allocator": "retain"}
     conf = SimpleNamespace(reverted={"host_allocator": "retain"}, record=SimpleNamespace(chosen=12),
                            bought=Ratio(1.23, 0.86, 1.76))
-    (left,) = C.left(conf, settled, {"host_allocator": "default"})
+    (left,) = claim.left(conf, settled, {"host_allocator": "default"})
     assert left.text() == "host_allocator: default (host_allocator=retain bought 1.38x (0.96-1.97))"
     # the reduction refused: the recommendation is the choice, every step of it kept
     assert all(s.kept for s in A.as_recommended(path, {}).steps) and A.as_recommended(path, {}).dropped == {}

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 import autotune
 import autotune.examples
 import autotune.workloads.contract
-from autotune.export import config as C
+from autotune.export import config
 from autotune.cli import main
 from autotune.errors import ConfigError
 
@@ -46,7 +46,7 @@ def export(url, folder, *args):
 def test_export_document(study):
     url, folder, _ = study
     path, doc = export(url, folder, "--pick", "fastest")
-    assert doc["schema"] == C.SCHEMA and doc["pick"] == "fastest" and doc["pick_note"].startswith("fastest")
+    assert doc["schema"] == config.SCHEMA and doc["pick"] == "fastest" and doc["pick_note"].startswith("fastest")
     for key in ("knobs", "measured", "baseline", "speedup", "workload", "fingerprint", "study"):
         assert key in doc
     assert doc["measured"]["samples_per_s"] > 0 and doc["measured"]["processes"] >= 1
@@ -86,7 +86,7 @@ def test_load_config_errors(tmp_path):
     bad.write_text(json.dumps({"schema": "other/9"}))
     with pytest.raises(ConfigError, match="not an autotune configuration"):
         autotune.load_config(bad)
-    bad.write_text(json.dumps({"schema": C.SCHEMA, "knobs": {"precision": "fp99"}}))
+    bad.write_text(json.dumps({"schema": config.SCHEMA, "knobs": {"precision": "fp99"}}))
     with pytest.raises(ConfigError, match="bad knob values"):
         autotune.load_config(bad)
 
@@ -97,7 +97,7 @@ def test_load_config_warns_on_other_hardware(study):
     path, doc = export(url, folder)
     doc["fingerprint"]["torch"] = "1.0.0"
     path.write_text(json.dumps(doc))
-    with pytest.warns(C.HardwareMismatchWarning, match="torch: 1.0.0"):
+    with pytest.warns(config.HardwareMismatchWarning, match="torch: 1.0.0"):
         autotune.load_config(path)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -112,7 +112,7 @@ def test_apply_sets_every_knob(tmp_path, monkeypatch):
     path = tmp_path / "c.json"
     knobs = {"precision": "bf16", "memory_format": "channels_last", "batch_size": 8, "num_workers": 1,
              "persistent_workers": True, "optimizer_impl": "foreach", "threads": 1, "host_allocator": "retain"}
-    path.write_text(json.dumps({"schema": C.SCHEMA, "knobs": knobs, "context": {"device_type": "cpu", "task": "train", "input_rank": 4}}))
+    path.write_text(json.dumps({"schema": config.SCHEMA, "knobs": knobs, "context": {"device_type": "cpu", "task": "train", "input_rank": 4}}))
     cfg = autotune.load_config(path)
     model = autotune.examples.SmallResNet(width=8)
     dataset = autotune.examples.images(length=64, size=16)
@@ -133,7 +133,7 @@ def test_a_document_that_does_not_say_which_optimizer_keeps_the_optimizer_kernel
     # A context without optimizer_params (hand-written, or older) must not drop fused/foreach on a guess: the
     # optimizer it is applied to decides. benchmarks/paths_agree.py once measured fused against a silent default.
     path = tmp_path / "c.json"
-    path.write_text(json.dumps({"schema": C.SCHEMA, "knobs": {"optimizer_impl": "fused"},
+    path.write_text(json.dumps({"schema": config.SCHEMA, "knobs": {"optimizer_impl": "fused"},
                                 "context": {"device_type": "cpu", "task": "train", "input_rank": 2}}))
     cfg = autotune.load_config(path, check_hardware=False)
     assert cfg.knobs["optimizer_impl"] == "fused"
@@ -161,9 +161,9 @@ class Pairs(torch.utils.data.Dataset):
         return self.x[i], self.y[i]
 
 
-def small_config(accumulation: int = 1, **knobs) -> C.Config:
+def small_config(accumulation: int = 1, **knobs) -> config.Config:
     """A configuration as load_config returns one, of batches of 4 (``accumulation`` of them per optimizer step)."""
-    return C.Config(knobs={"batch_size": 4, **knobs}, global_batch=4 * accumulation)
+    return config.Config(knobs={"batch_size": 4, **knobs}, global_batch=4 * accumulation)
 
 
 def grad_norm_at_each_step(optimizer) -> list[float]:
@@ -284,7 +284,7 @@ def test_apply_refuses_options_it_cannot_honour():
         small_config().apply(model, None, report_speed=False,
                              scheduler=lambda opt: torch.optim.lr_scheduler.ReduceLROnPlateau(opt))
     with pytest.raises(ConfigError, match="apply to training"):
-        C.Config(knobs={}, task="infer").apply(model, None, report_speed=False, clip_grad_norm=1.0)
+        config.Config(knobs={}, task="infer").apply(model, None, report_speed=False, clip_grad_norm=1.0)
 
 
 class Judged(nn.Module):
@@ -337,7 +337,7 @@ def test_an_eval_pass_counts_neither_as_training_nor_as_waiting_on_data():
     model = Judged()
     cfg = small_config()
     applied = cfg.apply(model, Pairs(), torch.optim.SGD(model.parameters(), lr=1e-3))
-    meter = C.Meter(None, say=lambda line: None, warmup=(1, 0.0), window=(4, 0.0), clock=lambda: now[0])
+    meter = config.Meter(None, say=lambda line: None, warmup=(1, 0.0), window=(4, 0.0), clock=lambda: now[0])
     applied.step.meter = meter
     _, loader, step = applied
     batches = iter(loader)
@@ -461,7 +461,7 @@ def test_user_loop_matches_the_study(user_loop):
 @pytest.mark.slow  # the module's study: about a minute to make
 def test_every_view_quotes_the_same_speedup(study):
     """The run's summary, status --json, export and the dashboard's info functions: one speed-up, one interval."""
-    from autotune.reports import dashboard as report
+    from autotune.reports import dashboard
     from autotune.store import Store
 
     url, folder, run_output = study
@@ -482,13 +482,13 @@ def test_every_view_quotes_the_same_speedup(study):
     front = {row["trial"]: row for row in status["front"]}
     if rec["trial"] in front:
         assert front[rec["trial"]]["speedup"]["text"] == rec["speedup"]["text"]
-    snap = report.snapshot(Store(url, read_only=True).read("mlp"))
-    header = report.header_info(snap)
+    snap = dashboard.snapshot(Store(url, read_only=True).read("mlp"))
+    header = dashboard.header_info(snap)
     assert header["best_speedup_text"] == rec["speedup"]["text"] and header["verdict"]["text"] == verdict["text"]
     assert header["noise"]["percent"] == pytest.approx(status["noise"]["percent"])
-    points = {p["number"]: p for p in report.pareto_info(snap)["points"]}
+    points = {p["number"]: p for p in dashboard.pareto_info(snap)["points"]}
     assert points[rec["trial"]]["speedup_text"] == rec["speedup"]["text"]
-    rows = {r["number"]: r for r in report.front_table_info(snap)["rows"]}
+    rows = {r["number"]: r for r in dashboard.front_table_info(snap)["rows"]}
     if rec["trial"] in rows:
         assert rows[rec["trial"]]["speedup_text"] == rec["speedup"]["text"]
     listing = json.loads(CliRunner().invoke(main, ["list", "--storage", url, "--json"]).output)

@@ -15,7 +15,7 @@ import optuna
 import pytest
 from autotune.testing.studies import jittered_copies, make_study
 
-from autotune.reports import dashboard as report
+from autotune.reports import dashboard
 from autotune.evidence import evidence_of
 from autotune.reports.dashboard import charts, failures, knob_effects, page, timeline
 from autotune.store import StoredStudy
@@ -50,8 +50,8 @@ def figure_json(fig) -> dict:
 
 def test_a_large_cloud_and_its_failures_are_drawn_in_webgl_every_one_exactly(small_thresholds):
     study = grown(600)
-    info = report.pareto_info(study)
-    fig = figure_json(report.pareto_figure(info))
+    info = dashboard.pareto_info(study)
+    fig = figure_json(dashboard.pareto_figure(info))
     traces = fig["data"]
     cloud = [t for t in traces if t["name"].startswith("trials (")]
     assert [t["type"] for t in cloud] == ["scattergl"]
@@ -76,7 +76,7 @@ def test_a_large_cloud_and_its_failures_are_drawn_in_webgl_every_one_exactly(sma
 
 def test_a_small_study_keeps_its_svg_points_and_full_hovers():
     study = grown(150)  # under the real thresholds
-    fig = figure_json(report.pareto_figure(report.pareto_info(study)))
+    fig = figure_json(dashboard.pareto_figure(dashboard.pareto_info(study)))
     assert {t["type"] for t in fig["data"]} == {"scatter"}
     cloud = next(t for t in fig["data"] if t["name"].startswith("trials ("))
     assert all("samples/s" in h for h in cloud["hovertext"])
@@ -84,15 +84,15 @@ def test_a_small_study_keeps_its_svg_points_and_full_hovers():
 
 def test_a_large_history_is_drawn_by_its_changes_and_its_time_in_bins(small_thresholds):
     study = grown(600)
-    info = report.history_info(study)
-    history = figure_json(report.history_figure(info))
+    info = dashboard.history_info(study)
+    history = figure_json(dashboard.history_figure(info))
     best = history["data"][0]
     assert len(best["x"]) < len(info["numbers"]) / 10  # the trials where the best changed, not one mark a trial
     # the same step line: at every trial, the last kept step at or before it holds that trial's best so far
     steps = dict(zip(best["x"], best["y"]))
     for number, value in zip(info["numbers"], info["best_so_far"]):
         assert steps[max(x for x in steps if x <= number)] == value
-    durations = figure_json(report.duration_figure(info))
+    durations = figure_json(dashboard.duration_figure(info))
     bars = [t for t in durations["data"] if t["type"] == "bar"]
     assert max(len(t["x"]) for t in bars) <= timeline.BINS < len(info["durations"])
     trial_time = sum(d["duration_s"] for d in info["durations"])
@@ -102,7 +102,7 @@ def test_a_large_history_is_drawn_by_its_changes_and_its_time_in_bins(small_thre
 
 def test_a_large_failures_table_has_one_row_per_error(small_thresholds):
     study = grown(600)
-    info = report.failures_info(study)
+    info = dashboard.failures_info(study)
     assert len(info["rows"]) > failures.MAX_FAILURE_ROWS and info["groups"]
     assert sum(g["count"] for g in info["groups"]) == len(info["rows"])
     assert {(g["outcome"], g["error_message"]) for g in info["groups"]} == {

@@ -191,12 +191,12 @@ def test_the_opening_says_what_was_left_out_here(monkeypatch):
     for name in knobs.owned_environment():  # what the shell exported is named in a line of its own
         monkeypatch.delenv(name, raising=False)
 
-    from autotune.tuning import preparation as tuning
+    from autotune.tuning import preparation
 
     fitted = space.fit(space.load("cpu"), NO_BF16, knobs.defaults(NO_BF16))
 
     def opening(left_out: str | None) -> list[str]:
-        prepared = tuning.Prepared(
+        prepared = preparation.Prepared(
             config=SimpleNamespace(trials=2), name="cnn", store=SimpleNamespace(shown="studies/cnn.db"), live=None,
             created=True, recovered=[], tuner=None, device="cpu", space_name="cpu",
             configurations=fitted.space.size(), searched=list(fitted.space.search), measured=0, runner=None,

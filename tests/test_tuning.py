@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.tuning import preparation as tuning
+from autotune.tuning import preparation
 from autotune.request import TuneConfig
 from autotune.store import LiveStudy, Store
 from autotune.workloads.contract import WorkloadSpec
@@ -39,8 +39,8 @@ def test_the_race_shares_processes_only_when_asked_and_what_each_knob_bought_by_
         monkeypatch.setattr(prepared.runner, "measure_together", measure_together)
         return started
 
-    monkeypatch.delenv(tuning.PAIRED_ENV, raising=False)
-    prepared = tuning.prepare(config, "off", store, "cpu")
+    monkeypatch.delenv(preparation.PAIRED_ENV, raising=False)
+    prepared = preparation.prepare(config, "off", store, "cpu")
     bench, started = prepared.tuner.bench, processes(prepared)
     lean = prepared.runner.settings.lean()
     # the race: nothing to share processes with, so each of its measurements (bench.remeasure) is a process of its own
@@ -53,8 +53,8 @@ def test_the_race_shares_processes_only_when_asked_and_what_each_knob_bought_by_
     assert [arm["config"] for arm in bench.ablate([a, b]).arms] == [a, b]
     assert started == [[(a, lean), (b, lean)]]
 
-    monkeypatch.setenv(tuning.PAIRED_ENV, "1")
-    prepared = tuning.prepare(config, "on", store, "cpu")
+    monkeypatch.setenv(preparation.PAIRED_ENV, "1")
+    prepared = preparation.prepare(config, "on", store, "cpu")
     bench, started = prepared.tuner.bench, processes(prepared)
     assert bench.together is not None
     bench.together([a, b])  # asked for: the race shares a process too
@@ -119,7 +119,7 @@ def test_warm_cache_reads_with_the_collector_paused_and_freezes_what_it_read(tmp
 def _opening(searched: list[str]) -> list[str]:
     from types import SimpleNamespace
 
-    prepared = tuning.Prepared(
+    prepared = preparation.Prepared(
         config=SimpleNamespace(trials=2, compile_limit_s=180.0), name="cnn", store=SimpleNamespace(shown="studies/cnn.db"),
         live=None, created=True, recovered=[], tuner=None, device="cuda:0", space_name="default", configurations=4,
         searched=searched, measured=0, runner=None)  # type: ignore[arg-type]
@@ -139,4 +139,4 @@ def test_run_names_the_shells_variables_that_trials_do_not_inherit(monkeypatch):
     lines = _opening(["precision"])
     assert "not passed to trials: PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128: the knobs set these (at a knob's " \
            "default, PyTorch's default holds)" in lines
-    assert tuning.placement("cpu")["not_inherited"] == {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"}
+    assert preparation.placement("cpu")["not_inherited"] == {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"}

@@ -38,7 +38,7 @@ def run(study: str | None, storage: str | None, workers: int, devices: str | Non
       (mypkg stands for your own package: those lines show the options, they do not run as they are)
     """
     from autotune.tuning import fleet
-    from autotune.tuning import preparation as tuning
+    from autotune.tuning import preparation
 
     spec, dev, _ = workload_from(fields)
     here = fleet.Here.of(workers, devices)
@@ -46,7 +46,7 @@ def run(study: str | None, storage: str | None, workers: int, devices: str | Non
     name = study or _default_study(spec)
     store = study_store(name, storage)
     progress = Progress(job.trials, job.time_budget_s, 0)
-    prepared = tuning.prepare(job, name, store, here.device(dev), on_trial=progress, on_repeat=progress.repeat,
+    prepared = preparation.prepare(job, name, store, here.device(dev), on_trial=progress, on_repeat=progress.repeat,
                               on_probe=_print_probe)
     progress.done = prepared.measured
     for line in prepared.opening(here.processes):
@@ -236,12 +236,12 @@ def submit(study: str | None, storage: str, **fields: Any) -> None:
       autotune submit --model autotune.examples:mlp --study mlp-nightly --trials 20 --storage journal:/shared/autotune.log
       (mypkg stands for your own package, db for your PostgreSQL server, /shared for a file system every machine mounts)
     """
-    from autotune.tuning import preparation as tuning
+    from autotune.tuning import preparation
 
     spec, _, _ = workload_from({**fields, "device": "cpu"})
     job = job_from(spec, fields)
     name = study or _default_study(spec)
     store = study_store(name, storage)
-    tuning.submit(job, name, store)
+    preparation.submit(job, name, store)
     click.echo(f"submitted job {name!r} to {store.shown}: {job.trials} trials per hardware kind; "
                f"workers (`autotune worker --all --storage ...`) will tune it as study {name}@<kind>")

@@ -280,13 +280,13 @@ def export(study_name: str, pick: str, max_memory: int | None, storage: str | No
       autotune export mynet --format hf-trainer -o training_args.py
       autotune export mynet --pick smallest --max-memory 20GiB --format lightning
     """
-    from autotune.export import document as C
+    from autotune.export import document
     from autotune.export import frameworks
     from autotune.reports import view
 
     frameworks.check_format(fmt)
     if output is not None:
-        C.check_output(output)  # a folder or an unwritable place fails before the study is read
+        document.check_output(output)  # a folder or an unwritable place fails before the study is read
     store = study_store(study_name, storage, read_only=True)
     doc = view.export_of(store, study_name, pick, max_memory)
     if fmt != "json":
@@ -294,7 +294,7 @@ def export(study_name: str, pick: str, max_memory: int | None, storage: str | No
         if output is None:
             click.echo(rendered, nl=False)
             return
-        C.write_text(rendered, output)
+        document.write_text(rendered, output)
         missing = frameworks.render(doc, fmt)["not_expressible"]
         click.echo(f"wrote {output}: {fmt} arguments for trial #{doc['study']['trial']} ({doc['speedup']['text'] if doc['speedup'] else '-'} the defaults)"
                    + (f"; by hand (the framework cannot express them): {', '.join(m['knob'] for m in missing)}" if missing else ""))
@@ -302,7 +302,7 @@ def export(study_name: str, pick: str, max_memory: int | None, storage: str | No
     if output is None:
         click.echo(json.dumps(doc, indent=2, default=str))
         return
-    path = C.write(doc, output)
+    path = document.write(doc, output)
     from autotune.evidence.stats import interval_label
     from autotune.units import plural
 
@@ -331,7 +331,7 @@ def dashboard(study_name: str, storage: str | None, output: str | None, watch_s:
     """
     from pathlib import Path
 
-    from autotune.reports import dashboard as report
+    from autotune.reports.dashboard import default_path, watch, write_dashboard
     from autotune.reports import view
 
     store = study_store(study_name, storage, read_only=True)
@@ -339,13 +339,13 @@ def dashboard(study_name: str, storage: str | None, output: str | None, watch_s:
     def load() -> Any:
         return view.page_of(store, study_name)  # what the page shows: kept by the run that wrote the study last
 
-    out = Path(output) if output else report.default_path(study_name)
+    out = Path(output) if output else default_path(study_name)
     if watch_s is None:
-        path = report.write_dashboard(load(), out)
+        path = write_dashboard(load(), out)
         click.echo(f"wrote {path}")
         return
     click.echo(f"writing {out} every {watch_s:g}s; Ctrl-C to stop")
     try:
-        report.watch(load, out, watch_s)
+        watch(load, out, watch_s)
     except KeyboardInterrupt:
         click.echo("stopped")

@@ -153,14 +153,14 @@ def views(study: StoredStudy) -> dict[str, Any]:
 def keep(store: Store, name: str) -> bool:
     """Keep the study's views on it (the end of a run), unless a trial of it is running or it changes while they
     are computed; whether they were kept."""
-    from autotune.reports import dashboard as report  # (plotly: imported by the writer and `dashboard` only)
+    from autotune.reports import dashboard  # (plotly: imported by the writer and `dashboard` only)
 
     key = store.key(name)
     if key is None:
         return False
     study = store.read(name)
     kept = views(study)
-    page = report.draw(study).text if len(study.trials) >= KEEP_PAGE_FROM else None
+    page = dashboard.draw(study).text if len(study.trials) >= KEEP_PAGE_FROM else None
     if store.key(name) != key:
         return False
     store.keep(name, key, kept, page)
@@ -170,12 +170,12 @@ def keep(store: Store, name: str) -> bool:
 def page_of(store: Store, name: str) -> Any:
     """The dashboard's page of the study ``name`` (a :class:`autotune.reports.dashboard.Drawn`): kept, or drawn from its
     trials (a :class:`StoredStudy` for :func:`autotune.reports.dashboard.write_dashboard` to draw)."""
-    from autotune.reports import dashboard as report
+    from autotune.reports import dashboard
 
     described, kept = store.kept_page(name)
     if kept is None:
         return store.read(name, described)
-    return report.Drawn(name, kept)
+    return dashboard.Drawn(name, kept)
 
 
 def status_of(store: Store, name: str) -> dict[str, Any]:

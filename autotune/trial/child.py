@@ -18,7 +18,7 @@ import torch
 from autotune import knobs
 from autotune.machine import hardware
 from autotune.trial import numerics, paired
-from autotune.trial import single as worker
+from autotune.trial import single
 from autotune import result as R
 from autotune.trial.arm import context_for, error_record, write_atomic
 from autotune.errors import AutotuneError
@@ -60,7 +60,7 @@ def answer(request: Request) -> ProbeAnswer | R.TrialResult | R.PairedResult | R
         case PairedRequest():
             return paired.run_arms(request)
         case TrialRequest():
-            return worker.run(request)
+            return single.run(request)
         case NumericsRequest():
             return numerics.run(request)
     raise TypeError(f"a trial process answers no {type(request).__name__}")

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from autotune.tuning import preparation as tuning
+from autotune.tuning import preparation
 from autotune.errors import AutotuneError, DeviceError, StorageError, StorageUnreachable
 from autotune.request import DEFAULT_POLL_S, FIELDS, TuneConfig, option
 from autotune.store import Store, StoredStudy
@@ -82,10 +82,10 @@ def work_on(name: str, store: Store, device: str, log: Log, race: bool = True, *
 
     def once() -> Any:
         study = _described(store, name)
-        config = tuning.stored_config(study)
-        if tuning.is_job_record(study):
+        config = preparation.stored_config(study)
+        if preparation.is_job_record(study):
             return _work_on_job(name, config, store, device, log, **callbacks)
-        return tuning.prepare(config, name, store, device, race=race, join_only=True, **callbacks).run()
+        return preparation.prepare(config, name, store, device, race=race, join_only=True, **callbacks).run()
 
     return retrying(once, log, store)
 
@@ -93,9 +93,9 @@ def work_on(name: str, store: Store, device: str, log: Log, race: bool = True, *
 def _work_on_job(job_name: str, config: TuneConfig, store: Store, device: str, log: Log, **callbacks: Any) -> Any:
     from autotune.machine import hardware
 
-    name = tuning.kind_study_name(job_name, hardware.fingerprint(device))
+    name = preparation.kind_study_name(job_name, hardware.fingerprint(device))
     log(f"job {job_name!r}: working on study {name!r}")
-    return tuning.prepare(config, name, store, device, job_of=job_name, **callbacks).run()
+    return preparation.prepare(config, name, store, device, job_of=job_name, **callbacks).run()
 
 
 def serve(store: Store, device: str, log: Log, poll_s: float = DEFAULT_POLL_S, exit_when_idle: bool = False, **callbacks: Any) -> int:
@@ -112,14 +112,14 @@ def serve(store: Store, device: str, log: Log, poll_s: float = DEFAULT_POLL_S, e
         frozen = retrying(store.summaries, log, store)
         names = {s.name for s in frozen}
         did = False
-        for job_name, config in tuning.jobs(frozen):
-            name = tuning.kind_study_name(job_name, fingerprint)
+        for job_name, config in preparation.jobs(frozen):
+            name = preparation.kind_study_name(job_name, fingerprint)
             if name in names and _budget_spent(name, store, config, log):
                 continue
             log(f"job {job_name!r}: working on study {name!r}")
             try:
                 retrying(
-                    lambda: tuning.prepare(config, name, store, device, job_of=job_name, **callbacks).run(),
+                    lambda: preparation.prepare(config, name, store, device, job_of=job_name, **callbacks).run(),
                     log, store,
                 )
             except StorageError:

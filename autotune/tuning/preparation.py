@@ -34,7 +34,7 @@ from autotune.machine import load
 from autotune.reports import view
 from autotune.tuning import warmstart
 from autotune.knobs import space as spaces
-from autotune.tuning import loop as S
+from autotune.tuning import loop
 from autotune.evidence.ceiling import Ceiling
 from autotune.errors import Said, SpaceError, StudyError
 from autotune.tuning.phases import Bench, Seeds, claims
@@ -61,7 +61,7 @@ class Prepared:
     live: LiveStudy
     created: bool
     recovered: list[int]
-    tuner: S.Tuner
+    tuner: loop.Tuner
     device: str
     space_name: str
     configurations: int
@@ -77,7 +77,7 @@ class Prepared:
     def study(self) -> optuna.Study:
         return self.live.study
 
-    def run(self, *, poll_s: float | None = None) -> S.Summary:
+    def run(self, *, poll_s: float | None = None) -> loop.Summary:
         """Tune until the budget is spent; a storage that refuses a write ends it in one StorageError. ``poll_s``:
         how often to look while other processes measure the rest of the budget (``run --workers``: this process
         waits for its workers' last trials, then races)."""
@@ -133,7 +133,7 @@ def prepare(
     store: Store,
     device: str,
     *,
-    on_trial: Callable[[S.TrialRecord], None] | None = None,
+    on_trial: Callable[[loop.TrialRecord], None] | None = None,
     on_repeat: OnMeasure | None = None,
     on_probe: Callable[[int, str, int | None], None] | None = None,
     race: bool = True,
@@ -211,7 +211,7 @@ def probe(config: TuneConfig, device: str) -> Probed:
                     compile_limit_s=config.compile_limit_s)
     found = runner.probe()
     ctx = knobs.Context.from_dict(found["context"])
-    base = S.base_config(ctx, space.fixed, found["workload"].get(knobs.BATCH_KNOB))
+    base = loop.base_config(ctx, space.fixed, found["workload"].get(knobs.BATCH_KNOB))
     return Probed(runner, space, found["context"], found["fingerprint"], base)
 
 
@@ -319,7 +319,7 @@ def build_loop(config: TuneConfig, store: Store, name: str, device: str, looked:
     """The loop to run: how this process measures (the bench), its options, and what ``run`` says before it starts
     (``started``: when the run began, epoch seconds: its time budget counts from then; default now)."""
     live, runner = opened.live, probed.runner
-    options = S.Options.of(config, max_memory_bytes=opened.max_memory_bytes, race=race,
+    options = loop.Options.of(config, max_memory_bytes=opened.max_memory_bytes, race=race,
                            deadline=_deadline(live, config, opened.created, join_only, started),
                            placement=placement(device))
 
@@ -340,7 +340,7 @@ def build_loop(config: TuneConfig, store: Store, name: str, device: str, looked:
     bench = Bench(evaluate, remeasure, together=together if os.environ.get(PAIRED_ENV) == "1" else None, ablate=together,
                   numerics=numerics if runner.numerics is not None else None, on_repeat=on_repeat)
     effective = fitted.space
-    tuner = S.Tuner(live, seeds, bench, options, on_trial=on_trial, check=store.check_alive)
+    tuner = loop.Tuner(live, seeds, bench, options, on_trial=on_trial, check=store.check_alive)
     measured = claims.budget_counts(live.trials())[0]
     return Prepared(config, name, store, live, opened.created, recovered, tuner, device, probed.space.name,
                     effective.size(), list(effective.search), measured, runner, opened.ceiling, left_out=fitted.text(),
@@ -351,7 +351,7 @@ def open_live(config: TuneConfig, store: Store, name: str, attrs: Mapping[str, A
     """The study ``name`` opened for this process to write, created with ``attrs`` or checked against them, with the
     request's sampler and stale-trial grace (:meth:`TuneConfig.stale_grace_s`: derived here, once, for every phase
     and for recovery). Returns (study, created)."""
-    study, created = store.create_or_check(name, attrs, S.make_sampler(config.sampler, config.seed))
+    study, created = store.create_or_check(name, attrs, loop.make_sampler(config.sampler, config.seed))
     return LiveStudy(study, grace_s=config.stale_grace_s), created
 
 
