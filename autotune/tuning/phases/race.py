@@ -35,7 +35,7 @@ from autotune.evidence import Evidence, evidence_of
 from autotune.tuning.phases.bench import Bench
 from autotune.tuning.phases.claims import owned_elsewhere
 from autotune.tuning.phases.session import fits, process_s
-from autotune.evidence.figures import INDIFFERENCE  # a rival not more than 3% faster than the choice is equivalent
+from autotune.evidence.choices import INDIFFERENCE  # a rival not more than 3% faster than the choice is equivalent
 from autotune.evidence.stats import t_quantile
 from autotune.store import LiveStudy, StoredStudy
 from autotune.store.plans import RaceRecord, RaceStop
