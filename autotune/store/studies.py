@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 from autotune._version import __version__
 from autotune.errors import AutotuneError, StorageError, StudyError
 from autotune.request import option
-from autotune.store import reading, records
+from autotune.store import reading, writing
 from autotune.store.faults import first_line
 from autotune.store.names import check_name
 from autotune.store.records import StoredStudy
@@ -162,9 +162,9 @@ class Studies(Connection):
             study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
         if created:
             study.set_metric_names(METRICS)
-            records.save(study, **attrs)
-            records.save(study, version=__version__)
-            records.save(study, created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))  # written last
+            writing.save(study, **attrs)
+            writing.save(study, version=__version__)
+            writing.save(study, created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))  # written last
             return study, True
         _wait_until_described(study)
         check_matches(study, attrs, self.shown)

@@ -25,7 +25,7 @@ from autotune.tuning.phases.bench import Bench
 from autotune.tuning.phases.claims import owned_elsewhere
 from autotune.tuning.phases.session import fits, process_s
 from autotune.store import LiveStudy
-from autotune.store.records import owner
+from autotune.store.writing import owner
 
 
 @dataclass

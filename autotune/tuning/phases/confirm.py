@@ -28,7 +28,7 @@ from autotune.evidence import deciding as D
 from autotune.evidence import evidence_of
 from autotune.store import LiveStudy
 from autotune.store.plans import ConfirmRecord, ConfirmStop
-from autotune.store.records import owner
+from autotune.store.writing import owner
 from autotune.tuning.phases.bench import Bench
 from autotune.tuning.phases.claims import owned_elsewhere
 from autotune.tuning.phases.search import Search, TrialRecord

@@ -39,7 +39,7 @@ from autotune.evidence.choices import INDIFFERENCE  # a rival not more than 3% f
 from autotune.evidence.stats import t_quantile
 from autotune.store import LiveStudy, StoredStudy
 from autotune.store.plans import RaceRecord, RaceStop
-from autotune.store.records import owner
+from autotune.store.writing import owner
 
 MAX_CANDIDATES = 2  # the race selects (its claim is measured apart): the two fastest, and the simplest and the recipe
 # while the noise cannot tell them from the fastest (autotune.evidence.Evidence.race_candidates)
