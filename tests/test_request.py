@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from autotune import api, cli, request
 from autotune.tuning import loop as S
 from autotune.errors import FieldError, FieldSpecError, FieldValueError, KnobError, SpecError
-from autotune.request import FIELDS, MeasureConfig, TuneConfig, WorkloadSpec, declarations
+from autotune.declaration import declarations
+from autotune.request import FIELDS, MeasureConfig, TuneConfig, WorkloadSpec
 from autotune.units import DURATION_EXPECTED
 
 SPEC = WorkloadSpec(model="autotune.examples:mlp")
