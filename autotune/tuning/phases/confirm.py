@@ -31,7 +31,8 @@ from autotune.store.plans import ConfirmRecord, ConfirmStop
 from autotune.store.writing import owner
 from autotune.tuning.phases.bench import Bench
 from autotune.tuning.phases.claims import owned_elsewhere
-from autotune.tuning.phases.search import Search, TrialRecord
+from autotune.tuning.phases.outcomes import TrialRecord
+from autotune.tuning.phases.search import Search
 from autotune.tuning.phases.session import fits, process_s
 
 
