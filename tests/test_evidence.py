@@ -1,6 +1,6 @@
 """Evidence: each figure from all of a configuration's measurements, computed once, on trials of known truth.
 
-Each study is written through the store's writers (autotune.store.records) and read back as the
+Each study is written through the store's writers (autotune.store.writing) and read back as the
 StoredStudy every view computes from."""
 
 from __future__ import annotations

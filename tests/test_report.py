@@ -1,6 +1,6 @@
 """The dashboard (autotune.reports.dashboard): every info function on a stored study, escaping, the page, watch.
 
-The studies are written through the store's writers (autotune/testing/studies.py, autotune.store.records) and
+The studies are written through the store's writers (autotune/testing/studies.py, autotune.store.writing) and
 read back as the StoredStudy every view computes from."""
 
 from __future__ import annotations
