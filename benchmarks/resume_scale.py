@@ -11,7 +11,7 @@
    (autotune.store.StoredTrial: role, configuration and its key, the compact result, duration,
    placement, owner; a configuration drawn again is a cache answer, ``duplicate_of`` the trial that
    measured it), with figures from a made-up model of the mlp and about 8% failures (oom, error),
-   all added in one write (autotune.store.records.add_trials). Only the figures are made up. The
+   all added in one write (autotune.store.writing.add_trials). Only the figures are made up. The
    grown study is copied to SQLite.
 2. Runs ``autotune run --model autotune.examples:mlp --space WIDE --quick --trials M+1 --confirm 0``
    (M: the measured configurations the study holds, so the run measures one more) on a fresh copy of
@@ -135,14 +135,14 @@ def build(n: int, workdir: Path) -> Path:
 def _grow(study: Any, n: int, search: Any, placement: dict[str, Any]) -> None:
     """Grow ``study`` to ``n`` trials: each configuration drawn by RandomSampler through ``search.suggest`` (the
     search's own define-by-run space) on a scratch study, and written as the search records a trial, measured or
-    answered from the cache (autotune.tuning.phases.search), all in one write (records.add_trials)."""
+    answered from the cache (autotune.tuning.phases.search), all in one write (writing.add_trials)."""
     import math
 
     import optuna
 
     from autotune import knobs
     from autotune import result as R
-    from autotune.store import LiveStudy, StoredTrial, records
+    from autotune.store import LiveStudy, StoredTrial, writing
 
     have = LiveStudy(study).trials()
     seeds = search.seeds
@@ -152,7 +152,7 @@ def _grow(study: Any, n: int, search: Any, placement: dict[str, Any]) -> None:
     peaks = [t.values[1] for t in have if t.measured and t.outcome == R.OK and t.values]
     scratch = optuna.create_study(directions=["maximize", "minimize"], sampler=optuna.samplers.RandomSampler(seed=0))
     rng = random.Random(1)
-    me = records.owner()
+    me = writing.owner()
     distributions: dict[str, Any] = {}
     added: list[StoredTrial] = []
     for number in range(len(have), n):
@@ -189,7 +189,7 @@ def _grow(study: Any, n: int, search: Any, placement: dict[str, Any]) -> None:
             peaks.append(values[1])
         cache[key] = trial
         added.append(trial)
-    records.add_trials(study, added, distributions)
+    writing.add_trials(study, added, distributions)
 
 
 # ---------------------------------------------------------------- one resumed run, timed from outside

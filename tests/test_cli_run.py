@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from autotune.testing.suite import wait_until
 
 from autotune.cli import main
-from autotune.store import Store, StoredStudy, records
+from autotune.store import Store, StoredStudy, writing
 
 TESTS = Path(__file__).parent
 
@@ -117,7 +117,7 @@ def test_refuses_another_fingerprint(mlp_study):
     url, _ = mlp_study
     study = optuna.load_study(study_name="mlp", storage=url)
     real = dict(stored(url, "mlp").fingerprint)
-    records.save(study, fingerprint={**real, "device_name": "NVIDIA H100 80GB HBM3", "torch": "2.0.0"})
+    writing.save(study, fingerprint={**real, "device_name": "NVIDIA H100 80GB HBM3", "torch": "2.0.0"})
     try:
         before = len(study.trials)
         res = CliRunner().invoke(main, ["run", "--model", "autotune.examples:mlp", "--space", "cpu", "--study", "mlp",
@@ -125,7 +125,7 @@ def test_refuses_another_fingerprint(mlp_study):
         assert res.exit_code == 2 and "hardware/software differ" in res.output and "torch: 2.0.0 (stored)" in res.output
         assert len(optuna.load_study(study_name="mlp", storage=url).trials) == before
     finally:
-        records.save(study, fingerprint=real)
+        writing.save(study, fingerprint=real)
 
 
 @pytest.mark.slow  # the module's study of twelve trials: about 40 s to make

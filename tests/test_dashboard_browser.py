@@ -24,7 +24,7 @@ from autotune.testing.studies import MiB, add_failed_trial, add_race, make_study
 
 from autotune.reports import dashboard as report
 from autotune.store import Store, StoredStudy
-from autotune.store import records
+from autotune.store import writing
 from autotune.evidence import evidence_of
 
 pytestmark = pytest.mark.slow
@@ -171,7 +171,7 @@ def small_page(tmp_path_factory) -> tuple[Path, int]:
     study = make_study(
         folder / "small.db", n_trials=4, name="hf-gpt2", with_failures=False, speed=lm_speed, data_wait_share=0.0003
     )
-    records.save(study, workload={"model": "hf:gpt2", "data": None, "model_args": {}, "task": None})
+    writing.save(study, workload={"model": "hf:gpt2", "data": None, "model_args": {}, "task": None})
     ev = evidence_of(StoredStudy.of(study))
     add_race(study, {n: ev.configs[n].samples_per_s for n in ev.configs if n != 0}, rounds=3)
     study = Store(storage_url(folder / "small.db"), read_only=True).read("hf-gpt2")

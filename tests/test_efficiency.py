@@ -16,7 +16,7 @@ from autotune.cli import main
 from autotune.evidence import evidence_of
 from autotune.evidence.efficiency import HINT_BELOW, efficiency, figure, percent
 from autotune.machine import peaks
-from autotune.store import StoredStudy, records
+from autotune.store import StoredStudy, writing
 from autotune.testing.studies import add_race, make_study
 
 H200 = "NVIDIA H200"
@@ -106,7 +106,7 @@ def on(live, device_name=H200, device_type="cuda"):
     """The study as if measured on ``device_name``: its fingerprint's device."""
     fingerprint = dict(StoredStudy.of(live).fingerprint)
     fingerprint.update(device_type=device_type, device_name=device_name)
-    records.save(live, fingerprint=fingerprint, device="cuda:0" if device_type == "cuda" else "cpu")
+    writing.save(live, fingerprint=fingerprint, device="cuda:0" if device_type == "cuda" else "cpu")
     return live
 
 
@@ -191,7 +191,7 @@ def slow(device_name=H200, **save):
     live = on(make_study(optuna.storages.InMemoryStorage(), n_trials=8, seed=0, with_failures=False,
                          speed=lambda c: 1000.0), device_name)
     if save:
-        records.save(live, **save)
+        writing.save(live, **save)
     study = StoredStudy.of(live)
     assert evidence_of(study).recommended() == 0
     return study

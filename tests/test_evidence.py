@@ -1,6 +1,6 @@
 """Evidence: each figure from all of a configuration's measurements, computed once, on trials of known truth.
 
-Each study is written through the store's writers (autotune.store.records) and read back as the
+Each study is written through the store's writers (autotune.store.writing) and read back as the
 StoredStudy every view computes from."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from autotune import result as R
 from autotune.evidence import stats
 from autotune.evidence import Evidence, evidence_of
 from autotune.store import StoredStudy
-from autotune.store import records
+from autotune.store import writing
 
 MiB = 1024**2
 
@@ -24,7 +24,7 @@ MiB = 1024**2
 def new_study(**description) -> optuna.Study:
     """An empty two-objective study in memory, described by ``description`` (fingerprint=, workload=, ...)."""
     study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), directions=["maximize", "minimize"])
-    records.save(study, **description)
+    writing.save(study, **description)
     return study
 
 
@@ -33,7 +33,7 @@ def trial(study: optuna.Study, rate: float, peak_mib: float = 100, role: str = "
     t = study.ask()
     config = marks.pop("config", {"batch_size": 32 * (t.number + 1)})
     state = marks.pop("state", "complete")
-    records.mark(t, outcome=marks.pop("outcome", R.OK), role=role, config=config, **marks)
+    writing.mark(t, outcome=marks.pop("outcome", R.OK), role=role, config=config, **marks)
     if state == "complete":
         study.tell(t, [rate, peak_mib * MiB])
     else:
@@ -48,7 +48,7 @@ def baseline(study: optuna.Study, rate: float, peak_mib: float = 100, **marks) -
 def measured(study: optuna.Study, round_id: str, rates: dict[int, float | None], other_cores: float | None = None) -> None:
     """Each trial of ``rates`` measured again in a process of its own in round ``round_id`` (None: it failed)."""
     for n, r in rates.items():
-        records.save_measurement(study, n, round_id, samples_per_s=r, outcome=R.OK if r else R.ERROR,
+        writing.save_measurement(study, n, round_id, samples_per_s=r, outcome=R.OK if r else R.ERROR,
                                  peak_memory_bytes=None, other_cores=other_cores, wall_s=None)
 
 
@@ -117,7 +117,7 @@ def test_front_drops_dominated_points_and_those_over_the_memory_limit():
     trial(study, 150.0, 200)  # slower and larger than #2
     assert evidence(study).front() == [1, 2, 0]
     assert evidence(study, max_memory_bytes=300 * MiB).front() == [2, 0]
-    records.save(study, max_memory_bytes=300 * MiB)  # the study's own budget (--max-memory) is the default
+    writing.save(study, max_memory_bytes=300 * MiB)  # the study's own budget (--max-memory) is the default
     assert evidence(study).front() == [2, 0]
 
 
@@ -143,9 +143,9 @@ def test_front_is_the_pairs_definition_on_ties_and_duplicates():
 
 def test_time_spent_counts_overlapping_workers_once():
     study = new_study()
-    records.save_session(study, "a", {"started_at": 1000.0, "elapsed_s": 100.0})
-    records.save_session(study, "b", {"started_at": 1050.0, "elapsed_s": 100.0})  # overlaps a by 50 s
-    records.save_session(study, "c", {"started_at": 2000.0, "elapsed_s": 10.0})
+    writing.save_session(study, "a", {"started_at": 1000.0, "elapsed_s": 100.0})
+    writing.save_session(study, "b", {"started_at": 1050.0, "elapsed_s": 100.0})  # overlaps a by 50 s
+    writing.save_session(study, "c", {"started_at": 2000.0, "elapsed_s": 10.0})
     assert evidence(study).time_spent() == {"wall_s": 160.0, "sessions": 3.0}
 
 
@@ -276,7 +276,7 @@ def test_figures_measured_on_a_share_of_the_machine_say_so_in_the_verdict():
         trial(study, rate, role=role, config={**BASE, **changes}, result={"load": {"other_cores": 0.0, "cores": 1}})
     for k in range(1, 5):
         for number, rate in ((0, 100.0), (1, 150.0)):
-            records.save_measurement(study, number, f"race-a-{k}", samples_per_s=rate * (1 + 0.01 * k), outcome=R.OK,
+            writing.save_measurement(study, number, f"race-a-{k}", samples_per_s=rate * (1 + 0.01 * k), outcome=R.OK,
                                      peak_memory_bytes=None, other_cores=0.1, wall_s=None, cores=1)
     ev = evidence(study)
     assert ev.load.cores == 1 and ev.load.machine_cores == 2 and not ev.load.was_busy
@@ -315,7 +315,7 @@ def paired_process(study: optuna.Study, round_id: str, rates: dict[str, float | 
     """One process that measured several configurations (by key) alternately, as autotune.trial.paired stores it."""
     arms = [{"key": k, "trial": None, "samples_per_s": r, "outcome": (outcomes or {}).get(k) or (R.OK if r else R.ERROR)}
             for k, r in rates.items()]
-    records.save_paired(study, round_id, arms, other_cores=other_cores, wall_s=None, **purpose)
+    writing.save_paired(study, round_id, arms, other_cores=other_cores, wall_s=None, **purpose)
 
 
 def test_configurations_measured_alongside_the_defaults_get_the_within_process_noise_and_a_figure_that_agrees():

@@ -331,13 +331,13 @@ def test_the_search_stops_once_the_callers_condition_holds():
 
 
 def test_made_up_trials_added_in_one_write_are_read_and_counted_as_the_loop_wrote_them():
-    """records.add_trials: copies of measured trials, numbered after the study's, hold every mark, value, constraint
+    """writing.add_trials: copies of measured trials, numbered after the study's, hold every mark, value, constraint
     and owner of the trial they copy; the search counts them in its budget and the evidence reads them."""
     import dataclasses
 
     from optuna.distributions import CategoricalDistribution
 
-    from autotune.store import records
+    from autotune.store import writing
 
     live, seeds = study()
     searched(live, seeds, trials=2)
@@ -346,7 +346,7 @@ def test_made_up_trials_added_in_one_write_are_read_and_counted_as_the_loop_wrot
     copies = [dataclasses.replace(recipe, number=len(before) + k, role="search", duration_s=1.5 + k,
                                   values=(150.0 + k, 1e8), started=None, completed=None) for k in range(3)]
     dists = {name: CategoricalDistribution(list(dim.choices)) for name, dim in seeds.space.search.items()}
-    records.add_trials(live.study, copies, dists)
+    writing.add_trials(live.study, copies, dists)
     after = live.trials()
     assert len(after) == 5
     for want, got in zip(copies, after[2:]):
@@ -359,7 +359,7 @@ def test_made_up_trials_added_in_one_write_are_read_and_counted_as_the_loop_wrot
     report = Search(live, seeds, Bench(never), SearchOptions(trials=5)).run(Session(live))
     assert report.measured == 5 and report.reason.startswith("the study holds 5")
     with pytest.raises(ValueError, match="only finished trials"):
-        records.add_trials(live.study, [dataclasses.replace(recipe, number=9, state="running")], dists)
+        writing.add_trials(live.study, [dataclasses.replace(recipe, number=9, state="running")], dists)
 
 
 def test_a_process_whose_space_differs_from_the_workers_suggests_over_what_the_study_recorded():

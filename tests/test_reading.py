@@ -18,7 +18,7 @@ from autotune.testing.studies import make_study
 from autotune.reports import view
 from autotune.errors import StorageError, StudyError
 from autotune.store import Store, StoredStudy, reading
-from autotune.store import records
+from autotune.store import writing
 from autotune.evidence import evidence_of
 
 
@@ -30,14 +30,14 @@ def odd_trials(study: optuna.Study) -> None:
     study.add_trial(create_trial(
         state=TrialState.COMPLETE, values=[math.inf, -math.inf], params={"lr": 0.01, "layers": 3, "opt": None},
         distributions=dists, intermediate_values={0: 1.5, 3: math.inf, 4: -math.inf},
-        user_attrs={**records.marks_of(outcome="ok"), "note": "débit ≥ 2×", "nested": {"a": [1, 2.5, None, True]}},
+        user_attrs={**writing.marks_of(outcome="ok"), "note": "débit ≥ 2×", "nested": {"a": [1, 2.5, None, True]}},
         system_attrs={"constraints": [0.0, -1.0]}))
-    study.enqueue_trial({"lr": 0.1}, user_attrs=records.marks_of(role="search"))
+    study.enqueue_trial({"lr": 0.1}, user_attrs=writing.marks_of(role="search"))
     with warnings.catch_warnings():  # PostgreSQL's heartbeat "is supposed to be used with Study.optimize"
         warnings.simplefilter("ignore")
         running = study.ask()  # takes the waiting trial
-    study.enqueue_trial({"lr": 0.2}, user_attrs=records.marks_of(role="search"))
-    records.mark(running, outcome=None)
+    study.enqueue_trial({"lr": 0.2}, user_attrs=writing.marks_of(role="search"))
+    writing.mark(running, outcome=None)
 
 
 @pytest.mark.slow  # 3 s: the quick loop (-m 'not slow') has a test of this part that takes less
@@ -166,7 +166,7 @@ def results_of_every_shape(study: optuna.Study, shapes: list[Any] = SHAPES) -> N
     dists = {"lr": FloatDistribution(1e-5, 1.0, log=True)}
     for result in shapes:
         study.add_trial(create_trial(state=TrialState.COMPLETE, values=[1.0, 2.0], params={"lr": 0.01},
-                                     distributions=dists, user_attrs=records.marks_of(outcome="ok", result=result)))
+                                     distributions=dists, user_attrs=writing.marks_of(outcome="ok", result=result)))
 
 
 @pytest.mark.slow  # 3 s: the quick loop (-m 'not slow') has a test of this part that takes less

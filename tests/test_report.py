@@ -1,6 +1,6 @@
 """The dashboard (autotune.reports.dashboard): every info function on a stored study, escaping, the page, watch.
 
-The studies are written through the store's writers (autotune/testing/studies.py, autotune.store.records) and
+The studies are written through the store's writers (autotune/testing/studies.py, autotune.store.writing) and
 read back as the StoredStudy every view computes from."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from autotune import knobs
 from autotune.reports import dashboard as report
 from autotune.errors import AutotuneError
 from autotune.store import Store, StoredStudy
-from autotune.store import records
+from autotune.store import writing
 from autotune.evidence import evidence_of
 
 HOSTILE_NAME = "<script>alert(1)</script>"
@@ -306,7 +306,7 @@ def hostile(tmp_path_factory):
     path = tmp_path_factory.mktemp("hostile") / "hostile.db"
     study = make_study(path, n_trials=10, name=HOSTILE_NAME)
     add_failed_trial(study, message=HOSTILE_MESSAGE, error_type="<b>Err</b>")
-    records.save(study, workload={**read(study).workload, "model": "evil:<iframe src=x>"})
+    writing.save(study, workload={**read(study).workload, "model": "evil:<iframe src=x>"})
     # (a name no store accepts: read through Optuna, as a foreign storage would hold it)
     return read(optuna.load_study(study_name=HOSTILE_NAME, storage=storage_url(path)))
 
@@ -377,7 +377,7 @@ def test_write_dashboard_into_a_folder_and_unwritable_paths(hostile, tmp_path):
 def test_running_trials_are_counted_not_drawn(tmp_path):
     live = make_study(optuna.storages.InMemoryStorage(), n_trials=12)
     running = live.ask()
-    records.mark(running, role="search")
+    writing.mark(running, role="search")
     study = read(live)
     snap = report.snapshot(study)
     assert report.header_info(snap)["outcomes"]["running"] == 1
@@ -438,7 +438,7 @@ def test_empty_and_foreign_studies_render(tmp_path):
     assert sorted(pareto["data"][[t["name"] for t in pareto["data"]].index("trials (6)")]["y"]) == sorted(t.value for t in foreign.trials[:6])
     nan_study = optuna.create_study(directions=["maximize", "minimize"])
     t = nan_study.ask()
-    records.mark(t, outcome="ok", result={"samples_per_s": math.inf, "peak_memory_bytes": "lots", "profile": "oops"})
+    writing.mark(t, outcome="ok", result={"samples_per_s": math.inf, "peak_memory_bytes": "lots", "profile": "oops"})
     nan_study.tell(t, [1.0, 2.0])
     page = report.render_html(read(nan_study))
     # the broken result attributes are ignored: the trial is drawn from its values, and no inf reaches the JSON
@@ -495,7 +495,7 @@ def test_header_texts_agree_in_number_and_leave_no_separator_dangling():
     live = make_study(
         optuna.storages.InMemoryStorage(), n_trials=2, with_failures=False, speed=lambda c: 2e3 / c["batch_size"]
     )
-    records.save(live, workload={"model": "hf:gpt2", "data": None, "model_args": {}, "task": None})
+    writing.save(live, workload={"model": "hf:gpt2", "data": None, "model_args": {}, "task": None})
     study = read(live)
     info = report.header_info(study)
     assert info["front_size"] == 1
@@ -571,8 +571,8 @@ def test_threads_axis_stays_within_the_machines_cpus(snap):
 def test_threads_range_stays_within_the_cpus_of_an_older_study():
     live = make_study(optuna.storages.InMemoryStorage(), n_trials=10, with_failures=False)
     space = read(live).space
-    records.save(live, space={**space, "search": {**space["search"], "threads": {"low": 1, "high": 16}}})
-    records.save(live, context=None)  # older studies stored only the fingerprint's CPU count
+    writing.save(live, space={**space, "search": {**space["search"], "threads": {"low": 1, "high": 16}}})
+    writing.save(live, context=None)  # older studies stored only the fingerprint's CPU count
     dims = {d["name"]: d for d in report.parallel_info(read(live))["dimensions"]}
     threads = dims["threads"]
     assert threads["numeric"] and threads["range"][1] <= 2 and threads["tickvals"] == [1, 2]
@@ -620,7 +620,7 @@ def test_race_time_is_shown_as_measured_where_stored():
     live = make_study(optuna.storages.InMemoryStorage(), n_trials=8, with_failures=False)
     add_race(live, {}, rounds=2, floor=1, wall_s=True)
     # and a re-measurement stored with its wall time, as the race stores them now
-    records.save_measurement(live, 0, "race-new-01", samples_per_s=400.0, outcome="ok", peak_memory_bytes=None,
+    writing.save_measurement(live, 0, "race-new-01", samples_per_s=400.0, outcome="ok", peak_memory_bytes=None,
                              other_cores=None, wall_s=12.5)
     study = read(live)
     again = {d["number"]: d for d in report.history_info(study)["durations"]}[0]["remeasured"]
@@ -660,7 +660,7 @@ def test_importance_sees_an_effect_within_the_dominant_split():
 
 def test_importance_without_a_varied_knob_is_a_note():
     live = make_study(optuna.storages.InMemoryStorage(), n_trials=8, with_failures=False)
-    records.save(live, space={**read(live).space, "search": {"threads": {"choices": [2]}}})
+    writing.save(live, space={**read(live).space, "search": {"threads": {"choices": [2]}}})
     snap = report.snapshot(read(live))
     for r in snap.rows:
         r["config"]["threads"] = 2

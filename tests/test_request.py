@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from autotune import api, cli, request
 from autotune.tuning import loop as S
 from autotune.errors import FieldError, FieldSpecError, FieldValueError, KnobError, SpecError
-from autotune.request import FIELDS, MeasureConfig, TuneConfig, WorkloadSpec, declarations
+from autotune.declaration import declarations
+from autotune.request import FIELDS, MeasureConfig, TuneConfig, WorkloadSpec
 from autotune.units import DURATION_EXPECTED
 
 SPEC = WorkloadSpec(model="autotune.examples:mlp")
@@ -30,11 +31,11 @@ def test_every_default_is_written_once_and_every_face_uses_it():
     options = {p.name: p for p in cli.run.params}
     assert (options["trials"].default, options["confirm"].default, options["sampler"].default) == (job.trials, job.confirm, job.sampler)
     assert options["trial_timeout"].type.convert(options["trial_timeout"].default, None, None) == job.trial_timeout_s
-    from autotune.tuning import preparation as tuning
+    from autotune.tuning import preparation
     from autotune.store import Store
 
     tuner = S.Options()
-    live, _ = tuning.open_live(job, Store("sqlite:///:memory:"), "s", {})  # the study the loop writes: its grace
+    live, _ = preparation.open_live(job, Store("sqlite:///:memory:"), "s", {})  # the study the loop writes: its grace
     assert (tuner.trials, tuner.race_rounds, live.grace_s) == (job.trials, job.confirm, job.stale_grace_s)
     from autotune.trial.runner import Runner
 
@@ -42,13 +43,13 @@ def test_every_default_is_written_once_and_every_face_uses_it():
 
 
 def test_the_stale_grace_derives_from_the_trial_timeout():
-    from autotune.tuning import preparation as tuning
+    from autotune.tuning import preparation
     from autotune.store import Store
 
     assert TuneConfig(spec=SPEC, trial_timeout_s=100).stale_grace_s == 260
     job = TuneConfig(spec=SPEC, trial_timeout_s=100, confirm=3)
     options = S.Options.of(job, max_memory_bytes=None)
-    live, _ = tuning.open_live(job, Store("sqlite:///:memory:"), "s", {})  # one grace, set where the study is opened
+    live, _ = preparation.open_live(job, Store("sqlite:///:memory:"), "s", {})  # one grace, set where the study is opened
     assert (live.grace_s, options.race_rounds) == (260, 3)
     assert S.Options.of(TuneConfig(spec=SPEC, confirm=3), max_memory_bytes=None, race=False).race_rounds == 0
 
@@ -193,7 +194,7 @@ SPECIFIC_FLAGS = ["--global-batch", "64", "--seed", "3", "--space", "cpu", "--sa
 def test_the_command_line_and_tune_build_the_same_job(tmp_path, monkeypatch):
     """Every field of the job set away from its default, once by options and once by keywords: submit stores the
     job tune() would have run."""
-    from autotune.tuning import preparation as tuning
+    from autotune.tuning import preparation
     from autotune.store import Store
 
     expected = TuneConfig.from_keywords(SPEC, **SPECIFIC)
@@ -204,7 +205,7 @@ def test_the_command_line_and_tune_build_the_same_job(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
     out = CliRunner().invoke(cli.main, ["submit", "--model", SPEC.model, "--storage", url, "--study", "j", *SPECIFIC_FLAGS])
     assert out.exit_code == 0, out.output
-    assert tuning.stored_config(Store(url).read("j")) == expected
+    assert preparation.stored_config(Store(url).read("j")) == expected
 
     made: list[TuneConfig] = []
 
@@ -212,7 +213,7 @@ def test_the_command_line_and_tune_build_the_same_job(tmp_path, monkeypatch):
         made.append(job)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(api.tuning, "prepare", prepare)
+    monkeypatch.setattr(api.preparation, "prepare", prepare)
     with pytest.raises(KeyboardInterrupt):
         api.tune(SPEC.model, storage=f"sqlite:///{tmp_path / 'tune.db'}", study="t", progress=False, **SPECIFIC)
     assert made == [expected]

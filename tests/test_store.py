@@ -141,7 +141,7 @@ def test_a_study_another_process_is_still_describing_is_joined_not_refused(tmp_p
 
 
 def test_a_study_not_made_by_autotune_is_refused_after_the_wait(tmp_path, monkeypatch):
-    monkeypatch.setattr(storage.base, "DESCRIBE_WAIT_S", 0.3)
+    monkeypatch.setattr(storage.studies, "DESCRIBE_WAIT_S", 0.3)
     url = f"sqlite:///{tmp_path / 'foreign.db'}"
     optuna.create_study(study_name="s", storage=url, directions=storage.DIRECTIONS)
     with pytest.raises(StudyError, match="was not made by autotune"):

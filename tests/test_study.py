@@ -15,7 +15,7 @@ from autotune.knobs import space
 from autotune import result as R
 from autotune.tuning import loop as S
 from autotune.tuning.phases import Bench, Seeds, Session, bench, claims, floor, sampler, seeds
-from autotune.store import LiveStudy, records
+from autotune.store import LiveStudy, records, writing
 from autotune.evidence import claim as CL
 from autotune.evidence import evidence_of
 from autotune.testing import fake as M
@@ -191,7 +191,7 @@ def test_interrupted_trial_is_requeued_and_measured_again(tmp_path):
 def signed_by(live, trial, pid, monkeypatch):
     """Sign ``trial`` as another process of this host would (``pid``)."""
     with monkeypatch.context() as m:
-        m.setattr(records, "owner", lambda: {"host": socket.gethostname(), "pid": pid, "started": 0})
+        m.setattr(writing, "owner", lambda: {"host": socket.gethostname(), "pid": pid, "started": 0})
         live.sign(trial)
 
 
@@ -315,7 +315,7 @@ def test_the_noise_floor_is_measured_by_the_process_that_measured_the_baseline(t
     for pid, expected in ((os.getppid(), 0), (dead, 2)):  # a live process of this host measured the baseline; a gone one
         live, eff, base, _ = make(tmp_path, name=f"s{pid}")
         with monkeypatch.context() as m:
-            m.setattr(records, "owner", lambda pid=pid: {"host": sockets.gethostname(), "pid": pid, "started": 0.0})
+            m.setattr(writing, "owner", lambda pid=pid: {"host": sockets.gethostname(), "pid": pid, "started": 0.0})
             tuner(live, eff, base, fake([]), S.Options(trials=1, race_rounds=0, floor_repeats=0)).run()
             assert floor.missing(live, 2) == 2  # the process that measured the baseline takes it
         assert floor.missing(live, 2) == expected

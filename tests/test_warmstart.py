@@ -24,7 +24,7 @@ from autotune.tuning import loop as S
 from autotune.tuning.phases import Bench, Seeds
 from autotune.request import TuneConfig, WorkloadSpec
 from autotune.store import LiveStudy, Store, kind
-from autotune.store import records
+from autotune.store import writing
 from autotune.evidence import evidence_of
 from autotune.testing import fake as M
 from autotune.testing import studies as made_up
@@ -75,7 +75,7 @@ def tuned(store: Store, name: str, fingerprint: Mapping[str, Any], search: Mappi
     sp = space.parse({"search": dict(search)}, f"{name}.toml", name)
     study, created = store.create_or_check(name, attrs(sp, fingerprint), S.make_sampler("random", 0))
     assert created
-    records.save(study, created_at=created_at)
+    writing.save(study, created_at=created_at)
     base = S.base_config(CTX, {}, None)
     eff = space.effective(sp, CTX, base)
     S.Tuner(LiveStudy(study), Seeds(eff, CTX, base), Bench(peaked(best)),

@@ -19,8 +19,8 @@ from typing import Any, Callable
 import click
 
 from autotune.errors import UnitError
-from autotune.request import (FIELDS, Declared, MeasureConfig, OneOf, Switch, TuneConfig, Whole, WorkloadSpec,
-                              declarations)
+from autotune.declaration import Declared, OneOf, Switch, Whole, declarations
+from autotune.request import FIELDS, MeasureConfig, TuneConfig, WorkloadSpec
 from autotune.units import format_duration, parse_duration, parse_size
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]

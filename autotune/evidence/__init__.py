@@ -12,7 +12,9 @@ configuration never shows two speed-ups.
 - :mod:`.stats`: the statistics every figure rests on: noise, paired ratios, intervals adjusted for comparisons and looks;
 - :mod:`.busy`: how busy the machine was, and what that leaves out of a claim;
 - :mod:`.ablation`: what each knob of a winner bought, read from the path's measurements;
-- :mod:`.figures`: :class:`Evidence`: the comparisons, the front, the race's candidates and the verdict;
+- :mod:`.figures`: :class:`Evidence`: the figures a view shows: the rows, the front and the verdict; built on
+  :mod:`.comparing` (the measurements read once, each configuration compared with another) and :mod:`.choices`
+  (what the tuning job's phases choose: the race's candidates, its choice, the path of what each knob bought);
 - :mod:`.verdict`: :class:`Verdict`, the answer a user reads;
 - :mod:`.ceiling`: the batch ceiling a study stored, in words.
 """

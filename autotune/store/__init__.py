@@ -1,7 +1,7 @@
 """The stored study: the one place a storage URL becomes a store, and the only code that knows how studies are stored.
 
-- :class:`Store` (:mod:`.base`): a URL opened once per process (:func:`open`), read-only for
-  the commands that only read, its faults turned into one :class:`autotune.errors.StorageError`;
+- :class:`Store` (:mod:`.base`; its parts :mod:`.connection`, :mod:`.studies`, :mod:`.views`): a URL opened once per
+  process (:func:`open`), read-only for the commands that only read, its faults turned into one :class:`autotune.errors.StorageError`;
   one module per backend (:mod:`.sqlite`, :mod:`.server`, :mod:`.journal`), after Optuna's
   ``storages/``; passwords masked in :mod:`.secrets`, study names checked in :mod:`.names`.
 - the stored format (:mod:`.records`): typed trials and records, their keys, readers and writers;
@@ -22,11 +22,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from autotune.store.base import METRICS, Store, check_matches
+from autotune.store.base import Store
+from autotune.store.matching import check_matches
 from autotune.store.names import NAME_CHARS, STUDIES_DIR, check_name, default_url, kind
 from autotune.store.plans import ConfirmRecord, ConfirmStop, RaceRecord, RaceStop
 from autotune.store.records import Block, Remeasurement, StoredStudy, StoredTrial
 from autotune.store.secrets import MASK, redact, redact_message
+from autotune.store.studies import METRICS
 
 if TYPE_CHECKING:
     from autotune.store.live import LiveStudy
@@ -44,9 +46,9 @@ def __getattr__(name: str) -> Any:
 
         return LiveStudy
     if name == "DIRECTIONS":
-        from autotune.store import base
+        from autotune.store import studies
 
-        return base.DIRECTIONS
+        return studies.DIRECTIONS
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

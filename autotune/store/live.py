@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 
 from autotune.store import cache, recovery
 from autotune.store import records as rec
+from autotune.store import writing
 from autotune.store.plans import ConfirmRecord, RaceRecord
 from autotune.store.records import StoredStudy, StoredTrial
 
@@ -95,7 +96,7 @@ class LiveStudy:
 
     def is_mine(self, who: Mapping[str, Any]) -> bool:
         """``who`` (a trial's owner, or the owner a record names) is this process."""
-        me = rec.owner()
+        me = writing.owner()
         return (who.get("host"), who.get("pid")) == (me["host"], me["pid"])
 
     def is_gone(self, who: Mapping[str, Any], since: float, grace_s: float | None = None) -> bool:
@@ -110,18 +111,18 @@ class LiveStudy:
 
     def sign(self, trial: optuna.Trial) -> None:
         """Sign a trial just asked with this process (host, pid, start): how others tell it is alive."""
-        self.study._storage.set_trial_system_attr(trial._trial_id, rec.OWNER, rec.owner())
+        self.study._storage.set_trial_system_attr(trial._trial_id, rec.OWNER, writing.owner())
 
     def heartbeat(self, trial: optuna.Trial) -> recovery.Heartbeat:
         """Heartbeats for a running trial (database servers) while the ``with`` block measures it."""
         return recovery.Heartbeat(trial._trial_id, self.study._storage)
 
     def mark(self, trial: optuna.Trial, **marks: Any) -> None:
-        rec.mark(trial, **marks)
+        writing.mark(trial, **marks)
 
     def enqueue(self, params: Mapping[str, Any], **marks: Any) -> None:
         """Queue a configuration with its marks (``role=``, ``requeued_from=``, ``ablation=``, ``warm_from=``)."""
-        self.study.enqueue_trial(dict(params), user_attrs=rec.marks_of(**marks))
+        self.study.enqueue_trial(dict(params), user_attrs=writing.marks_of(**marks))
 
     def recover_stale(self) -> list[int]:
         """Record other processes' stale trials as interrupted and queue them again (:mod:`.recovery`)."""
@@ -137,25 +138,25 @@ class LiveStudy:
     # ------------------------------------------------------------ records on the study
 
     def save_measurement(self, trial: int, round_id: str, **record: Any) -> None:
-        rec.save_measurement(self.study, trial, round_id, **record)
+        writing.save_measurement(self.study, trial, round_id, **record)
 
     def save_paired(self, round_id: str, arms: Sequence[Mapping[str, Any]], **record: Any) -> None:
-        rec.save_paired(self.study, round_id, arms, **record)
+        writing.save_paired(self.study, round_id, arms, **record)
 
     def save_race(self, race_id: str, record: RaceRecord) -> None:
-        rec.save_race(self.study, race_id, record)
+        writing.save_race(self.study, race_id, record)
 
     def save_confirm(self, confirm_id: str, record: ConfirmRecord) -> None:
-        rec.save_confirm(self.study, confirm_id, record)
+        writing.save_confirm(self.study, confirm_id, record)
 
     def save_numerics(self, check_id: str, record: Mapping[str, Any]) -> None:
-        rec.save_numerics(self.study, check_id, record)
+        writing.save_numerics(self.study, check_id, record)
 
     def save_ablation_plan(self, ablation_id: str, plan: Mapping[str, Any]) -> None:
-        rec.save_ablation_plan(self.study, ablation_id, plan)
+        writing.save_ablation_plan(self.study, ablation_id, plan)
 
     def save_session(self, session_id: str, record: Mapping[str, Any]) -> None:
-        rec.save_session(self.study, session_id, record)
+        writing.save_session(self.study, session_id, record)
 
     def save(self, **attrs: Any) -> None:
-        rec.save(self.study, **attrs)
+        writing.save(self.study, **attrs)

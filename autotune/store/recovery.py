@@ -22,7 +22,8 @@ import optuna
 from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled  # private: no public ask/tell heartbeat
 from optuna.trial import TrialState
 
-from autotune.store.records import INTERRUPTED, OWNER, ROLE, Role, StoredTrial, marks_of
+from autotune.store.records import INTERRUPTED, OWNER, ROLE, Role, StoredTrial
+from autotune.store.writing import marks_of
 
 
 def pid_alive(pid: int) -> bool:

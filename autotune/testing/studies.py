@@ -10,7 +10,7 @@ of a CNN on a 2-core CPU instead of real measurements: trial 0 is the baseline
 a few failures (oom, nan, error, interrupted) and one duplicate answered from
 the cache. ``add_race`` adds a noise floor and a race, ``add_sessions`` the sessions that ran it;
 ``jittered_copies`` makes more trials from a study's own and ``grow`` adds them in one write
-(:func:`autotune.store.records.add_trials`), past what the made-up model makes alone. The same seed
+(:func:`autotune.store.writing.add_trials`), past what the made-up model makes alone. The same seed
 gives the same study.
 """
 
@@ -30,7 +30,7 @@ from optuna.trial import TrialState
 from autotune import knobs
 from autotune.result import Outcome
 from autotune.store import StoredStudy, StoredTrial
-from autotune.store import records
+from autotune.store import writing
 from autotune.store.plans import RaceRecord, RaceStop, RoundId
 from autotune.store.records import Role
 
@@ -126,7 +126,7 @@ def make_study(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(["samples_per_s", "peak_memory_bytes"])
-    records.save(study, **_description(max_memory_bytes))
+    writing.save(study, **_description(max_memory_bytes))
     _record_trials(study, n_trials, rng, with_failures, max_memory_bytes, speed, data_wait_share)
     target = path_or_url if isinstance(path_or_url, optuna.storages.BaseStorage) else storage_url(path_or_url)
     optuna.copy_study(from_study_name=name, from_storage=memory, to_storage=target)
@@ -161,11 +161,11 @@ def _record_trials(
         trial = study.ask(dists)
         resolved = knobs.resolve(trial.params, CONTEXT)
         key = resolved.key()
-        records.mark(trial, role=role, config=resolved.config, config_key=key, not_applicable=resolved.not_applicable)
+        writing.mark(trial, role=role, config=resolved.config, config_key=key, not_applicable=resolved.not_applicable)
 
         if key in measured and role == Role.SEARCH:
             number, marks, values = measured[key]
-            records.mark(trial, outcome=marks["outcome"], result=marks["result"], duplicate_of=number, duration_s=0.0)
+            writing.mark(trial, outcome=marks["outcome"], result=marks["result"], duplicate_of=number, duration_s=0.0)
             _constrain(trial, ok=True, peak=values[1], budget=max_memory_bytes)
             study.tell(trial, values)
             continue
@@ -179,18 +179,18 @@ def _record_trials(
         if outcome == Outcome.OK and peak > CAPACITY:
             outcome = Outcome.OOM
         duration = round(6.0 + 14.0 * rng.random() + (25.0 if resolved.config["compile"] != "off" else 0.0), 2)
-        records.mark(trial, duration_s=duration, outcome=outcome)
+        writing.mark(trial, duration_s=duration, outcome=outcome)
 
         if outcome == Outcome.INTERRUPTED:
             etype, message = FAILURE_MESSAGES[outcome]
-            records.mark(trial, error={"type": etype, "message": message}, result={})
+            writing.mark(trial, error={"type": etype, "message": message}, result={})
             study.tell(trial, state=TrialState.FAIL)
             continue
         if outcome != Outcome.OK:
             etype, message = FAILURE_MESSAGES[outcome]
             known_peak = {Outcome.OOM: CAPACITY, Outcome.NAN: peak}.get(outcome)
             result = {"peak_memory_bytes": known_peak, "memory": {}, "notes": {}}
-            records.mark(trial, error={"type": etype, "message": message}, result=result)
+            writing.mark(trial, error={"type": etype, "message": message}, result=result)
             _constrain(trial, ok=False, peak=None, budget=max_memory_bytes)
             study.tell(trial, [0.0, float(CAPACITY)])
             continue
@@ -198,7 +198,7 @@ def _record_trials(
         result = _result(resolved.config, speed, peak, duration, rng)
         if data_wait_share is not None:
             result["profile"]["data_wait_share"] = data_wait_share
-        records.mark(trial, result=result)
+        writing.mark(trial, result=result)
         _constrain(trial, ok=True, peak=peak, budget=max_memory_bytes)
         values = [result["samples_per_s"], float(peak)]
         study.tell(trial, values)
@@ -217,7 +217,7 @@ def add_failed_trial(
     """Record one more failed search trial (e.g. with a hostile error message); returns its number."""
     trial = study.ask()
     resolved = knobs.resolve(config or {}, CONTEXT)
-    records.mark(trial, role=Role.SEARCH, config=resolved.config, config_key=resolved.key(),
+    writing.mark(trial, role=Role.SEARCH, config=resolved.config, config_key=resolved.key(),
                  not_applicable=resolved.not_applicable, outcome=outcome, error={"type": error_type, "message": message},
                  result={}, duration_s=1.5)
     _constrain(trial, ok=False, peak=None, budget=None)
@@ -239,7 +239,7 @@ def add_race(
     The baseline (#0) is measured again ``floor`` times (rounds ``floor-<k>-<id>``), then in
     each of ``rounds`` rounds the baseline and every trial of ``rates`` (trial -> samples/s)
     once more (``race-<id>-<kk>``), each a re-measurement stored as the race stores it
-    (:func:`autotune.store.records.save_measurement`); each rate gets ``spread`` noise. The
+    (:func:`autotune.store.writing.save_measurement`); each rate gets ``spread`` noise. The
     baseline's rate is its own first value unless given. With ``wall_s`` each measurement
     stores its wall time (about its trial's own ``duration_s``), as autotune does since it
     stores it.
@@ -254,7 +254,7 @@ def add_race(
         t = trials[number]
         rate = round(speeds[number] * rng.gauss(1.0, spread), 3)
         wall = round(float(t.duration_s or 0.0) * rng.uniform(0.9, 1.1), 2) if wall_s else None
-        records.save_measurement(study, number, round_id, samples_per_s=rate, outcome=Outcome.OK,
+        writing.save_measurement(study, number, round_id, samples_per_s=rate, outcome=Outcome.OK,
                                  peak_memory_bytes=int(t.values[1]), other_cores=None, wall_s=wall)  # type: ignore[index]
 
     for k in range(floor):
@@ -265,7 +265,7 @@ def add_race(
         for number in [0, *candidates]:
             record(RoundId(RoundId.RACE, race_id, k + 1).format(), number)
     measured = sum(1 for t in trials.values() if t.finished and t.duplicate_of is None)
-    records.save_race(study, race_id, RaceRecord(tuple(candidates), measured, rounds, now, done=True, stop=RaceStop.ROUNDS,
+    writing.save_race(study, race_id, RaceRecord(tuple(candidates), measured, rounds, now, done=True, stop=RaceStop.ROUNDS,
                                                  stopped=f"budget of {rounds} rounds spent (--confirm)",
                                                  rounds_run=rounds))
 
@@ -308,7 +308,7 @@ def live_study(url: str, name: str, space: Any, context: knobs.Context, *, sampl
 
 
 def _description(max_memory_bytes: int | None) -> dict[str, Any]:
-    """The study's description, by the stored format's field names (:func:`autotune.store.records.save`)."""
+    """The study's description, by the stored format's field names (:func:`autotune.store.writing.save`)."""
     import torch
 
     from autotune._version import __version__
@@ -452,10 +452,10 @@ def add_sessions(study: optuna.Study, n: int = 4) -> None:
     """Record ``n`` sessions that ran the study (an hour apart, about 50 minutes each): the time it took."""
     now = time.time()
     for k in range(n):
-        records.save_session(study, f"s{k}", {"started_at": now - 3600 * (k + 1), "elapsed_s": 3000.0 + 10 * k})
+        writing.save_session(study, f"s{k}", {"started_at": now - 3600 * (k + 1), "elapsed_s": 3000.0 + 10 * k})
 
 
 def grow(study: optuna.Study, n: int, seed: int = 1) -> None:
     """Add ``n`` jittered copies of the study's own trials (:func:`jittered_copies`) in one write."""
     if n > 0:
-        records.add_trials(study, jittered_copies(study, n, seed), distributions())
+        writing.add_trials(study, jittered_copies(study, n, seed), distributions())

@@ -35,7 +35,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from autotune import knobs
 from autotune.knobs.space import Space
 from autotune.store import LiveStudy, Store, StoredStudy, kind
-from autotune.store import records
+from autotune.store import records, writing
 from autotune.evidence import evidence_of
 
 LIMIT = 3  # seeds at most: each one is a measured trial of the budget
@@ -53,7 +53,7 @@ class Seed:
 
     def attrs(self) -> dict[str, Any]:
         """The marks of the trial that measures it (role ``warm``, ``warm_from`` naming the source study and trial)."""
-        return records.marks_of(role=records.Role.WARM, warm_from={"study": self.study, "trial": self.trial})
+        return writing.marks_of(role=records.Role.WARM, warm_from={"study": self.study, "trial": self.trial})
 
     def text(self, base: Mapping[str, Any]) -> str:
         changes = " ".join(f"{k}={knobs.KNOBS[k].format(v)}" for k, v in self.params.items()

@@ -4,7 +4,8 @@
    fresh process until the budget is spent; the seeds come first (:mod:`.seeds`: PyTorch's
    defaults, the guides' recipe, earlier studies' winners), configurations are claimed through
    the storage so processes sharing a study never measure one twice (:mod:`.claims`), and the
-   default sampler hands over from a Gaussian process to TPE in long studies (:mod:`.sampler`).
+   default sampler hands over from a Gaussian process to TPE in long studies (:mod:`.sampler`); each trial's
+   outcome is stored and told to Optuna by :mod:`.outcomes`.
 2. **noise floor** (:mod:`.floor`): right after the baseline trial, the defaults measured again in
    processes of their own, so that every comparison after it knows the machine's noise. It runs
    inside the search, before the next trial.
@@ -36,7 +37,8 @@ from __future__ import annotations
 
 from autotune.tuning.phases import bought, claims, confirm, floor, minimal, numerics, phase, race, sampler, seeds
 from autotune.tuning.phases.bench import Bench
-from autotune.tuning.phases.search import Search, SearchOptions, SearchReport, TrialRecord
+from autotune.tuning.phases.outcomes import TrialRecord
+from autotune.tuning.phases.search import Search, SearchOptions, SearchReport
 from autotune.tuning.phases.seeds import Seeds
 from autotune.tuning.phases.session import Session
 

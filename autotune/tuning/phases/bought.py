@@ -27,7 +27,7 @@ from autotune.tuning.phases.phase import Phase
 from autotune.units import plural
 from autotune.tuning.phases.session import fits, process_s
 from autotune.store import LiveStudy
-from autotune.store.records import owner
+from autotune.store.writing import owner
 
 
 @dataclass

@@ -28,12 +28,13 @@ from autotune.evidence import deciding as D
 from autotune.evidence import evidence_of
 from autotune.store import LiveStudy
 from autotune.store.plans import ConfirmRecord, ConfirmStop
-from autotune.store.records import owner
+from autotune.store.writing import owner
 from autotune.tuning.phases.bench import Bench, rounds_begun
 from autotune.tuning.phases.claims import owned_elsewhere
+from autotune.tuning.phases.outcomes import TrialRecord
 from autotune.tuning.phases.phase import Phase
+from autotune.tuning.phases.search import Search
 from autotune.units import plural
-from autotune.tuning.phases.search import Search, TrialRecord
 from autotune.tuning.phases.session import fits, process_s
 
 

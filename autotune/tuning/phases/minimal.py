@@ -11,8 +11,9 @@ show as the recommendation.
 from __future__ import annotations
 
 from autotune.evidence import ablation as A
-from autotune.tuning.phases.search import Search, TrialRecord
+from autotune.tuning.phases.outcomes import TrialRecord
 from autotune.tuning.phases.phase import Phase
+from autotune.tuning.phases.search import Search
 from autotune.tuning.phases.session import fits, process_s
 from autotune.store import LiveStudy
 from autotune.evidence import evidence_of

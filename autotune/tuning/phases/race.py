@@ -37,11 +37,11 @@ from autotune.tuning.phases.claims import owned_elsewhere
 from autotune.tuning.phases.phase import Phase
 from autotune.units import plural
 from autotune.tuning.phases.session import fits, process_s
-from autotune.evidence.figures import INDIFFERENCE  # a rival not more than 3% faster than the choice is equivalent
+from autotune.evidence.choices import INDIFFERENCE  # a rival not more than 3% faster than the choice is equivalent
 from autotune.evidence.stats import t_quantile
 from autotune.store import LiveStudy, StoredStudy
 from autotune.store.plans import RaceRecord, RaceStop, RoundId
-from autotune.store.records import owner
+from autotune.store.writing import owner
 
 MAX_CANDIDATES = 2  # the race selects (its claim is measured apart): the two fastest, and the simplest and the recipe
 # while the noise cannot tell them from the fastest (autotune.evidence.Evidence.race_candidates)

@@ -45,7 +45,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 import optuna
-from optuna.trial import TrialState
 
 from autotune import knobs
 from autotune import result as R
@@ -53,10 +52,10 @@ from autotune.errors import WorkloadError
 from autotune.tuning.phases import afford, claims, sampler
 from autotune.tuning.phases import steer as steering
 from autotune.tuning.phases.bench import Bench
+from autotune.tuning.phases.outcomes import Outcomes, TrialRecord
 from autotune.tuning.phases.seeds import Seeds, baseline_failure, failed_baseline
 from autotune.tuning.phases.session import Session
 from autotune.request import CUT_MARGIN, DEFAULT_TRIALS
-from autotune.evidence.stats import Ratio
 from autotune.store import LiveStudy, StoredTrial
 from autotune.store.records import SKIPPED, Role
 from autotune.evidence import evidence_of
@@ -94,27 +93,6 @@ class SearchOptions:
 
 
 @dataclass
-class TrialRecord:
-    """What the progress display gets after each trial."""
-
-    number: int
-    role: str
-    config: dict[str, Any]
-    outcome: str
-    samples_per_s: float | None
-    peak_memory_bytes: int | None
-    speedup: Ratio | None = None
-    duplicate_of: int | None = None
-    error: str | None = None
-    duration_s: float | None = None
-    cut_short: bool = False
-    over_budget: bool = False  # ok, but its peak memory is over --max-memory: never a candidate
-    estimate_s: float | None = None  # on the baseline's record: about how long the rest of the study will take
-    load: dict[str, Any] = field(default_factory=dict)  # what else ran on the machine while it measured (autotune.machine.load)
-    note: str | None = None  # a line to print after this trial's: the sampler handed over (GPThenTPE), once per run
-
-
-@dataclass
 class SearchReport:
     """Why the search stopped, and what it did: configurations measured in the study, new ones, cache answers."""
 
@@ -126,7 +104,7 @@ class SearchReport:
     records: list[TrialRecord] = field(default_factory=list)
 
 
-class Search:
+class Search(Outcomes):
     """The search over ``seeds.space`` on a study, measuring through ``bench``.
 
     ``on_trial(record)``: told after each trial of :meth:`run`; ``check()``: before each trial, raises when the
@@ -355,90 +333,6 @@ class Search:
                 pass
             raise
 
-    # ------------------------------------------------------------ telling Optuna
-
-    def _memory_violation(self, peak: float | None) -> float:
-        budget = self.options.max_memory_bytes
-        if not budget or peak is None:
-            return 0.0
-        return (peak - budget) / budget  # > 0 infeasible
-
-    def _pessimistic_memory(self) -> float:
-        peaks = [t.values[1] for t in self.live.trials() if t.measured and t.outcome == R.OK and t.values]
-        return 2.0 * max(peaks) if peaks else float(1 << 40)
-
-    def _tell(self, trial: optuna.Trial, ok: bool, values: list[float] | None, memory_violation: float) -> None:
-        if not ok and self.options.failures_as == "fail":
-            self.live.study.tell(trial, state=TrialState.FAIL)
-            return
-        trial.set_constraint("failed", 0.0 if ok else 1.0)
-        trial.set_constraint("memory", memory_violation)
-        self.live.study.tell(trial, values)
-
-    def _record(self, trial: optuna.Trial, role: str, resolved: knobs.Resolved, result: R.TrialResult) -> TrialRecord:
-        """Store a measurement on its trial and tell Optuna (the claim wrote its ``role`` and ``config_key``); a trial
-        stopped when its phase's time ran out measured nothing: it is recorded as skipped."""
-        if result.outcome == R.OUT_OF_TIME:
-            return self._skipped(trial, role, resolved, (result.error or {}).get("message") or "out of time",
-                                 duration_s=result.wall_s)
-        ok = result.ok and result.samples_per_s is not None and math.isfinite(result.samples_per_s)
-        compact = {k: v for k, v in result.to_dict().items() if k not in ("config", "not_applicable", "error", "outcome")}
-        error = None
-        if result.error:
-            tail = [line for line in result.error.get("stderr_tail") or [] if line.strip()][-5:]
-            error = {"type": result.error.get("type", ""), "message": result.error.get("message", ""), "stderr_tail": tail}
-        outcome = result.outcome if ok or result.outcome != R.OK else R.ERROR
-        marks: dict[str, Any] = {"outcome": outcome, "config": resolved.config,
-                                 "not_applicable": {**resolved.not_applicable, **result.not_applicable},
-                                 "result": compact, "duration_s": result.wall_s}
-        if error:
-            marks["error"] = error
-        self.live.mark(trial, **marks)
-        if ok:
-            values = [float(result.samples_per_s), float(result.peak_memory_bytes or 0)]  # type: ignore[arg-type]
-            self._tell(trial, True, values, self._memory_violation(result.peak_memory_bytes))
-        else:
-            self._tell(trial, False, [0.0, self._pessimistic_memory()], 0.0)
-        return TrialRecord(
-            number=trial.number,
-            role=role,
-            config=resolved.config,
-            outcome=outcome,
-            samples_per_s=result.samples_per_s if ok else None,
-            peak_memory_bytes=result.peak_memory_bytes if ok else None,
-            speedup=evidence_of(self.live.view()).speedup(trial.number) if ok else None,
-            error=(error or {}).get("message"),
-            duration_s=result.wall_s,
-            cut_short=bool(result.notes.get("cut_short")),
-            over_budget=ok and self._memory_violation(result.peak_memory_bytes) > 0,
-            load=dict(result.load or {}),
-        )
-
-    def _duplicate(self, trial: optuna.Trial, role: str, resolved: knobs.Resolved, hit: StoredTrial) -> TrialRecord:
-        """Answer a trial from a measured one of the same configuration (``duplicate_of``), measuring nothing."""
-        marks: dict[str, Any] = {"outcome": hit.outcome, "config": dict(hit.config), "config_key": hit.config_key,
-                                 "not_applicable": dict(hit.not_applicable), "result": dict(hit.result)}
-        if hit.error is not None:
-            marks["error"] = dict(hit.error)
-        self.live.mark(trial, **marks, role=role, duplicate_of=hit.number, duration_s=0.0)
-        ok = hit.outcome == R.OK
-        if hit.state == "fail":
-            self.live.study.tell(trial, state=TrialState.FAIL)
-        else:
-            self._tell(trial, ok, list(hit.values or ()), hit.constraints.get("memory", 0.0) if ok else 0.0)
-        ev = evidence_of(self.live.view())
-        return TrialRecord(
-            number=trial.number,
-            role=role,
-            config=resolved.config,
-            outcome=hit.outcome or "?",
-            samples_per_s=ev.samples_per_s(hit.number) if ok else None,
-            peak_memory_bytes=int(hit.values[1]) if ok and hit.values else None,
-            speedup=ev.speedup(hit.number) if ok else None,
-            duplicate_of=hit.number,
-            over_budget=ok and hit.constraints.get("memory", 0.0) > 0,
-        )
-
     # ------------------------------------------------------------ the leader's neighbours, near the end
 
     def near_the_end(self, measured: int, session: Session) -> bool:
@@ -493,27 +387,6 @@ class Search:
             return None
         return afford.cheaper(trials, params, lambda p: afford.why_not(trials, {**self.seeds.base, **p}, left, limit)
                               is None)
-
-    def _skipped(self, trial: optuna.Trial, role: str, resolved: knobs.Resolved, why: str,
-                 duration_s: float | None = None) -> TrialRecord:
-        """A configuration not started (or stopped) for want of time: recorded as skipped with why, never as a
-        failure (nothing is learned of it), not counted in the budget."""
-        self._skip(trial, role, why, config=resolved.config, duration_s=duration_s)
-        self.seeds.passed.add(trial.number)  # a seed is not queued again in this run (a later one tries it again)
-        return TrialRecord(number=trial.number, role=role, config=resolved.config, outcome=SKIPPED,
-                           samples_per_s=None, peak_memory_bytes=None, error=why, duration_s=duration_s)
-
-    def _skip(self, trial: optuna.Trial, role: str, why: str, **marks: Any) -> None:
-        """Give a trial up without measuring: not counted, not learned from (PRUNED), not queued again."""
-        self.live.mark(trial, outcome=SKIPPED, role=role, error={"type": "Skipped", "message": why},
-                       **{k: v for k, v in marks.items() if v is not None})
-        self.live.study.tell(trial, state=TrialState.PRUNED)
-
-    def _interrupted(self, trial: optuna.Trial, role: str, params: Mapping[str, Any]) -> None:
-        self.live.mark(trial, outcome=R.INTERRUPTED, role=role,
-                       error={"type": "Interrupted", "message": "stopped by Ctrl-C or SIGTERM"})
-        self.live.study.tell(trial, state=TrialState.FAIL)
-        self.live.enqueue(params, role=role, requeued_from=trial.number)
 
 
 def _trace(live: LiveStudy) -> OnStep:
