@@ -32,7 +32,7 @@ from typing import Any, Sequence
 import optuna
 
 from autotune.evidence.verdict import shown
-from autotune.tuning import ceiling as ceilings
+from autotune.tuning import ceiling_probe as ceilings
 from autotune import knobs
 from autotune.workloads import shipping
 from autotune.tuning import fleet
@@ -198,7 +198,7 @@ class TuneResult:
     baseline's when nothing beats PyTorch's defaults; None before any result);
     ``speedup``: the verdict's :class:`autotune.evidence.stats.Ratio` over the defaults, with its
     interval; ``noise``: the noise between processes; ``numerics``: the recommendation's numerics check
-    (:class:`autotune.evidence.numerics.Check`: ``state`` hold, differ or not_checked, ``text()``; None when none
+    (:class:`autotune.evidence.numerics_answer.Check`: ``state`` hold, differ or not_checked, ``text()``; None when none
     ran); ``summary``: what this run did (:class:`autotune.tuning.loop.Summary`).
     """
 
@@ -481,11 +481,11 @@ def verify(
     ``holds``, ``measured`` and ``claim.speedup`` (:class:`autotune.evidence.stats.Ratio`), ``changed`` (what differs
     from where the claim was measured), ``text()`` and ``to_dict()``.
     """
-    from autotune.export import verify as V
+    from autotune.export import verify as verification
 
     if model_args is not None and not isinstance(model_args, Mapping):
         raise SpecError(f"model_args={model_args!r}: expected a dict of keyword arguments")
-    outcome = V.run(export, rounds=rounds, device=device, quick=quick, trial_timeout=trial_timeout,
+    outcome = verification.run(export, rounds=rounds, device=device, quick=quick, trial_timeout=trial_timeout,
                     model_args=model_args, echo=_echo if progress else None)
     if progress:
         for line in outcome.lines():

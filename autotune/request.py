@@ -39,7 +39,7 @@ from autotune.errors import SpecError, either, named
 
 TASKS = ("train", "infer")
 SAMPLERS = ("tpe", "gp", "random", "nsga2")
-NUMERICS_MODES = ("off", "warn", "strict")  # the numerics check (autotune.evidence.numerics): skipped, marks, or decides
+NUMERICS_MODES = ("off", "warn", "strict")  # the numerics check (autotune.evidence.numerics_answer): skipped, marks, or decides
 DEFAULT_NUMERICS = "warn"
 DEFAULT_SAMPLER = "gp"  # from benchmarks/search_efficiency.py: best share of the grid optimum after 20 trials
 DEFAULT_TRIALS = 30
@@ -293,7 +293,7 @@ class TuneConfig:
         return self.space or ("cpu" if device == "cpu" else "default")
 
     def probes_ceiling(self, device: str) -> bool:
-        """Whether to find the batch ceiling before searching batch sizes (see :mod:`autotune.tuning.ceiling`)."""
+        """Whether to find the batch ceiling before searching batch sizes (see :mod:`autotune.tuning.ceiling_probe`)."""
         if self.batch_ceiling is not None:
             return self.batch_ceiling
         return device != "cpu" or self.max_memory_bytes is not None

@@ -151,7 +151,7 @@ def op_name(raw: str) -> str:
 
 @dataclass
 class NumericsResult:
-    """What one numerics run recorded (:mod:`autotune.trial.numerics`): per optimizer step, the mean loss over its
+    """What one numerics run recorded (:mod:`autotune.trial.numerics_run`): per optimizer step, the mean loss over its
     samples and the gradients' global norm; at the end, how far training moved the weights (``moved``, the L2 norm
     of final minus initial), their norm, and their L2 distance to each reference run's final weights
     (``distances``, by label; None where the shapes differ). ``initial_digest`` and ``data_digest`` say whether two

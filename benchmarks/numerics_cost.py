@@ -19,7 +19,7 @@ import time
 import harness
 from harness import say
 
-from autotune.evidence import numerics as NU
+from autotune.evidence import numerics_answer as NU
 from autotune.request import WorkloadSpec, parse_model_args
 from autotune.trial import trainings
 from autotune.trial.runner import Runner

@@ -1,4 +1,4 @@
-"""The numerics check on models whose numerics are known (autotune/testing/numerics.py), seed after seed.
+"""The numerics check on models whose numerics are known (autotune/testing/known_numerics.py), seed after seed.
 
     python benchmarks/numerics_truth.py [--seeds 20] [--steps 30]
 
@@ -15,7 +15,7 @@ after another, with the model's data and the check seeded by the seed:
 
 Prints, per case, how many seeds gave the expected answer (issue 36's target: 20 of 20) and the range of the loss
 gap (median relative difference over the second half of the steps) and of the weights' distance (a share of how
-far training moved them), the figures the tolerances of autotune/evidence/numerics.py are set against.
+far training moved them), the figures the tolerances of autotune/evidence/numerics_answer.py are set against.
 Writes benchmarks/results/numerics_truth-<date>.json and .txt.
 """
 
@@ -27,9 +27,9 @@ import harness
 from harness import say
 
 from autotune import knobs
-from autotune.evidence import numerics as NU
+from autotune.evidence import numerics_answer as NU
 from autotune.request import WorkloadSpec
-from autotune.trial import numerics as N
+from autotune.trial import numerics_run as N
 from autotune.trial import trainings
 from autotune.trial.messages import NumericsRequest
 
@@ -43,7 +43,7 @@ CASES = {
 
 
 def checked(model: str, defaults: dict, config: dict, seed: int, steps: int) -> NU.Check:
-    spec = WorkloadSpec(model=f"autotune.testing.numerics:{model}", model_args={"seed": seed})
+    spec = WorkloadSpec(model=f"autotune.testing.known_numerics:{model}", model_args={"seed": seed})
 
     def numerics(cfg, n, per_step, s, save, references):
         return N.run(NumericsRequest(spec=spec, config=dict(cfg), steps=n, samples_per_step=per_step, seed=s,

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.evidence import ceiling as recorded
-from autotune.tuning import ceiling as C
+from autotune.tuning import ceiling_probe as C
 from autotune import cli
 from autotune.tuning import preparation as tuning
 from autotune import result as R

@@ -131,7 +131,7 @@ def test_the_path_shows_the_knobs_the_claim_left_out_and_the_verdict_quotes_thei
     path marks it left out, and the verdict quotes that step's figure, not a second one for the same knob."""
     from types import SimpleNamespace
 
-    from autotune.evidence import ablation as A
+    from autotune.evidence import bought as A
 
     heap = A.Step({"host_allocator": "retain"}, "k1", Ratio(1.38, 0.96, 1.97), Ratio(1.38, 0.96, 1.97), False)
     batch = A.Step({"batch_size": 64}, "k2", Ratio(2.24, 1.56, 3.20), Ratio(1.62, 1.57, 1.67), True)

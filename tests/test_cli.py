@@ -167,7 +167,7 @@ def test_unreachable_storage_is_one_line_without_the_password(args):
 def test_every_command_takes_the_storage_from_the_environment(args):
     # AUTOTUNE_STORAGE keeps the password off the command line, for every command alike (a worker
     # takes it too, and `run --workers` hands it to its workers that way; a worker waits for an unreachable
-    # storage to come back instead: tests/test_daemon.py)
+    # storage to come back instead: tests/test_fleet.py)
     res = CliRunner(env={"AUTOTUNE_STORAGE": SECRET_URL}).invoke(main, args)
     assert res.exit_code == 2, res.output
     assert "SECRETPW" not in res.output

@@ -59,7 +59,7 @@ def test_the_table_finds_a_device_by_the_name_torch_gives_it(name, precision, de
 
 
 def test_the_trial_process_reads_the_same_table():
-    from autotune.machine import hardware  # the trial side's (autotune/trial/single.py): no table of its own
+    from autotune.machine import hardware  # the trial side's (autotune/trial/measure_one.py): no table of its own
 
     assert hardware.peak_flops is peaks.peak_flops and hardware.PEAK_FLOPS is peaks.PEAK_FLOPS
 

@@ -598,10 +598,10 @@ def test_the_exported_callbacks_say_the_trainings_speed_once_and_log_it(tmp_path
     study's once, and put the figure in the trainer's own logs."""
     transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
     lightning = pytest.importorskip("lightning", reason="lightning is not installed (pip install -e '.[frameworks]')")
-    from autotune.export import live
+    from autotune.export import training_speed
 
     for name, value in (("WARMUP_STEPS", 3), ("WARMUP_S", 0.0), ("WINDOW_STEPS", 5), ("WINDOW_S", 0.0)):
-        monkeypatch.setattr(live, name, value)
+        monkeypatch.setattr(training_speed, name, value)
     monkeypatch.chdir(tmp_path)
     doc = {**make_doc(batch_size=4), "measured": {"samples_per_s": 398.0},
            "speedup": {"estimate": 2.9, "low": 2.7, "high": 3.1}}

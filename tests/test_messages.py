@@ -31,7 +31,7 @@ def test_a_request_reads_back_as_the_same_object(request_):
 
 
 def test_a_request_without_a_kind_is_a_trial():
-    """``python -m autotune.trial.single REQUEST.json`` reads a trial's request as written by hand."""
+    """``python -m autotune.trial.measure_one REQUEST.json`` reads a trial's request as written by hand."""
     read = from_wire({"spec": SPEC.to_dict(), "config": {"threads": 1}})
     assert read == TrialRequest(spec=SPEC, config={"threads": 1})
 

@@ -1,7 +1,7 @@
-"""The numerics check: one training run (autotune/trial/numerics.py), the runs of a check in order
-(autotune/trial/trainings.py), the judgement (autotune/evidence/numerics.py) and the phase that runs it after the
-verdict (autotune/tuning/phases/numerics.py), on models whose numerics are
-known (autotune/testing/numerics.py)."""
+"""The numerics check: one training run (autotune/trial/numerics_run.py), the runs of a check in order
+(autotune/trial/trainings.py), the judgement (autotune/evidence/numerics_answer.py) and the phase that runs it after the
+verdict (autotune/tuning/phases/numerics_check.py), on models whose numerics are
+known (autotune/testing/known_numerics.py)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,18 @@ import torch
 
 from autotune import knobs
 from autotune.evidence import evidence_of
-from autotune.evidence import numerics as NU
+from autotune.evidence import numerics_answer as NU
 from autotune.request import WorkloadSpec
-from autotune.trial import numerics as N
+from autotune.trial import numerics_run as N
 from autotune.trial import trainings
 from autotune.trial.messages import NumericsRequest
-from autotune.tuning.phases import numerics as phase
+from autotune.tuning.phases import numerics_check as phase
 
 SEEDS = range(20)
 
 
 def spec(model: str, seed: int = 0, **args) -> WorkloadSpec:
-    return WorkloadSpec(model=f"autotune.testing.numerics:{model}", model_args={"seed": seed, **args})
+    return WorkloadSpec(model=f"autotune.testing.known_numerics:{model}", model_args={"seed": seed, **args})
 
 
 def in_process(workload: WorkloadSpec):
@@ -117,7 +117,7 @@ def test_dropout_is_turned_off_for_the_check_and_said():
 
 def unseedable(seed: int = 0):
     torch.manual_seed(int.from_bytes(os.urandom(4), "little"))  # its own seed: the caller's cannot hold
-    from autotune.testing.numerics import mlp
+    from autotune.testing.known_numerics import mlp
 
     return mlp(seed=seed)
 
@@ -134,7 +134,7 @@ class Fresh(torch.utils.data.Dataset):
 
 
 def fresh_data(seed: int = 0):
-    from autotune.testing.numerics import mlp
+    from autotune.testing.known_numerics import mlp
 
     made = mlp(seed=seed)
     made.dataset = Fresh()
@@ -332,7 +332,7 @@ def test_warn_keeps_the_recommendation_and_marks_it_in_the_export_and_load_confi
 
 def test_the_trials_table_and_the_dashboard_show_the_check_of_the_recommendation():
     from autotune.reports import trials
-    from autotune.reports.dashboard.numerics import numerics_info
+    from autotune.reports.dashboard.losses import numerics_info
     from autotune.reports.dashboard.page import render_html
     from autotune.tuning.phases import Bench
 

@@ -1,5 +1,5 @@
 """Each phase of the tuning loop (autotune.tuning.phases) run alone, on a fake study of known truth: what it measures, through
-which of the bench's ways, and what it leaves on the study. The loop composed: tests/test_study.py, tests/test_race.py."""
+which of the bench's ways, and what it leaves on the study. The loop composed: tests/test_loop.py, tests/test_race.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from autotune.evidence import ablation as A
+from autotune.evidence import bought as A
 from autotune import knobs
 from autotune.knobs import space
 from autotune import result as R

@@ -380,9 +380,9 @@ def heap_first_study():
 
 
 def test_a_path_that_starts_with_the_heap_leaves_out_what_bought_nothing_after_it():
-    """The pure reading of such a path (autotune.evidence.ablation.analyse): the heap's step from the winner's claim, bf16's
+    """The pure reading of such a path (autotune.evidence.bought.analyse): the heap's step from the winner's claim, bf16's
     and fused's from the shared processes; fused bought nothing, so the recommendation stops at bf16."""
-    from autotune.evidence import ablation as A
+    from autotune.evidence import bought as A
     from autotune.evidence.stats import Noise, Ratio
 
     keys = ["heap", "heap+bf16", "heap+bf16+fused"]
@@ -567,7 +567,7 @@ def test_a_knob_that_bought_nothing_before_one_that_paid_is_left_out_too(monkeyp
     """The path adds the fused optimizer (truly nothing) before bf16 (truly 1.5x), as a wrong order of effects from
     the search would: a start of that path cannot leave fused out, so the path is measured once more, bf16 first,
     and the recommendation is bf16 alone."""
-    from autotune.evidence import ablation as A
+    from autotune.evidence import bought as A
 
     monkeypatch.setattr(A, "order", lambda changes, measured: sorted(changes, key=lambda k: k != "optimizer_impl"))
     sp = two_knobs()

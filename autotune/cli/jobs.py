@@ -59,9 +59,9 @@ def run(study: str | None, storage: str | None, workers: int, devices: str | Non
 
 
 def _print_probe(batch: int, outcome: str, peak: int | None) -> None:
-    from autotune.tuning import ceiling
+    from autotune.tuning import ceiling_probe
 
-    click.echo(ceiling.probe_text(batch, outcome, peak))
+    click.echo(ceiling_probe.probe_text(batch, outcome, peak))
 
 
 def _default_study(spec: Any) -> str:

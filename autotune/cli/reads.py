@@ -99,7 +99,7 @@ def print_status(doc: dict[str, Any], store: Any) -> None:
 
 
 def _print_ablation(out: Any, ablation: dict[str, Any] | None) -> None:
-    """What each knob of the winner bought, from the defaults: one row a step (autotune.evidence.ablation)."""
+    """What each knob of the winner bought, from the defaults: one row a step (autotune.evidence.bought)."""
     if not ablation or len(ablation["steps"]) < 2:
         return
     from rich.table import Table

@@ -42,13 +42,13 @@ def verify(export_file: str, rounds: int, device: str | None, trial_timeout: flo
       autotune verify best.json
       autotune verify best.json --rounds 6 --json > verified.json
     """
-    from autotune.export import verify as V
+    from autotune.export import verify as verification
 
     def echo(line: str) -> None:
         if not as_json:
             click.echo(line)
 
-    outcome = V.run(export_file, rounds=rounds, device=device, quick=quick, trial_timeout=trial_timeout,
+    outcome = verification.run(export_file, rounds=rounds, device=device, quick=quick, trial_timeout=trial_timeout,
                     model_args=dict(parse_model_args(model_args)) or None, echo=echo)
     if as_json:
         click.echo(json.dumps(outcome.to_dict(), indent=2, default=str))

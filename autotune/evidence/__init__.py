@@ -11,7 +11,7 @@ configuration never shows two speed-ups.
 - :mod:`.configs`: each measured configuration (:class:`Measured`) with every measurement of it, and its claim;
 - :mod:`.stats`: the statistics every figure rests on: noise, paired ratios, intervals adjusted for comparisons and looks;
 - :mod:`.busy`: how busy the machine was, and what that leaves out of a claim;
-- :mod:`.ablation`: what each knob of a winner bought, read from the path's measurements;
+- :mod:`.bought`: what each knob of a winner bought, read from the path's measurements;
 - :mod:`.figures`: :class:`Evidence`: the figures a view shows: the rows, the front and the verdict; built on
   :mod:`.comparing` (the measurements read once, each configuration compared with another) and :mod:`.choices`
   (what the tuning job's phases choose: the race's candidates, its choice, the path of what each knob bought);

@@ -1,6 +1,6 @@
 """The batch-size ceiling as a study stores it: the largest batch that fits, how it was found, and its words.
 
-The probe that finds it runs trials (:mod:`autotune.tuning.ceiling`); what it found is a record of the study
+The probe that finds it runs trials (:mod:`autotune.tuning.ceiling_probe`); what it found is a record of the study
 (``batch_ceiling``), which ``status``, its JSON and the dashboard show as :func:`describe` words it. Here, below
 the views and apart from the trial side, so a read command shows it without importing the probe.
 """

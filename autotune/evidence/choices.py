@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from autotune.evidence import ablation as A
+from autotune.evidence import bought as A
 from autotune.evidence import deciding as D
 from autotune.evidence import claim as CL
 from autotune.evidence import stats
@@ -109,7 +109,7 @@ class Choices(Comparisons):
         return self._memo[key]  # type: ignore[no-any-return]
 
     def ablation(self) -> A.Ablation | None:
-        """What each knob of the race's choice bought, from the defaults (:mod:`autotune.evidence.ablation`): measured in
+        """What each knob of the race's choice bought, from the defaults (:mod:`autotune.evidence.bought`): measured in
         shared processes once the race is over, one step when the winner changes a single knob; None before. Once the
         claim settled which of its knobs stay, each step is marked kept as the recommendation keeps it."""
         if "ablation" not in self._memo:
@@ -132,7 +132,7 @@ class Choices(Comparisons):
             return A.Ablation("", w.number, (step,), w.key, w.number, {}, 0)
         plans = [(ablation_id, plan) for ablation_id, plan in self.study.ablation_plans() if plan.get("winner_key") == w.key]
         # the newest path measured whole (one measured again in another order, when a knob that bought nothing
-        # stood before one that paid: autotune.evidence.ablation.reordered), else the one before it
+        # stood before one that paid: autotune.evidence.bought.reordered), else the one before it
         for ablation_id, plan in sorted(plans, key=lambda kv: -float(kv[1].get("started", 0.0))):
             keys = [p["key"] for p in plan.get("path") or []]
             processes = sum(1 for b in self.blocks if b.purpose.get("ablation") == ablation_id)

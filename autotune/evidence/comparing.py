@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from autotune.evidence import claim as CL
 from autotune.evidence import stats
-from autotune.evidence import configs as C
+from autotune.evidence import configs
 from autotune.evidence.configs import Measured
 from autotune.evidence.busy import Load, leave_out
 from autotune.store.records import StoredStudy
@@ -30,16 +30,16 @@ class Comparisons:
         self.study = study
         self._memo: dict[Any, Any] = {}
         self.max_memory_bytes = max_memory_bytes if max_memory_bytes is not None else study.max_memory_bytes
-        self.configs: dict[int, Measured] = C.measured(study, self.max_memory_bytes)
+        self.configs: dict[int, Measured] = configs.measured(study, self.max_memory_bytes)
         self.baseline: Measured | None = next((c for c in self.configs.values() if c.is_baseline), None)
-        C.set_changes(self.configs.values(), self.baseline)
+        configs.set_changes(self.configs.values(), self.baseline)
         # Processes that measured several configurations alternately: each arm joins its configuration by key.
         self.trial_of: dict[str, int] = {}
         for n in sorted(self.configs):
             if self.configs[n].key:
                 self.trial_of.setdefault(self.configs[n].key, n)
         self.blocks = list(study.blocks())
-        self.within: dict[str, list[Measurement]] = C.join(self.configs, self.blocks, self.trial_of)
+        self.within: dict[str, list[Measurement]] = configs.join(self.configs, self.blocks, self.trial_of)
         self.within_noise: Noise = stats.within_process_noise(b.rates for b in self.blocks)  # type: ignore[misc]
         self.load = Load.of(self.configs.values(), self.baseline, study.fingerprint)
         leave_out(self.configs.values(), self.load)

@@ -22,9 +22,9 @@ from typing import Any
 
 from autotune import knobs
 from autotune.errors import Said, either
-from autotune.evidence import ablation as A
+from autotune.evidence import bought as A
 from autotune.evidence import claim as CL
-from autotune.evidence import numerics as NU
+from autotune.evidence import numerics_answer as NU
 from autotune.evidence import stats
 from autotune.evidence import verdict as V
 from autotune.evidence.verdict import State, Verdict, changes_text

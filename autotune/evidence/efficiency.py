@@ -4,7 +4,7 @@ A speed-up over the defaults says nothing of the headroom left: 1.5x the default
 can do. :func:`efficiency` says it, for the recommendation (or any measured configuration) and for the defaults
 beside it, from the study alone:
 
-- MFU = the FLOPs of one sample (``flops_per_sample``, counted by the trial: :mod:`autotune.trial.single`) x the
+- MFU = the FLOPs of one sample (``flops_per_sample``, counted by the trial: :mod:`autotune.trial.measure_one`) x the
   configuration's samples/s *as every view shows it* (``evidence_of(study).samples_per_s``: its claim, not its
   trial's first measurement) / the peak of the study's device (its fingerprint's name) for the configuration's
   precision (:mod:`autotune.machine.peaks`: fp32 -> the fp32 peak, tf32 -> tf32, bf16/fp16 -> the 16-bit one);

@@ -10,7 +10,7 @@ the same comparisons.
 
 The verdict (:class:`autotune.evidence.verdict.Verdict`): the raced configurations (or, before
 a race, every one) are compared through the noise (:func:`autotune.evidence.stats.choose`); once the path
-to the winner has been measured (what each knob bought, :mod:`autotune.evidence.ablation`), it names the
+to the winner has been measured (what each knob bought, :mod:`autotune.evidence.bought`), it names the
 smallest configuration that keeps the gain, without the knobs that bought nothing beyond the
 noise. On a busy machine (:class:`autotune.evidence.busy.Load`) a configuration whose gain rests
 on a load-sensitive knob (``threads``: fewer threads suffer less from other processes) is not
@@ -26,7 +26,7 @@ from typing import Any
 
 from autotune.evidence import deciding as D
 from autotune.evidence import claim as CL
-from autotune.evidence import numerics as NU
+from autotune.evidence import numerics_answer as NU
 from autotune.evidence.choices import Choices
 from autotune.evidence import verdict as V
 from autotune.evidence.verdict import State, Verdict
@@ -92,7 +92,7 @@ class Evidence(Choices):
         return self._memo[("checked", ablated)]  # type: ignore[no-any-return]
 
     def numerics(self) -> NU.Check | None:
-        """The numerics check of the recommendation (:mod:`autotune.evidence.numerics`): of the configuration the
+        """The numerics check of the recommendation (:mod:`autotune.evidence.numerics_answer`): of the configuration the
         verdict recommends, from the latest finished check (under ``--numerics strict``, the check of the
         configuration recommended in place of one whose numerics differ); None when none ran, or the verdict
         recommends no change."""

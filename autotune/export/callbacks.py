@@ -25,7 +25,7 @@ channels-last, as the first convolution's output already is).
 
 The callbacks name no knob: they carry out the knobs' declared effects
 (:mod:`autotune.knobs.effects`) of the kinds in :data:`CARRIED_OUT` through
-:class:`autotune.trial.plan.Plan`, the code the trial worker and ``load_config(...).apply`` run.
+:class:`autotune.trial.plan.Plan`, the code a trial process and ``load_config(...).apply`` run.
 The step's autocast, the DataLoader and ``torch.compile`` stay with the framework's own
 arguments. A knob that turns out not to apply (no blocks to checkpoint, an optimizer
 without ``fused=``) is a :class:`NotAppliedWarning`, never a silent no-op. Neither
@@ -46,7 +46,7 @@ from autotune import knobs
 from autotune.errors import KnobError
 from autotune.knobs import effects as fx
 from autotune.export.config import samples_in
-from autotune.export.live import Expected, Meter
+from autotune.export.training_speed import Expected, Meter
 from autotune.trial.plan import NotApplicableAtRuntime, Plan, optimizer_switches
 from autotune.request import TASKS
 
@@ -161,7 +161,7 @@ def _contiguous_state(module: nn.Module, state_dict: dict[str, Any], prefix: str
 
 
 def _meter(expected: Mapping[str, Any] | None, report_speed: bool) -> Meter | None:
-    """The meter of the training's speed (:mod:`autotune.export.live`), told what the study measured (``expected``:
+    """The meter of the training's speed (:mod:`autotune.export.training_speed`), told what the study measured (``expected``:
     :meth:`Expected.to_dict`, as an export passes it); None when ``report_speed`` is off."""
     if not report_speed:
         return None
@@ -273,7 +273,7 @@ def for_trainer(values: Mapping[str, Any], task: str = "train", expected: Mappin
                 report_speed: bool = True) -> Any:
     """A Hugging Face ``TrainerCallback`` that applies these knob values: ``Trainer(..., callbacks=[...])``. Once
     warm, it says the samples/s the training reaches beside what the study measured (``expected``, as an export
-    passes it; :mod:`autotune.export.live`), and logs it; ``report_speed=False`` turns that off."""
+    passes it; :mod:`autotune.export.training_speed`), and logs it; ``report_speed=False`` turns that off."""
     return _class("AutotuneTrainerCallback")(values, task, expected, report_speed)
 
 
@@ -281,6 +281,6 @@ def for_lightning(values: Mapping[str, Any], task: str = "train", expected: Mapp
                   report_speed: bool = True) -> Any:
     """A Lightning ``Callback`` that applies these knob values: ``lightning.Trainer(..., callbacks=[...])``. Once
     warm, it says the samples/s the training reaches beside what the study measured (``expected``, as an export
-    passes it; :mod:`autotune.export.live`), and logs it; ``report_speed=False`` turns that off."""
+    passes it; :mod:`autotune.export.training_speed`), and logs it; ``report_speed=False`` turns that off."""
     return _class("AutotuneLightningCallback")(values, task, expected, report_speed)
 

@@ -11,7 +11,7 @@ In a training script::
         loss = step(batch)
     val_loss = step.evaluate(val_loader)             # eval mode, no grad; training mode as it was after
 
-``apply`` goes through the same :class:`~autotune.trial.plan.Plan` as the trial worker,
+``apply`` goes through the same :class:`~autotune.trial.plan.Plan` as a trial process,
 so what runs is what was measured: environment and backend flags, model transforms
 (device, channels-last, activation checkpointing, compile), the optimizer's
 implementation, DataLoader arguments, autocast/GradScaler and gradient accumulation.
@@ -44,7 +44,7 @@ from autotune import knobs
 from autotune.machine import hardware
 from autotune.errors import ConfigError
 from autotune.export.document import SCHEMA, SCHEMAS
-from autotune.export.live import Expected, Meter
+from autotune.export.training_speed import Expected, Meter
 from autotune.trial.plan import Plan, Stepper
 from autotune.trial.protocol import first_tensor
 from autotune.machine import identity
@@ -87,7 +87,7 @@ class Applied:
 class TrainStep:
     """One call per batch from the loader: copy to the device, forward and backward under the
     configured precision, and the optimizer step every ``accumulation`` batches. ``meter`` (when given) times the
-    calls and says the training's samples/s once (:mod:`autotune.export.live`).
+    calls and says the training's samples/s once (:mod:`autotune.export.training_speed`).
 
     ``clip_grad_norm`` (a max norm) and ``scheduler`` act at each optimizer step, in the order PyTorch's recipes
     give: the GradScaler unscales the gradients, they are clipped, the optimizer steps, the gradients are zeroed,
@@ -286,7 +286,7 @@ class Config:
         without gradients and put every module's training mode back as it was.
 
         Once warm, the step says once, on standard error, the samples/s this
-        training reaches beside what the study measured (:mod:`autotune.export.live`; the figure stays as
+        training reaches beside what the study measured (:mod:`autotune.export.training_speed`; the figure stays as
         ``cfg.meter.samples_per_s``); ``report_speed=False`` turns it off.
         """
         plan = self.plan(device)

@@ -154,7 +154,7 @@ def export(
         # the claim measured apart from the search, and the knobs left at the user's setting with what each bought
         "claim": ({**ev.confirmation.to_dict(), "left": [x.to_dict() for x in ev.left()]}
                   if ev.confirmation is not None and trial.number == ev.confirmation.recommendation else None),
-        # the numerics check of this configuration, when it is the one checked (autotune.evidence.numerics)
+        # the numerics check of this configuration, when it is the one checked (autotune.evidence.numerics_answer)
         "numerics": check.to_dict() if (check := ev.numerics()) is not None and check.number == trial.number else None,
         # what each knob bought, from the defaults, when this is the configuration the path led to (or its winner)
         "ablation": ab.to_dict() if (ab := ev.ablation()) is not None and trial.number in (ab.winner, ab.minimal) else None,

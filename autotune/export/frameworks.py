@@ -32,7 +32,7 @@ import json
 from typing import Any, Callable, Mapping
 
 from autotune import knobs
-from autotune.export.live import Expected
+from autotune.export.training_speed import Expected
 from autotune.evidence import stats
 from autotune.errors import ConfigError, KnobError
 from autotune.knobs import exports
@@ -149,7 +149,7 @@ def _render(doc: Mapping[str, Any], fmt: str) -> tuple[dict[str, Any], Job]:
         "framework": {"package": package, "version": _version(package)},
         "arguments": job.arguments,
         # the knobs the arguments cannot express, for autotune's callback of the format (autotune.callbacks), and what
-        # the study measured, for the callback to set the training's own samples/s beside (autotune.export.live)
+        # the study measured, for the callback to set the training's own samples/s beside (autotune.export.training_speed)
         "callback": ({"factory": f"autotune.callbacks.{exports.CALLBACKS[fmt]}", "knobs": job.callback,
                       "expected": expected.to_dict() if expected is not None else None}
                      if fmt in exports.CALLBACKS and (job.callback or expected is not None) else None),

@@ -45,7 +45,7 @@ from autotune import result as R
 from autotune.errors import ConfigError, DeviceError, SpecError, WorkloadError
 from autotune.evidence import Measured, Load
 from autotune.evidence.busy import leave_out
-from autotune.evidence import numerics as NU
+from autotune.evidence import numerics_answer as NU
 from autotune.request import DEFAULT_TRIAL_TIMEOUT_S, VERIFY_ROUNDS, WorkloadSpec, option, pickled_name
 from autotune.evidence.stats import Measurement, Ratio
 from autotune.store.records import Role

@@ -1,7 +1,7 @@
 """The hardware's limit: each known GPU's dense peak FLOP/s by precision class, found by the device's name.
 
 MFU (model FLOPs utilisation) divides the FLOP/s a step achieved by the device's peak for the precision the step ran
-in. Both sides need the one table: the trial process (:mod:`autotune.trial.single`, through
+in. Both sides need the one table: the trial process (:mod:`autotune.trial.measure_one`, through
 :func:`autotune.machine.hardware.peak_flops`) and the read side (:mod:`autotune.evidence.efficiency`: ``status``,
 ``export``, the dashboard), which must not import torch nor :mod:`autotune.machine.hardware`; so the table lives
 here, in a module that imports neither.

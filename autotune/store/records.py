@@ -50,7 +50,7 @@ JOB_RECORD = "autotune_job"  # on a submitted job's record (a study without tria
 JOB_OF = "job_of"  # on a per-kind study: the job record it works for
 DEADLINE = "deadline"  # epoch seconds: no trial of a fleet's job starts after it
 WARM_START = "warm_start"  # the earlier studies' winners chosen as seeds
-BATCH_CEILING = "batch_ceiling"  # the largest batch that fits (autotune.tuning.ceiling)
+BATCH_CEILING = "batch_ceiling"  # the largest batch that fits (autotune.tuning.ceiling_probe)
 SAMPLER_SWITCH = "sampler_switch"  # the default sampler handed over from GP to TPE
 CONFIRMATIONS = "confirmations"  # re-measurements of studies made before the race existed
 # one attribute per record
@@ -420,7 +420,7 @@ class StoredStudy:
         return sorted(found, key=lambda kv: kv[1].started)
 
     def numerics_checks(self) -> list[tuple[str, Mapping[str, Any]]]:
-        """Every numerics check, (id, record), oldest first (:mod:`autotune.evidence.numerics` reads a record)."""
+        """Every numerics check, (id, record), oldest first (:mod:`autotune.evidence.numerics_answer` reads a record)."""
         found = [(k[len(NUMERICS):], v) for k, v in self._attrs.items()
                  if k.startswith(NUMERICS) and isinstance(v, Mapping)]
         return sorted(found, key=lambda kv: kv[1].get("started", 0.0))

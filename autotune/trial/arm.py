@@ -1,7 +1,7 @@
 """What every measurement in a trial process is built of: the process started for a configuration, one
 configuration built as an :class:`Arm`, and how a failure becomes a record.
 
-Why a module of its own: a trial (:mod:`autotune.trial.single`) builds one arm and a paired
+Why a module of its own: a trial (:mod:`autotune.trial.measure_one`) builds one arm and a paired
 measurement (:mod:`autotune.trial.paired`) builds several in one process; both start the
 process the same way, read the workload's context the same way and turn an exception
 into the same error record. Here, below both, neither imports the other, and the child's

@@ -54,7 +54,7 @@ class ProbeRequest(Request):
 
 @dataclass(frozen=True, kw_only=True)
 class TrialRequest(Request):
-    """Measure one configuration (:func:`autotune.trial.single.run`).
+    """Measure one configuration (:func:`autotune.trial.measure_one.run`).
 
     ``dominators`` ((samples/s, peak bytes) of the current front) let the trial stop early
     when one of them is ``cut_margin`` faster at no more memory (None: the settings' margin).
@@ -85,7 +85,7 @@ class PairedRequest(Request):
 @dataclass(frozen=True, kw_only=True)
 class NumericsRequest(Request):
     """Train ``config`` for ``steps`` optimizer steps of ``samples_per_step`` samples each from weights seeded by
-    ``seed`` (:func:`autotune.trial.numerics.run`); save the final weights to ``save_path`` (when given) and measure
+    ``seed`` (:func:`autotune.trial.numerics_run.run`); save the final weights to ``save_path`` (when given) and measure
     their distance to each ``(label, path)`` of ``references``, weights an earlier run saved."""
 
     kind: ClassVar[str] = "numerics"
@@ -103,7 +103,7 @@ REQUESTS: dict[str, type[Request]] = {cls.kind: cls for cls in (ProbeRequest, Tr
 
 def from_wire(data: Mapping[str, Any]) -> Request:
     """The request that :meth:`Request.to_wire` wrote (a request without a kind is a trial's, as
-    ``python -m autotune.trial.single REQUEST.json`` reads one)."""
+    ``python -m autotune.trial.measure_one REQUEST.json`` reads one)."""
     values = dict(data)
     cls = REQUESTS[values.pop("kind", TrialRequest.kind)]
     values["spec"] = WorkloadSpec.from_dict(values["spec"])

@@ -1,7 +1,7 @@
 """How a resolved configuration is applied: the one place that turns knob values into PyTorch calls.
 
-The trial worker and :meth:`autotune.export.config.Config.apply` (a user's own training
-script) both go through :class:`Plan`, so what a user applies is exactly what was
+A trial process (:mod:`autotune.trial.measure_one`) and :meth:`autotune.export.config.Config.apply` (a user's own
+training script) both go through :class:`Plan`, so what a user applies is exactly what was
 measured: environment and backend flags, model transforms (device, memory format,
 activation checkpointing, compile), the optimizer's implementation, DataLoader
 arguments, and the step itself (autocast, GradScaler, gradient accumulation,

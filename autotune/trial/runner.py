@@ -267,7 +267,7 @@ class Runner:
                  save_path: str | None = None, references: Sequence[tuple[str, str]] = (),
                  deadline: float | None = None) -> R.NumericsResult:
         """Train ``config`` for ``steps`` optimizer steps of ``samples_per_step`` samples from weights seeded by
-        ``seed`` in an isolated process (:mod:`autotune.trial.numerics`); every ending becomes a NumericsResult. The
+        ``seed`` in an isolated process (:mod:`autotune.trial.numerics_run`); every ending becomes a NumericsResult. The
         trial timeout bounds it, and ``deadline`` as :meth:`measure`'s."""
         if deadline is not None and time.time() >= deadline:
             return _out_of_time(R.NumericsResult.failure, 0.0, "not started: the time its phase may take was spent")

@@ -2,11 +2,11 @@
 configuration, each knob reverted when the numerics differ, and under ``--numerics strict`` the next fastest
 configurations until one holds.
 
-The study runs it after the verdict (:mod:`autotune.tuning.phases.numerics`) and ``autotune verify`` runs it again
+The study runs it after the verdict (:mod:`autotune.tuning.phases.numerics_check`) and ``autotune verify`` runs it again
 on an export (:mod:`autotune.export.verify`: an upgrade can change kernels). Each training is one fresh process
-(``numerics``: :meth:`autotune.trial.runner.Runner.numerics`, or a fake in tests; :mod:`autotune.trial.numerics` is
+(``numerics``: :meth:`autotune.trial.runner.Runner.numerics`, or a fake in tests; :mod:`autotune.trial.numerics_run` is
 the process's side); the defaults' final weights are kept in a temporary folder for the others to be measured
-against, so a check is run whole or not at all. :mod:`autotune.evidence.numerics` reads the record it fills.
+against, so a check is run whole or not at all. :mod:`autotune.evidence.numerics_answer` reads the record it fills.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from autotune import knobs
 from autotune import result as R
-from autotune.evidence import numerics as NU
+from autotune.evidence import numerics_answer as NU
 
 SEED = 0  # the weights' and the data's seed: any fixed one; the same for every run of a check
 

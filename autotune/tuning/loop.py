@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from autotune.evidence import Verdict, evidence_of
-from autotune.tuning.phases import Bench, Search, SearchOptions, Seeds, Session, TrialRecord, bought, claims, floor
-from autotune.tuning.phases import confirm, minimal, numerics, race
+from autotune.tuning.phases import Bench, Search, SearchOptions, Seeds, Session, TrialRecord, bought, sharing, floor
+from autotune.tuning.phases import confirm, minimal, numerics_check, race
 from autotune.tuning.phases.phase import Context, Phase
 from autotune.tuning.phases.session import Shares, process_s
 from autotune.trial import trainings
@@ -26,7 +26,7 @@ from autotune.evidence import claim as CL
 from autotune.tuning.phases.sampler import GP_MAX_TRIALS, GPThenTPE, make_sampler
 from autotune.tuning.phases.seeds import base_config, baseline_failure
 from autotune.request import DEFAULT_CONFIRM, DEFAULT_NUMERICS, DEFAULT_SAMPLER, SAMPLERS, TuneConfig
-from autotune.evidence import numerics as NU
+from autotune.evidence import numerics_answer as NU
 from autotune.store import LiveStudy
 from autotune import result as R
 
@@ -109,7 +109,7 @@ PHASES: tuple[Phase, ...] = (
     bought.PHASE,
     minimal.PHASE,
     confirm.PHASE,
-    numerics.PHASE,
+    numerics_check.PHASE,
 )
 
 
@@ -230,7 +230,7 @@ class Tuner:
         """Tell ``on_trial`` a trial's record; the baseline's first measurement carries the estimate of the rest."""
         if rec.role == Role.BASELINE and rec.outcome == R.OK and rec.duration_s and rec.duplicate_of is None:
             assert self._session is not None
-            measured = claims.budget_counts(self.live.trials())[0]
+            measured = sharing.budget_counts(self.live.trials())[0]
             rec.estimate_s = self.options.estimate_s(rec.duration_s, self.options.trials - measured,
                                                      self._session.elapsed_s)
         if self.on_trial:

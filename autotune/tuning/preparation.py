@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import optuna
 
-from autotune.tuning import ceiling as ceilings
+from autotune.tuning import ceiling_probe as ceilings
 from autotune import knobs
 from autotune.machine import load
 from autotune.reports import view
@@ -37,7 +37,7 @@ from autotune.knobs import space as spaces
 from autotune.tuning import loop
 from autotune.evidence.ceiling import Ceiling
 from autotune.errors import Said, SpaceError, StudyError
-from autotune.tuning.phases import Bench, Seeds, claims
+from autotune.tuning.phases import Bench, Seeds, sharing
 from autotune.tuning.phases.bench import OnMeasure, slow_limit
 from autotune.trial.protocol import Settings
 from autotune.request import TuneConfig, option
@@ -47,7 +47,7 @@ from autotune.store import LiveStudy, Store, StoredStudy, kind
 #: ``AUTOTUNE_PAIRED=1``: the race measures a candidate alongside the defaults in shared processes
 #: (:mod:`autotune.trial.paired`). Off by default: glibc's default heap carries one arm's allocations into the next
 #: arm's speed, so shared processes are refused at the defaults' heap (:func:`autotune.knobs.apart`); where they are
-#: sound, what each knob bought is measured in them (:mod:`autotune.evidence.ablation`).
+#: sound, what each knob bought is measured in them (:mod:`autotune.evidence.bought`).
 PAIRED_ENV = "AUTOTUNE_PAIRED"
 
 
@@ -341,7 +341,7 @@ def build_loop(config: TuneConfig, store: Store, name: str, device: str, looked:
                   numerics=numerics if runner.numerics is not None else None, on_repeat=on_repeat)
     effective = fitted.space
     tuner = loop.Tuner(live, seeds, bench, options, on_trial=on_trial, check=store.check_alive)
-    measured = claims.budget_counts(live.trials())[0]
+    measured = sharing.budget_counts(live.trials())[0]
     return Prepared(config, name, store, live, opened.created, recovered, tuner, device, probed.space.name,
                     effective.size(), list(effective.search), measured, runner, opened.ceiling, left_out=fitted.text(),
                     busy=looked.busy, warm=warm)

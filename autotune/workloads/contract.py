@@ -33,7 +33,7 @@ class Workload:
     the model's output into a scalar; ``optimizer(params)`` builds the optimizer.
     ``batch_size`` fixes the batch size (it is then not searched).
 
-    What the numerics check (``--numerics``, :mod:`autotune.trial.numerics`) needs of a workload, to train the
+    What the numerics check (``--numerics``, :mod:`autotune.trial.numerics_run`) needs of a workload, to train the
     defaults and the recommendation from the same start on the same samples: a factory whose weights depend only
     on the random generators it is called under (torch's, Python's, NumPy's: the check seeds them; a factory that
     seeds itself, or loads weights that change, cannot be compared and is reported "not checked"); a map-style

@@ -10,7 +10,7 @@ apart:
 - the *info* functions, one module per part of the page, that reduce the study to
   plain, JSON-able data, which is what the tests check: :mod:`~autotune.reports.dashboard.header`,
   :mod:`~autotune.reports.dashboard.front` (the Pareto front, its table and profile),
-  :mod:`~autotune.reports.dashboard.waterfall` (what each knob bought), :mod:`~autotune.reports.dashboard.knob_effects`
+  :mod:`~autotune.reports.dashboard.bought` (what each knob bought), :mod:`~autotune.reports.dashboard.knob_effects`
   (what each knob does), :mod:`~autotune.reports.dashboard.history` (the search as it went, and the
   time each trial took) and :mod:`~autotune.reports.dashboard.failures`, with their axis ticks in
   :mod:`~autotune.reports.dashboard.ticks`;
@@ -25,7 +25,7 @@ text (which plotly renders as a small subset of HTML), and the JSON embedded in
 the page escapes ``<``, ``>`` and ``&`` so nothing in it can close its script tag.
 """
 
-from autotune.reports.dashboard.waterfall import ablation_info
+from autotune.reports.dashboard.bought import ablation_info
 from autotune.reports.dashboard.failures import failures_info
 from autotune.reports.dashboard.front import MAX_OPS, front_table_info, pareto_info, profile_info
 from autotune.reports.dashboard.header import header_info, header_texts

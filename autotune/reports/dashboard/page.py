@@ -28,12 +28,12 @@ import plotly.offline
 
 from autotune import files
 from autotune.errors import AutotuneError
-from autotune.reports.dashboard.waterfall import ablation_info
+from autotune.reports.dashboard.bought import ablation_info
 from autotune.reports.dashboard.failures import failures_info
 from autotune.reports.dashboard.front import front_table_info, pareto_info, profile_info
 from autotune.reports.dashboard.header import header_info
 from autotune.reports.dashboard.history import history_info
-from autotune.reports.dashboard.numerics import numerics_figure, numerics_info
+from autotune.reports.dashboard.losses import numerics_figure, numerics_info
 from autotune.reports.dashboard.knob_effects import importance_info, knob_effects_info, parallel_info
 from autotune.reports.dashboard.timeline import duration_figure, history_figure
 from autotune.reports.dashboard.charts import (

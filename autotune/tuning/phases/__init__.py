@@ -3,7 +3,7 @@
 1. **search** (:mod:`.search`): Optuna suggests configurations and each is measured once in a
    fresh process until the budget is spent; the seeds come first (:mod:`.seeds`: PyTorch's
    defaults, the guides' recipe, earlier studies' winners), configurations are claimed through
-   the storage so processes sharing a study never measure one twice (:mod:`.claims`), and the
+   the storage so processes sharing a study never measure one twice (:mod:`.sharing`), and the
    default sampler hands over from a Gaussian process to TPE in long studies (:mod:`.sampler`); each trial's
    outcome is stored and told to Optuna by :mod:`.outcomes`.
 2. **noise floor** (:mod:`.floor`): right after the baseline trial, the defaults measured again in
@@ -18,7 +18,7 @@
 6. **the claim, measured apart** (:mod:`.confirm`): the race's choice reduced to the knobs that pay (the minimal
    configuration, or the knobs the search shows an effect for), and its speed-up measured again in fresh processes
    interleaved with the defaults', until its interval is as narrow as the noise allows.
-7. **the numerics** (:mod:`.numerics`): the recommendation trained beside the defaults from the same weights on
+7. **the numerics** (:mod:`.numerics_check`): the recommendation trained beside the defaults from the same weights on
    the same samples, in fresh processes, and their losses compared; a difference is traced to a knob, and
    ``--numerics strict`` recommends the fastest configuration whose numerics hold.
 
@@ -35,12 +35,12 @@ Each phase after the search is also a unit (:mod:`.phase`: its module's ``PHASE`
 
 from __future__ import annotations
 
-from autotune.tuning.phases import bought, claims, confirm, floor, minimal, numerics, phase, race, sampler, seeds
+from autotune.tuning.phases import bought, confirm, floor, minimal, numerics_check, phase, race, sampler, seeds, sharing
 from autotune.tuning.phases.bench import Bench
 from autotune.tuning.phases.outcomes import TrialRecord
 from autotune.tuning.phases.search import Search, SearchOptions, SearchReport
 from autotune.tuning.phases.seeds import Seeds
 from autotune.tuning.phases.session import Session
 
-__all__ = ["Bench", "Search", "SearchOptions", "SearchReport", "Seeds", "Session", "TrialRecord", "bought", "claims", "confirm",
-           "floor", "minimal", "numerics", "phase", "race", "sampler", "seeds"]
+__all__ = ["Bench", "Search", "SearchOptions", "SearchReport", "Seeds", "Session", "TrialRecord", "bought", "confirm",
+           "floor", "minimal", "numerics_check", "phase", "race", "sampler", "seeds", "sharing"]

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 from autotune import result as R
 from autotune.store import LiveStudy, StoredStudy
 from autotune.store.records import UNCOMPARED, Role
-from autotune.trial.trainings import Numerics  # the numerics check's training run (autotune.trial.numerics)
+from autotune.trial.trainings import Numerics  # the numerics check's training run (autotune.trial.numerics_run)
 
 #: ``evaluate(config, dominators, cut_margin)`` measures one configuration in a fresh process (a search trial:
 #: ``dominators``, the front's (samples/s, peak bytes), cut it short by ``cut_margin`` when it is clearly behind).

@@ -7,7 +7,7 @@ noise of a ratio inside one process; the knobs that cannot share one are the pat
 (or, where the defaults' host heap keeps history, its first: ``apart_first``). The plan is a
 record of its own (``ablation:<id>``), each of its processes another (``paired:abl-<id>-<k>``),
 so a run stopped half-way resumes. The pure part (the order, the path, reading the steps) is
-:mod:`autotune.evidence.ablation`; the evidence reports it; the recommendation it leads to is measured
+:mod:`autotune.evidence.bought`; the evidence reports it; the recommendation it leads to is measured
 on its own by :mod:`autotune.tuning.phases.minimal`.
 """
 
@@ -18,11 +18,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from autotune.evidence import ablation as A
+from autotune.evidence import bought as A
 from autotune import knobs
 from autotune.evidence import Evidence, evidence_of
 from autotune.tuning.phases.bench import Bench
-from autotune.tuning.phases.claims import owned_elsewhere
+from autotune.tuning.phases.sharing import owned_elsewhere
 from autotune.tuning.phases.phase import Phase
 from autotune.units import plural
 from autotune.tuning.phases.session import fits, process_s

@@ -22,15 +22,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autotune import knobs
-from autotune.evidence import ablation as A
-from autotune.evidence import claim as C
+from autotune.evidence import bought as A
+from autotune.evidence import claim as CL
 from autotune.evidence import deciding as D
 from autotune.evidence import evidence_of
 from autotune.store import LiveStudy
 from autotune.store.plans import ConfirmRecord, ConfirmStop
 from autotune.store.writing import owner
 from autotune.tuning.phases.bench import Bench, rounds_begun
-from autotune.tuning.phases.claims import owned_elsewhere
+from autotune.tuning.phases.sharing import owned_elsewhere
 from autotune.tuning.phases.outcomes import TrialRecord
 from autotune.tuning.phases.phase import Phase
 from autotune.tuning.phases.search import Search
@@ -51,7 +51,7 @@ class ConfirmReport:
     records: list[TrialRecord] = field(default_factory=list)  # the reduced configuration's own trial, when measured
 
 
-def run(live: LiveStudy, bench: Bench, search: Search, rounds: int = C.ROUNDS, deadline: float | None = None
+def run(live: LiveStudy, bench: Bench, search: Search, rounds: int = CL.ROUNDS, deadline: float | None = None
         ) -> ConfirmReport | None:
     """Measure the claim of the race's choice apart from the search (see the module's docstring); resumes a claim a
     stopped run left; nothing when the race chose nothing, or the claim is done."""
@@ -84,7 +84,7 @@ def run(live: LiveStudy, bench: Bench, search: Search, rounds: int = C.ROUNDS, d
     while True:
         view = live.view()
         ev = evidence_of(view)
-        done = rounds_begun(view, f"{C.CONFIRM}{confirm_id}-")  # confirm-<id>-<k>
+        done = rounds_begun(view, f"{CL.CONFIRM}{confirm_id}-")  # confirm-<id>-<k>
         report.rounds = done
         if ev.configs.get(record.chosen) is None or ev.configs[record.chosen].failed_repeats:
             record = replace(record, stop=ConfirmStop.FAILED)
@@ -96,21 +96,21 @@ def run(live: LiveStudy, bench: Bench, search: Search, rounds: int = C.ROUNDS, d
         if record.reduced is not None and record.reduction is None:
             # the search's proposal, decided by measurement (autotune.evidence.claim.reduction_holds); the reduced
             # configuration's processes up to here chose it: its claim rests on those after
-            holds = C.reduction_holds(C.reduction_ratio(ev, record.reduced, record.chosen), done)
+            holds = CL.reduction_holds(CL.reduction_ratio(ev, record.reduced, record.chosen), done)
             if holds is not None:
                 record = replace(record, reduction=holds, decided_at=done)
                 live.save_confirm(confirm_id, record)
         deciding = record.reduced is not None and record.reduction is None
         target = record.reduced if record.reduced is not None and record.reduction is not False else record.chosen
-        taken = C.fresh(ev, target, C.after_decision(record, target))
+        taken = CL.fresh(ev, target, CL.after_decision(record, target))
         if not deciding and _enough(record, ev, target, taken):
             record = replace(record, stop=ConfirmStop.PROCESSES if record.processes else ConfirmStop.WIDTH)
             break
         if done >= rounds:
             record = replace(record, stop=ConfirmStop.ROUNDS)
             break
-        numbers = C.round_of(done, target, record.chosen if deciding else None, base, len(C.fresh(ev, target)),
-                             len(C.defaults_pool(ev)))
+        numbers = CL.round_of(done, target, record.chosen if deciding else None, base, len(CL.fresh(ev, target)),
+                             len(CL.defaults_pool(ev)))
         if not fits(deadline, process_s(view, [target])):
             record = replace(record, stop=ConfirmStop.TIME)
             break
@@ -118,7 +118,7 @@ def run(live: LiveStudy, bench: Bench, search: Search, rounds: int = C.ROUNDS, d
         for number in numbers:
             if not fits(deadline, process_s(view, [number])):
                 break
-            rate = bench.again(live, number, f"{C.CONFIRM}{confirm_id}-{done + 1:02d}", ev.configs[number].config)
+            rate = bench.again(live, number, f"{CL.CONFIRM}{confirm_id}-{done + 1:02d}", ev.configs[number].config)
             report.processes += 1
             bench.told(what, number, rate)
     record = replace(record, done=True, rounds=report.rounds)
@@ -132,9 +132,9 @@ def _enough(record: ConfirmRecord, ev: Any, target: int, taken: list[Any]) -> bo
     width its noise allows)."""
     if record.processes:
         return len(taken) >= record.processes
-    figure = C.claim_of(ev, target, C.after_decision(record, target))
-    width = C.wide(figure) if figure is not None else None
-    return width is not None and width <= C.width_target(ev.noise.sigma)
+    figure = CL.claim_of(ev, target, CL.after_decision(record, target))
+    width = CL.wide(figure) if figure is not None else None
+    return width is not None and width <= CL.width_target(ev.noise.sigma)
 
 
 def _plan(live: LiveStudy, ev: Any, chosen: int, race_id: str, deadline: float | None = None
@@ -157,14 +157,14 @@ def _plan(live: LiveStudy, ev: Any, chosen: int, race_id: str, deadline: float |
             # high): the knobs the search shows no effect for are proposed too, with the steps in one process that
             # bought nothing, and the claim's own rounds decide
             idle = [k for s in ab.steps if s.within_process and not s.pays for k in s.added]
-            proposed = C.propose({k: c.config[k] for k in judged}, rows, ev.noise.sigma, keep_one=False)
+            proposed = CL.propose({k: c.config[k] for k in judged}, rows, ev.noise.sigma, keep_one=False)
             if proposed:
                 reverted.update({k: c.config[k] for k in [*idle, *proposed]})
                 measured, reduced = False, None
     else:
-        reverted = {k: c.config[k] for k in C.propose(c.changes, rows, ev.noise.sigma)}
+        reverted = {k: c.config[k] for k in CL.propose(c.changes, rows, ev.noise.sigma)}
     if c.changes and set(reverted) >= set(c.changes):  # never the defaults themselves: the race chose a change
-        reverted = {k: c.config[k] for k in C.propose(c.changes, rows, ev.noise.sigma)}
+        reverted = {k: c.config[k] for k in CL.propose(c.changes, rows, ev.noise.sigma)}
         measured, reduced = False, None
     loaded = {k: c.config[k] for k in c.changes if D.sensitive_knob(k)} if ev.load.was_busy else {}
     if loaded and not set(loaded) >= set(c.changes):
@@ -186,13 +186,13 @@ def _plan(live: LiveStudy, ev: Any, chosen: int, race_id: str, deadline: float |
     # unequally), fixed now, before any of them is seen: a claim that stopped once its interval looked narrow enough
     # would stop on processes that happened to agree, and cover the truth less often than it says.
     noise = ev.noise_of(chosen)
-    processes = C.processes_needed(noise.sigma)
+    processes = CL.processes_needed(noise.sigma)
     unreduced = None
-    if reverted and not measured and not fits(deadline, C.deciding_processes(processes) * process_s(ev.study, [chosen])):
+    if reverted and not measured and not fits(deadline, CL.deciding_processes(processes) * process_s(ev.study, [chosen])):
         unreduced = "the time budget could not hold deciding the least change"  # the claim itself comes first
         reverted, reduced = {}, None
     record = ConfirmRecord(chosen, race_id, time.time(), reduced if reverted else None, reverted, 0,
-                           C.width_target(noise.sigma), owner(), reduction=True if measured and reverted else None,
+                           CL.width_target(noise.sigma), owner(), reduction=True if measured and reverted else None,
                            processes=processes, unreduced=unreduced)
     confirm_id = uuid.uuid4().hex[:8]
     live.save_confirm(confirm_id, record)

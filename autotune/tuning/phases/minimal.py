@@ -10,7 +10,7 @@ show as the recommendation.
 
 from __future__ import annotations
 
-from autotune.evidence import ablation as A
+from autotune.evidence import bought as A
 from autotune.tuning.phases.outcomes import TrialRecord
 from autotune.tuning.phases.phase import Phase
 from autotune.tuning.phases.search import Search

@@ -33,7 +33,7 @@ from autotune import knobs
 from autotune import result as R
 from autotune.evidence import Evidence, evidence_of
 from autotune.tuning.phases.bench import Bench
-from autotune.tuning.phases.claims import owned_elsewhere
+from autotune.tuning.phases.sharing import owned_elsewhere
 from autotune.tuning.phases.phase import Phase
 from autotune.units import plural
 from autotune.tuning.phases.session import fits, process_s

@@ -3,7 +3,7 @@
 One trial (:meth:`Search.trial`): ask Optuna (a queued seed first), sign the trial with this
 process, suggest the searched knobs, resolve the configuration; a configuration measured
 already is answered from the stored result; otherwise it is claimed through the storage
-(:mod:`.claims`) and measured with heartbeats, cut short when the front clearly dominates
+(:mod:`.sharing`) and measured with heartbeats, cut short when the front clearly dominates
 it (by a margin never below the noise floor), then recorded and told to Optuna.
 
 - a failed trial (oom, nan, error, timeout, crashed, not_applicable) is told as a COMPLETE
@@ -49,7 +49,7 @@ import optuna
 from autotune import knobs
 from autotune import result as R
 from autotune.errors import WorkloadError
-from autotune.tuning.phases import afford, claims, sampler
+from autotune.tuning.phases import afford, sharing, sampler
 from autotune.tuning.phases import steer as steering
 from autotune.tuning.phases.bench import Bench
 from autotune.tuning.phases.outcomes import Outcomes, TrialRecord
@@ -148,7 +148,7 @@ class Search(Outcomes):
         if failed is not None:  # every speed-up is a ratio to the defaults: without them the study can answer nothing
             raise WorkloadError(baseline_failure(failed.number, failed.outcome or "?", failed.error_message, again=True))
         self._cache = None
-        report = SearchReport(measured=claims.budget_counts(live.trials())[0])
+        report = SearchReport(measured=sharing.budget_counts(live.trials())[0])
         repeats = 0
         recovered_at = -math.inf  # the last look for stale trials (at once, then every RECOVER_EVERY_S)
         while True:
@@ -158,7 +158,7 @@ class Search(Outcomes):
                 live.recover_stale()
                 recovered_at = time.monotonic()
             trials = live.trials()  # one read for the budget and the seeds
-            measured, running = claims.budget_counts(trials)
+            measured, running = sharing.budget_counts(trials)
             report.measured = measured
             if measured >= opts.trials:
                 report.reason = f"the study holds {measured} measured configurations (--trials {opts.trials})"
@@ -286,14 +286,14 @@ class Search(Outcomes):
                 with self._step("tell"):
                     return self._skipped(trial, role, resolved, why)
             with self._step("claim"):
-                claimed = claims.claim(live, trial, role, resolved.key(), opts.trials)
-            if claimed.answer is claims.Answer.TAKEN:
+                claimed = sharing.claim(live, trial, role, resolved.key(), opts.trials)
+            if claimed.answer is sharing.Answer.TAKEN:
                 return None
-            if claimed.answer is claims.Answer.GIVEN_UP:
+            if claimed.answer is sharing.Answer.GIVEN_UP:
                 with self._step("tell"):
                     self._skip(trial, role, claimed.why)
                 return None
-            if claimed.answer is claims.Answer.ANSWERED:
+            if claimed.answer is sharing.Answer.ANSWERED:
                 assert claimed.earlier is not None
                 with self._step("tell"):
                     return self._duplicate(trial, role, resolved, claimed.earlier)

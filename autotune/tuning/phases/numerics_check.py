@@ -1,10 +1,10 @@
 """The numerics check: the recommendation trained beside PyTorch's defaults, to say whether it still learns the same.
 
-Runs last, once the verdict is reached (:mod:`autotune.evidence.numerics` says what is compared and why). Three
-fresh processes (:mod:`autotune.trial.numerics`): the defaults, the defaults again (the floor: what nondeterminism
+Runs last, once the verdict is reached (:mod:`autotune.evidence.numerics_answer` says what is compared and why). Three
+fresh processes (:mod:`autotune.trial.numerics_run`): the defaults, the defaults again (the floor: what nondeterminism
 alone changes) and the recommendation, each from the same seeded weights on the same samples per optimizer step
 (the larger batch size's multiple of the smaller, or the study's ``--global-batch``), for as many steps as keep the
-check within :data:`autotune.evidence.numerics.COST_SHARE` of the study's time (at least 30). When the numerics
+check within :data:`autotune.evidence.numerics_answer.COST_SHARE` of the study's time (at least 30). When the numerics
 differ, each knob of the recommendation is reverted to the defaults' value in a run of its own, so that the answer
 names the knob that causes it; with ``--numerics strict`` the next fastest configurations measured faster than the
 defaults are then checked, fastest first, until one holds, and the verdict recommends it (or the defaults, when none
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.evidence import evidence_of
-from autotune.evidence import numerics as NU
+from autotune.evidence import numerics_answer as NU
 from autotune.store import LiveStudy
 from autotune.trial import trainings
 from autotune.tuning.phases.bench import Bench

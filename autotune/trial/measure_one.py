@@ -1,10 +1,10 @@
-"""The trial worker: measures one configuration in a trial process and returns one result.
+"""One configuration measured: in a trial process, returning one result.
 
 It never talks to a database. :func:`run` answers a :class:`~autotune.trial.messages.TrialRequest`
 (the child's entry, :mod:`autotune.trial.child`, calls it in the forked process): it starts the
 process, builds the configuration as an :class:`~autotune.trial.arm.Arm`, runs the measurement
 protocol and turns every way a trial can end into a typed
-:class:`~autotune.result.TrialResult`. ``python -m autotune.trial.single REQUEST.json`` runs one
+:class:`~autotune.result.TrialResult`. ``python -m autotune.trial.measure_one REQUEST.json`` runs one
 trial in this interpreter and prints the result, for debugging.
 """
 
@@ -183,10 +183,10 @@ class ProgressFile:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m autotune.trial.single REQUEST.json``: one trial in this process, result JSON on stdout."""
+    """``python -m autotune.trial.measure_one REQUEST.json``: one trial in this process, result JSON on stdout."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m autotune.trial.single REQUEST.json", file=sys.stderr)
+        print("usage: python -m autotune.trial.measure_one REQUEST.json", file=sys.stderr)
         return 2
     with open(args[0]) as fh:
         request = from_wire(json.load(fh))

@@ -1,8 +1,8 @@
 """Whether the recommendation still learns what the defaults learn: the numerics check's runs read into one answer.
 
 A faster configuration changes how the model computes (bf16 or fp16 autocast, TF32, compiled kernels, a batch size
-that changes BatchNorm's statistics, fused optimizer kernels). The check (:mod:`autotune.tuning.phases.numerics`
-runs it, :mod:`autotune.trial.numerics` is one run) trains the defaults twice and the recommendation once, each in a
+that changes BatchNorm's statistics, fused optimizer kernels). The check (:mod:`autotune.tuning.phases.numerics_check`
+runs it, :mod:`autotune.trial.numerics_run` is one run) trains the defaults twice and the recommendation once, each in a
 fresh process, from the same seeded weights on the same samples per optimizer step, and records per step the loss
 and the gradients' norm, and at the end the weights. This module compares them:
 
@@ -16,7 +16,7 @@ and the gradients' norm, and at the end the weights. This module compares them:
 The numerics **hold** when the loss is within :data:`LOSS_TOLERANCE` (1%) and the weights within
 :data:`WEIGHTS_TOLERANCE` (40% of the distance training moved them), or within :data:`FLOOR_TIMES` times the floor
 where that is larger. Why these: a user reads a loss curve to 1% (a percent is what separates runs people call
-different in a report), and the known-truth models of ``autotune/testing/numerics.py`` measured over 20 seeds at 30
+different in a report), and the known-truth models of ``autotune/testing/known_numerics.py`` measured over 20 seeds at 30
 steps on this project's CPU (``python benchmarks/numerics_truth.py``, benchmarks/results/numerics_truth-2026-11-27.txt)
 put ordinary bf16 rounding of an MLP at 0.04-0.13% in the loss and 19-24% in the weights, a layer that needs more
 mantissa than bf16 keeps at 5.7-10.9% in the loss, and a BatchNorm model at batch 32 instead of 128 at 0.40-1.12% in

@@ -14,7 +14,7 @@ from autotune import knobs
 from autotune.knobs import space
 from autotune import result as R
 from autotune.tuning import loop as S
-from autotune.tuning.phases import Bench, Seeds, Session, bench, claims, floor, sampler, seeds
+from autotune.tuning.phases import Bench, Seeds, Session, bench, sharing, floor, sampler, seeds
 from autotune.store import LiveStudy, records, writing
 from autotune.evidence import claim as CL
 from autotune.evidence import evidence_of
@@ -278,17 +278,17 @@ def test_a_claim_waits_for_an_earlier_trial_still_choosing_so_a_configuration_is
     live.trials = trials  # type: ignore[method-assign]
 
     def choose_late() -> None:
-        if claim_saw_a_undecided.wait(timeout=claims.UNDECIDED_WAIT_S):
+        if claim_saw_a_undecided.wait(timeout=sharing.UNDECIDED_WAIT_S):
             live.mark(a, config_key=resolved.key())
 
     chooser = threading.Thread(target=choose_late)
     chooser.start()
     try:
-        claimed = claims.claim(live, b, "search", resolved.key(), budget=10)
+        claimed = sharing.claim(live, b, "search", resolved.key(), budget=10)
     finally:
         chooser.join()
     assert claim_saw_a_undecided.is_set(), "the claim never read the study while #a was still choosing"
-    assert claimed.answer is claims.Answer.GIVEN_UP and claimed.why == f"#{a.number} is measuring the same configuration"
+    assert claimed.answer is sharing.Answer.GIVEN_UP and claimed.why == f"#{a.number} is measuring the same configuration"
 
 
 def test_a_trial_over_the_memory_budget_says_so_in_its_line(tmp_path):

@@ -19,7 +19,7 @@ here), one configuration per process, as every measurement is. What makes two ru
 
 Each optimizer step records the mean loss over its samples and the gradients' global norm (unscaled, before the
 step); at the end, the weights are saved (``save_path``) and their distance to earlier runs' saved weights
-(``references``) computed, with how far training moved them from the start. :mod:`autotune.evidence.numerics` reads
+(``references``) computed, with how far training moved them from the start. :mod:`autotune.evidence.numerics_answer` reads
 the runs.
 """
 

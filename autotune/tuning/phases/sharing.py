@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 import optuna
 
-from autotune.evidence import ablation as A
+from autotune.evidence import bought as A
 from autotune.store import LiveStudy, StoredTrial
 
 UNDECIDED_WAIT_S = 30.0  # how long a claim waits for earlier trials still choosing their configuration

@@ -1,5 +1,5 @@
 """Workloads whose numerics are known, for the numerics check's tests and benchmark (``--model
-autotune.testing.numerics:<name>``): what each configuration does to the loss is a fact of the model, not a
+autotune.testing.known_numerics:<name>``): what each configuration does to the loss is a fact of the model, not a
 measurement.
 
 - :func:`mlp`: an ordinary MLP; bf16 autocast rounds its matmuls, and its loss follows fp32's within a fraction of a

@@ -1,5 +1,5 @@
-"""The speed the user's own training reaches (autotune/export/live.py): the line a Meter says once, beside what the
-study measured, and why a training runs below the claim; the meter in apply()'s step."""
+"""The speed the user's own training reaches (autotune/export/training_speed.py): the line a Meter says once, beside
+what the study measured, and why a training runs below the claim; the meter in apply()'s step."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from autotune.export import live
-from autotune.export.live import Expected, Meter
+from autotune.export import training_speed
+from autotune.export.training_speed import Expected, Meter
 
 STUDY = Expected(398.0, 2.9, 2.7, 3.1)
 
@@ -74,8 +74,8 @@ def test_the_time_between_steps_is_counted_as_waiting_on_data():
 def test_apply_says_the_trainings_speed_once_and_keeps_it_unless_turned_off(tmp_path, monkeypatch, capsys):
     from autotune.export.config import load_config
 
-    monkeypatch.setattr(live, "WARMUP_S", 0.0)
-    monkeypatch.setattr(live, "WINDOW_S", 0.0)
+    monkeypatch.setattr(training_speed, "WARMUP_S", 0.0)
+    monkeypatch.setattr(training_speed, "WINDOW_S", 0.0)
     doc = {"schema": "autotune.config/2", "knobs": {"batch_size": 8}, "task": "train", "device": "cpu",
            "measured": {"samples_per_s": 398.0}, "speedup": {"estimate": 2.9, "low": 2.7, "high": 3.1}}
     path = tmp_path / "best.json"
