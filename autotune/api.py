@@ -38,7 +38,7 @@ from autotune.workloads import shipping
 from autotune.tuning import fleet
 from autotune.tuning import preparation
 from autotune.tuning import loop
-from autotune.errors import AutotuneError, FieldError, KnobError, SpecError, WorkloadError, in_words, said
+from autotune.errors import AutotuneError, KnobError, SpecError, WorkloadError, in_words, said
 from autotune.evidence import Verdict, evidence_of
 from autotune.request import (DEFAULT_COMPILE_LIMIT_S, DEFAULT_CONFIRM, DEFAULT_NUMERICS, DEFAULT_PICK, DEFAULT_SAMPLER,
                               DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS)
@@ -160,9 +160,6 @@ def in_python_words(exc: AutotuneError) -> AutotuneError:
     """An error as a Python caller reads it: a field of the request named by its keyword, from its declaration
     (``trial_timeout=``), and every term of any other message (:func:`autotune.errors.named`) in the API's words
     (``study='mlp-2'``, ``model=Net``)."""
-    if isinstance(exc, FieldError):
-        word = _word(exc.field)
-        return exc.worded(f"{word}=", f"{word}=")
     return exc.in_words(_word)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Mapping
 
-from autotune.errors import FieldError, FieldSpecError, FieldValueError, UnitError
+from autotune.errors import FieldError, FieldSpecError, FieldValueError, UnitError, named
 from autotune.units import parse_duration, parse_size
 
 
@@ -121,7 +121,7 @@ class Declared:
         return self.keyword or self.name
 
     @property
-    def option(self) -> str | None:
+    def cli(self) -> str | None:
         """The CLI's word for it (``--warm-start`` of ``--warm-start/--no-warm-start``)."""
         return self.flag.split("/")[0] if self.flag else None
 
@@ -129,8 +129,18 @@ class Declared:
         return self.help_in.get(command, self.help)
 
     def error(self, problem: str, value: Any = None, valued: bool = False) -> FieldError:
+        """The field's error: its message names the field as a term each surface words as its own (``valued``: with
+        the value, before the problem: ``--input-shape '3,a': expected ...``; else the field in words, when it has
+        them: ``the trial budget (--trials) must be ...``)."""
         kind = FieldSpecError if self.spec else FieldValueError
-        return kind(self.name, problem, value=value, valued=valued, what="" if valued else self.what)
+        cli = self.cli or self.name
+        if valued:
+            message = f"{named(self.name, f'{cli} {value!r}', repr(value))}: {problem}"
+        elif self.what:
+            message = f"{self.what} ({named(self.name, cli)}) {problem}"
+        else:
+            message = f"{named(self.name, cli)} {problem}"
+        return kind(self.name, problem, message, value=value)
 
     def check(self, value: Any) -> None:
         """Raise the field's FieldError when ``value`` breaks its rule (None is allowed where it is the default)."""

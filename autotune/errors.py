@@ -216,34 +216,29 @@ class UnitError(AutotuneError):
 class FieldError(AutotuneError):
     """A value one field of the request cannot take (:mod:`autotune.request`).
 
-    It carries the field's name, the value and the problem, not a surface's word for the field: the CLI says
-    ``--trial-timeout``, the Python API ``trial_timeout=``, each from the field's declaration
-    (:data:`autotune.request.FIELDS`, read by :mod:`autotune.cli.edge` and :mod:`autotune.api`). Its own message,
-    for a request built directly, names the dataclass field.
+    Its message names the field as a term (:func:`named`, made by the field's declaration:
+    :meth:`autotune.declaration.Declared.error`), as every other message names an option: the CLI's edge says
+    ``--trial-timeout``, the Python API's ``trial_timeout=``. Its own ``str``, for a request built directly, says the
+    field in the request's own words, as that call takes it (``trial_timeout_s=``). ``field``, ``problem`` and
+    ``value`` are kept for the caller.
     """
 
-    def __init__(self, field: str, problem: str, *, value: object = None, valued: bool = False, what: str = "") -> None:
+    def __init__(self, field: str, problem: str, message: str, *, value: object = None) -> None:
         self.field = field
         self.problem = problem
         self.value = value
-        self.valued = valued  # the message quotes the value before the problem: "--input-shape '3,a': expected ..."
-        self.what = what  # the field in words, "the trial budget"; "" names it by its word alone
-        super().__init__(self.say(field, f"{field}="))
+        super().__init__(message)
 
-    def say(self, word: str, before_value: str) -> str:
-        """The message with the field named in one surface's words: ``word`` alone (``--trials``, ``trials=``), or
-        ``before_value`` followed by the value (``--model-arg 'x'``, ``model_args='x'``)."""
-        if self.valued:
-            return f"{before_value}{self.value!r}: {self.problem}"
-        if self.what:
-            return f"{self.what} ({word}) {self.problem}"
-        return f"{word} {self.problem}"
+    def __str__(self) -> str:
+        return in_words(self.said, _own)
 
-    def worded(self, word: str, before_value: str) -> FieldError:
-        """The same error, its message in one surface's words."""
-        out = type(self)(self.field, self.problem, value=self.value, valued=self.valued, what=self.what)
-        out.args = (self.say(word, before_value),)
-        return out
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.field, self.problem, self.said), {"value": self.value})
+
+
+def _own(name: str) -> str:
+    """The request's own word for a field: its name (``trial_timeout_s``)."""
+    return name
 
 
 class FieldValueError(FieldError, KnobError):

@@ -387,7 +387,7 @@ def option(name: str, value: Any = _NO_VALUE, *, quoted: bool = False) -> str:
     value: ``--study mlp-2`` (``quoted``: ``--device 'cuda:3'``) and ``study='mlp-2'``; a spec that carries a
     pickled object reads by the object's own name in Python (``model=Net``), as it was passed."""
     field = declared(name)
-    flag = field.option
+    flag = field.cli
     assert flag is not None, f"{field.name} has no option to name"
     if value is _NO_VALUE:
         return named(field.name, flag)

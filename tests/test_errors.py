@@ -62,8 +62,15 @@ def test_a_value_cannot_break_out_of_its_term_and_stray_markers_stay_text():
 def test_a_plain_message_is_untouched_and_a_field_error_keeps_its_own_words():
     assert str(WorkloadError("no terms here")) == "no terms here" == WorkloadError("no terms here").said
     assert str(AutotuneError()) == ""
-    bad = FieldValueError("trials", "must be a whole number from 1 to 100000, not 0", value=0, what="the trial budget")
-    assert str(bad) == "the trial budget (trials) must be a whole number from 1 to 100000, not 0"
+    from autotune.request import FIELDS
+
+    bad = FIELDS["trial_timeout_s"].error("must be positive, not -1", -1)  # as the declaration makes it
+    assert isinstance(bad, FieldValueError) and (bad.field, bad.problem, bad.value) == ("trial_timeout_s", "must be positive, not -1", -1)
+    assert str(bad) == "the trial timeout (trial_timeout_s=) must be positive, not -1"  # built directly: the request's words
+    assert str(bad.in_words(python)) == "the trial timeout (trial_timeout=) must be positive, not -1"
+    assert in_words(bad.said) == "the trial timeout (--trial-timeout) must be positive, not -1"
+    again = pickle.loads(pickle.dumps(bad))
+    assert type(again) is FieldValueError and str(again) == str(bad) and again.value == -1
 
 
 def test_a_text_that_is_no_error_reads_as_the_command_lines_wherever_it_goes():
@@ -120,7 +127,7 @@ def _strings(tree: ast.AST) -> list[tuple[int, str]]:
 def test_no_message_below_the_edges_spells_a_declared_option():
     from autotune.request import FIELDS, NAMED
 
-    flags = {d.option for d in (*FIELDS.values(), *NAMED.values()) if d.option}
+    flags = {d.cli for d in (*FIELDS.values(), *NAMED.values()) if d.cli}
     found: dict[str, list[str]] = {}
     for path in sorted((ROOT / "autotune").rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()

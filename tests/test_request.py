@@ -67,7 +67,7 @@ def test_a_bad_value_is_refused_once_naming_the_field(field, value, message):
     with pytest.raises(FieldValueError, match=message) as info:
         TuneConfig(spec=SPEC, **{field: value})
     assert isinstance(info.value, KnobError) and info.value.field == field
-    assert f"({field})" in str(info.value) or str(info.value).startswith(f"{field} ")  # the request's own word
+    assert f"({field}=)" in str(info.value) or str(info.value).startswith(f"{field}= ")  # the request's own word for it
     assert "--" not in str(info.value)
 
 
@@ -144,7 +144,7 @@ def test_every_option_is_a_declared_field_or_says_why_not(command):
         declared = FIELDS[name]
         option = params.pop(declared.word, None)
         assert option is not None, f"{command}: the field {name} has no option"
-        assert declared.option in option.opts, (command, name, option.opts)
+        assert declared.cli in option.opts, (command, name, option.opts)
         assert option.help.startswith(declared.help_for(command)), (command, name)
         if declared.required:
             assert option.required, (command, name)
@@ -260,7 +260,7 @@ def test_each_surface_names_a_bad_field_in_its_own_words(field, options, keyword
     out = CliRunner().invoke(cli.main, [command, "--model", SPEC.model, *options])
     assert out.exit_code == 2 and out.output.count("\n") == 1 and out.output.startswith("error: "), out.output
     cli_text = out.output.strip()[len("error: "):]
-    assert declared.option in cli_text and f"{declared.word}=" not in cli_text and f"({declared.word}" not in cli_text
+    assert declared.cli in cli_text and f"{declared.word}=" not in cli_text and f"({declared.word}" not in cli_text
     extra = {"progress": False} if function is api.tune else {}
     with pytest.raises(FieldError) as info:
         function(SPEC.model, **keywords, **extra)
@@ -268,11 +268,11 @@ def test_each_surface_names_a_bad_field_in_its_own_words(field, options, keyword
     assert info.value.field == field and isinstance(info.value, FieldSpecError if declared.spec else FieldValueError)
     assert f"{declared.word}=" in api_text and "--" not in api_text, api_text
     if not keywords.get(declared.word) == "soon":  # the same words around the field's name: the problem is stated once
-        cli_before, cli_after = cli_text.split(declared.option, 1)
+        cli_before, cli_after = cli_text.split(declared.cli, 1)
         api_before, api_after = api_text.split(f"{declared.word}=", 1)
         assert (cli_before, cli_after.lstrip()) == (api_before, api_after.lstrip()), (cli_text, api_text)
     else:  # text that reads as no duration: click's own line on the command line (with its --help hint), the same words
-        assert cli_text.startswith(f"Invalid value for '{declared.option}': 'soon': {DURATION_EXPECTED} (see autotune")
+        assert cli_text.startswith(f"Invalid value for '{declared.cli}': 'soon': {DURATION_EXPECTED} (see autotune")
         assert api_text == f"{declared.word}='soon': {DURATION_EXPECTED}"
     assert list(tmp_path.iterdir()) == []
 
@@ -286,12 +286,12 @@ def test_a_message_names_a_field_in_each_surfaces_words_from_its_declaration():
         return request.declared(name).word
 
     for name, declared in {**FIELDS, **request.NAMED}.items():
-        if declared.option is None:
+        if declared.cli is None:
             continue
         for key in {name, declared.word}:
-            assert in_words(request.option(key)) == declared.option
+            assert in_words(request.option(key)) == declared.cli
             assert in_words(request.option(key), python) == f"{declared.word}="
-            assert in_words(request.option(key, 3)) == f"{declared.option} 3"
+            assert in_words(request.option(key, 3)) == f"{declared.cli} 3"
             assert in_words(request.option(key, "a b", quoted=True), python) == f"{declared.word}='a b'"
     assert in_words(request.option("trial_timeout")) == "--trial-timeout"
     assert in_words(request.option("study", "mlp-2")) == "--study mlp-2"
@@ -307,12 +307,12 @@ def test_the_named_arguments_are_the_commands_own_options():
     """--pick and --set are no fields of a request, but messages name them: their declared words are the CLI's
     options of export and measure, and the API's arguments of TuneResult.export and measure."""
     pick, config = request.NAMED["pick"], request.NAMED["config"]
-    assert pick.option in {o for p in cli.export.params for o in p.opts}
-    assert config.option in {o for p in cli.measure.params for o in p.opts}
+    assert pick.cli in {o for p in cli.export.params for o in p.opts}
+    assert config.cli in {o for p in cli.measure.params for o in p.opts}
     assert pick.word in inspect.signature(api.TuneResult.export).parameters
     assert config.word in inspect.signature(api.measure).parameters
     from autotune import knobs  # the knob registry (below the request) names --set itself: the same words
     with pytest.raises(KnobError) as info:
         knobs.parse_assignments(["precision"])
-    assert str(info.value) == f"{config.option} 'precision': expected name=value"
+    assert str(info.value) == f"{config.cli} 'precision': expected name=value"
     assert str(api.in_python_words(info.value)) == f"{config.word}='precision': expected name=value"

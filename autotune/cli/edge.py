@@ -1,10 +1,8 @@
 """The edge of the ``autotune`` command line: the group every command belongs to, where errors become one line.
 
 Typed errors (:mod:`autotune.errors`) become one line on stderr and a non-zero exit here,
-and only here; no user error prints a traceback. An error about a field of the request
-(:class:`autotune.errors.FieldError`) names the field by its option (``--trial-timeout``),
-from the field's declaration (:mod:`autotune.request`), never by rewriting a message; any other
-message names its options as terms, which ``str(exc)`` says in the command line's words.
+and only here; no user error prints a traceback. Every message names its options (a field of the request among
+them) as terms, said here in the command line's words (``--trial-timeout``), never by rewriting a message.
 
 The stores a command opened are kept here too: a fault met anywhere is explained by its own store.
 """
@@ -15,17 +13,12 @@ from typing import Any
 
 import click
 
-from autotune.errors import AutotuneError, FieldError
-from autotune.request import FIELDS
+from autotune.errors import AutotuneError, in_words
 
 
 def in_cli_words(exc: AutotuneError) -> str:
-    """An error's message as the command line says it: a field of the request by its option."""
-    if isinstance(exc, FieldError):
-        declared = FIELDS.get(exc.field)
-        if declared is not None and declared.option:
-            return exc.say(declared.option, declared.option + " ")
-    return str(exc)
+    """An error's message as the command line says it: each term (an option, a field of the request) in its words."""
+    return in_words(exc.said)
 
 
 class AutotuneGroup(click.Group):
