@@ -160,12 +160,14 @@ def test_seq_len_option_is_the_model_arg():
         workload_from({**base, "model_args": ("seq_len=32",), "seq_len": 64})
 
 
-def test_seq_len_is_a_keyword_of_the_api_as_it_is_an_option_of_the_command_line():
+def test_seq_len_is_a_keyword_of_the_api_as_it_is_an_option_of_the_command_line(monkeypatch):
     import autotune
     from autotune import api
 
-    spec = api._spec("hf:gpt2", None, {"n_layer": 1}, None, None, None, seq_len=64)  # what measure() and tune() run
-    assert dict(spec.model_args) == {"n_layer": 1, "seq_len": 64}
+    asked = []
+    monkeypatch.setattr(api, "measure_spec", lambda request, values, device: asked.append(request.spec) or [None])
+    autotune.measure("hf:gpt2", model_args={"n_layer": 1}, seq_len=64)  # the request measure() would run
+    assert dict(asked[0].model_args) == {"n_layer": 1, "seq_len": 64}
     for call in (lambda **kw: autotune.measure("autotune.examples:cnn", **kw),
                  lambda **kw: autotune.tune("autotune.examples:cnn", progress=False, **kw)):
         with pytest.raises(SpecError) as err:
