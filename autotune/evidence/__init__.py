@@ -9,7 +9,8 @@ builds it once per study read). The run's summary and table, ``status`` (and ``-
 configuration never shows two speed-ups.
 
 - :mod:`.configs`: each measured configuration (:class:`Measured`) with every measurement of it, and its claim;
-- :mod:`.stats`: the statistics every figure rests on: noise, paired ratios, intervals adjusted for comparisons and looks;
+- :mod:`.stats`: the statistics every figure rests on: noise, paired ratios, intervals adjusted for comparisons and
+  looks;
 - :mod:`.busy`: how busy the machine was, and what that leaves out of a claim;
 - :mod:`.bought`: what each knob of a winner bought, read from the path's measurements;
 - :mod:`.figures`: :class:`Evidence`: the figures a view shows: the rows, the front and the verdict; built on

@@ -42,7 +42,8 @@ from autotune.store.records import Role
 
 ABLATION = "ablation:"  # the study attribute of an ablation's plan: ablation:<id>
 ROLE = Role.MINIMAL  # the role of the trial that measures the ablation's recommendation on its own
-ROUNDS = 2  # processes that each measure the whole path (two give the within-process noise its first degrees of freedom)
+# processes that each measure the whole path (two give the within-process noise its first degrees of freedom)
+ROUNDS = 2
 # ... when the path's processes are the study's only shared ones (its process-wide knobs first: the race shared none)
 ROUNDS_ALONE = 3
 
@@ -221,7 +222,8 @@ def analyse(
         if not s.kept:
             dropped.update(s.added)
     minimal_key = str(plan.get("winner_key")) if minimal_index == len(steps) and apart else points[minimal_index]["key"]
-    return Ablation(ablation_id, int(plan["winner"]), kept_steps, minimal_key, trial_of(minimal_key), dropped, processes)
+    return Ablation(ablation_id, int(plan["winner"]), kept_steps, minimal_key, trial_of(minimal_key), dropped,
+                    processes)
 
 
 def _apart_first(ablation_id: str, plan: Mapping[str, Any], points: Sequence[Mapping[str, Any]], apart: dict[str, Any],

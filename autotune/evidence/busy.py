@@ -55,7 +55,8 @@ class Load:
     def share(self) -> str | None:
         """Where the measuring processes had a share of the machine's cores: what the figures hold for."""
         if self.machine_cores and self.cores < self.machine_cores:
-            return f"measured on {self.cores} of the machine's {self.machine_cores} CPUs: the figures hold for such a share"
+            return (f"measured on {self.cores} of the machine's {self.machine_cores} CPUs: the figures hold for such a "
+                    "share")
         return None
 
     @property
@@ -75,11 +76,13 @@ class Load:
         if not self.measurements:
             return "machine load: not recorded"
         if not self.was_busy:
-            return f"machine quiet while measuring: other processes used at most {self.max_other:.1f} of {self.cores} cores"
+            return (f"machine quiet while measuring: other processes used at most {self.max_other:.1f} of "
+                    f"{self.cores} cores")
         text = (f"measured on a busy machine: other processes used up to {self.max_other:.1f} of {self.cores} cores "
                 f"during {self.busy} of {self.measurements} measurements (median {self.median_other:.1f})")
         if self.left_out:
-            text += f"; {self.left_out} taken while it was much busier than during the baseline's were left out of the claims"
+            text += (f"; {self.left_out} taken while it was much busier than during the baseline's were left out of "
+                     "the claims")
         return text
 
     def to_dict(self) -> dict[str, Any]:

@@ -61,7 +61,8 @@ class Choices(Comparisons):
             if not self.noise.known or self.noise.sigma is None:
                 return True
             half = stats.t_quantile(self.noise.df) * self.noise.sigma
-            return math.log(leader.samples_per_s) - half / math.sqrt(leader.processes) <= math.log(c.samples_per_s) + half / math.sqrt(c.processes)
+            return (math.log(leader.samples_per_s) - half / math.sqrt(leader.processes)
+                    <= math.log(c.samples_per_s) + half / math.sqrt(c.processes))
 
         tied = [c for i, c in enumerate(points) if i < always or overlaps(c)]
         chosen = tied[:limit]
@@ -130,7 +131,8 @@ class Choices(Comparisons):
         if len(w.changes) == 1:
             step = A.Step(dict(w.changes), w.key, speedup, speedup, speedup.within)
             return A.Ablation("", w.number, (step,), w.key, w.number, {}, 0)
-        plans = [(ablation_id, plan) for ablation_id, plan in self.study.ablation_plans() if plan.get("winner_key") == w.key]
+        plans = [(ablation_id, plan) for ablation_id, plan in self.study.ablation_plans()
+                 if plan.get("winner_key") == w.key]
         # the newest path measured whole (one measured again in another order, when a knob that bought nothing
         # stood before one that paid: autotune.evidence.bought.reordered), else the one before it
         for ablation_id, plan in sorted(plans, key=lambda kv: -float(kv[1].get("started", 0.0))):
@@ -159,7 +161,8 @@ class Choices(Comparisons):
         plain 90%): within it configurations are equal for a user."""
         leader = max(pool, key=lambda n: self.configs[n].samples_per_s)
         within = [n for n in pool if n == leader
-                  or (r := self.compare(n, leader, claim=False)).low is not None and r.low >= 1.0 / (1.0 + INDIFFERENCE)]
+                  or (r := self.compare(n, leader, claim=False)).low is not None
+                  and r.low >= 1.0 / (1.0 + INDIFFERENCE)]
         return min(within, key=lambda n: (len(self.configs[n].changes), -self.configs[n].samples_per_s))
 
     def chosen(self) -> int | None:

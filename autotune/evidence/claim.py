@@ -2,8 +2,9 @@
 
 The search and the race *select*: the configuration they pick is the one whose measurements came out fastest, so
 those measurements run high (the winner's curse: a true 1.5x quoted 1.82x). Its claim is measured again, in
-fresh processes interleaved with PyTorch's defaults, processes that chose nothing (:mod:`autotune.tuning.phases.confirm`):
-their ratio is an honest estimate of what the user's training will see. The defaults' earlier processes are pooled
+fresh processes interleaved with PyTorch's defaults, processes that chose nothing
+(:mod:`autotune.tuning.phases.confirm`): their ratio is an honest estimate of what the user's training will see. The
+defaults' earlier processes are pooled
 with their new ones, but for the race's (its stopping rule looked at them: :func:`defaults_pool`), so the claim is
 the configuration's fresh processes against those of the defaults, unpaired (:func:`claim_ratio`).
 
@@ -72,7 +73,8 @@ def processes_needed(sigma: float | None, level: float = stats.LEVEL) -> int:
 
 
 def claim_ratio(fresh: Sequence[Measurement], defaults: Sequence[Measurement], noise: Noise,
-                level: float = stats.LEVEL, reference_noise: Noise | None = None, minimum: int = MIN_PROCESSES) -> Ratio:
+                level: float = stats.LEVEL, reference_noise: Noise | None = None,
+                minimum: int = MIN_PROCESSES) -> Ratio:
     """The configuration's fresh processes over every process of the defaults: the ratio of their geometric means
     (unpaired: the defaults' earlier processes count too). ``noise`` is the configuration's noise between processes
     and ``reference_noise`` the defaults' (default: the same): one noise gives a t interval of half-width
@@ -167,7 +169,8 @@ def round_of(k: int, target: int, deciding: int | None, defaults: int, fresh_n: 
     return numbers[shift:] + numbers[:shift]
 
 
-INDIFFERENT = 1.0 / (1.0 + INDIFFERENCE)  # the indifference zone: a reduced configuration not more than 3% slower is as fast
+# the indifference zone: a reduced configuration not more than 3% slower is as fast
+INDIFFERENT = 1.0 / (1.0 + INDIFFERENCE)
 #: The round by which a reduction is decided at the latest: the claim's last rounds stay its own, enough for a claim of
 #: the reduced configuration from the processes after the decision (those up to it chose it).
 DECIDE_BY = ROUNDS - MIN_PROCESSES

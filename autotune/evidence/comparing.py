@@ -114,12 +114,14 @@ class Comparisons:
         x, y = self.configs[number], self.configs[reference]
         comparisons, looks = (self.comparisons, self.looks) if claim else (1, 1)
         if _common(x.together, y.together):
-            return stats.ratio_within(x.together, y.together, self.within_noise, comparisons, looks=looks, between=self.noise)
+            return stats.ratio_within(x.together, y.together, self.within_noise, comparisons, looks=looks,
+                                      between=self.noise)
         base = self.baseline
         if base is not None and number != base.number and reference != base.number and (
                 _common(x.together, base.together) or _common(y.together, base.together)):
             return stats.combined(self.compare(number, base.number, claim), self.compare(reference, base.number, claim))
-        via = x.via if x.via is not None and x.via != reference else y.via if y.via is not None and y.via != number else None
+        via = (x.via if x.via is not None and x.via != reference
+               else y.via if y.via is not None and y.via != number else None)
         if via is not None:  # through the raced configuration one of them rests on: (x / via) / (y / via)
             return stats.combined(self.compare(number, via, claim), self.compare(reference, via, claim))
         nx, ny = self.noise_of(number), self.noise_of(reference)
@@ -129,8 +131,9 @@ class Comparisons:
 
     def noise_of(self, number: int) -> Noise:
         """The noise between processes that a figure of configuration ``number`` carries: the study's pooled noise
-        while the configurations spread alike; once they spread unequally (:func:`autotune.evidence.stats.unequal_spreads`)
-        its own spread, or for one measured in a single process the widest spread of the configurations other than
+        while the configurations spread alike; once they spread unequally
+        (:func:`autotune.evidence.stats.unequal_spreads`) its own spread, or for one measured in a single process the
+        widest spread of the configurations other than
         the defaults. Unknown for a configuration measured once while only the defaults' spread is known: no
         interval is drawn from one process with the defaults' noise."""
         c = self.configs[number]

@@ -50,7 +50,8 @@ class Measured:
     key: str = ""  # the configuration's key (knobs.Resolved.key)
     together: list[Measurement] = field(default_factory=list)  # measured alternately with others in one process
     figure: float | None = None  # samples/s from a within-process speed-up over the baseline (Evidence sets it)
-    via: int | None = None  # the raced configuration its figure rests on, when it shared processes with it, not the baseline
+    # the raced configuration its figure rests on, when it shared processes with it, not the baseline
+    via: int | None = None
     # (claim, samples/s) once Evidence has set every field above (seal): a view of a large study asks for them
     # millions of times
     sealed: tuple[list[Measurement], float] | None = field(default=None, repr=False, compare=False)
@@ -131,7 +132,8 @@ def set_changes(configs: Iterable[Measured], baseline: Measured | None) -> None:
         c.changes = {k: v for k, v in c.config.items() if k in reference and reference[k] != v}
 
 
-def join(configs: dict[int, Measured], blocks: Iterable[Block], trial_of: dict[str, int]) -> dict[str, list[Measurement]]:
+def join(configs: dict[int, Measured], blocks: Iterable[Block],
+         trial_of: dict[str, int]) -> dict[str, list[Measurement]]:
     """Join each arm of the processes that measured several configurations alternately to its configuration (by
     key, ``trial_of``); returns every key's within-process measurements, trials or not."""
     within: dict[str, list[Measurement]] = {}

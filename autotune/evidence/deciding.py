@@ -120,7 +120,8 @@ def ablated(ev: Any, verdict: Verdict) -> Verdict:
         return V.detailed(verdict, ab.text())
     c = ev.configs[m]
     text = (f"use #{m} ({changes_text(c.changes)}): {s.text()} as fast as PyTorch's defaults "
-            f"({int(round(100 * stats.LEVEL))}% interval, {plural(s.processes, 'process')} against {s.reference_processes}), "
+            f"({int(round(100 * stats.LEVEL))}% interval, {plural(s.processes, 'process')} against "
+            f"{s.reference_processes}), "
             f"#{verdict.winner}'s gain without the knobs that bought nothing beyond the noise")
     return V.detailed(Verdict(State.GAIN, m, verdict.leader, s, verdict.tied, True, verdict.simpler_preferred, text),
                       ab.text(), ev.load.text() if ev.load.was_busy else "")
@@ -140,7 +141,8 @@ def raced(ev: Any) -> Verdict:
     model = ev.study.workload.get("model") or "MODEL"
     config = {k: v for k, v in c.changes.items() if k in knobs.KNOBS}
     shown = pickled_name(model) or repr(model)
-    note = (f"#{seen.winner} ({changes_text(c.changes)}) measured {seen.speedup.text() if seen.speedup else '-'} but its "
+    note = (f"#{seen.winner} ({changes_text(c.changes)}) measured "
+            f"{seen.speedup.text() if seen.speedup else '-'} but its "
             f"gain rests on {names}, which depends on the load, and {ev.load.text()}: not recommended from these "
             "measurements; re-check it on a quiet machine with "
             + either(f"`autotune measure --model {model} "
@@ -180,7 +182,8 @@ def by_noise(ev: Any, exclude_sensitive: bool = False) -> Verdict:
     if not ev.configs:
         return Verdict(State.NO_RESULTS, None, None, None, (), False, False, "no successful measurement yet")
     if ev.baseline is None:
-        return Verdict(State.NO_BASELINE, None, None, None, (), False, False, "the baseline (PyTorch's defaults) has not been measured yet")
+        return Verdict(State.NO_BASELINE, None, None, None, (), False, False,
+                       "the baseline (PyTorch's defaults) has not been measured yet")
     base = ev.baseline
     pool = ev.raced or [c.number for c in ev.ok() if not c.is_baseline]
     # the ablation's recommendation is measured to be reported, not raced (the verdict comes to it through the ablation)
@@ -236,7 +239,8 @@ def by_noise(ev: Any, exclude_sensitive: bool = False) -> Verdict:
     assert s is not None
     c = ev.configs[winner]
     text = (f"use #{winner} ({changes_text(c.changes)}): {s.text()} as fast as PyTorch's defaults "
-            f"({int(round(100 * stats.LEVEL))}% interval, {plural(c.processes, 'process')} against {s.reference_processes})")
+            f"({int(round(100 * stats.LEVEL))}% interval, {plural(c.processes, 'process')} against "
+            f"{s.reference_processes})")
     details = []
     if choice.simpler_than_leader:
         details.append(f"preferred over #{leader}, which looked faster ({ev.speedup(leader).text()}) but is not "  # type: ignore[union-attr]

@@ -38,8 +38,9 @@ class Evidence(Choices):
     ``max_memory_bytes``: the budget a configuration must fit (default: the study's own, ``--max-memory``).
     A study's own evidence is built once per read, by :func:`autotune.evidence.evidence_of`.
 
-    The figures a view shows are here; the comparisons they rest on are :class:`autotune.evidence.comparing.Comparisons`'s,
-    the choices the tuning job's phases make :class:`autotune.evidence.choices.Choices`'s.
+    The figures a view shows are here; the comparisons they rest on are
+    :class:`autotune.evidence.comparing.Comparisons`'s, the choices the tuning job's phases make
+    :class:`autotune.evidence.choices.Choices`'s.
     """
 
     def row(self, number: int) -> dict[str, Any]:
@@ -131,7 +132,8 @@ class Evidence(Choices):
         """Wall-clock time during which any process worked on the study (overlapping workers count once)."""
         sessions = self.study.sessions()
         spans = sorted(
-            (float(s["started_at"]), float(s["started_at"]) + float(s.get("elapsed_s") or 0.0)) for s in sessions if s.get("started_at")
+            (float(s["started_at"]), float(s["started_at"]) + float(s.get("elapsed_s") or 0.0))
+            for s in sessions if s.get("started_at")
         )
         wall, end = 0.0, float("-inf")
         for a, b in spans:

@@ -16,11 +16,13 @@ and the gradients' norm, and at the end the weights. This module compares them:
 The numerics **hold** when the loss is within :data:`LOSS_TOLERANCE` (1%) and the weights within
 :data:`WEIGHTS_TOLERANCE` (40% of the distance training moved them), or within :data:`FLOOR_TIMES` times the floor
 where that is larger. Why these: a user reads a loss curve to 1% (a percent is what separates runs people call
-different in a report), and the known-truth models of ``autotune/testing/known_numerics.py`` measured over 20 seeds at 30
-steps on this project's CPU (``python benchmarks/numerics_truth.py``, benchmarks/results/numerics_truth-2026-11-27.txt)
+different in a report), and the known-truth models of ``autotune/testing/known_numerics.py`` measured over 20 seeds
+at 30 steps on this project's CPU (``python benchmarks/numerics_truth.py``,
+benchmarks/results/numerics_truth-2026-11-27.txt)
 put ordinary bf16 rounding of an MLP at 0.04-0.13% in the loss and 19-24% in the weights, a layer that needs more
 mantissa than bf16 keeps at 5.7-10.9% in the loss, and a BatchNorm model at batch 32 instead of 128 at 0.40-1.12% in
-the loss but 61-66% in the weights: the weights see a different training before the loss does. The weights are measured against the training's own movement because AdamW's normalised steps move
+the loss but 61-66% in the weights: the weights see a different training before the loss does. The weights are
+measured against the training's own movement because AdamW's normalised steps move
 every weight by about the learning rate whatever its gradient, so their absolute distance says nothing alone.
 
 When the numerics differ, the knobs of the recommendation are reverted one at a time and each reverted configuration
@@ -99,7 +101,8 @@ class Gap:
     weights: float | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"loss": self.loss, "loss_signed": self.loss_signed, "grad_norm": self.grad_norm, "weights": self.weights}
+        return {"loss": self.loss, "loss_signed": self.loss_signed, "grad_norm": self.grad_norm,
+                "weights": self.weights}
 
 
 def _second_half(a: Sequence[float], b: Sequence[float]) -> list[tuple[float, float]]:
@@ -127,7 +130,8 @@ def within(g: Gap, floor: Gap) -> bool:
 
 def steps_for(study_s: float, step_s: float, overhead_s: float, runs: int = 3) -> int:
     """How many optimizer steps each run takes: as many as keep ``runs`` runs (each ``overhead_s`` to start, build and
-    compile, plus its steps at ``step_s``) within :data:`COST_SHARE` of the study's time, from MIN_STEPS to MAX_STEPS."""
+    compile, plus its steps at ``step_s``) within :data:`COST_SHARE` of the study's time, from MIN_STEPS to
+    MAX_STEPS."""
     if step_s <= 0:
         return MIN_STEPS
     budget = COST_SHARE * study_s / max(runs, 1) - overhead_s
@@ -189,7 +193,8 @@ class Check:
 
 def unusable(defaults: Run | None, floor: Run | None, run: Run | None) -> str | None:
     """Why the runs cannot be compared, or None when they can."""
-    for r, what in ((defaults, "the defaults' run"), (floor, "the defaults' second run"), (run, "the recommendation's run")):
+    for r, what in ((defaults, "the defaults' run"), (floor, "the defaults' second run"),
+                    (run, "the recommendation's run")):
         if r is None:
             return f"{what} is missing"
         if not r.ok:

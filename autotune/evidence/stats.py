@@ -303,7 +303,8 @@ def ratio(
         log_ratio = statistics.fmean(diffs)
         n, m = len(common), len(common)
     else:
-        log_ratio = statistics.fmean(math.log(v) for v in num.values()) - statistics.fmean(math.log(v) for v in ref.values())
+        log_ratio = (statistics.fmean(math.log(v) for v in num.values())
+                     - statistics.fmean(math.log(v) for v in ref.values()))
         n, m = len(num), len(ref)
     if not noise.known:
         return Ratio(math.exp(log_ratio), None, None, n, m, bool(common), level, comparisons, looks)

@@ -161,8 +161,8 @@ def _contiguous_state(module: nn.Module, state_dict: dict[str, Any], prefix: str
 
 
 def _meter(expected: Mapping[str, Any] | None, report_speed: bool) -> Meter | None:
-    """The meter of the training's speed (:mod:`autotune.export.training_speed`), told what the study measured (``expected``:
-    :meth:`Expected.to_dict`, as an export passes it); None when ``report_speed`` is off."""
+    """The meter of the training's speed (:mod:`autotune.export.training_speed`), told what the study measured
+    (``expected``: :meth:`Expected.to_dict`, as an export passes it); None when ``report_speed`` is off."""
     if not report_speed:
         return None
     return Meter(Expected(**dict(expected)) if expected else None)

@@ -291,17 +291,21 @@ class Config:
         """
         plan = self.plan(device)
         if plan.task != "train" and (scheduler is not None or clip_grad_norm is not None):
-            raise ConfigError(f"scheduler= and clip_grad_norm= apply to training; this configuration's task is {plan.task!r}")
+            raise ConfigError(f"scheduler= and clip_grad_norm= apply to training; this configuration's task is "
+                              f"{plan.task!r}")
         clip = _max_norm(clip_grad_norm)
         apply_process(plan)
         model = plan.prepare_model(model)
         opt = plan.build_optimizer(model, optimizer) if plan.task == "train" else None
-        loader = plan.make_loader(dataset, collate_fn, shuffle=shuffle, **loader_kwargs) if dataset is not None else None
+        loader = (plan.make_loader(dataset, collate_fn, shuffle=shuffle, **loader_kwargs) if dataset is not None
+                  else None)
         stepper = plan.stepper(model, opt, loss_fn)
-        meter = self.meter = Meter(Expected.of(self.doc, self.measured_here), sync=_sync(plan.device)) if report_speed else None
+        meter = self.meter = (Meter(Expected.of(self.doc, self.measured_here), sync=_sync(plan.device)) if report_speed
+                              else None)
         if plan.task == "train":
             assert opt is not None
-            sched = _scheduler(scheduler, opt, rebuilt=opt is not optimizer and isinstance(optimizer, torch.optim.Optimizer))
+            sched = _scheduler(scheduler, opt,
+                               rebuilt=opt is not optimizer and isinstance(optimizer, torch.optim.Optimizer))
             train = TrainStep(plan, stepper, meter=meter, scheduler=sched, clip_grad_norm=clip)
             return Applied(model, loader, train, opt, sched)
         return Applied(model, loader, InferStep(plan, stepper, meter=meter), opt)
@@ -316,7 +320,8 @@ def _max_norm(value: float | None) -> float | None:
     except (TypeError, ValueError):
         norm = math.nan
     if isinstance(value, bool) or not math.isfinite(norm) or norm <= 0:
-        raise ConfigError(f"clip_grad_norm must be a positive number (the gradients' largest total norm), not {value!r}")
+        raise ConfigError(f"clip_grad_norm must be a positive number (the gradients' largest total norm), not "
+                          f"{value!r}")
     return norm
 
 
@@ -329,7 +334,8 @@ def _scheduler(arg: SchedulerArg | None, optimizer: torch.optim.Optimizer, rebui
         raise ConfigError("scheduler=: ReduceLROnPlateau steps on a metric (scheduler.step(val_loss)), not once per "
                           "optimizer step; build it on the returned optimizer and step it yourself")
     if not hasattr(made, "step") or not hasattr(made, "optimizer"):
-        raise ConfigError(f"scheduler= takes an LR scheduler or a function optimizer -> scheduler, not {type(made).__name__}")
+        raise ConfigError(f"scheduler= takes an LR scheduler or a function optimizer -> scheduler, not "
+                          f"{type(made).__name__}")
     if made.optimizer is not optimizer:
         why = (" the configuration rebuilt your optimizer (fused/foreach kernels), so" if rebuilt else "")
         raise ConfigError(f"scheduler=: the scheduler is built on another optimizer than the one the step steps;{why} "
@@ -377,14 +383,16 @@ def load_config(path: str | Path, device: str | None = None, check_hardware: boo
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not JSON: {exc}") from None
     if not isinstance(doc, dict) or doc.get("schema") not in SCHEMAS:
-        raise ConfigError(f"{path}: not an autotune configuration (expected schema {SCHEMA!r}, found {doc.get('schema') if isinstance(doc, dict) else None!r})")
+        raise ConfigError(f"{path}: not an autotune configuration (expected schema {SCHEMA!r}, found "
+                          f"{doc.get('schema') if isinstance(doc, dict) else None!r})")
     try:
         values = knobs.validate_config(doc["knobs"])
     except (KeyError, knobs.KnobError) as exc:
         raise ConfigError(f"{path}: bad knob values: {exc}") from None
     target = device or doc.get("device") or "cpu"
     if torch.device(target).type == "cuda" and not torch.cuda.is_available():
-        warnings.warn(f"{path} was measured on {target}, but this machine has no CUDA device: using the CPU", HardwareMismatchWarning, stacklevel=2)
+        warnings.warn(f"{path} was measured on {target}, but this machine has no CUDA device: using the CPU",
+                      HardwareMismatchWarning, stacklevel=2)
         target = "cpu"
     here = True
     if check_hardware and doc.get("fingerprint"):
@@ -403,5 +411,5 @@ def load_config(path: str | Path, device: str | None = None, check_hardware: boo
     stored_ctx = doc.get("context") or {"device_type": "cpu", "task": doc.get("task", "train")}
     ctx = knobs.Context.from_dict({**stored_ctx, "device_type": torch.device(target).type})
     resolved = knobs.resolve(values, ctx)  # CUDA-only values fall back on a CPU
-    return Config(knobs=resolved.config, task=doc.get("task", "train"), device=target, global_batch=doc.get("global_batch"),
-                  doc=doc, measured_here=here)
+    return Config(knobs=resolved.config, task=doc.get("task", "train"), device=target,
+                  global_batch=doc.get("global_batch"), doc=doc, measured_here=here)

@@ -91,8 +91,8 @@ def _nothing_to_export(study: StoredStudy, ev: Evidence, max_memory_bytes: int |
     smallest = format_bytes(min(c.peak_memory_bytes for c in ok))
     if max_memory_bytes is not None:
         return (f"study {name!r}: none of its {len(ok)} successful trials fits in "
-                f"{option('max_memory', format_bytes(max_memory_bytes))} (the smallest peaked at {smallest}); export with a "
-                f"larger {option('max_memory')}")
+                f"{option('max_memory', format_bytes(max_memory_bytes))} (the smallest peaked at {smallest}); "
+                f"export with a larger {option('max_memory')}")
     budget = f" {format_bytes(study.max_memory_bytes)}" if study.max_memory_bytes else ""
     return (f"study {name!r}: all {len(ok)} successful trials are over the study's memory budget{budget} "
             f"(the smallest peaked at {smallest}); start a new study with a larger {option('max_memory')}")
@@ -126,7 +126,8 @@ def export(
             "samples_per_s": c.samples_per_s,
             "processes": c.processes,
             "measurements_samples_per_s": [v for _, v in c.claim],
-            "within_process_measurements": len(c.together),  # shared processes: beside the defaults, or the raced winner (via)
+            # shared processes: beside the defaults, or the raced winner (via)
+            "within_process_measurements": len(c.together),
             "first_measurement_samples_per_s": trial.values[0],  # type: ignore[index]
             "samples_per_s_cv_within_process": res.get("samples_per_s_cv"),
             "peak_memory_bytes": int(trial.values[1]),  # type: ignore[index]
@@ -140,7 +141,8 @@ def export(
         },
         "baseline": {
             "trial": base.number if base else None,
-            "knobs": dict(base.config) if base else None,  # what the speed-up is over (autotune verify measures it again)
+            # what the speed-up is over (autotune verify measures it again)
+            "knobs": dict(base.config) if base else None,
             "samples_per_s": base.samples_per_s if base else None,
             "processes": base.processes if base else None,
             "peak_memory_bytes": base.peak_memory_bytes if base else None,
@@ -157,7 +159,8 @@ def export(
         # the numerics check of this configuration, when it is the one checked (autotune.evidence.numerics_answer)
         "numerics": check.to_dict() if (check := ev.numerics()) is not None and check.number == trial.number else None,
         # what each knob bought, from the defaults, when this is the configuration the path led to (or its winner)
-        "ablation": ab.to_dict() if (ab := ev.ablation()) is not None and trial.number in (ab.winner, ab.minimal) else None,
+        "ablation": (ab.to_dict() if (ab := ev.ablation()) is not None and trial.number in (ab.winner, ab.minimal)
+                     else None),
         "workload": described.get("workload"),
         "device": described.get("device"),
         **_samples_per_step(described.get("global_batch"), base.config if base else {}, trial.config,
@@ -183,7 +186,8 @@ def claim_status(ev: Any, number: int) -> str:
     if verdict.unconfirmed and verdict.winner == number:
         return "not confirmed"
     conf = ev.confirmation
-    if conf is not None and conf.claim is not None and number == conf.recommendation and s is not None and s.has_interval:
+    if (conf is not None and conf.claim is not None and number == conf.recommendation and s is not None
+            and s.has_interval):
         return "confirmed"
     return "selection"
 

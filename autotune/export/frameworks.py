@@ -149,7 +149,8 @@ def _render(doc: Mapping[str, Any], fmt: str) -> tuple[dict[str, Any], Job]:
         "framework": {"package": package, "version": _version(package)},
         "arguments": job.arguments,
         # the knobs the arguments cannot express, for autotune's callback of the format (autotune.callbacks), and what
-        # the study measured, for the callback to set the training's own samples/s beside (autotune.export.training_speed)
+        # the study measured, for the callback to set the training's own samples/s beside
+        # (autotune.export.training_speed)
         "callback": ({"factory": f"autotune.callbacks.{exports.CALLBACKS[fmt]}", "knobs": job.callback,
                       "expected": expected.to_dict() if expected is not None else None}
                      if fmt in exports.CALLBACKS and (job.callback or expected is not None) else None),
@@ -248,7 +249,8 @@ def text(doc: Mapping[str, Any], fmt: str) -> str:
         lines += _kwargs("trainer_kwargs", out["arguments"]["trainer"])
         lines += _kwargs("dataloader_kwargs", out["arguments"]["dataloader"])
         lines += callbacks
-        given = ", callbacks=list(autotune_callbacks)" if callbacks else ""  # a copy: Lightning appends its own to the list
+        # a copy: Lightning appends its own to the list
+        given = ", callbacks=list(autotune_callbacks)" if callbacks else ""
         lines += [f"trainer = lightning.Trainer(**trainer_kwargs{given})"]
         lines += ["# train_loader = torch.utils.data.DataLoader(train_dataset, **dataloader_kwargs)"]
         lines += _manual_lines(out, "the Trainer or DataLoader arguments or autotune's callback")

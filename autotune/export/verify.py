@@ -50,7 +50,8 @@ from autotune.request import DEFAULT_TRIAL_TIMEOUT_S, VERIFY_ROUNDS, WorkloadSpe
 from autotune.evidence.stats import Measurement, Ratio
 from autotune.store.records import Role
 
-SCHEMAS = ("autotune.config/2",)  # an export whose speedup is a claim with its interval (autotune.export.document.SCHEMA)
+# an export whose speedup is a claim with its interval (autotune.export.document.SCHEMA)
+SCHEMAS = ("autotune.config/2",)
 MIN_ROUNDS, DEFAULT_ROUNDS, MAX_ROUNDS = VERIFY_ROUNDS  # the noise, and so an interval, needs two measurements of each
 HOLDS, WEAKER, GONE, BUSY, FAILED = "holds", "weaker", "gone", "busy", "failed"
 
@@ -154,7 +155,8 @@ def read(export: str | Path | Mapping[str, Any]) -> Claim:
                     bool(speedup.get("paired")), float(speedup.get("level") or stats.LEVEL))
     return Claim(source, values, base, spec, claimed, doc.get("device"), doc.get("global_batch"),
                  dict(doc.get("fingerprint") or {}), dict(doc.get("context") or {}), dict(doc.get("study") or {}),
-                 doc.get("autotune_version"), dict(doc["numerics"]) if isinstance(doc.get("numerics"), Mapping) else None)
+                 doc.get("autotune_version"),
+                 dict(doc["numerics"]) if isinstance(doc.get("numerics"), Mapping) else None)
 
 
 # ---------------------------------------------------------------- what changed since
@@ -212,8 +214,8 @@ class Verification:
     def numerics_changed(self) -> bool:
         """The study found the numerics to hold, and here they differ (or the other way round)."""
         then = (self.claim.numerics or {}).get("state")
-        return (self.numerics is not None and then in (NU.HOLD, NU.DIFFER) and self.numerics.state in (NU.HOLD, NU.DIFFER)
-                and self.numerics.state != then)
+        return (self.numerics is not None and then in (NU.HOLD, NU.DIFFER)
+                and self.numerics.state in (NU.HOLD, NU.DIFFER) and self.numerics.state != then)
 
     @property
     def exit_code(self) -> int:

@@ -74,10 +74,13 @@ from autotune.knobs.reading import (
 from autotune.knobs.registry import KNOBS, NAMES, REGISTRY
 
 __all__ = [
-    "ALONE", "BATCH_KNOB", "PER_ARM", "SHARED", "apart", "compile_knobs", "compiles", "keeps_global_batch", "per_arm", "starts_processes",
+    "ALONE", "BATCH_KNOB", "PER_ARM", "SHARED", "apart", "compile_knobs", "compiles", "keeps_global_batch", "per_arm",
+    "starts_processes",
     "BACKEND", "BATCH", "CPUS", "ENV", "KNOBS", "LOADER", "MODEL", "NAMES", "OPTIMIZER", "REGISTRY", "STAGE_HELP",
-    "STEP", "CompileSupported", "Condition", "Context", "ForTask", "Glibc", "InputRank", "Knob", "KnobAbove", "KnobError",
+    "STEP", "CompileSupported", "Condition", "Context", "ForTask", "Glibc", "InputRank", "Knob", "KnobAbove",
+    "KnobError",
     "NativeBF16", "OnDevice", "OptimizerSupports", "Resolved", "accumulation_steps", "defaults",
-    "differs_from_default", "effects", "exports", "get", "inherited_environment", "owned_environment", "parse_assignments", "recipe", "resolve", "short",
+    "differs_from_default", "effects", "exports", "get", "inherited_environment", "owned_environment",
+    "parse_assignments", "recipe", "resolve", "short",
     "validate_config",
 ]

@@ -25,8 +25,8 @@ from autotune.machine.load import cpu_count
 # shape, so that the vocabulary the exports are written in does not import them.
 Export = Callable[[Any, str, Any], None]
 
-# How a knob's values may share one trial process (autotune.trial.paired: a candidate and the defaults measured alternately
-# in one process, so that the process's own speed cancels in their ratio).
+# How a knob's values may share one trial process (autotune.trial.paired: a candidate and the defaults measured
+# alternately in one process, so that the process's own speed cancels in their ratio).
 PER_ARM = "per_arm"  # its value may differ between the arms of one process: each arm applies it to its own objects
 SHARED = "shared"  # it sets process-wide state: every arm of a process has the same value
 ALONE = "alone"  # at any value but its default, a configuration is measured in a process of its own
@@ -62,10 +62,11 @@ class Context:
     cpu_count: int = field(default_factory=cpu_count)
     optimizer_params: frozenset[str] = frozenset({"foreach", "fused"})
     compile_supported: bool = True
-    # The CPU runs bf16 natively (AVX512-BF16, AMX, Arm BF16: autotune.machine.hardware.native_bf16). True where not known
-    # (a study stored before it was recorded), so that nothing is left out of a search on a guess.
+    # The CPU runs bf16 natively (AVX512-BF16, AMX, Arm BF16: autotune.machine.hardware.native_bf16). True where not
+    # known (a study stored before it was recorded), so that nothing is left out of a search on a guess.
     cpu_bf16: bool = True
-    # The C library is glibc, whose malloc options the host_allocator knob sets (autotune.machine.heap). True where not known.
+    # The C library is glibc, whose malloc options the host_allocator knob sets (autotune.machine.heap). True where not
+    # known.
     glibc: bool = True
 
     def to_dict(self) -> dict[str, Any]:

@@ -79,7 +79,8 @@ class Flag(Effect):
 @dataclass(frozen=True)
 class Mallopt(Effect):
     """glibc malloc options (``mallopt(3)``, by name: ``M_MMAP_MAX``, ...) set in this process at the knob values
-    ``options`` names (:mod:`autotune.machine.heap`); an :class:`Env` beside it carries them to processes started later."""
+    ``options`` names (:mod:`autotune.machine.heap`); an :class:`Env` beside it carries them to processes started
+    later."""
 
     options: Mapping[Any, Mapping[str, int]]
 

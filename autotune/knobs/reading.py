@@ -129,9 +129,11 @@ def apart(configs: Sequence[Mapping[str, Any]]) -> str | None:
         if knob.in_process == PER_ARM:
             continue
         if knob.in_process == ALONE and any(v != knob.default_for() for v in values):
-            return f"{knob.name}={knob.format(next(v for v in values if v != knob.default_for()))} needs a process of its own"
+            return (f"{knob.name}={knob.format(next(v for v in values if v != knob.default_for()))} needs a process "
+                    "of its own")
         if any(v != values[0] for v in values[1:]):
-            return f"{knob.name} differs ({', '.join(sorted({knob.format(v) for v in values}))}): it is the process's own"
+            return (f"{knob.name} differs ({', '.join(sorted({knob.format(v) for v in values}))}): it is the "
+                    "process's own")
     return None
 
 

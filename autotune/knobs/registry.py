@@ -1,4 +1,5 @@
-"""The registry: every performance knob autotune tunes, declared once (the functions that read it: :mod:`autotune.knobs.reading`).
+"""The registry: every performance knob autotune tunes, declared once (the functions that read it:
+:mod:`autotune.knobs.reading`).
 
 Each declaration below holds everything about one knob: its values and PyTorch's
 default, where it applies, the tuning guides' recipe value, what applying it does

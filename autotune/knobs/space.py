@@ -125,7 +125,8 @@ def find(name_or_path: str) -> Path:
         if path.is_file():
             return path
     known = sorted(p.stem for p in SPACES_DIR.glob("*.toml")) if SPACES_DIR.is_dir() else []
-    raise SpaceError(f"{option('space', name_or_path, quoted=True)}: no such space; built-in spaces: {', '.join(known) or 'none'}")
+    raise SpaceError(f"{option('space', name_or_path, quoted=True)}: no such space; built-in spaces: "
+                     f"{', '.join(known) or 'none'}")
 
 
 def load(name_or_path: str) -> Space:

@@ -40,17 +40,20 @@ def check_device(device: str) -> str:
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError):
-        raise DeviceError(f"{option('device', device, quoted=True)}: not a device (expected cpu, cuda or cuda:N)") from None
+        raise DeviceError(f"{option('device', device, quoted=True)}: not a device (expected cpu, cuda or "
+                          "cuda:N)") from None
     if dev.type == "cpu":
         return "cpu"
     if dev.type != "cuda":
         raise DeviceError(f"{option('device', device, quoted=True)}: only cpu and cuda devices are supported")
     count = torch.cuda.device_count()
     if count == 0:
-        raise DeviceError(f"{option('device', device, quoted=True)}: this machine has no CUDA device (use {option('device', 'cpu')})")
+        raise DeviceError(f"{option('device', device, quoted=True)}: this machine has no CUDA device "
+                          f"(use {option('device', 'cpu')})")
     index = dev.index or 0
     if index >= count:
-        raise DeviceError(f"{option('device', device, quoted=True)}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
+        raise DeviceError(f"{option('device', device, quoted=True)}: this machine has {count} CUDA device(s), "
+                          f"cuda:0..cuda:{count - 1}")
     return f"cuda:{index}"
 
 

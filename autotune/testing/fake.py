@@ -1,8 +1,8 @@
 """Made-up machines: measurements of known truth with the noise real machines show, for the statistics' tests and the
 race-cost benchmark (as :mod:`autotune.testing.studies` makes studies). Nothing in the product imports it.
 
-Each factory returns what a :class:`autotune.tuning.phases.Bench` measures with: ``truth(config)`` is the configuration's
-true speed-up over the defaults; a measurement is ``100 * truth * noise`` samples/s. The noise:
+Each factory returns what a :class:`autotune.tuning.phases.Bench` measures with: ``truth(config)`` is the
+configuration's true speed-up over the defaults; a measurement is ``100 * truth * noise`` samples/s. The noise:
 
 - :func:`lognormal`: independent between processes, ``exp(N(0, sigma))`` (what the statistics assume);
 - :func:`unequal`: the same, with a spread of each configuration's own (a GPU's steady defaults, its noisy fast ones);
@@ -49,7 +49,8 @@ def result(rate: float, peak: int = 10**8, other_cores: float | None = None, con
 
 
 def lognormal(truth: Truth, seed: int, sigma: float = NOISE, calls: list | None = None, offset: int = 0, *,
-              peak: Callable[[Mapping[str, Any]], int] | None = None, fail: Callable[[Mapping[str, Any]], str | None] | None = None,
+              peak: Callable[[Mapping[str, Any]], int] | None = None,
+              fail: Callable[[Mapping[str, Any]], str | None] | None = None,
               other_cores: float | None = None):
     """Independent lognormal noise between processes (``sigma`` 0: none, the truth exactly). ``calls``: each measured
     configuration is appended; ``peak(config)``: its peak memory (10**8 bytes by default); ``fail(config)``: the
@@ -98,7 +99,8 @@ def heavy_tailed(truth: Truth, seed: int, sigma: float = NOISE):
     rng = random.Random(30_000 + seed)
 
     def evaluate(config, dominators=(), margin=None):
-        t3 = rng.normalvariate(0.0, 1.0) / math.sqrt(rng.gammavariate(1.5, 2.0) / 3)  # chi-squared of 3 degrees: gamma(1.5, 2)
+        # chi-squared of 3 degrees: gamma(1.5, 2)
+        t3 = rng.normalvariate(0.0, 1.0) / math.sqrt(rng.gammavariate(1.5, 2.0) / 3)
         return result(100.0 * truth(config) * math.exp(sigma * t3))
 
     return evaluate
@@ -173,7 +175,8 @@ class Runner:
         self.settings = settings or Settings()  # as Runner's: the floor and the race measure again with settings.lean()
 
     @classmethod
-    def factory(cls, measure: Callable[..., R.TrialResult], probed: Mapping[str, Any], **kwargs: Any) -> Callable[..., Runner]:
+    def factory(cls, measure: Callable[..., R.TrialResult], probed: Mapping[str, Any],
+                **kwargs: Any) -> Callable[..., Runner]:
         """Something that builds this runner whatever the real one is built with (a spec, a device, a timeout...)."""
         return lambda *args, **kw: cls(measure, probed, **kwargs)
 

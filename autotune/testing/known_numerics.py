@@ -33,7 +33,8 @@ class Fixed(Dataset):
         gen = torch.Generator().manual_seed(seed)
         x = torch.randn((length, *shape), generator=gen)
         if spread != 1.0:
-            x = x * torch.exp(torch.rand((length,) + (1,) * len(shape), generator=gen) * torch.log(torch.tensor(spread)))
+            x = x * torch.exp(torch.rand((length,) + (1,) * len(shape), generator=gen)
+                              * torch.log(torch.tensor(spread)))
         teacher = torch.randn((int(torch.tensor(shape).prod()), classes), generator=gen)
         self.x, self.y = x, (x.reshape(length, -1) @ teacher).argmax(dim=1)
 

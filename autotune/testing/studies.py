@@ -1,5 +1,6 @@
 """Made-up autotune studies of known content, written through Optuna into real storage: what the test suite and the
-read benchmarks view, draw and time (as ``optuna.testing`` serves Optuna's own tests). Nothing in the product imports it.
+read benchmarks view, draw and time (as ``optuna.testing`` serves Optuna's own tests). Nothing in the product imports
+it.
 
 ``make_study`` records trials exactly as docs/storage.md says autotune does: the two
 objectives and the ``failed`` and ``memory`` constraints through Optuna, the study's
@@ -218,7 +219,8 @@ def add_failed_trial(
     trial = study.ask()
     resolved = knobs.resolve(config or {}, CONTEXT)
     writing.mark(trial, role=Role.SEARCH, config=resolved.config, config_key=resolved.key(),
-                 not_applicable=resolved.not_applicable, outcome=outcome, error={"type": error_type, "message": message},
+                 not_applicable=resolved.not_applicable, outcome=outcome,
+                 error={"type": error_type, "message": message},
                  result={}, duration_s=1.5)
     _constrain(trial, ok=False, peak=None, budget=None)
     study.tell(trial, [0.0, float(CAPACITY)])
@@ -265,7 +267,8 @@ def add_race(
         for number in [0, *candidates]:
             record(RoundId(RoundId.RACE, race_id, k + 1).format(), number)
     measured = sum(1 for t in trials.values() if t.finished and t.duplicate_of is None)
-    writing.save_race(study, race_id, RaceRecord(tuple(candidates), measured, rounds, now, done=True, stop=RaceStop.ROUNDS,
+    writing.save_race(study, race_id, RaceRecord(tuple(candidates), measured, rounds, now, done=True,
+                                                 stop=RaceStop.ROUNDS,
                                                  stopped=f"budget of {rounds} rounds spent (--confirm)",
                                                  rounds_run=rounds))
 
@@ -286,10 +289,11 @@ def space_of_one() -> Any:
 
 def description(space: Any, context: knobs.Context, **over: Any) -> dict[str, Any]:
     """A study's description (what :meth:`autotune.store.Store.create_or_check` compares) for a made-up workload
-    (``x:y``) searching ``space`` (an :class:`autotune.knobs.space.Space`) in ``context``; ``over``: fields to change."""
+    (``x:y``) searching ``space`` (an :class:`autotune.knobs.space.Space`) in ``context``; ``over``: fields to
+    change."""
     return {"workload": {"model": "x:y"}, "space": space.to_dict(), "space_hash": space.hash(),
-            "fingerprint": dict(MADE_UP_FINGERPRINT), "device": "cpu", "context": context.to_dict(), "global_batch": None,
-            **over}
+            "fingerprint": dict(MADE_UP_FINGERPRINT), "device": "cpu", "context": context.to_dict(),
+            "global_batch": None, **over}
 
 
 def live_study(url: str, name: str, space: Any, context: knobs.Context, *, sampler: Any = "random", seed: int = 0,

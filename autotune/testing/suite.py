@@ -34,7 +34,8 @@ def need(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str | Callable[[], str], interval: float = 0.05) -> Any:
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str | Callable[[], str],
+               interval: float = 0.05) -> Any:
     """Poll ``predicate()`` until it returns something truthy, and return that; fail the test,
     naming ``what`` it waited for (a string, or a callable giving one: the state at the deadline),
     when ``timeout`` seconds pass first. Tests wait on conditions with this instead of sleeping

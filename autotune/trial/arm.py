@@ -56,7 +56,8 @@ def error_record(exc: BaseException, user: bool = False) -> dict[str, Any]:
         "traceback": "".join(tb)[-4000:],
         "user": user,
         # the message as raised, its terms (autotune.errors.named) kept for the caller's edge to word: the API's differ
-        **({"said": exc.said.strip().splitlines()[0]} if isinstance(exc, AutotuneError) and exc.said != str(exc) else {}),
+        **({"said": exc.said.strip().splitlines()[0]} if isinstance(exc, AutotuneError) and exc.said != str(exc)
+           else {}),
     }
 
 
@@ -166,7 +167,8 @@ class Arm:
             autocast = bool(torch.is_autocast_enabled())
         with plan.autocast():  # what the arm's own step runs under
             try:
-                inside = torch.get_autocast_dtype(plan.device.type) if torch.is_autocast_enabled(plan.device.type) else None
+                inside = (torch.get_autocast_dtype(plan.device.type) if torch.is_autocast_enabled(plan.device.type)
+                          else None)
             except (AttributeError, TypeError):  # pragma: no cover - torch < 2.4
                 inside = None
         four_d = [p for p in self.eager_model.parameters() if p.dim() == 4]

@@ -4,7 +4,8 @@ The fork server (:mod:`autotune.trial.forkserver`) forks a child for each reques
 sends and calls :func:`main` there. It makes the process the leader of a new process
 group, imports from where the parent runs, sends its output to the trial's log, and
 answers the request by its type (:mod:`autotune.trial.messages`): a probe here, a trial in
-:mod:`autotune.trial.measure_one`, a paired measurement in :mod:`autotune.trial.paired`, a numerics run in :mod:`autotune.trial.numerics_run`. The answer is
+:mod:`autotune.trial.measure_one`, a paired measurement in :mod:`autotune.trial.paired`, a numerics run in
+:mod:`autotune.trial.numerics_run`. The answer is
 written as JSON to the result file the runner reads once the process has ended.
 """
 

@@ -216,7 +216,8 @@ class ForkServer:
     """Client of one fork-server process; thread-safe."""
 
     def __init__(self, command: list[str] | None = None) -> None:
-        self.command = command or [sys.executable, "-m", "autotune.trial.forkserver"]  # the server's interpreter and module
+        # the server's interpreter and module
+        self.command = command or [sys.executable, "-m", "autotune.trial.forkserver"]
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._cond = threading.Condition()

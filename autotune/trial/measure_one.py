@@ -83,7 +83,8 @@ def run(request: TrialRequest) -> R.TrialResult:
         progress.loop = loop
         meter = load.Meter().start()
         m = run_protocol(
-            loop, settings, eager=eager, on_memory_checkpoint=memory_checkpoint, dominated=dominated if dominators else None,
+            loop, settings, eager=eager, on_memory_checkpoint=memory_checkpoint,
+            dominated=dominated if dominators else None,
             on_warm=warm,
         )
         result.load = meter.stop()

@@ -9,7 +9,8 @@ type says, is written there and nowhere else.
 
 The answers: a :class:`~autotune.result.TrialResult` to a :class:`TrialRequest`, a
 :class:`~autotune.result.PairedResult` to a :class:`PairedRequest`, a :class:`ProbeAnswer`
-to a :class:`ProbeRequest`, a :class:`~autotune.result.NumericsResult` to a :class:`NumericsRequest`; each is written as JSON to the result file the runner reads.
+to a :class:`ProbeRequest`, a :class:`~autotune.result.NumericsResult` to a :class:`NumericsRequest`; each is
+written as JSON to the result file the runner reads.
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ class NumericsRequest(Request):
     references: tuple[tuple[str, str], ...] = ()
 
 
-REQUESTS: dict[str, type[Request]] = {cls.kind: cls for cls in (ProbeRequest, TrialRequest, PairedRequest, NumericsRequest)}
+REQUESTS: dict[str, type[Request]] = {cls.kind: cls for cls in (ProbeRequest, TrialRequest, PairedRequest,
+                                                                 NumericsRequest)}
 
 
 def from_wire(data: Mapping[str, Any]) -> Request:

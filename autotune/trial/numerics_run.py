@@ -9,7 +9,8 @@ here), one configuration per process, as every measurement is. What makes two ru
   that cannot be seeded);
 - **the same samples, in the same order, per optimizer step**: sample ``i`` of the sequence is ``dataset[i]``, the
   samples of each step read under generators seeded by ``(seed, step)`` (so a random augmentation gives each sample
-  the same draw in every run), collated into the configuration's own batch size, and each optimizer step takes ``samples_per_step`` samples:
+  the same draw in every run), collated into the configuration's own batch size, and each optimizer step takes
+  ``samples_per_step`` samples:
   gradient accumulation makes up the difference where the batch sizes differ. A digest of the samples is returned
   too (data that does not repeat);
 - **no dropout**: its masks come from the random stream, which a different batch size or a compiled kernel draws
@@ -19,8 +20,8 @@ here), one configuration per process, as every measurement is. What makes two ru
 
 Each optimizer step records the mean loss over its samples and the gradients' global norm (unscaled, before the
 step); at the end, the weights are saved (``save_path``) and their distance to earlier runs' saved weights
-(``references``) computed, with how far training moved them from the start. :mod:`autotune.evidence.numerics_answer` reads
-the runs.
+(``references``) computed, with how far training moved them from the start.
+:mod:`autotune.evidence.numerics_answer` reads the runs.
 """
 
 from __future__ import annotations

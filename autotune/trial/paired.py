@@ -27,7 +27,8 @@ each of the arm's windows, and each arm records the state it ran under (``state`
 test can show a switch leaves no trace.
 
 Runs inside the trial process (:mod:`autotune.trial.child` answers a
-:class:`~autotune.trial.messages.PairedRequest` here); never talks to a database. Memory is not measured per arm (the arms share the process).
+:class:`~autotune.trial.messages.PairedRequest` here); never talks to a database. Memory is not measured per arm
+(the arms share the process).
 """
 
 from __future__ import annotations

@@ -36,8 +36,8 @@ E = TypeVar("E", bound=fx.Effect)
 # The kinds of effect this module carries out (subclasses included); a knob declaring any other kind would do
 # nothing, which tests/test_plan.py forbids.
 CARRIED_OUT: tuple[type[fx.Effect], ...] = (
-    fx.Env, fx.NumThreads, fx.Mallopt, fx.Flag, fx.LoaderArg, fx.ChannelsLast, fx.CheckpointBlocks, fx.Compile, fx.OptimizerImpl,
-    fx.Autocast, fx.GradScaler,
+    fx.Env, fx.NumThreads, fx.Mallopt, fx.Flag, fx.LoaderArg, fx.ChannelsLast, fx.CheckpointBlocks, fx.Compile,
+    fx.OptimizerImpl, fx.Autocast, fx.GradScaler,
 )
 
 

@@ -76,7 +76,8 @@ class Runner:
         self.spec = spec
         self.device = device
         self.timeout_s = timeout_s
-        self.compile_limit_s = compile_limit_s  # a compiled configuration's first step may run this long (None: no limit)
+        # a compiled configuration's first step may run this long (None: no limit)
+        self.compile_limit_s = compile_limit_s
         self.settings = settings or Settings()
         self.global_batch = global_batch
         self._current: Any = None
@@ -84,7 +85,8 @@ class Runner:
 
     # ------------------------------------------------------------ processes
 
-    def _spawn(self, request: Request, timeout_s: float, limit_s: float | None = None, first_limit_s: float | None = None,
+    def _spawn(self, request: Request, timeout_s: float, limit_s: float | None = None,
+               first_limit_s: float | None = None,
                deadline: float | None = None) -> tuple[Ending, dict[str, Any] | None, list[str], float]:
         """Run one child within ``timeout_s``; returns (how it ended, its answer as JSON data, log tail, wall seconds).
 
@@ -98,7 +100,8 @@ class Runner:
             result_path = os.path.join(tmp, "result.json")
             log_path = os.path.join(tmp, "output.log")
             progress_path = os.path.join(tmp, "progress.json")
-            request = dataclasses.replace(request, sys_path=tuple(sys.path), cwd=os.getcwd(), progress_path=progress_path)
+            request = dataclasses.replace(request, sys_path=tuple(sys.path), cwd=os.getcwd(),
+                                          progress_path=progress_path)
             start = time.perf_counter()
             self.last_progress = {}
             if deadline is not None:
@@ -159,12 +162,14 @@ class Runner:
         if error and error.get("user"):
             raise (SpecError if error["type"] == "SpecError" else WorkloadError)(error.get("said") or error["message"])
         if ending.timed_out:
-            raise WorkloadError(f"building the workload took more than {timeout_s:g} s ({option('trial_timeout')}) and was stopped")
+            raise WorkloadError(f"building the workload took more than {timeout_s:g} s ({option('trial_timeout')}) "
+                                "and was stopped")
         detail = error["message"] if error else describe_exit(ending.code, log)
         raise WorkloadError(f"building the workload failed: {detail}")
 
     def measure(
-        self, config: Mapping[str, Any], dominators: Sequence[tuple[float, float]] = (), cut_margin: float | None = None,
+        self, config: Mapping[str, Any], dominators: Sequence[tuple[float, float]] = (),
+        cut_margin: float | None = None,
         settings: Settings | None = None, limit_s: float | None = None, deadline: float | None = None,
     ) -> R.TrialResult:
         """Measure one configuration in an isolated process; every ending becomes a TrialResult.
@@ -285,7 +290,8 @@ class Runner:
         elif payload is not None:
             result = R.NumericsResult.from_dict(payload)
         elif exitcode is not None and exitcode < 0:
-            result = R.NumericsResult.failure(R.CRASHED, describe_exit(exitcode, log), signal=-exitcode, stderr_tail=log)
+            result = R.NumericsResult.failure(R.CRASHED, describe_exit(exitcode, log), signal=-exitcode,
+                                              stderr_tail=log)
         else:
             result = R.NumericsResult.failure(R.ERROR, describe_exit(exitcode, log), exitcode=exitcode, stderr_tail=log)
         if not result.config:

@@ -53,7 +53,8 @@ def find(fits: Fits, values: list[int], start: int | None = None, max_probes: in
     Doubles from ``start`` (default: the smallest value) until a batch does not fit or the
     largest value is reached (halves while the start does not fit), then bisects between the
     last batch that fit and the first that did not: at most 2 log2(n) + 1 probes for n
-    values. Past ``max_probes`` it settles for the largest batch seen to fit. Assumes that fitting is monotone in the batch (a batch that fits implies
+    values. Past ``max_probes`` it settles for the largest batch seen to fit. Assumes that fitting is monotone in the
+    batch (a batch that fits implies
     that every smaller one does), as memory is.
     """
     grid = sorted(set(int(v) for v in values))
@@ -160,7 +161,8 @@ def clip(dim: Dimension, ceiling: Ceiling, baseline: int) -> Dimension | None:
         if top < dim.low:
             kept = Dimension(dim.knob, (baseline,))
         else:
-            kept = Dimension(dim.knob, None, dim.low, dim.low + (min(top, dim.high or top) - dim.low) // dim.step * dim.step, dim.step)
+            kept = Dimension(dim.knob, None, dim.low,
+                             dim.low + (min(top, dim.high or top) - dim.low) // dim.step * dim.step, dim.step)
     else:
         kept = Dimension(dim.knob, tuple(v for v in dim.choices if v <= top) or (baseline,))
     kept = kept.with_value(baseline)

@@ -98,7 +98,8 @@ def _work_on_job(job_name: str, config: TuneConfig, store: Store, device: str, l
     return preparation.prepare(config, name, store, device, job_of=job_name, **callbacks).run()
 
 
-def serve(store: Store, device: str, log: Log, poll_s: float = DEFAULT_POLL_S, exit_when_idle: bool = False, **callbacks: Any) -> int:
+def serve(store: Store, device: str, log: Log, poll_s: float = DEFAULT_POLL_S, exit_when_idle: bool = False,
+          **callbacks: Any) -> int:
     """The daemon's loop: work on every job with budget left for this machine's kind; returns studies worked on.
 
     One store for the whole loop (one engine, one connection pool): a poll is one query for the
@@ -159,8 +160,8 @@ def shares(workers: int, cpus: Sequence[int] | None = None) -> list[list[int]]:
     """Split the cores this process may use into ``workers`` contiguous shares (at least one core each)."""
     cores = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
     if workers > len(cores):
-        raise AutotuneError(f"{option('workers', workers)}: this machine lets autotune use {len(cores)} cores; one worker "
-                            "needs one at least")
+        raise AutotuneError(f"{option('workers', workers)}: this machine lets autotune use {len(cores)} cores; "
+                            "one worker needs one at least")
     size, extra = divmod(len(cores), workers)
     out, start = [], 0
     for i in range(workers):
@@ -252,9 +253,11 @@ def spawn_local(name: str, store: Store, workers: int, devices: Sequence[int] | 
     if devices:
         masks = device_masks(devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
         cores = os.sched_getaffinity(0)
-        split: list[list[int] | None] = list(shares(len(devices))) if len(cores) >= len(devices) else [None] * len(devices)
+        split: list[list[int] | None] = (list(shares(len(devices))) if len(cores) >= len(devices)
+                                         else [None] * len(devices))
         plan: list[tuple[dict[str, str], list[str]]] = [
-            ({"CUDA_VISIBLE_DEVICES": mask}, ["--device", "cuda:0", *(["--cpus", ",".join(map(str, share))] if share else [])])
+            ({"CUDA_VISIBLE_DEVICES": mask},
+             ["--device", "cuda:0", *(["--cpus", ",".join(map(str, share))] if share else [])])
             for mask, share in zip(masks, split)]
     else:
         plan = [({}, ["--device", base_device, "--cpus", ",".join(map(str, share))]) for share in shares(workers)]

@@ -65,7 +65,8 @@ class Options(SearchOptions):
         the study first (``elapsed_s``: spent of it already)."""
         race_measurements = self.race_rounds * (self.race_candidates + 1) if self.race_rounds else 0
         if self.race_rounds and self.confirm:
-            race_measurements += 2 * CL.ROUNDS + 1  # the claim: the recommendation and the defaults, a reduced one first
+            # the claim: the recommendation and the defaults, a reduced one first
+            race_measurements += 2 * CL.ROUNDS + 1
         rest = trial_s * (max(0, remaining) + self.floor_repeats + race_measurements)
         ends = [self.time_budget_s - elapsed_s if self.time_budget_s is not None else None,
                 self.deadline - time.time() if self.deadline is not None else None]
@@ -159,7 +160,8 @@ class Tuner:
     the store can no longer keep results: :meth:`autotune.store.Store.check_alive`)."""
 
     def __init__(self, live: LiveStudy, seeds: Seeds, bench: Bench, options: Options | None = None,
-                 on_trial: Callable[[TrialRecord], None] | None = None, check: Callable[[], None] | None = None) -> None:
+                 on_trial: Callable[[TrialRecord], None] | None = None,
+                 check: Callable[[], None] | None = None) -> None:
         self.live = live
         self.seeds = seeds
         self.bench = bench

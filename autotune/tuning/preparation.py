@@ -90,7 +90,8 @@ class Prepared:
         """What ``run`` and ``autotune.tune`` say before the first trial: the study, what the space left out here,
         the ceiling, re-queued trials."""
         lines = [
-            f"{'new' if self.created else 'resuming'} study {self.name!r} in {self.store.shown}: {self.measured} measured, "
+            f"{'new' if self.created else 'resuming'} study {self.name!r} in {self.store.shown}: {self.measured} "
+            "measured, "
             f"target {self.config.trials}; space {self.space_name} ({self.configurations} configurations here: "
             f"{', '.join(self.searched)}); device {self.device}" + (f"; {workers} workers" if workers > 1 else "")
         ]
@@ -103,8 +104,8 @@ class Prepared:
                          "not recommended from them)")
         if set(self.searched) & set(knobs.compile_knobs()):
             lines.append(Said(f"compile: a compiled configuration's first step (the compilation, max-autotune's kernel "
-                              f"benchmarks included) is stopped after {format_duration(self.config.compile_limit_s)} and "
-                              f"recorded as too slow ({option('compile_limit_s')})"))
+                              f"benchmarks included) is stopped after {format_duration(self.config.compile_limit_s)} "
+                              f"and recorded as too slow ({option('compile_limit_s')})"))
         inherited = knobs.inherited_environment(os.environ)
         if inherited:
             lines.append("not passed to trials: " + ", ".join(f"{k}={v}" for k, v in inherited.items())
@@ -269,14 +270,15 @@ def open_study(config: TuneConfig, store: Store, name: str, device: str, probed:
     }
     live, created = open_live(config, store, name, attrs)
     if not created:
-        live.warm_cache()  # a resumed or joined study: its trials in one quick read, not Optuna's ORM (7 s at 10,000 trials)
+        # a resumed or joined study: its trials in one quick read, not Optuna's ORM (7 s at 10,000 trials)
+        live.warm_cache()
     stored_memory = live.records().max_memory_bytes
     if not created and config.max_memory_bytes is not None and config.max_memory_bytes != stored_memory:
         from autotune.units import format_bytes
 
         was = format_bytes(stored_memory) if stored_memory else "no budget"
-        raise StudyError(f"study {name!r} was made with {option('max_memory', was)}; pass the same value, or start a new study "
-                         f"with {option('study', f'{name}-2')}")
+        raise StudyError(f"study {name!r} was made with {option('max_memory', was)}; pass the same value, or start a "
+                         f"new study with {option('study', f'{name}-2')}")
     if created:
         live.save(max_memory_bytes=config.max_memory_bytes)
         if found is not None:
@@ -291,8 +293,8 @@ def open_study(config: TuneConfig, store: Store, name: str, device: str, probed:
         else:
             effective.search[knobs.BATCH_KNOB] = clipped
         if not effective.search:
-            raise SpaceError(f"{probed.space.path}: only the batch size is searched here, and no batch but the baseline's "
-                             f"fits (batch ceiling: {ceiling.text()})")
+            raise SpaceError(f"{probed.space.path}: only the batch size is searched here, and no batch but the "
+                             f"baseline's fits (batch ceiling: {ceiling.text()})")
     if created or not join_only:
         live.save(job=config.to_dict())  # what workers that join later follow (a run may raise --trials)
     return Opened(live, created, config.max_memory_bytes if created else stored_memory, ceiling)
@@ -337,7 +339,8 @@ def build_loop(config: TuneConfig, store: Store, name: str, device: str, looked:
     def numerics(*args: Any, **kwargs: Any) -> Any:
         return runner.numerics(*args, deadline=bench.until, **kwargs)
 
-    bench = Bench(evaluate, remeasure, together=together if os.environ.get(PAIRED_ENV) == "1" else None, ablate=together,
+    bench = Bench(evaluate, remeasure, together=together if os.environ.get(PAIRED_ENV) == "1" else None,
+                  ablate=together,
                   numerics=numerics if runner.numerics is not None else None, on_repeat=on_repeat)
     effective = fitted.space
     tuner = loop.Tuner(live, seeds, bench, options, on_trial=on_trial, check=store.check_alive)
@@ -405,7 +408,8 @@ def submit(config: TuneConfig, name: str, store: Store) -> optuna.Study:
     with store.faults():
         study = store.create(name)
         LiveStudy(study).save(job_record={**config.to_dict(),
-                                          "submitted_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
+                                          "submitted_at":
+                                              dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
     return study
 
 

@@ -46,7 +46,8 @@ def trial_line(rec: Any) -> str:
     head = f"#{rec.number:<4} {rec.role:<8} "
     if rec.outcome == OK and rec.samples_per_s:
         speed = speedup_text(rec.speedup, rec.role)
-        body = f"{'ok':<8} {format_rate(rec.samples_per_s):>9} samples/s {format_bytes(rec.peak_memory_bytes):>10}  {speed:<18}"
+        body = (f"{'ok':<8} {format_rate(rec.samples_per_s):>9} samples/s {format_bytes(rec.peak_memory_bytes):>10}  "
+                f"{speed:<18}")
     else:
         body = f"{rec.outcome:<8} {clip(rec.error or '', 160, '...')}"
     tags = []

@@ -153,8 +153,8 @@ def line(seeds: Sequence[Seed], base: Mapping[str, Any]) -> str | None:
 
 def seeds(store: Store, study: Any, created: bool, enabled: bool, fingerprint: Mapping[str, Any],
           tuner: Any) -> list[Seed]:
-    """This study's seeds (for :class:`autotune.tuning.loop.Tuner`'s ``warm``): chosen now and stored on the study when it
-    was just created, else the ones it stored then; none with warm start off. ``study``: the study this process
+    """This study's seeds (for :class:`autotune.tuning.loop.Tuner`'s ``warm``): chosen now and stored on the study when
+    it was just created, else the ones it stored then; none with warm start off. ``study``: the study this process
     writes (a :class:`autotune.store.LiveStudy`, or the ``optuna.Study`` it wraps)."""
     if not enabled:
         return []

@@ -131,7 +131,8 @@ def complete(workload: Workload, spec: WorkloadSpec, dataset: Any = None) -> Wor
     if spec.data:
         if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
             raise WorkloadError(
-                f"{option('data', spec.data, quoted=True)} returned {type(dataset).__name__}; expected a map-style Dataset"
+                f"{option('data', spec.data, quoted=True)} returned {type(dataset).__name__}; expected a map-style "
+                "Dataset"
             )
         workload.dataset = dataset
     if workload.dataset is None:
@@ -156,7 +157,8 @@ def _example_from_shapes(model: nn.Module, spec: WorkloadSpec) -> Any:
         x = model.example_input  # type: ignore[assignment]
     else:
         raise WorkloadError(
-            f"{option('model', spec.model, quoted=True)} gives no data: pass {option('data')}, or {option('input_shape')} "
+            f"{option('model', spec.model, quoted=True)} gives no data: pass {option('data')}, or "
+            f"{option('input_shape')} "
             f"(and {option('num_classes')} for a classifier), or give the module an example_input tensor"
         )
     if spec.num_classes:

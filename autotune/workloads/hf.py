@@ -42,13 +42,15 @@ HEADS: dict[str, tuple[str, str]] = {
     "causal-lm": ("AutoModelForCausalLM", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
     "masked-lm": ("AutoModelForMaskedLM", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
     "seq2seq-lm": ("AutoModelForSeq2SeqLM", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"),
-    "sequence-classification": ("AutoModelForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"),
+    "sequence-classification": ("AutoModelForSequenceClassification",
+                                "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"),
 }
 OWN_ARGS = ("head", "seq_len", "target_len")  # model args that are not configuration attributes
 EXAMPLES = ("gpt2", "bert", "t5", "llama", "bart", "mistral", "qwen2")
 DEFAULT_SEQ_LEN = 128
 POSITION_LIMITS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
-SPECIAL_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id", "decoder_start_token_id")
+SPECIAL_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id",
+                  "decoder_start_token_id")
 
 
 def _transformers(spec: str) -> Any:
@@ -173,20 +175,23 @@ def build(model_type: str, **args: Any) -> Workload:
     try:
         base = transformers.AutoConfig.for_model(model_type)
     except Exception as exc:  # noqa: BLE001 - an unknown type, or one whose configuration needs arguments
-        raise SpecError(f"{spec}: its configuration cannot be built: {type(exc).__name__}: {_first_line(exc)}") from None
+        raise SpecError(f"{spec}: its configuration cannot be built: {type(exc).__name__}: "
+                        f"{_first_line(exc)}") from None
 
     head = args.get("head")
     if head is None:
         head = _default_head(model_type, base)
         if not head:
             raise SpecError(
-                f"{spec}: {model_type} has no {', '.join(HEADS)} head; autotune.workloads.hf builds text models on token ids"
+                f"{spec}: {model_type} has no {', '.join(HEADS)} head; autotune.workloads.hf builds text models on "
+                "token ids"
             )
     elif head not in HEADS:
         raise SpecError(f"{spec}: model arg head={head!r}: expected one of {', '.join(HEADS)}")
     elif model_type not in _head_types(head):
         has = [h for h in HEADS if model_type in _head_types(h)]
-        raise SpecError(f"{spec}: model arg head={head!r}: {model_type} has no {head} head; it has {', '.join(has) or 'none'}")
+        raise SpecError(f"{spec}: model arg head={head!r}: {model_type} has no {head} head; it has "
+                        f"{', '.join(has) or 'none'}")
 
     overrides = _config_overrides(spec, base, args)
     given = {k: v for k, v in args.items() if k not in OWN_ARGS}

@@ -47,7 +47,8 @@ MAX_BYTES = 8 * 1024**2  # carried in every trial request and stored with the st
 _NODES = 20000  # at most this many objects are walked for a digest
 _SIMPLE = (type(None), bool, int, float, complex, str, bytes)
 # A class's attributes that say where it was defined or what pickling cached on it, not what it does.
-_CLASS_SKIP = ("__dict__", "__weakref__", "__module__", "__qualname__", "__firstlineno__", "__static_attributes__", "__slotnames__")
+_CLASS_SKIP = ("__dict__", "__weakref__", "__module__", "__qualname__", "__firstlineno__", "__static_attributes__",
+               "__slotnames__")
 
 
 def is_pickled(spec: Any) -> bool:
@@ -235,13 +236,14 @@ def ship(obj: Any, what: str = "model") -> tuple[str, str]:
     except Exception as exc:  # noqa: BLE001 - TypeError, PicklingError, anything a __reduce__ raises
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise SpecError(
-            f"{what} {name!r} cannot be sent to the trial processes: pickling it failed ({type(exc).__name__}: {reason}); "
+            f"{what} {name!r} cannot be sent to the trial processes: pickling it failed "
+            f"({type(exc).__name__}: {reason}); "
             "create that object inside the factory instead of capturing it, or pass a module:attr spec"
         ) from None
     if len(data) > MAX_BYTES:
         raise SpecError(
-            f"{what} {name!r} pickles to {len(data) / 1024**2:.0f} MiB (at most {MAX_BYTES // 1024**2} MiB travel with each "
-            "trial): it captures large objects (weights? a dataset?); build them inside the factory"
+            f"{what} {name!r} pickles to {len(data) / 1024**2:.0f} MiB (at most {MAX_BYTES // 1024**2} MiB travel "
+            "with each trial): it captures large objects (weights? a dataset?); build them inside the factory"
         )
     try:
         key = digest(obj)
@@ -265,5 +267,6 @@ def load(spec: str, pickled: Mapping[str, str], field: str = "model") -> Any:
         return pickle.loads(base64.b64decode(raw))
     except Exception as exc:  # noqa: BLE001 - a module missing here, a class changed, ...
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise SpecError(f"{given} could not be unpickled in the trial process: {type(exc).__name__}: {reason}") from None
+        raise SpecError(f"{given} could not be unpickled in the trial process: {type(exc).__name__}: "
+                        f"{reason}") from None
 

@@ -1,5 +1,6 @@
 """Where a workload spec leads: ``module:attr`` imported, ``hf:<model_type>`` built by :mod:`autotune.workloads.hf`,
-``pickled:<digest>`` unpickled by :mod:`autotune.workloads.shipping`; and :func:`build`, a spec into a complete Workload.
+``pickled:<digest>`` unpickled by :mod:`autotune.workloads.shipping`; and :func:`build`, a spec into a complete
+Workload.
 
 Why a module of its own: resolving a spec dispatches to every kind of factory there is,
 a Hugging Face model among them, while :mod:`autotune.workloads.hf` builds its models as a

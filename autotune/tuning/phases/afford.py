@@ -76,7 +76,8 @@ def trial_s(trials: Sequence[StoredTrial], config: Mapping[str, Any]) -> tuple[f
     """The wall time a trial of ``config`` is expected to take here (None: not predicted, with why): the defaults'
     trial without its first step, plus the first step ``config``'s compile mode is expected to take. (0, "") before
     the defaults' trial is measured: nothing to predict from."""
-    base = next((t for t in trials if t.role == Role.BASELINE and t.ok and t.duplicate_of is None and t.duration_s), None)
+    base = next((t for t in trials if t.role == Role.BASELINE and t.ok and t.duplicate_of is None and t.duration_s),
+                None)
     if base is None:
         return 0.0, ""
     whole = float(base.duration_s or 0.0)

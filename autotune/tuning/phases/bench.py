@@ -108,9 +108,11 @@ def record_measurement(live: LiveStudy, trial: int, round_id: str, result: R.Tri
     stopped because its phase's time ran out (:data:`autotune.result.OUT_OF_TIME`) measured nothing: not stored."""
     if result.outcome == R.OUT_OF_TIME:
         return None
-    ok = result.ok and result.samples_per_s is not None and math.isfinite(result.samples_per_s) and result.samples_per_s > 0
+    ok = (result.ok and result.samples_per_s is not None and math.isfinite(result.samples_per_s)
+          and result.samples_per_s > 0)
     rate = float(result.samples_per_s) if ok else None  # type: ignore[arg-type]
-    live.save_measurement(trial, round_id, samples_per_s=rate, outcome=result.outcome if ok or not result.ok else R.ERROR,
+    live.save_measurement(trial, round_id, samples_per_s=rate,
+                          outcome=result.outcome if ok or not result.ok else R.ERROR,
                           peak_memory_bytes=result.peak_memory_bytes if ok else None,
                           other_cores=(result.load or {}).get("other_cores"), cores=(result.load or {}).get("cores"),
                           wall_s=result.wall_s)  # what it cost: the dashboard's time per trial counts it
@@ -133,7 +135,8 @@ def record_paired(live: LiveStudy, round_id: str, keys: Sequence[str], trials: S
             outcome = UNCOMPARED  # it ran, but the process had nothing to compare it with (its reference failed)
         arms.append({"key": key, "trial": trial, "samples_per_s": float(rate) if good else None,  # type: ignore[arg-type]
                      "outcome": R.OK if good else outcome})
-    live.save_paired(round_id, arms, other_cores=(result.load or {}).get("other_cores"), cores=(result.load or {}).get("cores"),
+    live.save_paired(round_id, arms, other_cores=(result.load or {}).get("other_cores"),
+                     cores=(result.load or {}).get("cores"),
                      wall_s=result.wall_s, **purpose)
     return [a["samples_per_s"] for a in arms]
 
@@ -149,7 +152,8 @@ def slow_limit(live: LiveStudy, config: Mapping[str, Any]) -> float | None:
     baseline's whole trial (None before the baseline is measured, and for the baseline's own configuration,
     which only ``--trial-timeout`` bounds). A configuration that has run three times as long as the whole
     baseline trial without finishing its windows cannot be the answer; waiting longer teaches nothing."""
-    base = next((t for t in live.trials() if t.role == Role.BASELINE and t.outcome == R.OK and t.duplicate_of is None), None)
+    base = next((t for t in live.trials() if t.role == Role.BASELINE and t.outcome == R.OK and t.duplicate_of is None),
+                None)
     if base is None or not base.duration_s:
         return None
     if dict(base.config) == dict(config):

@@ -87,7 +87,8 @@ def run(live: LiveStudy, bench: Bench, ctx: knobs.Context, rounds: int = A.ROUND
         if again is not None:
             new_id, new_plan = _plan(live, ev, winner, inside, apart, again, ctx, rounds, reordered_from=ablation_id,
                                      apart_first=bool(plan.get("apart_first")))
-            more = _measure_path(live, bench, new_id, new_plan, evidence_of(live.view()), winner.number, rounds, deadline)
+            more = _measure_path(live, bench, new_id, new_plan, evidence_of(live.view()), winner.number, rounds,
+                                 deadline)
             if report is not None:
                 more.processes += report.processes
             report = more
@@ -128,7 +129,8 @@ def _measure_path(live: LiveStudy, bench: Bench, ablation_id: str, plan: Mapping
         report.processes += 1
         for point, rate in zip(plan["path"], rates):
             added = " ".join(f"{n}={knobs.KNOBS[n].format(v)}" for n, v in point["added"].items()) or "the defaults"
-            bench.told(f"what each knob bought, process {k + 1} of {rounds}, in one process: +{added}", -1, rate, shared=True)
+            bench.told(f"what each knob bought, process {k + 1} of {rounds}, in one process: +{added}", -1, rate,
+                       shared=True)
     else:
         report.stopped = "done"
         live.save_ablation_plan(ablation_id, {**plan, "done": True})

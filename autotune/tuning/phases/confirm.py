@@ -11,7 +11,8 @@ configuration and the reduced one are each measured once more in a process of it
 the recommendation has the fresh processes its plan fixed from the chosen configuration's noise
 (:func:`autotune.evidence.claim.processes_needed`, at least :data:`autotune.evidence.claim.MIN_PROCESSES`) or the
 rounds are spent; the reduced configuration leaves as soon as it is slower than the chosen one beyond the noise,
-and once the reduction is decided its claim rests on its processes after that round (those before chose it). The plan and its state are a record (``confirm:<id>``), so a stopped run resumes it.
+and once the reduction is decided its claim rests on its processes after that round (those before chose it). The
+plan and its state are a record (``confirm:<id>``), so a stopped run resumes it.
 """
 
 from __future__ import annotations
@@ -188,7 +189,8 @@ def _plan(live: LiveStudy, ev: Any, chosen: int, race_id: str, deadline: float |
     noise = ev.noise_of(chosen)
     processes = CL.processes_needed(noise.sigma)
     unreduced = None
-    if reverted and not measured and not fits(deadline, CL.deciding_processes(processes) * process_s(ev.study, [chosen])):
+    if (reverted and not measured
+            and not fits(deadline, CL.deciding_processes(processes) * process_s(ev.study, [chosen]))):
         unreduced = "the time budget could not hold deciding the least change"  # the claim itself comes first
         reverted, reduced = {}, None
     record = ConfirmRecord(chosen, race_id, time.time(), reduced if reverted else None, reverted, 0,

@@ -19,7 +19,8 @@ from autotune.evidence import evidence_of
 FLOOR_REPEATS = 2  # the baseline is measured in 1 + this many processes early
 
 
-def missing(live: LiveStudy, repeats: int = FLOOR_REPEATS, *, anyone: bool = False, view: StoredStudy | None = None) -> int:
+def missing(live: LiveStudy, repeats: int = FLOOR_REPEATS, *, anyone: bool = False,
+            view: StoredStudy | None = None) -> int:
     """How many noise-floor measurements of the baseline are still for this process to take (``anyone``: for any
     process: the floor is complete at 0). ``view``: the study, just read."""
     view = view or live.view()

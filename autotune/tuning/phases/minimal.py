@@ -1,4 +1,5 @@
-"""The minimal configuration: the shortest start of the path that keeps the winner's gain, measured as a trial of its own.
+"""The minimal configuration: the shortest start of the path that keeps the winner's gain, measured as a trial of its
+own.
 
 When what each knob bought (:mod:`autotune.tuning.phases.bought`) shows that some of the winner's
 knobs bought nothing beyond the noise, the recommendation is the start of the path without
@@ -26,7 +27,8 @@ def run(live: LiveStudy, search: Search, deadline: float | None = None) -> Trial
     ab = evidence_of(view).ablation()
     if ab is None or not ab.settled or ab.minimal is not None or not fits(deadline, process_s(view, [ab.winner])):
         return None
-    point = next((p for p in view.ablation_plan(ab.ablation_id).get("path") or [] if p.get("key") == ab.minimal_key), None)
+    point = next((p for p in view.ablation_plan(ab.ablation_id).get("path") or [] if p.get("key") == ab.minimal_key),
+                 None)
     if point is None:
         return None
     params = {name: point["config"][name] for name in search.seeds.space.search if name in point["config"]}

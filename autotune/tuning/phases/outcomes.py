@@ -42,7 +42,8 @@ class TrialRecord:
     cut_short: bool = False
     over_budget: bool = False  # ok, but its peak memory is over --max-memory: never a candidate
     estimate_s: float | None = None  # on the baseline's record: about how long the rest of the study will take
-    load: dict[str, Any] = field(default_factory=dict)  # what else ran on the machine while it measured (autotune.machine.load)
+    # what else ran on the machine while it measured (autotune.machine.load)
+    load: dict[str, Any] = field(default_factory=dict)
     note: str | None = None  # a line to print after this trial's: the sampler handed over (GPThenTPE), once per run
 
 
@@ -83,11 +84,13 @@ class Outcomes:
             return self._skipped(trial, role, resolved, (result.error or {}).get("message") or "out of time",
                                  duration_s=result.wall_s)
         ok = result.ok and result.samples_per_s is not None and math.isfinite(result.samples_per_s)
-        compact = {k: v for k, v in result.to_dict().items() if k not in ("config", "not_applicable", "error", "outcome")}
+        compact = {k: v for k, v in result.to_dict().items()
+                   if k not in ("config", "not_applicable", "error", "outcome")}
         error = None
         if result.error:
             tail = [line for line in result.error.get("stderr_tail") or [] if line.strip()][-5:]
-            error = {"type": result.error.get("type", ""), "message": result.error.get("message", ""), "stderr_tail": tail}
+            error = {"type": result.error.get("type", ""), "message": result.error.get("message", ""),
+                     "stderr_tail": tail}
         outcome = result.outcome if ok or result.outcome != R.OK else R.ERROR
         marks: dict[str, Any] = {"outcome": outcome, "config": resolved.config,
                                  "not_applicable": {**resolved.not_applicable, **result.not_applicable},

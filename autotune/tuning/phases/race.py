@@ -11,7 +11,8 @@ cancels in their ratio; the others in a process each, the baseline in every roun
 interleaved in a rotating order. After each round a candidate leaves once it cannot change
 the verdict (slower than the fastest or the defaults beyond the noise, neither faster than the
 winner nor simpler, or faster by no more than ``INDIFFERENCE``, an equivalent: :func:`_decide`),
-so measurements go to the comparisons still undecided. The race stops at a planned look (:func:`look_rounds`) once the verdict is
+so measurements go to the comparisons still undecided. The race stops at a planned look (:func:`look_rounds`) once
+the verdict is
 settled, at once when it cannot end in a claim, or after ``rounds`` rounds (the
 ``--confirm`` budget). Claims are adjusted for the looks.
 
@@ -230,7 +231,8 @@ def _failed_out(ev: Evidence, alive: list[int], report: RaceReport) -> list[int]
 Stop = tuple[RaceStop, str]  # why a race stops, and that in words
 
 
-def _decide(ev: Evidence, alive: list[int], report: RaceReport, done: int, budget: int) -> tuple[list[int], Stop | None]:
+def _decide(ev: Evidence, alive: list[int], report: RaceReport, done: int,
+            budget: int) -> tuple[list[int], Stop | None]:
     """Which candidates stay in the race, and whether the choice is made (why, or None).
 
     The race selects; its claim is measured apart (:mod:`autotune.tuning.phases.confirm`), so every decision here is
@@ -258,8 +260,8 @@ def _decide(ev: Evidence, alive: list[int], report: RaceReport, done: int, budge
     lead = ev.compare(leader, base, claim=False)
     if not lead.above_one():
         if done >= FUTILE_FROM and _futile(lead, done, budget):
-            return keep, (RaceStop.FUTILE, "futile: at this rate the fastest would not separate from the defaults within "
-                                           "the budget")
+            return keep, (RaceStop.FUTILE, "futile: at this rate the fastest would not separate from the defaults "
+                                           "within the budget")
         return keep, None
     chosen = ev.pick(keep)
     contenders = []
@@ -268,7 +270,8 @@ def _decide(ev: Evidence, alive: list[int], report: RaceReport, done: int, budge
             continue
         versus = ev.compare(n, chosen, claim=False)
         if versus.high is not None and versus.high <= 1.0 + INDIFFERENCE:
-            report.eliminated.setdefault(n, f"not more than {100 * INDIFFERENCE:.0f}% faster than #{chosen}: equivalent")
+            report.eliminated.setdefault(n, f"not more than {100 * INDIFFERENCE:.0f}% faster than #{chosen}: "
+                                            "equivalent")
         elif _futile(versus, done, budget):
             # two configurations that are truly alike never separate: measuring them until the budget is spent
             # teaches nothing, and the knobs of the choice that buy nothing are left out afterwards anyway
@@ -294,7 +297,8 @@ def _futile(s: Any, done: int, budget: int) -> bool:
     scale = math.sqrt(done / budget) if budget > done else 1.0
     if s.df and budget > done:
         tests = s.comparisons * s.looks
-        scale *= t_quantile(max(s.df, round(s.df * budget / max(done, 1))), s.level, tests) / t_quantile(s.df, s.level, tests)
+        scale *= (t_quantile(max(s.df, round(s.df * budget / max(done, 1))), s.level, tests)
+                  / t_quantile(s.df, s.level, tests))
     return 1.5 * abs(math.log(s.estimate)) < half_now * scale
 
 

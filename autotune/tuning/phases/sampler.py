@@ -122,7 +122,8 @@ class GPThenTPE(optuna.samplers.BaseSampler):
                                        and v in getattr(search_space[k], "choices", (v,))}}
         return params
 
-    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: Any) -> Any:
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: Any) -> Any:
         value = self._for(study, trial).sample_independent(study, trial, param_name, param_distribution)
         if self.afford is not None:
             moved = self.afford({param_name: value})
@@ -131,7 +132,8 @@ class GPThenTPE(optuna.samplers.BaseSampler):
                 return moved[param_name]
         return value
 
-    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None) -> None:
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
         chosen = self._chosen.pop(trial.number, None) or (self.tpe if self.switched_at is not None else self.gp)
         chosen.after_trial(study, trial, state, values)
 
@@ -158,7 +160,8 @@ class Handover:
         return sampler.text()
 
     def note(self) -> str | None:
-        """Once the sampler has handed over: record it on the study (once) and return the line to print (once per run)."""
+        """Once the sampler has handed over: record it on the study (once) and return the line to print (once per
+        run)."""
         sampler = self.live.sampler
         if not isinstance(sampler, GPThenTPE) or sampler.switched_at is None or self._recorded:
             return None

@@ -79,7 +79,8 @@ NEIGHBOUR_SHARE = 1.0 / 3.0
 
 @dataclass
 class SearchOptions:
-    """The search's budget and how it measures and tells (the tuning loop's :class:`autotune.tuning.loop.Options` holds them)."""
+    """The search's budget and how it measures and tells (the tuning loop's :class:`autotune.tuning.loop.Options` holds
+    them)."""
 
     trials: int = DEFAULT_TRIALS
     max_memory_bytes: int | None = None
@@ -123,7 +124,8 @@ class Search(Outcomes):
         self.check = check or (lambda: None)
         self.on_step = on_step if on_step is not None else _trace(live) if os.environ.get(TRACE_ENV) == "1" else None
         self.handover = sampler.Handover(live)
-        if isinstance(live.sampler, sampler.GPThenTPE):  # past the hand-over, TPE's proposals avoid measured configurations
+        # past the hand-over, TPE's proposals avoid measured configurations
+        if isinstance(live.sampler, sampler.GPThenTPE):
             live.sampler.steer = self.steer
             live.sampler.afford = self.affordable  # every proposal: a compile mode the time left affords
         self._cache: dict[str, StoredTrial] | None = None  # measured trials by configuration key
@@ -146,7 +148,8 @@ class Search(Outcomes):
         live, opts = self.live, self.options
         failed = failed_baseline(live.trials())
         if failed is not None:  # every speed-up is a ratio to the defaults: without them the study can answer nothing
-            raise WorkloadError(baseline_failure(failed.number, failed.outcome or "?", failed.error_message, again=True))
+            raise WorkloadError(baseline_failure(failed.number, failed.outcome or "?", failed.error_message,
+                                                 again=True))
         self._cache = None
         report = SearchReport(measured=sharing.budget_counts(live.trials())[0])
         repeats = 0
@@ -164,7 +167,8 @@ class Search(Outcomes):
                 report.reason = f"the study holds {measured} measured configurations (--trials {opts.trials})"
                 return report
             if session.spent(afford.trial_s(trials, self.seeds.base)[0] or 0.0):
-                report.reason = "time budget spent" if not session.reserve_s else "the search's share of the time budget spent"
+                report.reason = ("time budget spent" if not session.reserve_s
+                                 else "the search's share of the time budget spent")
                 return report
             if measured + running >= opts.trials:  # the rest of the budget is being measured elsewhere
                 with self._step("wait"):

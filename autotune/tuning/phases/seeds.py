@@ -8,7 +8,8 @@ one at a time; then the opening (:meth:`Seeds.opening_params`): the recipe at th
 CUDA graphs, its precision alone, so that the first trials go to the precision, the compile mode and the batch size
 (on an H200 a random start never tried bf16 or compile in a 4-minute study). Near the end of the search, the search
 queues the leader's one-knob neighbours (:meth:`Seeds.neighbours`), the twin of the least change that the claim
-measures: a knob the leader leaves at a worse value is found there. Each is queued only when no trial of its role is queued, running or answered,
+measures: a knob the leader leaves at a worse value is found there. Each is queued only when no trial of its role is
+queued, running or answered,
 so a resumed study always measures its baseline first, and processes sharing a study queue
 each seed once. When the defaults fail, the study cannot compare anything: the loop stops
 with :func:`baseline_failure`'s line.
@@ -166,7 +167,8 @@ def seeded_count(trials: Sequence[StoredTrial], role: str, passed: Collection[in
     """How many trials of this role are queued, running or answered (or were skipped in this run: ``passed``)."""
     return sum(1 for t in trials if t.role == role and (t.state in ("waiting", "running", "complete")
                                                         or t.number in passed
-                                                        or t.state == "fail" and t.outcome not in (None, R.INTERRUPTED)))
+                                                        or t.state == "fail"
+                                                        and t.outcome not in (None, R.INTERRUPTED)))
 
 
 def baseline_measured(trials: Sequence[StoredTrial]) -> bool:
@@ -198,8 +200,8 @@ def baseline_failure(number: int, outcome: str, message: str, again: bool = Fals
         R.TIMEOUT: f"raise {option('trial_timeout')} (or use {option('quick')}, a smaller model or batch)",
         R.OOM: f"fix a smaller batch in the space's [fixed] (or {option('max_memory')}), or a smaller model",
         R.NAN: "the model's loss is not finite with PyTorch's defaults: fix the model or its data",
-    }.get(outcome, f"fix the model or its data ({either('autotune measure --model ...', 'autotune.measure(model)')} shows the "
-                   "whole error)")
+    }.get(outcome, f"fix the model or its data ({either('autotune measure --model ...', 'autotune.measure(model)')} "
+                   "shows the whole error)")
     where = "this study measured them" if again else "measured"
     fresh = (f"; then start a new study ({option('study', 'NAME-2')}): this one holds the failed defaults" if again
              else "")

@@ -75,7 +75,8 @@ def claim(live: LiveStudy, trial: optuna.Trial, role: str, key: str, budget: int
     trials, undecided = after_undecided(live, trial.number)
     mine = next((t for t in trials if t.number == trial.number), None) or live.trial(trial)
     if not live.is_mine(mine.owner):
-        return Claim(Answer.TAKEN, trials)  # SQLite handed this queued trial to two processes: the other one measures it
+        # SQLite handed this queued trial to two processes: the other one measures it
+        return Claim(Answer.TAKEN, trials)
     earlier = [t for t in claims(trials) if t.number < trial.number]
     for t in earlier:
         if t.config_key == key:
