@@ -78,8 +78,7 @@ def _part(obj: Any, what: str, pickled: dict[str, str]) -> str | None:
     if isinstance(obj, str):
         if shipping.is_pickled(obj):
             raise SpecError(f"{what}={obj!r}: a pickled spec is made by autotune.tune() from an object; "
-                            "pass the object "
-                            "(or model=None with study=NAME to resume that study's own workload)")
+                            "pass the object (or model=None with study=NAME to resume that study's own workload)")
         if obj.count(":") != 1:
             import_spec(obj, what)  # the same one-line SpecError as the CLI, before any process starts
         return obj
