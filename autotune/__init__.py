@@ -41,8 +41,8 @@ def load_config(path: str, **kwargs: Any) -> "Config":
 
 
 def __getattr__(name: str) -> Any:
-    """``autotune.tune``, ``autotune.measure``, ``autotune.verify``, ``autotune.TuneResult`` and ``autotune.Workload``, imported on first
-    use (importing autotune imports neither torch nor Optuna: the read commands never need torch)."""
+    """``autotune.tune``, ``autotune.measure``, ``autotune.verify``, ``autotune.TuneResult`` and ``autotune.Workload``,
+    imported on first use (importing autotune imports neither torch nor Optuna: the read commands never need torch)."""
     if name == "Workload":
         from autotune.workloads.contract import Workload
 

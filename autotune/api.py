@@ -71,13 +71,14 @@ def _size(value: int | float | str | None, name: str) -> int | None:
 
 
 def _part(obj: Any, what: str, pickled: dict[str, str]) -> str | None:
-    """A model or data argument as a spec string; objects that cannot be imported by name are pickled into ``pickled``."""
+    """A model or data argument as a spec string; objects that cannot be imported by name are pickled into
+    ``pickled``."""
     if obj is None:
         return None
     if isinstance(obj, str):
         if shipping.is_pickled(obj):
-            raise SpecError(f"{what}={obj!r}: a pickled spec is made by autotune.tune() from an object; pass the object "
-                            "(or model=None with study=NAME to resume that study's own workload)")
+            raise SpecError(f"{what}={obj!r}: a pickled spec is made by autotune.tune() from an object; "
+                            "pass the object (or model=None with study=NAME to resume that study's own workload)")
         if obj.count(":") != 1:
             import_spec(obj, what)  # the same one-line SpecError as the CLI, before any process starts
         return obj
@@ -120,7 +121,8 @@ def _spec(model: Any, data: Any, model_args: Any, input_shape: Any, num_classes:
         json.dumps(dict(args), allow_nan=False)
     except (TypeError, ValueError):
         raise SpecError("model_args: values must be numbers, strings, booleans, None, lists or dicts (they are stored "
-                        "with the study); pass other objects through the factory, e.g. functools.partial(factory, ...)") from None
+                        "with the study); pass other objects through the factory, "
+                        "e.g. functools.partial(factory, ...)") from None
     if input_shape is None or isinstance(input_shape, str):
         shape = parse_shape(input_shape)
     else:
@@ -260,7 +262,8 @@ class TuneResult:
     def __repr__(self) -> str:
         what = " ".join(f"{k}={v}" for k, v in self._changes.items()) or "the defaults"
         speed = f", speed-up {self.speedup.text()}" if self.speedup else ""
-        return (f"TuneResult(study={self.name!r}, measured={self.measured}, recommended=#{self.recommended} ({what}){speed})\n"
+        return (f"TuneResult(study={self.name!r}, measured={self.measured}, "
+                f"recommended=#{self.recommended} ({what}){speed})\n"
                 + "\n".join(shown(self.verdict.to_dict())))
 
 
@@ -331,13 +334,15 @@ def tune(
         if study is None:
             raise SpecError("tune(): pass a model, or model=None with study=NAME to resume that study's workload")
         if any(v is not None for v in (data, model_args, seq_len, input_shape, num_classes, task)):
-            raise SpecError("tune(model=None, study=...) resumes the study's own workload: it takes no data or model options")
+            raise SpecError("tune(model=None, study=...) resumes the study's own workload: "
+                            "it takes no data or model options")
         spec = preparation.stored_config(_store(storage, study, read_only=True).read(study)).spec
     else:
         spec = _spec(model, data, model_args, input_shape, num_classes, task, seq_len)
     job = TuneConfig.from_keywords(
         spec, space=space, trials=trials, time_budget=time_budget, max_memory=max_memory, global_batch=global_batch,
-        sampler=sampler, seed=seed, quick=quick, early_stop=early_stop, confirm=confirm, numerics=numerics, trial_timeout=trial_timeout,
+        sampler=sampler, seed=seed, quick=quick, early_stop=early_stop, confirm=confirm, numerics=numerics,
+        trial_timeout=trial_timeout,
         batch_ceiling=batch_ceiling, warm_start=warm_start, compile_limit=compile_limit,
     )
     name = study or default_study(spec)
@@ -372,7 +377,8 @@ def _store(storage: str | None, study: str, read_only: bool = False) -> Store:
     from autotune.store import check_name
 
     check_name(study)
-    return Store.open(storage, read_only=read_only) if storage is not None else Store.default(study, read_only=read_only)
+    return (Store.open(storage, read_only=read_only) if storage is not None
+            else Store.default(study, read_only=read_only))
 
 
 def _echo(line: str) -> None:
@@ -439,7 +445,8 @@ def measure_spec(
                     settings=Settings.quick() if request.quick else Settings(), global_batch=global_batch)
     probe = runner.probe()
     values = knobs.validate_config(config, knobs.Context.from_dict(probe["context"]))
-    batch = int(values.get(knobs.BATCH_KNOB, probe["workload"].get(knobs.BATCH_KNOB) or knobs.defaults()[knobs.BATCH_KNOB]))
+    batch = int(values.get(knobs.BATCH_KNOB,
+                           probe["workload"].get(knobs.BATCH_KNOB) or knobs.defaults()[knobs.BATCH_KNOB]))
     knobs.accumulation_steps(global_batch, batch)
     results = []
     for i in range(request.repeat):

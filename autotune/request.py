@@ -39,11 +39,13 @@ from autotune.errors import SpecError, either, named
 
 TASKS = ("train", "infer")
 SAMPLERS = ("tpe", "gp", "random", "nsga2")
-NUMERICS_MODES = ("off", "warn", "strict")  # the numerics check (autotune.evidence.numerics_answer): skipped, marks, or decides
+# the numerics check (autotune.evidence.numerics_answer): skipped, marks, or decides
+NUMERICS_MODES = ("off", "warn", "strict")
 DEFAULT_NUMERICS = "warn"
 DEFAULT_SAMPLER = "gp"  # from benchmarks/search_efficiency.py: best share of the grid optimum after 20 trials
 DEFAULT_TRIALS = 30
-DEFAULT_CONFIRM = 8  # rounds of the final race at most: it selects (the claim is measured apart, autotune.tuning.phases.confirm)
+# rounds of the final race at most: it selects (the claim is measured apart, autotune.tuning.phases.confirm)
+DEFAULT_CONFIRM = 8
 MAX_CONFIRM = 50
 MAX_TRIALS = 100_000
 DEFAULT_TRIAL_TIMEOUT_S = 600.0
@@ -104,7 +106,8 @@ class WorkloadSpec:
                                                       help="Keyword argument for the model factory (repeatable).")
     input_shape: tuple[int, ...] | None = declare(None, flag="--input-shape", spec=True,
                                                   help="Shape of one synthetic input sample, e.g. 3,224,224.")
-    num_classes: int | None = declare(None, what="the number of classes", flag="--num-classes", rule=Whole(2, shown=False),
+    num_classes: int | None = declare(None, what="the number of classes", flag="--num-classes",
+                                      rule=Whole(2, shown=False),
                                       help="Synthetic integer labels in [0, N).")
     task: str | None = declare(None, what="the task", flag="--task", rule=OneOf(TASKS),  # overrides the workload's own
                                help="Override the workload's task.")
@@ -119,7 +122,8 @@ class WorkloadSpec:
         """The study a run of this workload resumes when no ``--study`` is given: the model's name, and, when
         anything else sets this workload apart (model arguments, data, shapes, task, a Python object's code), a
         digest of it, so that unrelated models and changed arguments never share a study by accident.
-        ``mypkg.models:build`` -> ``mypkg.models-build``; with ``--model-arg width=8`` -> ``mypkg.models-build-1a2b3c4d``."""
+        ``mypkg.models:build`` -> ``mypkg.models-build``; with ``--model-arg width=8`` ->
+        ``mypkg.models-build-1a2b3c4d``."""
         pickled = pickled_name(self.model) is not None
         model = pickled_name(self.model) or self.model
         name = safe_name(model.replace(":", "-").replace("/", "-"))
@@ -228,7 +232,8 @@ class TuneConfig:
         help="Stop starting trials after this long (e.g. 2h, 30m).",
         help_in={"submit": "Stop starting trials this long after a kind's study starts."})
     max_memory_bytes: int | None = declare(
-        None, what="the memory budget", flag="--max-memory", keyword="max_memory", unit="size", rule=Positive(whole=True),
+        None, what="the memory budget", flag="--max-memory", keyword="max_memory", unit="size",
+        rule=Positive(whole=True),
         help="Peak-memory budget, a real constraint (e.g. 20GiB).")
     global_batch: int | None = declare(
         None, what="the global batch", flag="--global-batch", rule=Whole(1),
@@ -331,14 +336,16 @@ class MeasureConfig:
 
     @classmethod
     def from_keywords(cls, spec: WorkloadSpec, **values: Any) -> MeasureConfig:
-        """The measurement from a surface's values, keyed by the fields' keywords (as :meth:`TuneConfig.from_keywords`)."""
+        """The measurement from a surface's values, keyed by the fields' keywords (as
+        :meth:`TuneConfig.from_keywords`)."""
         return _from_keywords(cls, spec, values)
 
 
 # ---------------------------------------------------------------- where a job runs
 
 #: Not fields of a job (a job is the same wherever it runs), but named on the same surfaces: declared here so that
-#: the CLI and the API name them alike. Their values are checked where they are used (autotune.store, autotune.machine.hardware).
+#: the CLI and the API name them alike. Their values are checked where they are used (autotune.store,
+#: autotune.machine.hardware).
 WHERE: dict[str, Declared] = {
     "study": Declared(
         flag="--study", name="study", default=None, help="Study name (default: derived from --model).",
@@ -347,15 +354,18 @@ WHERE: dict[str, Declared] = {
     "storage": Declared(
         flag="--storage", name="storage", default=None, help="Optuna storage URL (default: sqlite:///studies/<study>.db).",
         help_in={"submit": "The shared storage URL the fleet's workers read.",
-                 "worker": "The shared storage URL (PostgreSQL, MySQL, journal:PATH, or a SQLite file on this machine)."}),
+                 "worker": "The shared storage URL (PostgreSQL, MySQL, journal:PATH, "
+                           "or a SQLite file on this machine)."}),
     "device": Declared(
-        flag="--device", name="device", default=None, help="cpu, cuda or cuda:N (default: cuda:0 if there is one, else cpu)."),
+        flag="--device", name="device", default=None,
+        help="cpu, cuda or cuda:N (default: cuda:0 if there is one, else cpu)."),
     "workers": Declared(
         what="the workers", flag="--workers", name="workers", default=1, rule=Whole(1), show_default=True,
         help="Trials at once on this machine, each worker pinned to its share of the cores."),
     "devices": Declared(
         what="the GPUs", flag="--devices", name="devices", default=None,
-        help="GPUs to use at once, e.g. 0,1,2,3: one trial per GPU, each trial sees only its GPU (and a share of the cores)."),
+        help="GPUs to use at once, e.g. 0,1,2,3: one trial per GPU, each trial sees only its GPU "
+             "(and a share of the cores)."),
 }
 
 #: Every declared field by name: the workload's, the job's, the measurement's and where a job runs.

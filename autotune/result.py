@@ -67,8 +67,8 @@ class TrialResult:
     error: dict[str, Any] | None = None
     notes: dict[str, Any] = field(default_factory=dict)
     load: dict[str, Any] = field(default_factory=dict)  # what else ran on the machine meanwhile (autotune.machine.load)
-    # the configuration as the trial process found it in force (autotune.trial.arm.Arm.state): flags read back from torch,
-    # the batches the step got, the optimizer's kernels, the weights' layout, the allocator's segments
+    # the configuration as the trial process found it in force (autotune.trial.arm.Arm.state): flags read back from
+    # torch, the batches the step got, the optimizer's kernels, the weights' layout, the allocator's segments
     applied: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -136,7 +136,8 @@ class PairedResult:
     @classmethod
     def failure(cls, outcome: str, message: str, arms: int, **error: Any) -> PairedResult:
         """A process that gave no result: every arm failed the same way."""
-        return cls(outcome=outcome, arms=[{"outcome": outcome} for _ in range(arms)], error={"message": message, **error})
+        return cls(outcome=outcome, arms=[{"outcome": outcome} for _ in range(arms)],
+                   error={"message": message, **error})
 
 
 def op_name(raw: str) -> str:

@@ -32,7 +32,8 @@ class AutotuneGroup(click.Group):
             click.echo(f"error: {in_cli_words(exc)}", err=True)
             ctx.exit(exc.exit_code)
         except click.UsageError as exc:  # a bad option value: one line, as for every other bad input
-            click.echo(f"error: {exc.format_message()}" + (f" (see autotune {exc.ctx.info_name} --help)" if exc.ctx else ""),
+            click.echo(f"error: {exc.format_message()}"
+                       + (f" (see autotune {exc.ctx.info_name} --help)" if exc.ctx else ""),
                        err=True)
             ctx.exit(exc.exit_code)
         except (click.exceptions.Exit, click.ClickException, KeyboardInterrupt, SystemExit):
@@ -66,7 +67,8 @@ def open_store(url: str, read_only: bool = False) -> Any:
 
 
 def study_store(study: str, url: str | None, read_only: bool = False) -> Any:
-    """The store of ``--storage``, else the study's default SQLite file (the name checked before any file is touched)."""
+    """The store of ``--storage``, else the study's default SQLite file (the name checked before any file is
+    touched)."""
     from autotune.store import check_name, default_url
 
     check_name(study)

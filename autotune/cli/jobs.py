@@ -1,4 +1,5 @@
-"""``autotune run``, ``autotune submit`` and ``autotune worker``: a tuning job run here, recorded for a fleet, or joined.
+"""``autotune run``, ``autotune submit`` and ``autotune worker``: a tuning job run here, recorded for a fleet, or
+joined.
 
 Each builds the one typed request (:class:`autotune.request.TuneConfig`) from its options
 (:mod:`autotune.cli.options`) and hands it to :mod:`autotune.tuning.preparation` or :mod:`autotune.tuning.fleet`.
@@ -109,7 +110,8 @@ def _until_stopped(work: Callable[[], Any], progress: Any = None) -> Any:
     except KeyboardInterrupt as exc:
         if progress is not None:
             progress.close()
-        click.echo("stopped: the running trial is recorded as interrupted and will be measured again. Run the same command to continue.", err=True)
+        click.echo("stopped: the running trial is recorded as interrupted and will be measured again. "
+                   "Run the same command to continue.", err=True)
         sys.exit(128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT))
     finally:
         if progress is not None:
@@ -156,12 +158,17 @@ def _pool_stops_unlogged() -> logging.Handler:
 
 @click.command()
 @options("worker", "device", "study", "storage",
-         click.option("--all", "all_jobs", is_flag=True, help="Be a daemon: work on every submitted job with budget left, and wait for more."),
-         click.option("--cpus", default=None, help="Pin this worker to these cores, e.g. 0-3 or 0,2 (run --workers does it)."),
-         click.option("--no-race", is_flag=True, help="Leave the final race to another process (run --workers does it)."),
-         click.option("--poll", "poll", type=DURATION, default=DEFAULT_POLL_S, show_default=format_duration(DEFAULT_POLL_S),
+         click.option("--all", "all_jobs", is_flag=True,
+                      help="Be a daemon: work on every submitted job with budget left, and wait for more."),
+         click.option("--cpus", default=None,
+                      help="Pin this worker to these cores, e.g. 0-3 or 0,2 (run --workers does it)."),
+         click.option("--no-race", is_flag=True,
+                      help="Leave the final race to another process (run --workers does it)."),
+         click.option("--poll", "poll", type=DURATION, default=DEFAULT_POLL_S,
+                      show_default=format_duration(DEFAULT_POLL_S),
                       help="With --all: how often to look for new jobs."),
-         click.option("--exit-when-idle", is_flag=True, help="With --all: stop when no job has budget left instead of waiting."))
+         click.option("--exit-when-idle", is_flag=True,
+                      help="With --all: stop when no job has budget left instead of waiting."))
 def worker(device: str | None, study: str | None, storage: str | None, all_jobs: bool, cpus: str | None, no_race: bool,
            poll: float, exit_when_idle: bool) -> None:
     """Measure trials of a shared study, or (--all) of every submitted job, until their budgets are spent.
@@ -235,7 +242,7 @@ def submit(study: str | None, storage: str, **fields: Any) -> None:
       autotune submit --model mypkg.models:build --trials 50 --storage postgresql://tuner@db/autotune
       autotune submit --model autotune.examples:mlp --study mlp-nightly --trials 20 --storage journal:/shared/autotune.log
       (mypkg stands for your own package, db for your PostgreSQL server, /shared for a file system every machine mounts)
-    """
+    """  # noqa: E501 - an example command in a \b block: click and the docs print it as one line, as written
     from autotune.tuning import preparation
 
     spec, _, _ = workload_from({**fields, "device": "cpu"})

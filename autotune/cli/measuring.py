@@ -49,7 +49,8 @@ def knobs_cmd(as_json: bool) -> None:
     for col in ("knob", "values", "default", "applies", "how", "what"):
         table.add_column(col, overflow="fold")
     for k in knobs.REGISTRY:
-        table.add_row(k.name, k.values_text(), k.format(k.default_for()), k.applies_text(), knobs.STAGE_HELP[k.stage], k.help)
+        table.add_row(k.name, k.values_text(), k.format(k.default_for()), k.applies_text(), knobs.STAGE_HELP[k.stage],
+                      k.help)
     console().print(table)
 
 
@@ -80,17 +81,20 @@ def result_lines(res: Any) -> list[tuple[str, str]]:
             ("step time", f"{1000 * (res.step_time_s or 0):.1f} ms ({res.samples_per_step} samples)"),
             ("first step", f"{res.time_to_first_step_s:.2f} s"
              + (" (includes compilation)" if _compiled(res.config) else "")),
-            ("peak memory", format_bytes(res.peak_memory_bytes) + (" (CUDA reserved)" if res.device and res.device.startswith("cuda") else " (process tree RSS)")),
+            ("peak memory", format_bytes(res.peak_memory_bytes)
+             + (" (CUDA reserved)" if res.device and res.device.startswith("cuda") else " (process tree RSS)")),
         ]
         if res.flops_per_sample:
             mfu = f", MFU {100 * res.mfu:.1f}%" if res.mfu is not None else ", MFU n/a (device peak unknown)"
-            lines.append(("compute", f"{format_flops(res.flops_per_sample)}/sample, {format_flops(res.achieved_flops)}/s{mfu}"))
+            lines.append(("compute",
+                          f"{format_flops(res.flops_per_sample)}/sample, {format_flops(res.achieved_flops)}/s{mfu}"))
         prof = res.profile or {}
         lines.append(("data wait", f"{100 * prof.get('data_wait_share', 0):.1f}% of step time"))
         top = prof.get("top_ops") or []
         if top:
             lines.append(("top ops", ", ".join(f"{op_name(op['name'])} {100 * op['share']:.0f}%" for op in top[:4])))
-        lines.append(("trial", f"{format_duration(res.wall_s)} wall, {format_duration(res.overhead_s)} outside the steps"))
+        lines.append(("trial",
+                      f"{format_duration(res.wall_s)} wall, {format_duration(res.overhead_s)} outside the steps"))
     elif res.error:
         lines.append(("error", f"{res.error.get('type', '')}: {res.error.get('message', '')}".strip(": ")))
         tail = [line for line in res.error.get("stderr_tail") or [] if line.strip()]
@@ -107,7 +111,8 @@ def _print_result(res: Any) -> None:
 
 @click.command()
 @options("measure", *WORKLOAD,
-         click.option("--set", "assignments", multiple=True, metavar="KNOB=VALUE", help="A knob value (repeatable); the rest stay at PyTorch's defaults."),
+         click.option("--set", "assignments", multiple=True, metavar="KNOB=VALUE",
+                      help="A knob value (repeatable); the rest stay at PyTorch's defaults."),
          "global_batch", "repeat", "quick",
          click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."))
 def measure(assignments: tuple[str, ...], as_json: bool, **fields: Any) -> None:

@@ -95,7 +95,8 @@ def declared_option(declared: Declared, command: str, required: bool = False) ->
     if declared.metavar:
         kwargs["metavar"] = declared.metavar
     rule = declared.rule
-    if isinstance(rule, Switch) and "/" not in declared.flag:  # a flag alone sets the field to what it is not by default
+    # a flag alone sets the field to what it is not by default
+    if isinstance(rule, Switch) and "/" not in declared.flag:
         kwargs.update(is_flag=True, flag_value=not declared.default, default=declared.default)
         return click.option(declared.flag, declared.word, **kwargs)
     if declared.required or required:
@@ -119,7 +120,8 @@ def declared_option(declared: Declared, command: str, required: bool = False) ->
 def options(command: str, *items: str | Decorator, required: tuple[str, ...] = ()) -> Decorator:
     """A command's options, in the order of ``items``: a declared field's name (its option made from the
     declaration), or a click option of the command's own."""
-    made = [declared_option(FIELDS[item], command, item in required) if isinstance(item, str) else item for item in items]
+    made = [declared_option(FIELDS[item], command, item in required) if isinstance(item, str) else item
+            for item in items]
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         for option in reversed(made):
@@ -134,12 +136,14 @@ SEQ_LEN = click.option("--seq-len", type=click.IntRange(1), default=None,
 
 #: The options that name a workload (and where and how long a trial may run), shared by measure, run and submit.
 WORKLOAD = ("model", "data", "model_args", SEQ_LEN, "input_shape", "num_classes", "task", "device", "trial_timeout_s")
-#: The options that say how to tune a workload, shared by run and submit (with the trial timeout: every field of the job).
+#: The options that say how to tune a workload, shared by run and submit (with the trial timeout: every field of the
+#: job).
 JOB = ("space", "trials", "time_budget_s", "max_memory_bytes", "global_batch", "sampler", "seed", "quick", "early_stop",
        "confirm", "numerics", "warm_start", "batch_ceiling", "compile_limit_s")
 
 
-def make_spec(model: str, data: str | None, model_args: tuple[str, ...], input_shape: str | None, num_classes: int | None, task: str | None) -> Any:
+def make_spec(model: str, data: str | None, model_args: tuple[str, ...], input_shape: str | None,
+              num_classes: int | None, task: str | None) -> Any:
     from autotune.request import parse_model_args, parse_shape
     from autotune.workloads.specs import import_spec
 

@@ -1,4 +1,5 @@
-"""``autotune list``, ``status``, ``trials``, ``export`` and ``dashboard``: the commands that read studies (never torch).
+"""``autotune list``, ``status``, ``trials``, ``export`` and ``dashboard``: the commands that read studies (never
+torch).
 
 Each opens its store read-only and shows what :mod:`autotune.reports.view` and :mod:`autotune.evidence` computed.
 """
@@ -63,15 +64,18 @@ def print_status(doc: dict[str, Any], store: Any) -> None:
     out = console()
     counts = ", ".join(f"{k} {v}" for k, v in sorted(doc["outcomes"].items(), key=lambda kv: -kv[1]))
     out.print(f"study {doc['study']} ({store.shown})", markup=False)
-    out.print(f"workload {doc['workload'].get('model')}  device {doc['device']}  {identity.short(doc['fingerprint'])}", markup=False)
-    out.print(f"trials {doc['trials']}: {counts or 'none'}; time spent {format_duration(doc['time_spent_s'])}", markup=False)
+    out.print(f"workload {doc['workload'].get('model')}  device {doc['device']}  {identity.short(doc['fingerprint'])}",
+              markup=False)
+    out.print(f"trials {doc['trials']}: {counts or 'none'}; time spent {format_duration(doc['time_spent_s'])}",
+              markup=False)
     out.print(doc["noise_text"], markup=False)
     if doc.get("within_process_noise_text"):
         out.print(doc["within_process_noise_text"], markup=False)
     out.print(doc["load"]["text"], markup=False)
     if doc["batch_ceiling"]:
         out.print(f"batch ceiling: {doc['batch_ceiling']['text']}", markup=False)
-    table = Table(title="Recommended, then the Pareto front: throughput vs peak memory (speed-up over the defaults, 90% interval)",
+    table = Table(title="Recommended, then the Pareto front: throughput vs peak memory "
+                        "(speed-up over the defaults, 90% interval)",
                   title_justify="left")
     for col in ("trial", "knobs that differ from the defaults", "samples/s", "processes", "peak memory", "speed-up"):
         table.add_column(col, overflow="fold")
@@ -104,7 +108,8 @@ def _print_ablation(out: Any, ablation: dict[str, Any] | None) -> None:
         return
     from rich.table import Table
 
-    table = Table(title="What each knob bought, added one at a time from the defaults (90% intervals)", title_justify="left")
+    table = Table(title="What each knob bought, added one at a time from the defaults (90% intervals)",
+                  title_justify="left")
     for col in ("added", "this step", "speed-up so far", "measured", "kept"):
         table.add_column(col, overflow="fold")
     for step in ablation["steps"]:
@@ -250,7 +255,8 @@ def trials_cmd(study_name: str | None, storage: str | None, as_json: bool, as_cs
                 f"queued again for #{row.requeued_from}" if row.requeued_from is not None else row.error[:80])
         if row.numerics:
             note = f"recommended; numerics {row.numerics.replace('_', ' ')}"
-        grid.add_row(f"#{row.number}", row.role, row.outcome or row.state, changes or ("defaults" if row.config else "-"),
+        grid.add_row(f"#{row.number}", row.role, row.outcome or row.state,
+                     changes or ("defaults" if row.config else "-"),
                      format_rate(row.samples_per_s) if row.samples_per_s is not None else "-",
                      str(row.processes) if row.processes is not None else "-",
                      format_bytes(row.peak_memory_bytes) if row.peak_memory_bytes is not None else "-",
@@ -269,8 +275,10 @@ def trials_cmd(study_name: str | None, storage: str | None, as_json: bool, as_cs
 @click.option("-o", "--output", default=None, help="Write it to this file (default: print it): the JSON document for "
               "--format json, a Python snippet for hf-trainer and lightning, an Accelerate YAML config for accelerate.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="json", show_default=True,
-              help="json (autotune.load_config), hf-trainer (TrainingArguments), lightning (Trainer + DataLoader), accelerate (a config file).")
-def export(study_name: str, pick: str, max_memory: int | None, storage: str | None, output: str | None, fmt: str) -> None:
+              help="json (autotune.load_config), hf-trainer (TrainingArguments), lightning (Trainer + DataLoader), "
+                   "accelerate (a config file).")
+def export(study_name: str, pick: str, max_memory: int | None, storage: str | None, output: str | None,
+           fmt: str) -> None:
     """Export a configuration: JSON for autotune.load_config(), or arguments for Hugging Face Trainer,
     Lightning or Accelerate (what a framework cannot express is listed, never dropped).
 
@@ -296,8 +304,10 @@ def export(study_name: str, pick: str, max_memory: int | None, storage: str | No
             return
         document.write_text(rendered, output)
         missing = frameworks.render(doc, fmt)["not_expressible"]
-        click.echo(f"wrote {output}: {fmt} arguments for trial #{doc['study']['trial']} ({doc['speedup']['text'] if doc['speedup'] else '-'} the defaults)"
-                   + (f"; by hand (the framework cannot express them): {', '.join(m['knob'] for m in missing)}" if missing else ""))
+        click.echo(f"wrote {output}: {fmt} arguments for trial #{doc['study']['trial']} "
+                   f"({doc['speedup']['text'] if doc['speedup'] else '-'} the defaults)"
+                   + (f"; by hand (the framework cannot express them): {', '.join(m['knob'] for m in missing)}"
+                      if missing else ""))
         return
     if output is None:
         click.echo(json.dumps(doc, indent=2, default=str))
@@ -308,8 +318,10 @@ def export(study_name: str, pick: str, max_memory: int | None, storage: str | No
 
     speed = f", {doc['speedup']['text']} the defaults{interval_label(doc['speedup'])}" if doc["speedup"] else ""
     click.echo(
-        f"wrote {path}: trial #{doc['study']['trial']} ({pick}), {format_rate(doc['measured']['samples_per_s'])} samples/s "
-        f"from {plural(doc['measured']['processes'], 'process')}, {format_bytes(doc['measured']['peak_memory_bytes'])}{speed}; "
+        f"wrote {path}: trial #{doc['study']['trial']} ({pick}), "
+        f"{format_rate(doc['measured']['samples_per_s'])} samples/s "
+        f"from {plural(doc['measured']['processes'], 'process')}, "
+        f"{format_bytes(doc['measured']['peak_memory_bytes'])}{speed}; "
         f"{knobs.short(doc['knobs'])}"
     )
     click.echo(doc["pick_note"])
@@ -319,7 +331,8 @@ def export(study_name: str, pick: str, max_memory: int | None, storage: str | No
 @click.argument("study_name")
 @storage_option("Storage URL (default: sqlite:///studies/<study>.db).")
 @click.option("-o", "--output", default=None, help="Where to write the page (default: dashboards/<study>.html).")
-@click.option("--watch", "watch_s", type=DURATION, default=None, help="Rewrite the page every N seconds while a study runs elsewhere (the page reloads itself).")
+@click.option("--watch", "watch_s", type=DURATION, default=None,
+              help="Rewrite the page every N seconds while a study runs elsewhere (the page reloads itself).")
 def dashboard(study_name: str, storage: str | None, output: str | None, watch_s: float | None) -> None:
     """Write a self-contained HTML dashboard of a study (plotly, works offline).
 

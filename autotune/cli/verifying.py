@@ -34,8 +34,8 @@ def verify(export_file: str, rounds: int, device: str | None, trial_timeout: flo
     weaker ("weaker: 1.90x (1.80-2.00), claimed 3.08x (2.87-3.31)"), is gone, or could not be told on a busy
     machine ("busy"); and what changed since it was measured (torch, CPU, device, the workload's arguments).
     When the export carries the study's numerics check, it is run again here (an upgrade can change kernels).
-    Exits 0 when the claim holds and its numerics still hold, 1 otherwise: a check for CI after upgrading PyTorch. --model-arg sets the
-    workload's arguments over the export's.
+    Exits 0 when the claim holds and its numerics still hold, 1 otherwise: a check for CI after upgrading PyTorch.
+    --model-arg sets the workload's arguments over the export's.
 
     \b
     Examples:

@@ -4,7 +4,8 @@ What a study holds, trial by trial, without reading Optuna's attributes: its num
 role, the knobs it changed from PyTorch's defaults, its outcome, the configuration's
 samples/s with the processes behind that figure, its own first measurement, its peak
 memory, how long it ran, which trial it repeats (a cache answer) or replaces (queued
-again after an interruption), and on the recommendation's own trial what its numerics check found. The configuration's samples/s is the evidence's figure
+again after an interruption), and on the recommendation's own trial what its numerics check
+found. The configuration's samples/s is the evidence's figure
 (:mod:`autotune.evidence`), the one ``status``, ``export`` and the dashboard show; the
 trial's own measurement is kept beside it as ``measured_samples_per_s`` (a configuration
 measured again has a figure that rests on those re-measurements, not on its first one).

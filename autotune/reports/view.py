@@ -187,7 +187,8 @@ def status_of(store: Store, name: str) -> dict[str, Any]:
 
 
 def export_of(store: Store, name: str, pick: str, max_memory_bytes: int | None = None) -> dict[str, Any]:
-    """The export of the study's ``pick`` (:func:`autotune.export.document.export`): kept, or computed from its trials."""
+    """The export of the study's ``pick`` (:func:`autotune.export.document.export`): kept, or computed from its
+    trials."""
     described, kept = store.kept(name, (f"exports.{pick}",)) if max_memory_bytes is None else (None, None)
     if kept is None or kept[f"exports.{pick}"] is None:
         return exporting.export(store.read(name, described), pick, max_memory_bytes, store.shown)

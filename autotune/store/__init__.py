@@ -1,7 +1,8 @@
 """The stored study: the one place a storage URL becomes a store, and the only code that knows how studies are stored.
 
 - :class:`Store` (:mod:`.base`; its parts :mod:`.connection`, :mod:`.studies`, :mod:`.views`): a URL opened once per
-  process (:func:`open`), read-only for the commands that only read, its faults turned into one :class:`autotune.errors.StorageError`;
+  process (:func:`open`), read-only for the commands that only read, its faults turned into one
+  :class:`autotune.errors.StorageError`;
   one module per backend (:mod:`.sqlite`, :mod:`.server`, :mod:`.journal`), after Optuna's
   ``storages/``; passwords masked in :mod:`.secrets`, study names checked in :mod:`.names`.
 - the stored format (:mod:`.records`): typed trials and records, their keys, readers and writers;
@@ -52,6 +53,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Block", "DIRECTIONS", "LiveStudy", "MASK", "METRICS", "NAME_CHARS", "ConfirmRecord", "ConfirmStop", "RaceRecord", "RaceStop", "Remeasurement", "STUDIES_DIR", "Store",
+__all__ = ["Block", "DIRECTIONS", "LiveStudy", "MASK", "METRICS", "NAME_CHARS", "ConfirmRecord", "ConfirmStop",
+           "RaceRecord", "RaceStop", "Remeasurement", "STUDIES_DIR", "Store",
            "StoredStudy", "StoredTrial", "check_matches", "check_name", "default_url", "kind", "open", "redact",
            "redact_message"]

@@ -14,7 +14,8 @@ session is read-only, and a database without Optuna's tables is refused in one l
 and left as it was. They read a SQLite file or a PostgreSQL server's tables directly
 (:mod:`.tables`), with no Optuna storage (no Alembic, no ORM: what a read command spent
 most of its start on), where the tables are on the schema the direct read knows; any
-other is read through Optuna's storage, which says why it cannot when it cannot. Study names come from a safe set (:func:`autotune.store.names.check_name`),
+other is read through Optuna's storage, which says why it cannot when it cannot. Study names
+come from a safe set (:func:`autotune.store.names.check_name`),
 checked before any file is touched.
 
 A storage that refuses a write (a read-only file or folder, a full disk, a file deleted

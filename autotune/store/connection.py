@@ -139,7 +139,8 @@ class Connection:
             fault = self.fault(exc)
             if fault is not None:
                 raise fault from None
-            raise StorageError(f"storage {self.shown!r} cannot be opened: {redact_message(first_line(exc), self._url)}") from None
+            raise StorageError(f"storage {self.shown!r} cannot be opened: "
+                               f"{redact_message(first_line(exc), self._url)}") from None
 
     def _journal(self) -> optuna.storages.BaseStorage | None:
         from autotune.store import journal
@@ -195,7 +196,8 @@ class Connection:
             url,
             engine_kwargs=kwargs,
             skip_table_creation=self.read_only,
-            heartbeat_interval=server.HEARTBEAT_S if is_server else None,  # recorded while each trial runs (recovery.Heartbeat)
+            # recorded while each trial runs (recovery.Heartbeat)
+            heartbeat_interval=server.HEARTBEAT_S if is_server else None,
             grace_period=server.GRACE_S if is_server else None,
         )
         if self.is_sqlite and self.path is not None and not self.read_only:  # workers of one file: one writer at a time
@@ -220,8 +222,8 @@ class Connection:
         except OSError:
             same = False
         if not same:
-            raise StorageError(f"{self.shown} was deleted, moved or replaced while in use; what this run measured since "
-                               "is lost: restore the file, or start again with the same command")
+            raise StorageError(f"{self.shown} was deleted, moved or replaced while in use; what this run measured "
+                               "since is lost: restore the file, or start again with the same command")
 
     def opened(self) -> None:
         """Record the file's identity once it exists (when connected; a SQLite file exists after the first write)."""
@@ -239,39 +241,44 @@ class Connection:
             e.filename is None or self.path is None or str(e.filename).startswith(str(self.path)))), None)
         code = os_error.errno if os_error is not None else None
         where = self.shown
-        refused = any(s in text for s in ("readonly database", "read-only", "unable to open database file", "disk i/o error",
-                                          "no such table", "database or disk is full", "disk is full"))
+        refused = any(s in text for s in ("readonly database", "read-only", "unable to open database file",
+                                          "disk i/o error", "no such table", "database or disk is full",
+                                          "disk is full"))
         if self.path is not None and (refused or code is not None):
             # A file store: its state says which (SQLite's own words are the same for several causes).
             exists = self.path.exists()
             gone = self._identity is not None and (not exists or _identity(self.path) != self._identity)
             if gone or (code == errno.ENOENT and self._identity is not None):
-                return StorageError(f"{where} was deleted, moved or replaced while in use: restore it, or start again with "
-                                    "the same command")
+                return StorageError(f"{where} was deleted, moved or replaced while in use: restore it, "
+                                    "or start again with the same command")
             if "full" in text or code == errno.ENOSPC:
                 return StorageError(f"the disk holding {where} is full: free some space and run the same command again "
                                     "(the trial that was running is measured again)")
             if not ((not exists or os.access(self.path, os.W_OK)) and os.access(self.path.parent, os.W_OK)) or code in (
                     errno.EROFS, errno.EACCES, errno.EPERM) or "readonly" in text or "read-only" in text:
-                return StorageError(f"{where} refuses writes (a read-only file or folder): make it writable, or copy the "
-                                    f"study somewhere writable and pass {option('storage')}; read commands (status, export) still work on it")
-            return StorageError(f"{where} refused a write ({redact_message(first_line(exc), self._url)}): check the file "
-                                "and its disk, then run the same command again")
+                return StorageError(f"{where} refuses writes (a read-only file or folder): make it writable, "
+                                    f"or copy the study somewhere writable and pass {option('storage')}; "
+                                    "read commands (status, export) still work on it")
+            return StorageError(f"{where} refused a write ({redact_message(first_line(exc), self._url)}): "
+                                "check the file and its disk, then run the same command again")
         if "readonly" in text or "read-only" in text:
-            return StorageError(f"{where} refuses writes: the database or its user is read-only; point {option('storage')} at a "
-                                "writable one; read commands (status, export) still work on it")
+            return StorageError(f"{where} refuses writes: the database or its user is read-only; "
+                                f"point {option('storage')} at a writable one; "
+                                "read commands (status, export) still work on it")
         if "disk is full" in text or "no space left" in text:
             return StorageError(f"the database of {where} is out of space: free some and run the same command again")
         if self.is_server and server.is_unreachable(exc):
             reason = redact_message(first_line(exc), self._url)[:160]
-            return StorageUnreachable(f"the database server of {where} is unreachable ({reason}): start it, or check the "
-                                      "URL, and run the same command again (the trial that was running is measured again)",
+            return StorageUnreachable(f"the database server of {where} is unreachable ({reason}): "
+                                      "start it, or check the URL, and run the same command again "
+                                      "(the trial that was running is measured again)",
                                       reason)
         optuna = sys.modules.get("optuna")  # not imported: no Optuna error to tell
         if optuna is not None and isinstance(exc, optuna.exceptions.StorageInternalError):
             cause = exc.__cause__ or exc.__context__
             if cause is not None:
-                return self.fault(cause) or StorageError(f"{where} refused a write: {redact_message(first_line(cause), self._url)}")
+                return self.fault(cause) or StorageError(
+                    f"{where} refused a write: {redact_message(first_line(cause), self._url)}")
             return StorageError(f"{where} refused a write: {redact_message(first_line(exc), self._url)}")
         return None
 

@@ -20,7 +20,8 @@ def check_matches(study: optuna.Study, attrs: Mapping[str, Any], shown: str) -> 
     view = StoredStudy(study.study_name, study.user_attrs, [])
     stored = study.user_attrs
     if not view.described:
-        raise StudyError(f"study {study.study_name!r} in {shown} was not made by autotune; choose another {option('study')} name")
+        raise StudyError(f"study {study.study_name!r} in {shown} was not made by autotune; "
+                         f"choose another {option('study')} name")
     if len(study.directions) != 2:
         raise StudyError(f"study {study.study_name!r} has {len(study.directions)} objectives; autotune studies have 2")
     new_name = f"{study.study_name}-2"

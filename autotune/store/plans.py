@@ -110,7 +110,8 @@ class ConfirmStop(str, Enum):
     """Why a claim's measurement stopped."""
 
     PROCESSES = "processes"  # it has the processes its plan asked for (autotune.evidence.claim.processes_needed)
-    WIDTH = "width"  # (claims planned before the number of processes was) its interval was as narrow as the noise allows
+    # (claims planned before the number of processes was) its interval was as narrow as the noise allows
+    WIDTH = "width"
     ROUNDS = "rounds"  # its rounds are spent
     TIME = "time"  # the time budget was spent (--time-budget)
     FAILED = "failed"  # the configuration failed when measured again

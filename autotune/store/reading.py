@@ -174,7 +174,8 @@ def study_attrs_of(raw: Any, study_ids: list[int] | None = None) -> dict[int, di
     where = "" if study_ids is None else f" AND study_id IN ({','.join(str(int(i)) for i in study_ids) or 'NULL'})"
     cur = raw.cursor()
     try:
-        cur.execute(f"SELECT study_id, key, value_json FROM study_user_attributes WHERE key NOT LIKE '{kept.KEPT}%'{where} "
+        cur.execute("SELECT study_id, key, value_json FROM study_user_attributes "
+                    f"WHERE key NOT LIKE '{kept.KEPT}%'{where} "
                     "ORDER BY study_user_attribute_id")
         rows = cur.fetchall()
     finally:
@@ -262,7 +263,8 @@ def _rows(raw: Any, dialect: str, study_id: int, *, system: str = "", steps: boo
                              f"AND trial_id IN ({','.join(str(int(t)) for t in odd)}) ORDER BY trial_id, key")
         system_rows = rows(f"SELECT trial_id, key, value_json FROM trial_system_attributes WHERE trial_id IN ({ids})"
                            + (f" AND ({system})" if system else "") + " ORDER BY trial_id, key")
-        step_rows = rows("SELECT trial_id, step, intermediate_value, intermediate_value_type FROM trial_intermediate_values "
+        step_rows = rows("SELECT trial_id, step, intermediate_value, intermediate_value_type "
+                         "FROM trial_intermediate_values "
                          f"WHERE trial_id IN ({ids}) ORDER BY trial_id, step") if steps else []
         cur.close()
     finally:
@@ -321,7 +323,8 @@ def _parts(raw: Any, dialect: str, study_id: int, *, system: str = "", steps: bo
 
 def trials_of(raw: Any, dialect: str, study_id: int) -> list[FrozenTrial]:
     """Every trial of the study through ``raw``, a driver's own connection (``sqlite3``'s, or one of a SQLAlchemy
-    engine's: its rows cost as much again as the query for 200,000 rows); ``dialect``: ``sqlite``, ``postgresql``, ..."""
+    engine's: its rows cost as much again as the query for 200,000 rows); ``dialect``: ``sqlite``, ``postgresql``,
+    ..."""
     from optuna.trial import FrozenTrial, TrialState
 
     trials, by_id = _parts(raw, dialect, study_id)

@@ -65,7 +65,8 @@ SESSION = "session:"  # session:<id>: one run's wall time
 OWNER = "autotune:owner"  # the system attribute a trial's process signs it with
 ROLE, OUTCOME, CONFIG, CONFIG_KEY = "role", "outcome", "config", "config_key"
 NOT_APPLICABLE, RESULT, ERROR, DURATION = "not_applicable", "result", "error", "duration_s"
-DUPLICATE_OF, REQUEUED_FROM, PLACEMENT, MEASURING_SINCE = "duplicate_of", "requeued_from", "placement", "measuring_since"
+DUPLICATE_OF, REQUEUED_FROM, PLACEMENT, MEASURING_SINCE = ("duplicate_of", "requeued_from", "placement",
+                                                           "measuring_since")
 ABLATION_ID = "ablation"  # on the trial that measures an ablation's recommendation alone: its plan's id
 WARM_FROM = "warm_from"  # on a warm-start seed's trial: {"study", "trial"} it came from
 TRIAL_MARKS = (ROLE, OUTCOME, CONFIG, CONFIG_KEY, NOT_APPLICABLE, RESULT, ERROR, DURATION, DUPLICATE_OF, REQUEUED_FROM,
@@ -79,7 +80,8 @@ class Role(StrEnum):
     BASELINE = "baseline"  # the defaults (PyTorch's), measured first
     RECIPE = "recipe"  # the recipe's configuration, measured next (autotune.knobs.recipe)
     SEARCH = "search"  # the sampler's choice (a trial with no role mark)
-    OPENING = "opening"  # the trials after the recipe: its variants along what pays most on a GPU (Seeds.opening_params)
+    # the trials after the recipe: its variants along what pays most on a GPU (Seeds.opening_params)
+    OPENING = "opening"
     NEIGHBOUR = "neighbour"  # the leader's one-knob neighbours, tried before the race (autotune.tuning.phases.search)
     WARM = "warm"  # a seed from an earlier study's winner (autotune.tuning.warmstart)
     MINIMAL = "minimal"  # a configuration measured on its own after the race: nothing selected it
@@ -420,7 +422,8 @@ class StoredStudy:
         return sorted(found, key=lambda kv: kv[1].started)
 
     def numerics_checks(self) -> list[tuple[str, Mapping[str, Any]]]:
-        """Every numerics check, (id, record), oldest first (:mod:`autotune.evidence.numerics_answer` reads a record)."""
+        """Every numerics check, (id, record), oldest first (:mod:`autotune.evidence.numerics_answer` reads a
+        record)."""
         found = [(k[len(NUMERICS):], v) for k, v in self._attrs.items()
                  if k.startswith(NUMERICS) and isinstance(v, Mapping)]
         return sorted(found, key=lambda kv: kv[1].get("started", 0.0))

@@ -15,7 +15,8 @@ _SECRET_KEYS = ("password", "passwd", "pwd")
 # scheme:[//]user:PASSWORD@ (the password may hold '@'; the host part ends at '/' or a blank)
 _USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*:/{0,3}[^\s:/@'\"]*:)(?P<secret>[^\s/'\"]*)@")
 # password=... in a query string or a libpq DSN, quoted or not
-_KEYVALUE = re.compile(r"(?i)\b(?P<head>(?:%s)\s*=\s*)(?P<secret>'(?:[^'\\]|\\.)*'|[^\s&;'\"]*)" % "|".join(_SECRET_KEYS))
+_KEYVALUE = re.compile(r"(?i)\b(?P<head>(?:%s)\s*=\s*)(?P<secret>'(?:[^'\\]|\\.)*'|[^\s&;'\"]*)"
+                       % "|".join(_SECRET_KEYS))
 
 
 def redact(url: str) -> str:

@@ -134,7 +134,8 @@ class Studies(Connection):
         try:
             return optuna.create_study(study_name=name, storage=storage, directions=_directions())
         except optuna.exceptions.DuplicatedStudyError:
-            raise StudyError(f"a study or job named {name!r} exists in {self.shown}: choose another {option('study')} name") from None
+            raise StudyError(f"a study or job named {name!r} exists in {self.shown}: "
+                             f"choose another {option('study')} name") from None
 
     def create_or_check(
         self, name: str, attrs: Mapping[str, Any], sampler: optuna.samplers.BaseSampler | None = None
@@ -164,7 +165,8 @@ class Studies(Connection):
             study.set_metric_names(METRICS)
             writing.save(study, **attrs)
             writing.save(study, version=__version__)
-            writing.save(study, created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))  # written last
+            # written last
+            writing.save(study, created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
             return study, True
         _wait_until_described(study)
         check_matches(study, attrs, self.shown)

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from autotune.errors import plain
 from autotune.store.plans import ConfirmRecord, RaceRecord
-from autotune.store.records import (ABLATION, BATCH_CEILING, CONFIRM, CONTEXT, CREATED_AT, DEADLINE, DEVICE, FINGERPRINT,
-                                    GLOBAL_BATCH, JOB, JOB_OF, JOB_RECORD, MAX_MEMORY, MEASUREMENT, NUMERICS, OWNER,
-                                    PAIRED, RACE, ROLE, SAMPLER_SWITCH, SESSION, SPACE, SPACE_HASH, STATES, TRIAL_MARKS,
-                                    VERSION, WARM_START, WORKLOAD, StoredTrial)
+from autotune.store.records import (ABLATION, BATCH_CEILING, CONFIRM, CONTEXT, CREATED_AT, DEADLINE, DEVICE,
+                                    FINGERPRINT, GLOBAL_BATCH, JOB, JOB_OF, JOB_RECORD, MAX_MEMORY, MEASUREMENT,
+                                    NUMERICS, OWNER, PAIRED, RACE, ROLE, SAMPLER_SWITCH, SESSION, SPACE, SPACE_HASH,
+                                    STATES, TRIAL_MARKS, VERSION, WARM_START, WORKLOAD, StoredTrial)
 from autotune.units import now
 
 if TYPE_CHECKING:
@@ -96,9 +96,9 @@ def add_trials(study: optuna.Study, trials: Sequence[StoredTrial],
                distributions: Mapping[str, optuna.distributions.BaseDistribution]) -> None:
     """Add finished trials to a study in one write, each as the store holds it: Optuna's state, values, constraints
     and parameters (``distributions``: of each parameter name), its marks and its owner; numbered after the study's
-    own. For a made-up study grown fast to thousands of trials (autotune/testing/studies.py, benchmarks/resume_scale.py):
-    asking and telling each one through the loop reads the whole study for every trial. ``started``/``completed``
-    are kept where given (else now)."""
+    own. For a made-up study grown fast to thousands of trials (autotune/testing/studies.py,
+    benchmarks/resume_scale.py): asking and telling each one through the loop reads the whole study for every trial.
+    ``started``/``completed`` are kept where given (else now)."""
     import optuna
     from optuna.trial import TrialState
 

@@ -30,7 +30,12 @@ from autotune.reports.dashboard.failures import failures_info
 from autotune.reports.dashboard.front import MAX_OPS, front_table_info, pareto_info, profile_info
 from autotune.reports.dashboard.header import header_info, header_texts
 from autotune.reports.dashboard.history import history_info, hypervolume_2d, remeasurements
-from autotune.reports.dashboard.knob_effects import MIN_TRIALS_FOR_IMPORTANCE, importance_info, knob_effects_info, parallel_info
+from autotune.reports.dashboard.knob_effects import (
+    MIN_TRIALS_FOR_IMPORTANCE,
+    importance_info,
+    knob_effects_info,
+    parallel_info,
+)
 from autotune.reports.dashboard.ticks import nice_ticks, trial_ticks
 from autotune.reports.dashboard.timeline import duration_figure, history_figure
 from autotune.reports.dashboard.charts import (
@@ -42,7 +47,15 @@ from autotune.reports.dashboard.charts import (
     pareto_figure,
     profile_figure,
 )
-from autotune.reports.dashboard.page import DASHBOARDS_DIR, Drawn, default_path, draw, render_html, watch, write_dashboard
+from autotune.reports.dashboard.page import (
+    DASHBOARDS_DIR,
+    Drawn,
+    default_path,
+    draw,
+    render_html,
+    watch,
+    write_dashboard,
+)
 from autotune.reports.dashboard.source import Snapshot, config_text, format_value, script_json, searched_knobs, snapshot
 
 __all__ = [

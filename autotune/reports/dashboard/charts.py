@@ -1,4 +1,5 @@
-"""The dashboard's plotly figures, each drawn from an info function's data (the ``*_info`` of :mod:`autotune.reports.dashboard`).
+"""The dashboard's plotly figures, each drawn from an info function's data (the ``*_info`` of
+:mod:`autotune.reports.dashboard`).
 
 Colours are shared by every figure: one colour per outcome, one palette for knob
 values and ops. Every user string reaches plotly escaped (plotly renders a subset
@@ -110,7 +111,8 @@ def pareto_figure(info: Mapping[str, Any]) -> go.Figure:
                                  "%{text} the defaults<extra></extra>"}
             xs, ys = typed_array(xs), typed_array(ys)  # type: ignore[assignment]
         else:  # the front keeps full hovers either way
-            kind, marker = go.Scatter, {"color": color, "size": 8, "symbol": symbol, "line": {"width": 0.5, "color": "#456"}}
+            kind, marker = go.Scatter, {"color": color, "size": 8, "symbol": symbol,
+                                        "line": {"width": 0.5, "color": "#456"}}
             hover = {"hovertext": [_point_hover(p, unit, scale) for p in pts], "hoverinfo": "text"}
         fig.add_trace(kind(x=xs, y=ys, mode="markers", name=f"{name} ({len(pts)})", marker=marker, **hover))
     by_number = {p["number"]: p for p in info["points"]}
@@ -220,9 +222,9 @@ MAX_ERROR_TRACES = 50  # the most distinct errors of an outcome drawn as traces 
 
 
 def _add_failure_cloud(fig: go.Figure, outcome: str, items: list[Mapping[str, Any]], xs: list[float]) -> bool:
-    """Thousands of failures of one outcome in WebGL, one trace per distinct error (a study of 100,000 trials has a few):
-    the error once in its trace, each point's trial number in a typed array; one legend entry for the outcome, with
-    its count. False (nothing drawn) when the outcome has more than :data:`MAX_ERROR_TRACES` distinct errors."""
+    """Thousands of failures of one outcome in WebGL, one trace per distinct error (a study of 100,000 trials has a
+    few): the error once in its trace, each point's trial number in a typed array; one legend entry for the outcome,
+    with its count. False (nothing drawn) when the outcome has more than :data:`MAX_ERROR_TRACES` distinct errors."""
     by_error: dict[str, list[int]] = {}
     for i, f in enumerate(items):
         by_error.setdefault(f["error"], []).append(i)
@@ -257,11 +259,13 @@ def knob_figure(knob: Mapping[str, Any], memory_unit: str, memory_scale: float) 
         color = PALETTE[i % len(PALETTE)]
         if dense:  # boxes from their quartiles (plotly's own method), without a mark per trial
             label = plotly_text(v["value"])
-            for col, ys in ((1, v["samples_per_s"]), (2, [None if m is None else m / memory_scale for m in v["peak_memory_bytes"]])):
+            for col, ys in ((1, v["samples_per_s"]),
+                            (2, [None if m is None else m / memory_scale for m in v["peak_memory_bytes"]])):
                 q = _quartiles([y for y in ys if y is not None])
                 if q is None:
                     continue
-                fig.add_trace(go.Box(x=[label], q1=[q[1]], median=[q[2]], q3=[q[3]], lowerfence=[q[0]], upperfence=[q[4]],
+                fig.add_trace(go.Box(x=[label], q1=[q[1]], median=[q[2]], q3=[q[3]], lowerfence=[q[0]],
+                                     upperfence=[q[4]],
                                      name=f"{label} ({len(ys)} trials)", showlegend=False, boxpoints=False,
                                      marker={"color": color}, line={"color": color}), row=1, col=col)
             continue
@@ -434,7 +438,8 @@ def profile_figure(info: Mapping[str, Any]) -> go.Figure:
                 name=plotly_text(op),
                 marker={"color": PALETTE[i % len(PALETTE)] if op != "other ops" else "#ced4da"},
                 hovertext=[
-                    f"{plotly_text(op)}: {format_percent(s)} of the step<br>{wrap_changes(t['changes'])}" for s, t in zip(shares, trials)
+                    f"{plotly_text(op)}: {format_percent(s)} of the step<br>{wrap_changes(t['changes'])}"
+                    for s, t in zip(shares, trials)
                 ],
                 hoverinfo="text",
             ),
@@ -448,7 +453,8 @@ def profile_figure(info: Mapping[str, Any]) -> go.Figure:
             orientation="h",
             name="data wait",
             marker={"color": "#d62828"},
-            hovertext=[f"#{t['number']} waits for data {format_percent(t['data_wait_share'])} of the step" for t in trials],
+            hovertext=[f"#{t['number']} waits for data {format_percent(t['data_wait_share'])} of the step"
+                       for t in trials],
             hoverinfo="text",
         ),
         row=1,

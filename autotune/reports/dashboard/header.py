@@ -31,7 +31,8 @@ def header_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
     baseline = snap.baseline()
     best = snap.best()
     ev = snap.evidence
-    recommended = ev.speedup(best["number"]) if best else None  # the recommendation's own figure, as every view shows it
+    # the recommendation's own figure, as every view shows it
+    recommended = ev.speedup(best["number"]) if best else None
     verdict = ev.verdict()
     # MFU as status and export show it (the configuration's samples/s over the peak of its precision, named)
     eff = efficiency(study, best["number"] if best else None)
@@ -159,7 +160,8 @@ def header_texts(h: Mapping[str, Any]) -> dict[str, Any]:
         [
             f"trials {format_duration(h['trial_time_s'])}" if h.get("trial_time_s") else "",
             (
-                f"{plural(again['count'], 're-measurement')} (noise floor, race, what each knob bought) {format_duration(again['time_s'])}"
+                f"{plural(again['count'], 're-measurement')} (noise floor, race, what each knob bought) "
+                f"{format_duration(again['time_s'])}"
                 + (" (estimated: each as long as its trial)" if again.get("estimated") else "")
             )
             if again.get("count")

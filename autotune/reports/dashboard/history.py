@@ -41,8 +41,8 @@ def remeasurements(study: StoredStudy | Snapshot) -> dict[int, dict[str, Any]]:
     :meth:`autotune.store.StoredStudy.remeasurements`; its shared processes, :meth:`~autotune.store.StoredStudy.blocks`,
     each of which measured several configurations alternately and whose time is shared equally by the trials it
     measured; and the ``confirmations`` of older studies). A measurement that stored its ``wall_s`` is *timed*; one
-    that did not (stored before autotune kept it) is *estimated* as long as the trial's own measurement (its ``duration_s``),
-    and said to be; one of a trial with no duration either is counted, untimed.
+    that did not (stored before autotune kept it) is *estimated* as long as the trial's own measurement
+    (its ``duration_s``), and said to be; one of a trial with no duration either is counted, untimed.
     """
     snap = Snapshot.of(study)
     durations = {r["number"]: r["duration_s"] for r in snap.rows}
@@ -70,7 +70,8 @@ def remeasurements(study: StoredStudy | Snapshot) -> dict[int, dict[str, Any]]:
         if m.round_id.startswith(CONFIRMATION):
             confirmed.append(m.trial)
             continue
-        kind = "race" if m.round_id.startswith(RoundId.prefix(RoundId.RACE)) else "noise floor" if m.round_id.startswith("floor-") else "other"
+        kind = ("race" if m.round_id.startswith(RoundId.prefix(RoundId.RACE))
+                else "noise floor" if m.round_id.startswith("floor-") else "other")
         wall = finite(m.wall_s)
         add(m.trial, kind, wall if wall is not None and wall >= 0 else None)
     for b in snap.study.blocks():

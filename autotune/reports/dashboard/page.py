@@ -85,13 +85,15 @@ def _note(text: str) -> str:
 
 def _header_html(h: Mapping[str, Any]) -> str:
     card_html = "".join(
-        f'<div class="card"><div class="label">{html_text(c["label"])}</div><div class="value">{html_text(c["value"])}</div>'
+        f'<div class="card"><div class="label">{html_text(c["label"])}</div>'
+        f'<div class="value">{html_text(c["value"])}</div>'
         f'<div class="sub">{html_text(c["sub"])}</div></div>'
         for c in h["cards"]
     )
     verdict = f'<p class="verdict" id="verdict">{html_text(h["verdict"]["text"])}</p>'
     return (
-        f'<header><h1>autotune study <span class="name">{html_text(h["name"])}</span></h1><p class="meta">{html_text(h["meta"])}</p>'
+        f'<header><h1>autotune study <span class="name">{html_text(h["name"])}</span></h1>'
+        f'<p class="meta">{html_text(h["meta"])}</p>'
         f'<div class="cards">{card_html}</div>{verdict}</header>'
     )
 
@@ -153,19 +155,25 @@ def _failures_html(info: Mapping[str, Any]) -> str:
         )
         body.append(
             f'<tr><td data-v="{r["number"]}">#{r["number"]}</td>'
-            f'<td data-v="{html_text(r["outcome"])}"><span class="pill" style="background:{OUTCOME_COLORS.get(r["outcome"], "#555")}">{html_text(r["outcome"])}</span>{cached}</td>'
+            f'<td data-v="{html_text(r["outcome"])}">'
+            f'<span class="pill" style="background:{OUTCOME_COLORS.get(r["outcome"], "#555")}">'
+            f'{html_text(r["outcome"])}</span>{cached}</td>'
             f'<td data-v="{html_text(r["error_type"])}" class="error">{kind}{html_text(message) or "-"}</td>'
-            f'<td data-v="{html_text(config_text(r["changes"]))}" class="config">{html_text(config_text(r["changes"]))}</td></tr>'
+            f'<td data-v="{html_text(config_text(r["changes"]))}" class="config">'
+            f'{html_text(config_text(r["changes"]))}</td></tr>'
         )
-    return f'<table class="sortable" id="failures-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    return (f'<table class="sortable" id="failures-table"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table>')
 
 
 def _failure_groups_html(info: Mapping[str, Any]) -> str:
-    """The failures of a large study, one row per distinct error (:func:`autotune.reports.dashboard.failures.failure_groups`)."""
+    """The failures of a large study, one row per distinct error
+    (:func:`autotune.reports.dashboard.failures.failure_groups`)."""
     groups = info["groups"]
     head = "".join(
         f'<th data-type="{k}" title="sort">{n}</th>'
-        for n, k in (("trials", "num"), ("outcome", "text"), ("error", "text"), ("which", "num"), ("configurations", "num"))
+        for n, k in (("trials", "num"), ("outcome", "text"), ("error", "text"), ("which", "num"),
+                     ("configurations", "num"))
     )
     body = []
     for g in groups:
@@ -175,7 +183,9 @@ def _failure_groups_html(info: Mapping[str, Any]) -> str:
         cached = f' <span class="dim">({g["cached"]:,} cached)</span>' if g["cached"] else ""
         body.append(
             f'<tr><td data-v="{g["count"]}">{g["count"]:,}</td>'
-            f'<td data-v="{html_text(g["outcome"])}"><span class="pill" style="background:{OUTCOME_COLORS.get(g["outcome"], "#555")}">{html_text(g["outcome"])}</span>{cached}</td>'
+            f'<td data-v="{html_text(g["outcome"])}">'
+            f'<span class="pill" style="background:{OUTCOME_COLORS.get(g["outcome"], "#555")}">'
+            f'{html_text(g["outcome"])}</span>{cached}</td>'
             f'<td data-v="{html_text(g["error_type"])}" class="error">{kind}{html_text(message) or "-"}</td>'
             f'<td data-v="{g["numbers"][0]}" class="config">{html_text(shown)}</td>'
             f'<td data-v="{g["configurations"]}">{g["configurations"]:,}</td></tr>'
@@ -195,7 +205,8 @@ def render_html(study: StoredStudy | Snapshot | Drawn, refresh_s: float | None =
     drew it (as the run that wrote a study last keeps it: :func:`autotune.reports.view.page_of`)."""
     drawn = study if isinstance(study, Drawn) else draw(study)
     refresh = f'<meta http-equiv="refresh" content="{max(1, round(refresh_s))}">' if refresh_s else ""
-    return (drawn.text.replace(_REFRESH, refresh, 1).replace(_GENERATED, html_text(time.strftime("%Y-%m-%d %H:%M:%S")), 1)
+    return (drawn.text.replace(_REFRESH, refresh, 1)
+            .replace(_GENERATED, html_text(time.strftime("%Y-%m-%d %H:%M:%S")), 1)
             .replace(_PLOTLY, _plotly_js(), 1))
 
 
@@ -249,7 +260,8 @@ def _render_html(info: Mapping[str, Any]) -> str:
     header = info["header"]
     page.add(_header_html(header))
     page.add(
-        '<nav><a href="#front">Pareto front</a><a href="#bought">What each knob bought</a><a href="#numerics">Numerics</a>'
+        '<nav><a href="#front">Pareto front</a><a href="#bought">What each knob bought</a>'
+        '<a href="#numerics">Numerics</a>'
         '<a href="#knobs">What each knob does</a><a href="#history">History</a>'
         '<a href="#time">Where time goes</a><a href="#failures">Failures</a></nav>'
     )
@@ -260,7 +272,8 @@ def _render_html(info: Mapping[str, Any]) -> str:
     if pareto["points"] or pareto["failed"]:
         section.append(page.figure(pareto_figure(pareto), name="pareto"))
         section.append(
-            '<p class="hint">Hover a point for its knobs. Failed trials sit at 0 samples/s, at their memory when known.</p>'
+            '<p class="hint">Hover a point for its knobs. '
+            'Failed trials sit at 0 samples/s, at their memory when known.</p>'
         )
     else:
         section.append(_note("No finished trial yet."))
@@ -270,7 +283,8 @@ def _render_html(info: Mapping[str, Any]) -> str:
 
     bought = info["bought"]
     if bought["steps"]:
-        section = [page.figure(ablation_figure(bought), name="ablation"), f'<p class="hint">{html_text(bought["text"])}.</p>']
+        section = [page.figure(ablation_figure(bought), name="ablation"),
+                   f'<p class="hint">{html_text(bought["text"])}.</p>']
     else:
         section = [_note("Measured once the race settles a gain: the path from the defaults to the winner, one knob "
                          "at a time, each step's speed-up in shared processes.")]
@@ -278,7 +292,8 @@ def _render_html(info: Mapping[str, Any]) -> str:
 
     numerics = info["numerics"]
     if numerics["curves"]:
-        section = [page.figure(numerics_figure(numerics), name="numerics"), f'<p class="hint">{html_text(numerics["text"])}; '
+        section = [page.figure(numerics_figure(numerics), name="numerics"),
+                   f'<p class="hint">{html_text(numerics["text"])}; '
                    "each run trained from the same weights on the same samples per optimizer step.</p>"]
     else:
         section = [_note("Checked once the verdict recommends a change: the recommendation trained beside the "
@@ -321,7 +336,8 @@ def _render_html(info: Mapping[str, Any]) -> str:
         section.append(page.figure(history_figure(history), name="history"))
         ref = history["reference"]["peak_memory_bytes"]
         section.append(
-            f'<p class="hint">Hypervolume reference point: 0 samples/s, {html_text(format_bytes(ref))} (1.1 × the largest peak memory of an ok trial).</p>'
+            f'<p class="hint">Hypervolume reference point: 0 samples/s, {html_text(format_bytes(ref))} '
+            '(1.1 × the largest peak memory of an ok trial).</p>'
         )
         section.append("<h3>Time per trial</h3>")
         section.append(page.figure(duration_figure(history), name="durations"))
@@ -333,7 +349,8 @@ def _render_html(info: Mapping[str, Any]) -> str:
                 + html_text(
                     join(
                         [
-                            f"On top of each trial, the time its configuration was measured again (noise floor, race, what each knob bought): "
+                            f"On top of each trial, the time its configuration was measured again "
+                            f"(noise floor, race, what each knob bought): "
                             f"{plural(again['count'], 're-measurement')}, {format_duration(again['time_s'])} in all",
                             f"{guessed} of them were not timed when stored and are estimated as long as their trial's "
                             f"own measurement (hatched)"
@@ -367,9 +384,11 @@ def _render_html(info: Mapping[str, Any]) -> str:
         "<!DOCTYPE html>\n"
         f'<html lang="en"><head><meta charset="utf-8">{_REFRESH}'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>autotune · {html_text(info['name'])}</title><style>{_asset('page.css')}</style><script>{_asset('early.js')}</script></head><body>"
+        f"<title>autotune · {html_text(info['name'])}</title><style>{_asset('page.css')}</style>"
+        f"<script>{_asset('early.js')}</script></head><body>"
         + "".join(page.parts)
-        + f"<footer>Generated {_GENERATED} by autotune. Everything on this page is embedded; it needs no network.</footer>"
+        + (f"<footer>Generated {_GENERATED} by autotune. "
+           "Everything on this page is embedded; it needs no network.</footer>")
         + '<pre id="autotune-selftest" hidden></pre>'
         + f'<script type="application/json" id="autotune-figures">{page.figures_json()}</script>'
         + f'<script type="application/octet-stream" id="autotune-plotly">{_PLOTLY}</script>'
@@ -467,5 +486,6 @@ def _plotly_js() -> str:
     its script element)."""
     global _PLOTLY_JS
     if _PLOTLY_JS is None:
-        _PLOTLY_JS = base64.b64encode(gzip.compress(plotly.offline.get_plotlyjs().encode("utf-8"), 9, mtime=0)).decode("ascii")
+        _PLOTLY_JS = base64.b64encode(
+            gzip.compress(plotly.offline.get_plotlyjs().encode("utf-8"), 9, mtime=0)).decode("ascii")
     return _PLOTLY_JS

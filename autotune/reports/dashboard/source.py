@@ -128,8 +128,9 @@ def _context(study: StoredStudy) -> knobs.Context | None:
 def _values_here(
     study: StoredStudy, ctx: knobs.Context | None, defaults: Mapping[str, Any]
 ) -> dict[str, list[Any]] | None:
-    """Each knob's values in the stored space as it applied on the study's machine (:func:`autotune.knobs.space.effective`:
-    ``threads = [1, 2, 4, 8, 16]`` is 1 and 2 on 2 CPUs); a knob it left out is absent. None when not known."""
+    """Each knob's values in the stored space as it applied on the study's machine
+    (:func:`autotune.knobs.space.effective`: ``threads = [1, 2, 4, 8, 16]`` is 1 and 2 on 2 CPUs); a knob it left out
+    is absent. None when not known."""
     stored = study.space
     if ctx is None or not isinstance(stored, Mapping) or not isinstance(stored.get("search"), Mapping):
         return None

@@ -19,7 +19,8 @@ from autotune.units import format_duration
 def history_figure(info: Mapping[str, Any]) -> go.Figure:
     """Best speed-up (or samples/s) so far and the front's hypervolume so far, by trial number."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    label = "best single (search) measurement so far / baseline" if info["metric"] == "speedup" else "best samples/s so far"
+    label = ("best single (search) measurement so far / baseline" if info["metric"] == "speedup"
+             else "best samples/s so far")
     best_x, best_y = _steps(info["numbers"], info["best_so_far"])
     share_x, share_y = _steps(info["numbers"], info["hypervolume_share"])
     fig.add_trace(
@@ -63,8 +64,8 @@ def history_figure(info: Mapping[str, Any]) -> go.Figure:
 
 
 def _steps(xs: list[Any], ys: list[Any]) -> tuple[list[Any], list[Any]]:
-    """A running best drawn as a step line (``shape="hv"``): past :data:`autotune.reports.dashboard.charts.DENSE` trials only the trials where it
-    changed, and the last one, are kept; the line drawn is the same."""
+    """A running best drawn as a step line (``shape="hv"``): past :data:`autotune.reports.dashboard.charts.DENSE`
+    trials only the trials where it changed, and the last one, are kept; the line drawn is the same."""
     if len(xs) <= charts.DENSE:
         return list(xs), list(ys)
     keep = [i for i in range(len(xs)) if i == 0 or i == len(xs) - 1 or ys[i] != ys[i - 1]]
@@ -86,7 +87,8 @@ def _trial_axis(fig: go.Figure, info: Mapping[str, Any]) -> None:
 
 def duration_figure(info: Mapping[str, Any]) -> go.Figure:
     """Time per trial, one bar per trial coloured by outcome, with its re-measurements (noise floor, race) on top
-    (past :data:`autotune.reports.dashboard.charts.DENSE` trials, one bar per bin of trials: :func:`_binned_duration_figure`)."""
+    (past :data:`autotune.reports.dashboard.charts.DENSE` trials, one bar per bin of trials:
+    :func:`_binned_duration_figure`)."""
     if len(info["durations"]) > charts.DENSE:
         return _binned_duration_figure(info)
     fig = go.Figure()
@@ -163,7 +165,8 @@ def _binned_duration_figure(info: Mapping[str, Any]) -> go.Figure:
     fig = go.Figure()
     for outcome, ys in sums.items():
         fig.add_trace(go.Bar(
-            x=xs, y=ys, width=width * 0.9, name=plotly_text(outcome), marker={"color": OUTCOME_COLORS.get(outcome, "#555")},
+            x=xs, y=ys, width=width * 0.9, name=plotly_text(outcome),
+            marker={"color": OUTCOME_COLORS.get(outcome, "#555")},
             hovertext=[f"trials #{a}-#{a + width - 1}: {n} {plotly_text(outcome)}, {format_duration(y)}"
                        for a, n, y in zip(starts, counts[outcome], ys)],
             hoverinfo="text"))
@@ -171,7 +174,8 @@ def _binned_duration_figure(info: Mapping[str, Any]) -> go.Figure:
         fig.add_trace(go.Bar(
             x=xs, y=again, width=width * 0.9, name="re-measured (noise floor, race, what each knob bought)",
             marker={"color": REMEASURE_COLOR},
-            hovertext=[f"trials #{a}-#{a + width - 1}: re-measurements {format_duration(y)}" for a, y in zip(starts, again)],
+            hovertext=[f"trials #{a}-#{a + width - 1}: re-measurements {format_duration(y)}"
+                       for a, y in zip(starts, again)],
             hoverinfo="text"))
     layout(fig, 300, xaxis_title=f"trial (bars of {width} trials)", yaxis_title=f"time per {width} trials (s)",
             barmode="stack", bargap=0.1)
@@ -181,7 +185,8 @@ def _binned_duration_figure(info: Mapping[str, Any]) -> go.Figure:
 def _remeasure_hover(d: Mapping[str, Any]) -> str:
     again = d["remeasured"]
     kinds = ", ".join(f"{n} {kind}" for kind, n in (again.get("by_kind") or {}).items())
-    parts = [f"#{d['number']} measured again {again['count']} time{'s' if again['count'] != 1 else ''} ({plotly_text(kinds)})"]
+    parts = [f"#{d['number']} measured again {again['count']} time{'s' if again['count'] != 1 else ''} "
+             f"({plotly_text(kinds)})"]
     if again.get("timed"):
         parts.append(f"{again['timed']} timed: {format_duration(again.get('timed_s'))}")
     if again.get("estimated"):
