@@ -14,8 +14,8 @@ def trial(number: int, role: str = "search", compile: str = "off", outcome: str 
           first: float | None = 1.0) -> StoredTrial:
     result = {"time_to_first_step_s": first} if outcome == R.OK else {}
     return StoredTrial(number, "complete", (100.0, 1e8) if outcome == R.OK else (0.0, 1e9), {}, {}, None, None,
-                       role=role, outcome=outcome, config={"compile": compile, "precision": "fp32"}, config_key=str(number),
-                       result=result, duration_s=duration)
+                       role=role, outcome=outcome, config={"compile": compile, "precision": "fp32"},
+                       config_key=str(number), result=result, duration_s=duration)
 
 
 BASE = trial(0, "baseline", duration=10.0, first=1.0)  # 9 s of windows after a 1 s first step
@@ -53,8 +53,8 @@ def test_a_trial_that_would_outlast_the_time_left_or_the_compile_limit_is_not_st
     compiled = trial(1, compile="default", duration=25.0, first=15.0)
     trials = [BASE, compiled]
     why = afford.why_not(trials, {"compile": "max-autotune"}, left_s=100.0)
-    assert why.startswith("compile=max-autotune: its first step (the compilation) included, a trial is predicted to take "
-                          "about 2m39s (10x compile=default's 15.0s here), more than the 1m40s left")
+    assert why.startswith("compile=max-autotune: its first step (the compilation) included, a trial is predicted "
+                          "to take about 2m39s (10x compile=default's 15.0s here), more than the 1m40s left")
     assert afford.why_not(trials, {"compile": "default"}, left_s=100.0) is None
     assert "past the 1m00s compile limit" in afford.why_not(trials, {"compile": "max-autotune"}, None, 60.0)
     assert afford.why_not(trials, {"compile": "off"}, left_s=5.0).startswith("a trial is predicted to take about 10.0s")

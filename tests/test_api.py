@@ -58,9 +58,11 @@ def test_tune_a_factory_defined_inside_the_test(tmp_path):
     assert result.study.study_name == "s" and result.measured == 3
     assert result.summary.measured == 3 and result.summary.new == 3
     # the repr shows the verdict as a user reads it: its headline, its details on the line below
-    assert isinstance(result.verdict, Verdict) and f"verdict: {result.verdict.headline or result.verdict.text}" in repr(result)
+    assert (isinstance(result.verdict, Verdict)
+            and f"verdict: {result.verdict.headline or result.verdict.text}" in repr(result))
     assert all(detail in repr(result) for detail in result.verdict.details)
-    assert result.front and all({"trial", "changes", "samples_per_s", "peak_memory_bytes", "speedup"} <= set(r) for r in result.front)
+    assert result.front and all({"trial", "changes", "samples_per_s", "peak_memory_bytes", "speedup"} <= set(r)
+                                for r in result.front)
     assert isinstance(result.noise, Noise) and result.noise.known
     batch = {t.number: t.config["batch_size"] for t in result.view.trials if t.config and t.duplicate_of is None}
     assert sorted(batch.values()) == [8, 32, 256]
@@ -89,8 +91,8 @@ def test_tune_a_factory_defined_inside_the_test(tmp_path):
     assert result.export(written, format="hf-trainer") == written.read_text()
 
     # A new tune() without the object resumes from the bytes stored with the study.
-    again = autotune.tune(None, study="s", storage=url, trials=3, space=str(tmp_path / "space.toml"), quick=True, confirm=0,
-                          progress=False)
+    again = autotune.tune(None, study="s", storage=url, trials=3, space=str(tmp_path / "space.toml"), quick=True,
+                          confirm=0, progress=False)
     assert again.summary.new == 0 and again.measured == 3
 
 
@@ -104,7 +106,8 @@ def test_an_unpicklable_callable_is_one_spec_error(tmp_path):
     with pytest.raises(SpecError) as info:
         autotune.tune(factory, trials=3, quick=True, storage=f"sqlite:///{tmp_path}/s.db", study="s", progress=False)
     message = str(info.value)
-    assert "\n" not in message and ".factory' cannot be sent" in message and "lock" in message and "inside the factory" in message
+    assert ("\n" not in message and ".factory' cannot be sent" in message and "lock" in message
+            and "inside the factory" in message)
     assert not (tmp_path / "s.db").exists()  # refused before anything ran or was stored
 
 
@@ -328,7 +331,8 @@ def test_default_study_names_tell_unrelated_workloads_apart():
     assert plain == "autotune.examples-mlp" and len({plain, wider, other}) == 3 and wider.startswith(plain + "-")
     one = api._spec(lambda: nn.Linear(4, 2), None, None, None, None, None)
     two = api._spec(lambda: nn.Linear(8, 2), None, None, None, None, None)
-    assert api.default_study(one) != api.default_study(two) and api.default_study(one).rsplit(".", 1)[-1].startswith("lambda-")
+    assert (api.default_study(one) != api.default_study(two)
+            and api.default_study(one).rsplit(".", 1)[-1].startswith("lambda-"))
 
 
 @pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
@@ -399,7 +403,8 @@ def test_no_message_is_rewritten_by_a_regular_expression():
     for module in (api, edge):
         tree = ast.parse(inspect.getsource(module))
         imported = {alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
-                    for alias in node.names} | {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+                    for alias in node.names} | {node.module for node in ast.walk(tree)
+                                                if isinstance(node, ast.ImportFrom)}
         assert "re" not in imported, module.__name__
 
 

@@ -9,7 +9,8 @@ from autotune.machine import hardware
 
 
 def test_a_cuda_device_without_an_index_is_set_as_cuda_0(monkeypatch):
-    """torch.cuda.set_device refuses torch.device("cuda"); a trial asked for "cuda" runs on cuda:0 (simulated: no GPU)."""
+    """torch.cuda.set_device refuses torch.device("cuda"); a trial asked for "cuda" runs on cuda:0 (simulated:
+    no GPU)."""
     seen = []
 
     def set_device(device):

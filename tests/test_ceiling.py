@@ -108,7 +108,8 @@ def test_a_study_fits_its_batch_sizes_to_the_ceiling_once_and_shows_it(tmp_path)
     assert prepared.ceiling is not None
     assert (prepared.ceiling.batch_size, prepared.ceiling.first_failing, prepared.ceiling.limit) == (48, 64, R.OOM)
     assert probes == [(b, o) for b, o, _ in prepared.ceiling.probes] and (64, R.OOM) in probes
-    assert prepared.tuner.seeds.space.search["batch_size"] == spaces.Dimension("batch_size", None, 16, 48, 16).with_value(32)
+    assert (prepared.tuner.seeds.space.search["batch_size"]
+            == spaces.Dimension("batch_size", None, 16, 48, 16).with_value(32))
     summary = prepared.run()
     trials = Store.open(url).read("capped").trials
     sizes = [t.config["batch_size"] for t in trials if t.config]
@@ -130,7 +131,8 @@ def test_a_study_fits_its_batch_sizes_to_the_ceiling_once_and_shows_it(tmp_path)
     assert json.loads(doc.output)["batch_ceiling"]["batch_size"] == 48
     from autotune.reports import dashboard
 
-    assert dashboard.header_info(Store.open(url).read("capped"))["batch_ceiling"]["text"].startswith("48 (64 ran out of memory")
+    assert dashboard.header_info(Store.open(url).read("capped"))["batch_ceiling"]["text"].startswith(
+        "48 (64 ran out of memory")
     assert recorded.describe(Store.open(url).read("capped")) == json.loads(doc.output)["batch_ceiling"]
 
 

@@ -18,4 +18,5 @@ def test_a_probe_reports_the_workloads_context():
 def test_a_probe_of_a_bad_spec_answers_with_the_users_error():
     answer = child.answer(ProbeRequest(spec=WorkloadSpec("surely_missing_pkg:net")))
     assert not answer.ok and answer.probe is None
-    assert answer.error["user"] and answer.error["type"] == "SpecError" and "surely_missing_pkg" in answer.error["message"]
+    assert (answer.error["user"] and answer.error["type"] == "SpecError"
+            and "surely_missing_pkg" in answer.error["message"])

@@ -122,7 +122,8 @@ def test_a_knob_left_at_the_users_setting_is_named_with_what_it_bought():
     two = claim.Left({"batch_size": 128, "optimizer_impl": "foreach"}, {"batch_size": 32, "optimizer_impl": "default"},
                  Ratio(0.99, 0.90, 1.09))
     assert two.lines() == ["batch_size: 32", "optimizer_impl: default"]
-    assert two.text() == "batch_size: 32, optimizer_impl: default (batch_size=128 optimizer_impl=foreach bought 0.99x (0.90-1.09) together)"
+    assert two.text() == ("batch_size: 32, optimizer_impl: default (batch_size=128 optimizer_impl=foreach bought "
+                          "0.99x (0.90-1.09) together)")
     assert one.to_dict()["text"] == one.text() and one.to_dict()["lines"] == one.lines()
 
 

@@ -23,7 +23,8 @@ def test_every_help_ends_with_examples(command):
     after = res.output.split("Examples:", 1)[1].splitlines()
     examples = [line.strip() for line in after if line.strip().startswith(f"autotune {command}")]
     assert len(examples) >= 2, f"`autotune {command} --help`: fewer than two examples after 'Examples:'"
-    assert all(line.strip().startswith("autotune ") for line in after[1:len(examples) + 1]), "examples lost their lines (\\b)"
+    assert all(line.strip().startswith("autotune ")
+               for line in after[1:len(examples) + 1]), "examples lost their lines (\\b)"
 
 
 def test_knobs_table_and_json():
@@ -171,7 +172,8 @@ def test_every_command_takes_the_storage_from_the_environment(args):
     res = CliRunner(env={"AUTOTUNE_STORAGE": SECRET_URL}).invoke(main, args)
     assert res.exit_code == 2, res.output
     assert "SECRETPW" not in res.output
-    assert res.output.startswith("error: the database server of postgresql://user:***@127.0.0.1:1/db is unreachable"), res.output
+    assert res.output.startswith("error: the database server of postgresql://user:***@127.0.0.1:1/db "
+                                 "is unreachable"), res.output
     assert res.output.strip().count("\n") == 0 and "Traceback" not in res.output
 
 
@@ -212,7 +214,8 @@ def test_the_cli_parses_before_it_imports_torch_or_optuna():
     import sys
 
     code = "import sys, autotune.cli; print(sorted(m for m in ('torch', 'optuna') if m in sys.modules))"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    assert (subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+            == "[]")
 
 
 @pytest.mark.slow  # 5 s in a full run on a 2-core CPU
@@ -226,7 +229,8 @@ def test_the_read_commands_import_neither_torch_nor_the_trial_modules(tmp_path):
 
     make_study(tmp_path / "s.db", n_trials=12, name="s")
     url = f"sqlite:///{tmp_path / 's.db'}"
-    heavy = ("torch", "scipy.stats", "autotune.trial.runner", "autotune.workloads.contract", "autotune.trial.protocol", "autotune.trial.plan")
+    heavy = ("torch", "scipy.stats", "autotune.trial.runner", "autotune.workloads.contract", "autotune.trial.protocol",
+             "autotune.trial.plan")
     for args in (["status", "s"], ["status", "s", "--json"], ["list"], ["export", "s", "-o", str(tmp_path / "x.json")],
                  ["dashboard", "s", "-o", str(tmp_path / "d.html")]):
         code = ("import sys; from autotune import cli\n"
@@ -241,14 +245,16 @@ def test_status_without_a_name_shows_the_only_study_or_lists_them(tmp_path, monk
 
     monkeypatch.chdir(tmp_path)
     res = CliRunner().invoke(main, ["status"])
-    assert res.exit_code == 2 and res.output.strip() == "error: no study in studies/: run one with `autotune run --model ...`"
+    assert (res.exit_code == 2
+            and res.output.strip() == "error: no study in studies/: run one with `autotune run --model ...`")
     (tmp_path / "studies").mkdir()
     make_study(tmp_path / "studies" / "one.db", n_trials=8, name="one")
     res = CliRunner().invoke(main, ["status"])
     assert res.exit_code == 0 and res.output.startswith("study one ")
     make_study(tmp_path / "studies" / "two.db", n_trials=8, name="two")
     res = CliRunner().invoke(main, ["status"])
-    assert res.exit_code == 2 and res.output.strip() == "error: which study? 2 in studies/: one, two (autotune status NAME)"
+    assert (res.exit_code == 2
+            and res.output.strip() == "error: which study? 2 in studies/: one, two (autotune status NAME)")
 
 
 def test_the_recommendation_is_the_first_row_of_the_front_table_even_off_the_front():
@@ -281,7 +287,8 @@ def test_a_trial_line_shows_one_measurement_as_one_measurement():
 
     assert speedup_text(Ratio(10.61, 1.03, 108.8, processes=1, reference_processes=3)) == "10.61x, 1 run"
     assert speedup_text(Ratio(1.2, 1.1, 1.3, processes=4, reference_processes=7)) == "1.20x (1.10-1.30)"
-    assert speedup_text(Ratio(1.0, 1.0, 1.0, processes=3, reference_processes=3), role="baseline") == "1.00x (the defaults)"
+    assert speedup_text(Ratio(1.0, 1.0, 1.0, processes=3, reference_processes=3), role="baseline") == (
+        "1.00x (the defaults)")
     # an interval from a few processes on a noisy machine is too wide to read: the line says so instead
     assert speedup_text(Ratio(10.34, 0.09, 1172.76, processes=2, reference_processes=3)) == (
         "10.34x, 2 runs (too noisy yet for an interval)")
@@ -294,7 +301,8 @@ def test_measure_says_compilation_only_when_it_compiled():
 
     res = TrialResult(outcome=OK, config={"compile": "off"}, samples_per_s=10.0, samples_per_s_cv=0.01,
                       window_samples_per_s=[10.0], step_time_s=0.1, samples_per_step=1, time_to_first_step_s=2.0,
-                      peak_memory_bytes=1, profile={"top_ops": [{"name": "## Call CompiledFxGraph fgqrddoohho5abcdefgh", "share": 0.5}]})
+                      peak_memory_bytes=1,
+                      profile={"top_ops": [{"name": "## Call CompiledFxGraph fgqrddoohho5abcdefgh", "share": 0.5}]})
     lines = dict(result_lines(res))
     assert lines["first step"] == "2.00 s"
     assert dict(result_lines(TrialResult(**{**res.__dict__, "config": {"compile": "default"}})))["first step"].endswith(

@@ -141,7 +141,8 @@ def test_refuses_another_memory_budget(mlp_study):
     [
         (["--space", "nosuchspace"], "no such space"),
         (["--storage", "sqlite:////nonexistent/dir/x.db"], "does not exist"),
-        (["--storage", "postgresql://autotune@127.0.0.1:1/none"], "the database server of postgresql://autotune@127.0.0.1:1/none is unreachable"),
+        (["--storage", "postgresql://autotune@127.0.0.1:1/none"],
+         "the database server of postgresql://autotune@127.0.0.1:1/none is unreachable"),
         (["--storage", "NOTADB"], "cannot be opened"),
         (["--storage", "nonsense"], "expected a URL"),
         (["--max-memory", "lots"], "expected a size"),
@@ -246,7 +247,8 @@ def test_interrupt_records_and_resume_remeasures(tmp_path, sig):
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 128 + int(sig), out  # 130 after Ctrl-C, 143 after SIGTERM, as shells expect
     assert "recorded as interrupted" in out and "Traceback" not in out
-    wait_until(lambda: not _alive(descendants), 1, lambda: f"the trial processes to end after the signal; alive: {_alive(descendants)}")
+    wait_until(lambda: not _alive(descendants), 1,
+               lambda: f"the trial processes to end after the signal; alive: {_alive(descendants)}")
     url = f"sqlite:///{tmp_path}/{name}.db"
     stopped = [t for t in stored(url, name).trials if t.outcome == "interrupted"]
     assert len(stopped) == 1 and stopped[0].state == "fail"
@@ -269,7 +271,8 @@ def test_sigkill_loses_nothing_finished(tmp_path):
     finished = {t.number: t.values for t in study.trials if t.state == "complete"}
     proc.kill()
     proc.communicate(timeout=60)
-    wait_until(lambda: not _alive(descendants), 10, lambda: f"the fork server and trial to end after kill -9; alive: {_alive(descendants)}")
+    wait_until(lambda: not _alive(descendants), 10,
+               lambda: f"the fork server and trial to end after kill -9; alive: {_alive(descendants)}")
     res = _start(tmp_path, name)
     out, _ = res.communicate(timeout=300)
     assert res.returncode == 0, out

@@ -72,7 +72,8 @@ def test_export_errors(study):
     res = CliRunner().invoke(main, ["export", "mlp", "--storage", url, "--max-memory", "0"])
     assert res.exit_code == 2 and res.output.strip().count("\n") == 0 and "must be positive" in res.output
     res = CliRunner().invoke(main, ["export", "mlp", "--storage", url, "-o", str(folder)])
-    assert res.exit_code == 2 and res.output.strip() == f"error: -o {folder}: is a folder; name a file, e.g. {folder / 'best.json'}"
+    assert (res.exit_code == 2
+            and res.output.strip() == f"error: -o {folder}: is a folder; name a file, e.g. {folder / 'best.json'}")
     assert not list(folder.glob("*.tmp"))
 
 
@@ -112,7 +113,8 @@ def test_apply_sets_every_knob(tmp_path, monkeypatch):
     path = tmp_path / "c.json"
     knobs = {"precision": "bf16", "memory_format": "channels_last", "batch_size": 8, "num_workers": 1,
              "persistent_workers": True, "optimizer_impl": "foreach", "threads": 1, "host_allocator": "retain"}
-    path.write_text(json.dumps({"schema": config.SCHEMA, "knobs": knobs, "context": {"device_type": "cpu", "task": "train", "input_rank": 4}}))
+    path.write_text(json.dumps({"schema": config.SCHEMA, "knobs": knobs,
+                                "context": {"device_type": "cpu", "task": "train", "input_rank": 4}}))
     cfg = autotune.load_config(path)
     model = autotune.examples.SmallResNet(width=8)
     dataset = autotune.examples.images(length=64, size=16)
@@ -143,7 +145,8 @@ def test_a_document_that_does_not_say_which_optimizer_keeps_the_optimizer_kernel
 
 
 
-# ---------------------------------------------------------------- a loop the way people write it: scheduler, clipping, eval
+# ---------------------------------------------------------------- a loop the way people write it:
+# scheduler, clipping, eval
 
 
 class Pairs(torch.utils.data.Dataset):
@@ -202,7 +205,8 @@ def test_the_scheduler_is_built_on_the_optimizer_the_configuration_rebuilt():
     cfg = small_config(optimizer_impl="foreach")
     built_on = []
     applied = cfg.apply(model, Pairs(), mine, report_speed=False,
-                        scheduler=lambda opt: built_on.append(opt) or torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0))
+                        scheduler=lambda opt: (built_on.append(opt)
+                                               or torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)))
     assert applied.optimizer is not mine and applied.optimizer.param_groups[0]["foreach"] is True
     assert built_on == [applied.optimizer] and applied.step.optimizer is applied.optimizer
     # a scheduler already built on the optimizer the configuration replaced would drive nothing: refused, saying why
@@ -237,7 +241,8 @@ def test_clipping_bounds_the_gradient_norm_at_each_optimizer_step(accumulation):
 def test_under_fp16_the_gradscaler_unscales_before_clipping():
     # fp16 autocast and its GradScaler run on a CPU too (torch.amp.GradScaler("cpu")): the path a CUDA fp16 study takes
     model = nn.Linear(4, 2)
-    applied = small_config(precision="fp16").apply(model, Pairs(scale=1.0), torch.optim.SGD(model.parameters(), lr=1e-3),
+    applied = small_config(precision="fp16").apply(model, Pairs(scale=1.0),
+                                                   torch.optim.SGD(model.parameters(), lr=1e-3),
                                                    report_speed=False, clip_grad_norm=0.01)
     _, loader, step = applied
     scaler = step.stepper.scaler

@@ -77,13 +77,15 @@ def axis_title(fig: dict, axis: str) -> str | None:
 
 def pareto_figure(figures: list[dict]) -> dict:
     """The page's one samples/s-against-peak-memory figure."""
-    (fig,) = [f for f in figures if (axis_title(f, "xaxis") or "").startswith("peak memory") and axis_title(f, "yaxis") == "samples/s"]
+    (fig,) = [f for f in figures
+              if (axis_title(f, "xaxis") or "").startswith("peak memory") and axis_title(f, "yaxis") == "samples/s"]
     return fig
 
 
 def trials_card(page: str) -> tuple[int, list[str]]:
     """The header's trials card: the count, and its outcome counts ("6 ok", "1 running", ...)."""
-    card = re.search(r'<div class="label">trials</div><div class="value">(\d+)</div><div class="sub">([^<]*)</div>', page)
+    card = re.search(r'<div class="label">trials</div><div class="value">(\d+)</div>'
+                     r'<div class="sub">([^<]*)</div>', page)
     assert card, "the page has no trials card"
     return int(card.group(1)), card.group(2).split(";")[0].split(", ")
 
@@ -163,7 +165,8 @@ def test_front_table_info(snap):
     # the MFU of each row is the one every view shows (autotune.evidence.efficiency), never a trial's own record
     from autotune.evidence import efficiency
 
-    expected = {r["number"]: (f.mfu if (f := efficiency.figure(snap.study, r["number"])) else None) for r in info["rows"]}
+    expected = {r["number"]: (f.mfu if (f := efficiency.figure(snap.study, r["number"])) else None)
+                for r in info["rows"]}
     assert {r["number"]: r["mfu"] for r in info["rows"]} == expected
     assert info["has_mfu"] == any(v is not None for v in expected.values())
 
@@ -354,8 +357,10 @@ def test_write_dashboard(stored, tmp_path):
     assert report.write_dashboard(study, str(target)) == target
     page = target.read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and "http-equiv" not in page
-    packed = re.findall(r'<script type="application/octet-stream" id="autotune-plotly">([A-Za-z0-9+/=]+)</script>', page)
-    assert len(packed) == 1 and gzip.decompress(base64.b64decode(packed[0])).decode().count("plotly.js v") == 1  # embedded once
+    packed = re.findall(r'<script type="application/octet-stream" id="autotune-plotly">([A-Za-z0-9+/=]+)</script>',
+                        page)
+    # embedded once
+    assert len(packed) == 1 and gzip.decompress(base64.b64decode(packed[0])).decode().count("plotly.js v") == 1
     assert len(page) < 2.5e6  # compressed: plotly.js alone is 4.8 MB
     assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=", page)  # nothing to fetch
     assert [p.name for p in target.parent.iterdir()] == ["demo.html"]  # no temp file left
@@ -432,10 +437,12 @@ def test_empty_and_foreign_studies_render(tmp_path):
     assert trials_card(page) == (7, ["6 ok", "1 error"])
     figures = page_figures(page)
     (parallel,) = [f for f in figures if [t["type"] for t in f["data"]] == ["parcoords"]]
-    assert [d["label"] for d in parallel["data"][0]["dimensions"]][:2] == ["c", "x"]  # its own parameters, drawn as knobs
+    # its own parameters, drawn as knobs
+    assert [d["label"] for d in parallel["data"][0]["dimensions"]][:2] == ["c", "x"]
     pareto = pareto_figure(figures)
     assert sorted(trace["name"] for trace in pareto["data"]) == ["error (1)", "trials (6)"]
-    assert sorted(pareto["data"][[t["name"] for t in pareto["data"]].index("trials (6)")]["y"]) == sorted(t.value for t in foreign.trials[:6])
+    assert (sorted(pareto["data"][[t["name"] for t in pareto["data"]].index("trials (6)")]["y"])
+            == sorted(t.value for t in foreign.trials[:6]))
     nan_study = optuna.create_study(directions=["maximize", "minimize"])
     t = nan_study.ask()
     writing.mark(t, outcome="ok", result={"samples_per_s": math.inf, "peak_memory_bytes": "lots", "profile": "oops"})
@@ -628,7 +635,8 @@ def test_race_time_is_shown_as_measured_where_stored():
     stored = [m.wall_s for m in study.remeasurements()]
     assert 12.5 in stored and again["time_s"] == pytest.approx(sum(stored))
     fig = report.duration_figure(report.history_info(study))
-    assert [t.name for t in fig.data if t.name.startswith("re-measured")] == ["re-measured (noise floor, race, what each knob bought)"]
+    assert [t.name for t in fig.data if t.name.startswith("re-measured")] == [
+        "re-measured (noise floor, race, what each knob bought)"]
 
 
 def busy_threads_speed(config):
@@ -764,4 +772,5 @@ def test_before_any_ablation_the_page_says_what_will_be_shown():
     study = made(n_trials=12, seed=0, with_failures=False)
     assert report.ablation_info(study)["steps"] == []
     page = report.render_html(study)
-    assert 'id="bought"' in page and 'data-name="ablation"' not in page and "Measured once the race settles a gain" in page
+    assert ('id="bought"' in page and 'data-name="ablation"' not in page
+            and "Measured once the race settles a gain" in page)

@@ -279,7 +279,8 @@ def test_a_study_of_ten_thousand_trials_draws_every_figure_in_a_small_page(tmp_p
     front = len(evidence_of(view).front())
     assert f"Pareto front ({front})" in pareto["legend"]
     parallel = report.parallel_info(view)  # a sample of the lines, every front point among them
-    assert len(parallel["numbers"]) == 1000 < parallel["of"] and set(evidence_of(view).front()) <= set(parallel["numbers"])
+    assert (len(parallel["numbers"]) == 1000 < parallel["of"]
+            and set(evidence_of(view).front()) <= set(parallel["numbers"]))
     assert any("of the" in h and "ok trials are drawn" in h for h in summary["hints"])
     failed = report.failures_info(view)["rows"]
     counts: dict[str, int] = {}

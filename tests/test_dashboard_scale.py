@@ -1,5 +1,5 @@
-"""The dashboard of a large study (autotune.reports.dashboard past its thresholds): the cloud and the failures in WebGL with
-their numbers as typed arrays, the histories aggregated, the failures table grouped by error, and a page whose size
+"""The dashboard of a large study (autotune.reports.dashboard past its thresholds): the cloud and the failures in WebGL
+with their numbers as typed arrays, the histories aggregated, the failures table grouped by error, and a page whose size
 grows far slower than the study. The thresholds are lowered (module constants) so that studies of a few hundred
 trials stand for ones of 100,000 and the tests take seconds; tests/test_dashboard_browser.py draws a real 10,000."""
 
@@ -59,7 +59,8 @@ def test_a_large_cloud_and_its_failures_are_drawn_in_webgl_every_one_exactly(sma
     assert typed(cloud[0]["customdata"]) == [p["number"] for p in drawn]
     assert typed(cloud[0]["y"]) == [p["samples_per_s"] for p in drawn]  # exact: the doubles themselves
     (front,) = [t for t in traces if t["name"].startswith("Pareto front")]
-    assert front["type"] == "scatter" and len(front["hovertext"]) == len(info["front"]) == len(evidence_of(study).front())
+    assert (front["type"] == "scatter"
+            and len(front["hovertext"]) == len(info["front"]) == len(evidence_of(study).front()))
     failed = [t for t in traces if t.get("legendgroup", "").startswith("failed:")]
     assert failed and all(t["type"] == "scattergl" for t in failed)
     by_outcome: dict[str, list[int]] = {}

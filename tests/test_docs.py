@@ -175,7 +175,8 @@ DEVELOPMENT_WORDS = re.compile(r"\bissue \d+|the issue's|\bAUTOTUNE_(?:PAIRED|DO
 def test_user_pages_carry_no_development_words():
     found = [f"{doc.name}: {m.group(0)!r}" for doc in (README, *PAGES) if doc.name not in CONTRIBUTORS
              for m in DEVELOPMENT_WORDS.finditer(doc.read_text(encoding="utf-8"))]
-    assert not found, "development words on user pages (they belong on architecture or contributing):\n" + "\n".join(found)
+    assert not found, ("development words on user pages (they belong on architecture or contributing):\n"
+                       + "\n".join(found))
 
 
 # ---------------------------------------------------------------- no drift

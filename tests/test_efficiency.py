@@ -86,8 +86,10 @@ def test_a_cpu_has_no_peak_and_says_so():
 
 def test_a_peak_is_named_in_words():
     assert peaks.peak(H200, "bf16").text() == "this H200's dense bf16 peak, 989 TFLOP/s"
-    assert peaks.peak(H200, "fp32").text() == "this H200's fp32 peak, 66.9 TFLOP/s"  # no sparse fp32 figure: not "dense"
-    assert peaks.peak("NVIDIA A10G", "bf16").text().endswith("(the A10's datasheet: NVIDIA publishes none for the A10G)")
+    # no sparse fp32 figure: not "dense"
+    assert peaks.peak(H200, "fp32").text() == "this H200's fp32 peak, 66.9 TFLOP/s"
+    assert peaks.peak("NVIDIA A10G", "bf16").text().endswith(
+        "(the A10's datasheet: NVIDIA publishes none for the A10G)")
     assert [peaks.tflops(x * 1e12) for x in (989.4, 494.7, 66.9, 8.1, 1979)] == [
         "989 TFLOP/s", "495 TFLOP/s", "66.9 TFLOP/s", "8.1 TFLOP/s", "1980 TFLOP/s"]
     assert [peaks.sixteen_bit(n) for n in (H200, "Tesla V100-SXM2-16GB", "NVIDIA B200")] == ["bf16", "fp16", None]
@@ -215,9 +217,10 @@ def test_far_from_the_peak_it_names_what_the_study_did_not_try():
 
 def test_what_the_study_tried_is_not_hinted():
     study = slow()
-    tried = study.with_trials([dataclasses.replace(t, config={**t.config, "compile": "reduce-overhead"}) if t.number == 2
-                               else t for t in study.trials])
-    assert "compile" not in hinted(rewritten(tried, precision="fp32"))  # one trial with CUDA graphs, whatever its outcome
+    tried = study.with_trials([dataclasses.replace(t, config={**t.config, "compile": "reduce-overhead"})
+                               if t.number == 2 else t for t in study.trials])
+    # one trial with CUDA graphs, whatever its outcome
+    assert "compile" not in hinted(rewritten(tried, precision="fp32"))
     assert "compile" not in hinted(rewritten(study, compile="max-autotune"))  # max-autotune captures CUDA graphs too
     assert "precision" not in hinted(rewritten(study, precision="fp16"))  # 16-bit autocast was tried
     assert "batch_size" not in hinted(rewritten(study, batch_size=64))  # above the defaults' 32, and #0 below the top
@@ -226,7 +229,8 @@ def test_what_the_study_tried_is_not_hinted():
 def test_a_larger_batch_is_hinted_at_the_top_of_what_was_tried_unless_the_ceiling_says_it_does_not_fit():
     study = rewritten(slow(), batch_size=64, precision="fp32")
     top = next(t.number for t in study.trials if t.role != "baseline" and t.ok)
-    assert hinted(study, top)["batch_size"] == ">64" and f"#{top}'s 64 is the largest tried" in efficiency(study, top).text
+    assert (hinted(study, top)["batch_size"] == ">64"
+            and f"#{top}'s 64 is the largest tried" in efficiency(study, top).text)
     ceiling = {"batch_size": 64, "limit": "oom", "first_failing": 80, "probes": [], "seconds": 1.0}
     capped = rewritten(slow(batch_ceiling=ceiling), batch_size=64, precision="fp32")
     assert "batch_size" not in hinted(capped, top)
@@ -267,9 +271,11 @@ def test_status_json_export_and_the_dashboard_show_the_same_figure(tmp_path):
     assert lines.index("verdict: ") < lines.index("hardware: ")  # the line after the verdict
     exported = json.loads(invoke("export", "h200", "--storage", url).output)["measured"]
     assert exported["mfu"] == pytest.approx(eff.mfu)
-    assert exported["mfu_peak"] == "this H200's dense bf16 peak, 989 TFLOP/s" and exported["mfu_peak_flops"] == eff.peak_flops
+    assert (exported["mfu_peak"] == "this H200's dense bf16 peak, 989 TFLOP/s"
+            and exported["mfu_peak_flops"] == eff.peak_flops)
     header = report.header_info(Store(url, read_only=True).read("h200"))
-    assert header["best"]["mfu"] == pytest.approx(eff.mfu) and header["baseline"]["mfu"] == pytest.approx(eff.baseline.mfu)
+    assert (header["best"]["mfu"] == pytest.approx(eff.mfu)
+            and header["baseline"]["mfu"] == pytest.approx(eff.baseline.mfu))
     cards = {c["label"]: c for c in header["cards"]}
     assert f"MFU {100 * eff.mfu:.1f}% of the dense bf16 peak (989 TFLOP/s)" in cards["speed-up (90% interval)"]["sub"]
     assert f"MFU {100 * eff.baseline.mfu:.1f}% of the fp32 peak (66.9 TFLOP/s)" in cards["baseline"]["value"]

@@ -25,10 +25,13 @@ def python(name: str) -> str:
 
 def test_str_reads_in_the_command_lines_words_and_an_edge_in_its_own():
     exc = StudyError(f"was made with {named('max_memory_bytes', '--max-memory 20 GiB', repr('20 GiB'))}; start a new "
-                     f"study with {named('study', '--study mlp-2', repr('mlp-2'))} or raise {named('trial_timeout_s', '--trial-timeout')}")
-    assert str(exc) == "was made with --max-memory 20 GiB; start a new study with --study mlp-2 or raise --trial-timeout"
+                     f"study with {named('study', '--study mlp-2', repr('mlp-2'))} or raise "
+                     f"{named('trial_timeout_s', '--trial-timeout')}")
+    assert str(exc) == ("was made with --max-memory 20 GiB; start a new study with --study mlp-2 or raise "
+                        "--trial-timeout")
     worded = exc.in_words(python)
-    assert str(worded) == "was made with max_memory_bytes='20 GiB'; start a new study with study='mlp-2' or raise trial_timeout="
+    assert str(worded) == ("was made with max_memory_bytes='20 GiB'; start a new study with study='mlp-2' or raise "
+                           "trial_timeout=")
     assert type(worded) is StudyError and OPEN not in worded.said and exc.said != str(exc)
 
 
@@ -65,8 +68,10 @@ def test_a_plain_message_is_untouched_and_a_field_error_keeps_its_own_words():
     from autotune.request import FIELDS
 
     bad = FIELDS["trial_timeout_s"].error("must be positive, not -1", -1)  # as the declaration makes it
-    assert isinstance(bad, FieldValueError) and (bad.field, bad.problem, bad.value) == ("trial_timeout_s", "must be positive, not -1", -1)
-    assert str(bad) == "the trial timeout (trial_timeout_s=) must be positive, not -1"  # built directly: the request's words
+    assert (isinstance(bad, FieldValueError)
+            and (bad.field, bad.problem, bad.value) == ("trial_timeout_s", "must be positive, not -1", -1))
+    # built directly: the request's words
+    assert str(bad) == "the trial timeout (trial_timeout_s=) must be positive, not -1"
     assert str(bad.in_words(python)) == "the trial timeout (trial_timeout=) must be positive, not -1"
     assert in_words(bad.said) == "the trial timeout (--trial-timeout) must be positive, not -1"
     again = pickle.loads(pickle.dumps(bad))
@@ -76,12 +81,14 @@ def test_a_plain_message_is_untouched_and_a_field_error_keeps_its_own_words():
 def test_a_text_that_is_no_error_reads_as_the_command_lines_wherever_it_goes():
     """A verdict's text: the CLI's words as a str (stored, compared, written to JSON, pickled), its terms kept."""
     text = Said(f"measured once (run with {named('confirm', '--confirm')})")
-    assert text == "measured once (run with --confirm)" and json.dumps([text]) == '["measured once (run with --confirm)"]'
+    assert (text == "measured once (run with --confirm)"
+            and json.dumps([text]) == '["measured once (run with --confirm)"]')
     assert text.in_words(python) == "measured once (run with confirm=)"
     again = pickle.loads(pickle.dumps(text))
     assert again == text and again.in_words(python) == text.in_words(python)
     composed = Said(f"{said(text)}; on a busy machine")
-    assert composed == f"{text}; on a busy machine" and composed.in_words(python).endswith("(run with confirm=); on a busy machine")
+    assert (composed == f"{text}; on a busy machine"
+            and composed.in_words(python).endswith("(run with confirm=); on a busy machine"))
     assert said("plain") == "plain" and OPEN not in f"{text}"
 
 
@@ -96,16 +103,18 @@ def test_errors_import_nothing_of_autotunes():
 #: Texts below the edges that still spell a declared option in the command line's words, and why. Every other
 #: message names its options as terms (autotune.request.option), which each surface words as its own.
 CLI_WORDS_LEFT = {
-    "autotune/tuning/phases/race.py": "why the race stopped: stored with the study's race record and composed into the run's "
-                               "summary line by autotune.tuning.loop, which shows it as text",
+    "autotune/tuning/phases/race.py": "why the race stopped: stored with the study's race record and composed into "
+                               "the run's summary line by autotune.tuning.loop, which shows it as text",
     "autotune/tuning/phases/bought.py": "as the race's: why the ablation stopped, stored with its record",
-    "autotune/tuning/phases/search.py": "why the search stopped: composed into the run's summary line by autotune.tuning.loop",
+    "autotune/tuning/phases/search.py": "why the search stopped: composed into the run's summary line by "
+                                        "autotune.tuning.loop",
     "autotune/tuning/progress.py": "the lines a run prints as each trial ends (its own wording for both surfaces)",
     "autotune/evidence/ceiling.py": "the batch ceiling's text, of what is stored with the study, printed as it is",
     "autotune/knobs/registry.py": "a knob's description (the knobs table and the space files' comments)",
-    "autotune/testing/studies.py": "made-up studies for tests and benchmarks: the race record's stored text, as the race writes it",
-    "autotune/workloads/shipping.py": "a command line given as one on both surfaces (`autotune worker --study NAME`), beside its "
-                            "Python counterpart (autotune.tune(..., study=NAME))",
+    "autotune/testing/studies.py": "made-up studies for tests and benchmarks: the race record's stored text, as the "
+                                   "race writes it",
+    "autotune/workloads/shipping.py": "a command line given as one on both surfaces (`autotune worker --study NAME`), "
+                            "beside its Python counterpart (autotune.tune(..., study=NAME))",
 }
 
 
@@ -118,7 +127,8 @@ def _strings(tree: ast.AST) -> list[tuple[int, str]]:
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
                 skip.add(id(first.value))
-        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in ("named", "either"):
+        if (isinstance(node, ast.Call)
+                and getattr(node.func, "id", getattr(node.func, "attr", "")) in ("named", "either")):
             skip.update(id(n) for arg in node.args for n in ast.walk(arg))
     return [(node.lineno, node.value) for node in ast.walk(tree)
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip]
@@ -179,7 +189,8 @@ def test_no_marker_reaches_a_stored_trial_an_export_a_framework_snippet_or_a_pri
         return measure(config)
 
     base = S.base_config(ctx, sp.fixed, None)
-    S.Tuner(live, Seeds(space.effective(sp, ctx, base), ctx, base), Bench(evaluate), S.Options(trials=6, numerics="off")).run()
+    S.Tuner(live, Seeds(space.effective(sp, ctx, base), ctx, base), Bench(evaluate),
+            S.Options(trials=6, numerics="off")).run()
     study = Store(url, read_only=True).read("w")
     slower = [t for t in study.trials if t.outcome == R.SLOWER]
     assert slower and all(t.error["message"].endswith("(--compile-limit)") for t in slower)

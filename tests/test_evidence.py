@@ -45,7 +45,8 @@ def baseline(study: optuna.Study, rate: float, peak_mib: float = 100, **marks) -
     return trial(study, rate, peak_mib, role="baseline", config=marks.pop("config", {"batch_size": 32}), **marks)
 
 
-def measured(study: optuna.Study, round_id: str, rates: dict[int, float | None], other_cores: float | None = None) -> None:
+def measured(study: optuna.Study, round_id: str, rates: dict[int, float | None],
+             other_cores: float | None = None) -> None:
     """Each trial of ``rates`` measured again in a process of its own in round ``round_id`` (None: it failed)."""
     for n, r in rates.items():
         writing.save_measurement(study, n, round_id, samples_per_s=r, outcome=R.OK if r else R.ERROR,
@@ -154,7 +155,8 @@ def test_a_study_builds_its_evidence_once_from_its_stored_view():
     baseline(study, 100.0, 50), trial(study, 150.0)
     stored = StoredStudy.of(study)
     assert evidence_of(stored) is evidence_of(stored) and evidence_of(stored).study is stored
-    assert Evidence(stored, 1).front() == [] and evidence_of(stored).front() == [1, 0]  # another budget, another evidence
+    # another budget, another evidence
+    assert Evidence(stored, 1).front() == [] and evidence_of(stored).front() == [1, 0]
 
 
 def test_a_studys_evidence_is_built_once_per_read_and_a_new_read_gets_its_own():
@@ -180,7 +182,8 @@ FP = {"cpu_count": 2}
 
 def loaded(study: optuna.Study, rate: float, other: float, role: str = "search", **changes) -> int:
     """A trial whose own measurement was taken while other processes used ``other`` cores."""
-    return trial(study, rate, role=role, config={**BASE, **changes}, result={"load": {"other_cores": other, "cores": 2}})
+    return trial(study, rate, role=role, config={**BASE, **changes},
+                 result={"load": {"other_cores": other, "cores": 2}})
 
 
 def rounds(study: optuna.Study, loads: dict[int, tuple[float, float]], prefix: str = "race-a-", n: int = 4) -> None:
@@ -220,8 +223,9 @@ def test_with_nothing_else_separated_a_busy_study_keeps_the_defaults():
     loaded(study, 100.0, 1.0, role="baseline"), loaded(study, 300.0, 1.0, threads=1)
     rounds(study, {0: (100.0, 1.0), 1: (300.0, 1.0)})
     v = evidence(study).verdict()
-    assert v.state == "no_gain" and v.text.startswith("keep the defaults: no configuration beats PyTorch's defaults beyond "
-                                                      "the noise once the load-sensitive knobs are set aside; #1 (threads=1)")
+    assert v.state == "no_gain" and v.text.startswith("keep the defaults: no configuration beats PyTorch's defaults "
+                                                      "beyond the noise once the load-sensitive knobs are set aside; "
+                                                      "#1 (threads=1)")
     assert v.details and v.details[0].startswith("#1 (threads=1)")  # the why: on the line below the headline
 
 
@@ -247,8 +251,8 @@ def test_on_a_busy_machine_the_claim_reverts_the_load_sensitive_knob_alone_not_t
     reduced = loaded(study, 150.0, 1.0, role="minimal", precision="bf16")
     live.save_confirm(confirm_id, replace(record, reduced=reduced))
     for k in range(1, record.processes + 1):
-        measured(study, f"{claim.CONFIRM}{confirm_id}-{k:02d}", {0: 100.0 * (1 + 0.01 * k), reduced: 150.0 * (1 - 0.01 * k)},
-                 other_cores=1.0)
+        measured(study, f"{claim.CONFIRM}{confirm_id}-{k:02d}",
+                 {0: 100.0 * (1 + 0.01 * k), reduced: 150.0 * (1 - 0.01 * k)}, other_cores=1.0)
     v = evidence(study).verdict()
     assert v.state == "gain" and v.winner == reduced, v
     assert v.headline.startswith(f"use #{reduced} (precision=bf16): 1.")
@@ -281,7 +285,8 @@ def test_figures_measured_on_a_share_of_the_machine_say_so_in_the_verdict():
     ev = evidence(study)
     assert ev.load.cores == 1 and ev.load.machine_cores == 2 and not ev.load.was_busy
     v = ev.verdict()
-    assert v.state == "gain" and v.text.endswith("measured on 1 of the machine's 2 CPUs: the figures hold for such a share")
+    assert (v.state == "gain"
+            and v.text.endswith("measured on 1 of the machine's 2 CPUs: the figures hold for such a share"))
     whole = new_study(fingerprint=FP)
     loaded(whole, 100.0, 0.1, role="baseline"), loaded(whole, 150.0, 0.1, precision="bf16")
     rounds(whole, {0: (100.0, 0.1), 1: (150.0, 0.1)})
@@ -313,7 +318,8 @@ def test_a_configuration_measured_only_while_much_busier_is_raced_again_and_can_
 def paired_process(study: optuna.Study, round_id: str, rates: dict[str, float | None], other_cores: float = 0.0,
                    outcomes: dict[str, str] | None = None, **purpose) -> None:
     """One process that measured several configurations (by key) alternately, as autotune.trial.paired stores it."""
-    arms = [{"key": k, "trial": None, "samples_per_s": r, "outcome": (outcomes or {}).get(k) or (R.OK if r else R.ERROR)}
+    arms = [{"key": k, "trial": None, "samples_per_s": r,
+             "outcome": (outcomes or {}).get(k) or (R.OK if r else R.ERROR)}
             for k, r in rates.items()]
     writing.save_paired(study, round_id, arms, other_cores=other_cores, wall_s=None, **purpose)
 

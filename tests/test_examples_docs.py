@@ -17,7 +17,8 @@ EXAMPLES = ROOT / "docs" / "examples"
 @pytest.mark.slow  # about a minute on a 2-core CPU: each trial process imports transformers
 def test_tune_hf_model_example(tmp_path):
     if importlib.util.find_spec("transformers") is None:
-        pytest.skip("transformers is not installed (pip install -e '.[hf]'): docs/examples/tune_hf_model.py tunes hf:gpt2")
+        pytest.skip("transformers is not installed (pip install -e '.[hf]'): docs/examples/tune_hf_model.py tunes "
+                    "hf:gpt2")
     env = {**os.environ, "AUTOTUNE_EXAMPLE_TRIALS": "3",
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     done = subprocess.run([sys.executable, str(EXAMPLES / "tune_hf_model.py"), str(tmp_path)], cwd=tmp_path, env=env,

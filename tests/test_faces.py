@@ -25,7 +25,8 @@ def test_a_built_in_example_goes_by_its_public_spec():
 
 
 def test_the_package_face_names_its_public_api():
-    assert set(autotune.__all__) == {"TuneResult", "Workload", "load_config", "measure", "tune", "verify", "__version__"}
+    assert set(autotune.__all__) == {"TuneResult", "Workload", "load_config", "measure", "tune", "verify",
+                                     "__version__"}
     from autotune._version import __version__
 
     assert autotune.__version__ == __version__

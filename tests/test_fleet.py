@@ -40,7 +40,8 @@ def env() -> dict[str, str]:
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "autotune.cli", *args], cwd=cwd, env=env(), capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-m", "autotune.cli", *args], cwd=cwd, env=env(), capture_output=True,
+                          text=True, timeout=600)
 
 
 def start(*args: str, cwd: Path) -> subprocess.Popen:
@@ -48,10 +49,12 @@ def start(*args: str, cwd: Path) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def submit(url: str, tmp_path: Path, name: str = "job", trials: int = 20, model: str = "failing_workloads:tiny") -> None:
+def submit(url: str, tmp_path: Path, name: str = "job", trials: int = 20,
+           model: str = "failing_workloads:tiny") -> None:
     (tmp_path / "space.toml").write_text(SPACE)
     res = cli("submit", "--model", model, "--space", str(tmp_path / "space.toml"), "--study", name, "--storage", url,
-              "--trials", str(trials), "--quick", "--no-early-stop", "--confirm", "0", "--seed", "1", "--sampler", "tpe", cwd=tmp_path)
+              "--trials", str(trials), "--quick", "--no-early-stop", "--confirm", "0", "--seed", "1", "--sampler",
+              "tpe", cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -109,7 +112,8 @@ def owner_pid(trial: StoredTrial) -> int | None:
 
 
 def run_workers(url: str, tmp_path: Path, n: int = 3) -> list[subprocess.Popen]:
-    return [start("worker", "--all", "--storage", url, "--exit-when-idle", "--poll", "1", cwd=tmp_path) for _ in range(n)]
+    return [start("worker", "--all", "--storage", url, "--exit-when-idle", "--poll", "1", cwd=tmp_path)
+            for _ in range(n)]
 
 
 def finish(procs: list[subprocess.Popen]) -> list[str]:
@@ -136,7 +140,8 @@ def test_three_workers_finish_a_20_trial_job_exactly_on_postgres(postgres_url, t
     # the study records where each trial ran: this host, on the cores the workers may use
     where = {(t.placement["host"], tuple(t.placement["cpus"])) for t in measured}
     assert where == {(socket.gethostname(), tuple(sorted(os.sched_getaffinity(0))))}, where
-    # each worker printed a line for each trial it measured (whatever its outcome: on a loaded machine a trial may time out)
+    # each worker printed a line for each trial it measured (whatever its outcome: on a loaded machine a trial may
+    # time out)
     for p, out in zip(procs, outs):
         printed = {int(m) for m in re.findall(r"^#(\d+)\s", out, flags=re.M)}
         assert set(by_worker[p.pid]) <= printed, (by_worker[p.pid], out)
@@ -150,7 +155,8 @@ def test_three_workers_finish_a_20_trial_job_exactly_on_postgres(postgres_url, t
 def _trials_text(study: StoredStudy) -> str:
     """Every trial in a line, for a failing assertion's message."""
     keys = ("outcome", "role", "requeued_from", "duplicate_of", "config_key")
-    return "\n".join(f"#{t.number} {t.state} " + " ".join(f"{k}={getattr(t, k)}" for k in keys if getattr(t, k) is not None)
+    return "\n".join(f"#{t.number} {t.state} "
+                     + " ".join(f"{k}={getattr(t, k)}" for k in keys if getattr(t, k) is not None)
                      + (f" error={t.error_message}" if t.error else "")
                      for t in study.trials)
 
@@ -176,9 +182,9 @@ def test_kill_9_of_a_worker_mid_trial_is_requeued_and_finished_by_another(postgr
 def test_run_with_two_workers_splits_the_cores_and_measures_each_configuration_once(tmp_path):
     (tmp_path / "space.toml").write_text(SPACE)
     url = f"sqlite:///{tmp_path}/two.db"
-    res = cli("run", "--model", "failing_workloads:tiny", "--space", str(tmp_path / "space.toml"), "--study", "two", "--storage", url,
-              "--trials", "8", "--quick", "--no-early-stop", "--confirm", "0", "--seed", "1", "--sampler", "tpe", "--workers", "2",
-              cwd=tmp_path)
+    res = cli("run", "--model", "failing_workloads:tiny", "--space", str(tmp_path / "space.toml"), "--study", "two",
+              "--storage", url, "--trials", "8", "--quick", "--no-early-stop", "--confirm", "0", "--seed", "1",
+              "--sampler", "tpe", "--workers", "2", cwd=tmp_path)
     out = res.stdout + res.stderr
     assert res.returncode == 0 and "Traceback" not in out, out
     assert "2 workers" in out
@@ -248,7 +254,8 @@ def test_two_runs_on_one_sqlite_study_share_it_without_double_counting(tmp_path)
     (tmp_path / "space.toml").write_text(SPACE)
     url = f"sqlite:///{tmp_path}/shared.db"
     args = ["run", "--model", "failing_workloads:slow", "--space", str(tmp_path / "space.toml"), "--study", "shared",
-            "--storage", url, "--trials", "10", "--quick", "--no-early-stop", "--confirm", "0", "--seed", "2", "--sampler", "tpe"]
+            "--storage", url, "--trials", "10", "--quick", "--no-early-stop", "--confirm", "0", "--seed", "2",
+            "--sampler", "tpe"]
     first = start(*args, cwd=tmp_path)
     wait_for_trial(url, min_done=0, procs=[first], load=lambda: read(url, "shared"))
     second = start(*args, cwd=tmp_path)
@@ -259,15 +266,16 @@ def test_two_runs_on_one_sqlite_study_share_it_without_double_counting(tmp_path)
     measured = {pid: [t for t in study.trials if t.measured and owner_pid(t) == pid] for pid in (first.pid, second.pid)}
     assert all(measured.values()) and sum(map(len, measured.values())) == 10, _trials_text(study)
     assert any(a.started < b.completed and b.started < a.completed
-               for a in measured[first.pid] for b in measured[second.pid]), "the two runs never measured at the same time"
+               for a in measured[first.pid]
+               for b in measured[second.pid]), "the two runs never measured at the same time"
 
 
 @pytest.mark.slow  # real worker processes
 def test_a_worker_of_another_machine_kind_refuses_to_join(tmp_path):
     (tmp_path / "space.toml").write_text(SPACE)
     url = f"sqlite:///{tmp_path}/s.db"
-    res = cli("run", "--model", "failing_workloads:tiny", "--space", str(tmp_path / "space.toml"), "--study", "s", "--storage", url,
-              "--trials", "2", "--quick", "--confirm", "0", cwd=tmp_path)
+    res = cli("run", "--model", "failing_workloads:tiny", "--space", str(tmp_path / "space.toml"), "--study", "s",
+              "--storage", url, "--trials", "2", "--quick", "--confirm", "0", cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     fp = dict(read(url, "s").fingerprint, device_name="Other CPU", cpu_model="Other CPU")
     LiveStudy(Store(url).load("s")).save(fingerprint=fp)
@@ -358,7 +366,8 @@ def test_tune_with_two_workers_does_what_run_with_two_workers_does(tmp_path, mon
      "--devices '0,a': expected GPU numbers such as 0,1,2,3"),
     ({"devices": [0]}, ["--devices", "0"], "this machine has no CUDA device", "this machine has no CUDA device"),
 ])
-def test_tune_and_run_refuse_bad_workers_and_devices_alike(tmp_path, monkeypatch, keywords, options, said_api, said_cli):
+def test_tune_and_run_refuse_bad_workers_and_devices_alike(tmp_path, monkeypatch, keywords, options, said_api,
+                                                           said_cli):
     """The same checks on both surfaces, each in its own words, before anything is stored."""
     import autotune
     import torch

@@ -31,7 +31,8 @@ def server():
 def test_a_trial_whose_directory_is_gone_leaves_quietly(server, tmp_path, capfd):
     server.start()
     gone = tmp_path / "removed"
-    child = server.spawn(_trial_request("failing_workloads:tiny"), str(gone / "result.json"), str(gone / "output.log"), 60)
+    child = server.spawn(_trial_request("failing_workloads:tiny"), str(gone / "result.json"),
+                         str(gone / "output.log"), 60)
     assert child.wait() == forkserver.Ending(0)
     err = capfd.readouterr().err
     assert "Traceback" not in err and "FileNotFoundError" not in err, err
@@ -63,7 +64,8 @@ def test_a_spawn_interrupted_before_its_pid_came_back_kills_that_trial(server, t
 def test_a_trial_past_its_deadline_is_killed_at_it(server, tmp_path):
     """The timeout is given once, to spawn: the child's one wait kills its group at that deadline."""
     started = time.monotonic()
-    child = server.spawn(_trial_request("failing_workloads:sleeper"), str(tmp_path / "r.json"), str(tmp_path / "o.log"), 3)
+    child = server.spawn(_trial_request("failing_workloads:sleeper"), str(tmp_path / "r.json"),
+                         str(tmp_path / "o.log"), 3)
     ending = child.wait()
     assert ending == forkserver.Ending(-signal.SIGKILL, timed_out=True)
     assert 3 <= time.monotonic() - started < 30  # not before its deadline, and not long after
@@ -77,7 +79,8 @@ def test_a_trial_the_caller_stops_is_killed_and_said_stopped(server, tmp_path):
         asked.append(time.monotonic())
         return len(asked) == 2
 
-    child = server.spawn(_trial_request("failing_workloads:sleeper"), str(tmp_path / "r.json"), str(tmp_path / "o.log"), 120)
+    child = server.spawn(_trial_request("failing_workloads:sleeper"), str(tmp_path / "r.json"),
+                         str(tmp_path / "o.log"), 120)
     ending = child.wait(stop=stop, every_s=0.2)
     assert ending == forkserver.Ending(-signal.SIGKILL, stopped=True) and len(asked) == 2
 
@@ -87,7 +90,8 @@ def test_an_interrupted_wait_kills_the_trial(server, tmp_path):
     def interrupted() -> bool:
         raise KeyboardInterrupt
 
-    child = server.spawn(_trial_request("failing_workloads:sleeper"), str(tmp_path / "r.json"), str(tmp_path / "o.log"), 120)
+    child = server.spawn(_trial_request("failing_workloads:sleeper"), str(tmp_path / "r.json"),
+                         str(tmp_path / "o.log"), 120)
     with pytest.raises(KeyboardInterrupt):
         child.wait(stop=interrupted, every_s=0.2)
     assert child.pid not in server._started.values()
@@ -117,13 +121,15 @@ def test_a_server_that_initialised_cuda_refuses_to_fork_and_the_client_says_why(
 @pytest.mark.slow  # 9 s in a full run on a 2-core CPU
 def test_the_real_server_forks_while_cuda_is_untouched(server, tmp_path):
     assert forkserver.cuda_clean() is None or torch.cuda.is_initialized()  # this test process may have used CUDA
-    child = server.spawn(_trial_request("failing_workloads:tiny"), str(tmp_path / "r.json"), str(tmp_path / "o.log"), 60)
+    child = server.spawn(_trial_request("failing_workloads:tiny"), str(tmp_path / "r.json"),
+                         str(tmp_path / "o.log"), 60)
     assert child.wait() == forkserver.Ending(0)
 
 
 @pytest.mark.slow  # 5 s in a full run on a 2-core CPU
 def test_the_server_asks_nvml_and_inherits_no_variable_a_knob_decides(server, monkeypatch):
-    inherited = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "PYTORCH_ALLOC_CONF": "expandable_segments:True",
+    inherited = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+                 "PYTORCH_ALLOC_CONF": "expandable_segments:True",
                  "OMP_NUM_THREADS": "1", "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "1"}
     for name, value in inherited.items():
         monkeypatch.setenv(name, value)

@@ -224,8 +224,10 @@ def test_lightning_mapping():
                    cudnn_benchmark=True, optimizer_impl="fused", cuda_allocator="expandable_segments", global_batch=128)
     out = F.render(doc, "lightning")
     trainer, loader = out["arguments"]["trainer"], out["arguments"]["dataloader"]
-    assert trainer == {"accelerator": "gpu", "devices": [1], "precision": "16-mixed", "accumulate_grad_batches": 4, "benchmark": True}
-    assert loader == {"batch_size": 32, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": False, "pin_memory": True}
+    assert trainer == {"accelerator": "gpu", "devices": [1], "precision": "16-mixed", "accumulate_grad_batches": 4,
+                       "benchmark": True}
+    assert loader == {"batch_size": 32, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": False,
+                      "pin_memory": True}
     by_hand = manual(out)
     assert set(by_hand) == {"compile"}  # a callback cannot swap the module fit() was given for a compiled one
     assert "torch.compile(model, mode='reduce-overhead')" in by_hand["compile"]["how"]
@@ -242,7 +244,8 @@ def test_lightning_mapping():
 
 
 def test_accelerate_mapping():
-    out = F.render(make_doc("cuda:0", precision="bf16", compile="default", batch_size=8, global_batch=32, num_workers=2), "accelerate")
+    out = F.render(make_doc("cuda:0", precision="bf16", compile="default", batch_size=8, global_batch=32,
+                            num_workers=2), "accelerate")
     config = out["arguments"]
     assert config["distributed_type"] == "NO" and config["mixed_precision"] == "bf16" and config["use_cpu"] is False
     assert config["dynamo_config"] == {"dynamo_backend": "INDUCTOR", "dynamo_mode": "default",
@@ -297,7 +300,8 @@ def test_real_training_arguments(tmp_path, monkeypatch):
     args = transformers.TrainingArguments(output_dir=str(tmp_path), **F.render(doc, "hf-trainer")["arguments"])
     assert args.bf16 and args.use_cpu and args.torch_compile and args.torch_compile_mode == "default"
     assert args.per_device_train_batch_size == 16 and args.gradient_accumulation_steps == 4
-    assert args.dataloader_num_workers == 2 and args.dataloader_prefetch_factor == 4 and args.dataloader_persistent_workers
+    assert (args.dataloader_num_workers == 2 and args.dataloader_prefetch_factor == 4
+            and args.dataloader_persistent_workers)
     assert args.optim == "adamw_torch_fused"
     assert getattr(args, hf_checkpointing_argument(F._version("transformers"))) is True
     monkeypatch.chdir(tmp_path)
@@ -313,8 +317,10 @@ def test_real_trainer_trains_two_steps(tmp_path):
     workload = hf.build("gpt2", n_layer=1, n_embd=32, n_head=2, vocab_size=128, seq_len=16)
     doc = make_doc(precision="bf16", batch_size=4, num_workers=1, optimizer_impl="fused", global_batch=8)
     args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=2, report_to="none", save_strategy="no",
-                                          logging_strategy="no", disable_tqdm=True, **F.render(doc, "hf-trainer")["arguments"])
-    trainer = transformers.Trainer(model=workload.model, args=args, train_dataset=torch.utils.data.Subset(workload.dataset, range(64)))
+                                          logging_strategy="no", disable_tqdm=True,
+                                          **F.render(doc, "hf-trainer")["arguments"])
+    trainer = transformers.Trainer(model=workload.model, args=args,
+                                   train_dataset=torch.utils.data.Subset(workload.dataset, range(64)))
     result = trainer.train()
     assert result.global_step == 2 and torch.isfinite(torch.tensor(result.training_loss))
     assert trainer.optimizer.defaults["fused"] is True  # optim="adamw_torch_fused"
@@ -322,7 +328,8 @@ def test_real_trainer_trains_two_steps(tmp_path):
 
 def test_real_lightning_trainer_and_dataloader(tmp_path):
     lightning = pytest.importorskip("lightning", reason="lightning is not installed (pip install -e '.[frameworks]')")
-    doc = make_doc(precision="bf16", batch_size=8, num_workers=2, prefetch_factor=3, persistent_workers=True, global_batch=16)
+    doc = make_doc(precision="bf16", batch_size=8, num_workers=2, prefetch_factor=3, persistent_workers=True,
+                   global_batch=16)
     arguments = F.render(doc, "lightning")["arguments"]
 
     class Tiny(lightning.LightningModule):
@@ -339,7 +346,8 @@ def test_real_lightning_trainer_and_dataloader(tmp_path):
 
     dataset = torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
     loader = torch.utils.data.DataLoader(dataset, **arguments["dataloader"])
-    assert loader.batch_size == 8 and loader.num_workers == 2 and loader.prefetch_factor == 3 and loader.persistent_workers
+    assert (loader.batch_size == 8 and loader.num_workers == 2 and loader.prefetch_factor == 3
+            and loader.persistent_workers)
     trainer = lightning.Trainer(**arguments["trainer"], max_steps=2, default_root_dir=tmp_path, logger=False,
                                 enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     assert trainer.accumulate_grad_batches == 2 and trainer.precision == "bf16-mixed"
@@ -373,7 +381,8 @@ def test_real_accelerate_launch_reads_the_config(tmp_path):
     (tmp_path / "accelerate.yaml").write_text(F.text(doc, "accelerate"))
     (tmp_path / "train.py").write_text(
         "import os\nfrom accelerate import Accelerator\na = Accelerator()\n"
-        "print('RESULT', a.mixed_precision, a.state.dynamo_plugin.backend.value, a.state.dynamo_plugin.mode, os.environ['OMP_NUM_THREADS'])\n"
+        "print('RESULT', a.mixed_precision, a.state.dynamo_plugin.backend.value, a.state.dynamo_plugin.mode, "
+        "os.environ['OMP_NUM_THREADS'])\n"
     )
     launch = F.text(doc, "accelerate").splitlines()[1].removeprefix("# accelerate launch ").split()  # as the file says
     launch = [a.replace("THIS_FILE", "accelerate.yaml") for a in launch]
@@ -519,13 +528,14 @@ def test_trainer_with_the_exported_callback_trains_with_the_knobs_in_force(tmp_p
     scope: dict = {}
     exec(F.text(doc, "hf-trainer"), scope)  # the snippet as a user pastes it: its keyword dict and its callback
     assert os.environ["OMP_NUM_THREADS"] == str(threads)  # set when the callback was built
-    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=2, report_to="none", save_strategy="steps",
-                                          save_steps=2, logging_strategy="no", disable_tqdm=True,
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=2, report_to="none",
+                                          save_strategy="steps", save_steps=2, logging_strategy="no", disable_tqdm=True,
                                           **scope["training_args_kwargs"])
     model = TinyConvNet()
     trainer = transformers.Trainer(model=model, args=args, train_dataset=Images(),
                                    callbacks=scope["autotune_callbacks"])
-    result = trainer.train()  # saves a checkpoint at step 2: safetensors refuses a channels-last (non-contiguous) weight
+    # saves a checkpoint at step 2: safetensors refuses a channels-last (non-contiguous) weight
+    result = trainer.train()
     assert result.global_step == 2 and len(model.seen) == 2 * 2  # two steps, two convs each
     from safetensors.torch import load_file
 
@@ -544,7 +554,8 @@ def test_lightning_with_the_exported_callback_trains_with_the_knobs_in_force(tmp
                    activation_checkpointing=True, batch_size=4)
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
-    exec(F.text(doc, "lightning"), scope)  # builds lightning.Trainer(**trainer_kwargs, callbacks=list(autotune_callbacks))
+    # builds lightning.Trainer(**trainer_kwargs, callbacks=list(autotune_callbacks))
+    exec(F.text(doc, "lightning"), scope)
     assert isinstance(scope["trainer"], lightning.Trainer)
     # the Trainer appended its own callbacks (ModelCheckpoint, progress bar) to the list it was given: the snippet gave
     # it a copy, so the pasted list holds autotune's callback alone and a second Trainer can be built from it

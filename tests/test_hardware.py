@@ -43,7 +43,8 @@ def test_the_cpu_vector_isa_is_part_of_the_identity_and_the_kind():
     fp = hardware.fingerprint("cpu")
     assert fp["cpu_capability"]  # AVX2, AVX512, DEFAULT, ...
     wider = dict(fp, cpu_capability="AVX512" if fp["cpu_capability"] != "AVX512" else "AVX2")
-    assert identity.differences(fp, wider) == [f"cpu_capability: {fp['cpu_capability']} (stored) vs {wider['cpu_capability']} (here)"]
+    assert identity.differences(fp, wider) == [
+        f"cpu_capability: {fp['cpu_capability']} (stored) vs {wider['cpu_capability']} (here)"]
     assert storage.kind(fp) != storage.kind(wider) and fp["cpu_capability"].lower() in storage.kind(fp)
     older = {k: v for k, v in fp.items() if k != "cpu_capability"}  # a study made before it was recorded
     assert identity.differences(older, wider) == []

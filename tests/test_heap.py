@@ -63,7 +63,8 @@ def test_the_knob_does_not_apply_without_glibc():
     resolved = knobs.resolve({"host_allocator": "retain"}, ctx)
     assert resolved.config["host_allocator"] == "default"
     assert "glibc" in resolved.not_applicable["host_allocator"]
-    assert knobs.resolve({"host_allocator": "retain"}, knobs.Context(device_type="cuda")).config["host_allocator"] == "retain"
+    assert (knobs.resolve({"host_allocator": "retain"}, knobs.Context(device_type="cuda")).config["host_allocator"]
+            == "retain")
 
 
 def test_context_records_glibc_and_reads_studies_stored_before_it():

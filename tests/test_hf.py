@@ -21,7 +21,8 @@ needs_transformers = pytest.mark.skipif(
     importlib.util.find_spec("transformers") is None, reason="transformers is not installed (pip install -e '.[hf]')"
 )
 TINY_GPT2 = {"n_layer": 1, "n_embd": 32, "n_head": 2, "vocab_size": 128, "seq_len": 16}
-TINY_BERT = {"num_hidden_layers": 1, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64, "vocab_size": 128, "seq_len": 16}
+TINY_BERT = {"num_hidden_layers": 1, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64,
+             "vocab_size": 128, "seq_len": 16}
 TINY_T5 = {"num_layers": 1, "d_model": 32, "num_heads": 2, "d_ff": 64, "d_kv": 16, "vocab_size": 128, "seq_len": 16}
 
 
@@ -207,7 +208,8 @@ def test_model_args_from_the_command_line_size_the_config_and_the_vocabulary(mod
 
     words = tuple(f"{key}={value}" for key, value in {**sizes, "vocab_size": 8000}.items())
     spec, _, _ = workload_from({"model": model, "data": None, "model_args": words, "input_shape": None,
-                                "num_classes": None, "task": None, "device": "cpu", "trial_timeout": "60", "seq_len": 32})
+                                "num_classes": None, "task": None, "device": "cpu", "trial_timeout": "60",
+                                "seq_len": 32})
     workload = build(spec)
     config = workload.model.config
     assert {key: getattr(config, key) for key in names} == names

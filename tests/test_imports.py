@@ -1,7 +1,7 @@
 """The read commands start only what they use : each runs in a fresh interpreter, as a user runs
 it, on a small real study, and the modules it loaded are checked: no torch, no Optuna (a read-only store reads the
-tables itself), no Alembic, no SQLAlchemy for a SQLite file, no psutil, no plotly outside ``dashboard``. benchmarks/import_time.py measures what
-the imports cost."""
+tables itself), no Alembic, no SQLAlchemy for a SQLite file, no psutil, no plotly outside ``dashboard``.
+benchmarks/import_time.py measures what the imports cost."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Kept views (autotune/store/kept.py, autotune.reports.view's status_of / export_of / listing / keep): a study's views kept by
-the run that wrote it last are shown while the study is as it was, with the figures computed from its trials to the
-digit, over SQLite, the journal file and PostgreSQL alike; a study that changed in any way is computed afresh."""
+"""Kept views (autotune/store/kept.py, autotune.reports.view's status_of / export_of / listing / keep): a study's views
+kept by the run that wrote it last are shown while the study is as it was, with the figures computed from its trials to
+the digit, over SQLite, the journal file and PostgreSQL alike; a study that changed in any way is computed afresh."""
 
 from __future__ import annotations
 

@@ -19,7 +19,8 @@ def test_registry_has_every_knob_once():
         "precision", "compile", "memory_format", "batch_size", "num_workers", "prefetch_factor",
         "persistent_workers", "pin_memory", "activation_checkpointing", "cudnn_benchmark",
         "optimizer_impl", "threads", "cuda_allocator",
-        "host_allocator",  # beyond the knobs experts name first: glibc's heap (autotune.machine.heap), found by benchmarks/paths_agree.py
+        # beyond the knobs experts name first: glibc's heap (autotune.machine.heap), found by benchmarks/paths_agree.py
+        "host_allocator",
     }
     assert set(knobs.NAMES) == expected
     assert len(knobs.NAMES) == len(knobs.REGISTRY)
@@ -48,7 +49,8 @@ def test_parse_assignments_types_and_errors():
 
 
 def test_cuda_only_knobs_do_not_apply_on_cpu():
-    res = knobs.resolve({"pin_memory": True, "cudnn_benchmark": True, "precision": "fp16", "cuda_allocator": "expandable_segments"}, CPU)
+    res = knobs.resolve({"pin_memory": True, "cudnn_benchmark": True, "precision": "fp16",
+                         "cuda_allocator": "expandable_segments"}, CPU)
     assert set(res.not_applicable) == {"pin_memory", "cudnn_benchmark", "precision", "cuda_allocator"}
     assert "CUDA" in res.not_applicable["pin_memory"]
     assert res.config["pin_memory"] is False and res.config["precision"] == "fp32"
@@ -66,7 +68,8 @@ def test_dependent_knob_follows_num_workers():
 
 def test_input_rank_and_task_conditions():
     flat = knobs.Context(device_type="cpu", task="infer", input_rank=2)
-    res = knobs.resolve({"memory_format": "channels_last", "activation_checkpointing": True, "optimizer_impl": "fused"}, flat)
+    res = knobs.resolve({"memory_format": "channels_last", "activation_checkpointing": True,
+                         "optimizer_impl": "fused"}, flat)
     assert set(res.not_applicable) == {"memory_format", "activation_checkpointing", "optimizer_impl"}
 
 
@@ -106,7 +109,8 @@ def knob_literals(path: Path) -> list[tuple[int, str]]:
 
 #: Modules that name knobs as data, not as logic, and why.
 KNOBS_AS_DATA = {
-    "testing/studies.py": "made-up studies for the suite and the read benchmarks: a fake performance model over knob values",
+    "testing/studies.py": "made-up studies for the suite and the read benchmarks: a fake performance model over knob "
+                          "values",
 }
 
 

@@ -58,11 +58,13 @@ def test_the_import_contracts_hold():
     ("workloads/hf.py", "autotune.trial.plan", LAYERS, "autotune.workloads is not allowed to import autotune.trial: "
                                                        "- autotune.workloads.hf -> autotune.trial.plan"),
     # inside a room: the plan (what a trial applies) reaching up to the runner (the parent's side)
-    ("trial/plan.py", "autotune.trial.runner", TRIAL, "autotune.trial.plan is not allowed to import autotune.trial.runner"),
+    ("trial/plan.py", "autotune.trial.runner", TRIAL, "autotune.trial.plan is not allowed to import "
+                                                      "autotune.trial.runner"),
     # a view importing torch lazily, inside a function: a read command would load it
     ("reports/view.py", "torch", READ_SIDE, "autotune.reports is not allowed to import torch"),
     # the figures reaching the trial side
-    ("evidence/verdict.py", "autotune.trial.runner", READ_SIDE, "autotune.evidence is not allowed to import autotune.trial"),
+    ("evidence/verdict.py", "autotune.trial.runner", READ_SIDE, "autotune.evidence is not allowed to import "
+                                                                "autotune.trial"),
     # a read reaching Optuna's storages itself, around the store that owns them
     ("reports/view.py", "optuna.storages", STORAGES, "autotune is not allowed to import optuna.storages"),
 ])

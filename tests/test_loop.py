@@ -1,5 +1,5 @@
-"""The tuning loop (autotune.tuning.loop.Tuner: the phases composed) with a cheap fake objective (the real worker is tested
-in test_runner/test_cli_run); each phase alone: tests/test_phases.py."""
+"""The tuning loop (autotune.tuning.loop.Tuner: the phases composed) with a cheap fake objective (the real worker is
+tested in test_runner/test_cli_run); each phase alone: tests/test_phases.py."""
 
 from __future__ import annotations
 
@@ -152,7 +152,8 @@ def _failing_measured(failures_as: str, seed: int, tmp_path) -> int:
     live, eff, base, _ = make(tmp_path, name=f"{failures_as}{seed}", seed=seed, url="sqlite:///:memory:")
     fail = lambda c: c["precision"] == "bf16" or c["batch_size"] >= 160  # noqa: E731 - most of the space
     calls: list = []
-    tuner(live, eff, base, fake(calls, fail), S.Options(trials=30, failures_as=failures_as, max_repeats=1000, race_rounds=0)).run()
+    tuner(live, eff, base, fake(calls, fail),
+          S.Options(trials=30, failures_as=failures_as, max_repeats=1000, race_rounds=0)).run()
     return sum(1 for c in calls if fail(c))
 
 
@@ -253,7 +254,8 @@ def test_samplers_by_name():
         S.make_sampler("magic")
 
 
-def test_a_claim_waits_for_an_earlier_trial_still_choosing_so_a_configuration_is_never_measured_twice(tmp_path, monkeypatch):
+def test_a_claim_waits_for_an_earlier_trial_still_choosing_so_a_configuration_is_never_measured_twice(tmp_path,
+                                                                                                      monkeypatch):
     # Two processes, one configuration: the earlier trial (#a) is still choosing when the later one
     # (#b) claims; #a then picks the same configuration. #b must wait for #a's choice and give way.
     import threading
@@ -288,7 +290,8 @@ def test_a_claim_waits_for_an_earlier_trial_still_choosing_so_a_configuration_is
     finally:
         chooser.join()
     assert claim_saw_a_undecided.is_set(), "the claim never read the study while #a was still choosing"
-    assert claimed.answer is sharing.Answer.GIVEN_UP and claimed.why == f"#{a.number} is measuring the same configuration"
+    assert (claimed.answer is sharing.Answer.GIVEN_UP
+            and claimed.why == f"#{a.number} is measuring the same configuration")
 
 
 def test_a_trial_over_the_memory_budget_says_so_in_its_line(tmp_path):
@@ -312,7 +315,8 @@ def test_the_noise_floor_is_measured_by_the_process_that_measured_the_baseline(t
     if dead == 0:
         os._exit(0)
     os.waitpid(dead, 0)
-    for pid, expected in ((os.getppid(), 0), (dead, 2)):  # a live process of this host measured the baseline; a gone one
+    # a live process of this host measured the baseline; a gone one
+    for pid, expected in ((os.getppid(), 0), (dead, 2)):
         live, eff, base, _ = make(tmp_path, name=f"s{pid}")
         with monkeypatch.context() as m:
             m.setattr(writing, "owner", lambda pid=pid: {"host": sockets.gethostname(), "pid": pid, "started": 0.0})
@@ -340,8 +344,8 @@ def test_a_configuration_may_run_three_times_the_defaults_whole_trial(tmp_path):
 def test_the_baseline_line_is_followed_by_the_estimate_of_the_rest():
     from autotune.tuning.progress import estimate_line
 
-    assert estimate_line(10.0, 600.0) == ("the defaults took 10.0s per trial here: the rest of the study (trials, noise "
-                                          "floor, race, claim) will take up to about 10m00s")
+    assert estimate_line(10.0, 600.0) == ("the defaults took 10.0s per trial here: the rest of the study (trials, "
+                                          "noise floor, race, claim) will take up to about 10m00s")
     assert estimate_line(240.0, 7200.0).endswith("use --quick, a smaller model or batch, or --time-budget")
     options = S.Options(trials=30, floor_repeats=2, race_rounds=8, race_candidates=6)
     claim = 2 * CL.ROUNDS + 1  # the claim measured apart: the defaults and the recommendation, a reduced one first
@@ -393,7 +397,8 @@ def test_defaults_that_fail_end_the_study_in_one_line_now_and_on_every_later_run
     live, eff, base, _ = make(tmp_path)
     calls: list = []
     seen: list = []
-    with pytest.raises(WorkloadError, match=r"PyTorch's defaults failed when measured \(trial #0, oom: out of memory \(made up\)\)"):
+    with pytest.raises(WorkloadError, match=r"PyTorch's defaults failed when measured \(trial #0, oom: out of memory "
+                                            r"\(made up\)\)"):
         tuner(live, eff, base, fake(calls, fail=lambda c: c == base), S.Options(trials=20), on_trial=seen.append).run()
     assert len(calls) == 1 and [r.role for r in seen] == ["baseline"]  # shown, then nothing else measured
     with pytest.raises(WorkloadError, match="start a new study"):
@@ -447,15 +452,18 @@ def test_gp_hands_over_to_tpe_past_its_limit_records_it_and_says_so_once(tmp_pat
     assert sum(1 for n in complete if n < switch) >= 4 > sum(1 for n in complete if n < last_gp)
     # one line, once, on the first trial line after the hand-over
     notes = [r for r in shown if r.note]
-    assert len(notes) == 1 and notes[0].number >= switch and "TPE" in notes[0].note and sampler.SAMPLER_SWITCH in notes[0].note
+    assert (len(notes) == 1 and notes[0].number >= switch and "TPE" in notes[0].note
+            and sampler.SAMPLER_SWITCH in notes[0].note)
     recorded = LiveStudy(optuna.load_study(study_name="s", storage=url)).view().sampler_switch
     assert (recorded["from"], recorded["to"], recorded["limit"], recorded["trial"]) == ("gp", "tpe", 4, switch)
 
     # A resumed study already past the limit: said before the first trial (the opening), not again, and the
     # study keeps the first hand-over's record.
-    again = LiveStudy(optuna.load_study(study_name="s", storage=url, sampler=S.make_sampler("gp", seed=1, gp_max_trials=4)))
+    again = LiveStudy(optuna.load_study(study_name="s", storage=url,
+                                        sampler=S.make_sampler("gp", seed=1, gp_max_trials=4)))
     later: list = []
-    resumed = tuner(again, eff, base, fake([]), S.Options(trials=10, race_rounds=0, floor_repeats=0), on_trial=later.append)
+    resumed = tuner(again, eff, base, fake([]), S.Options(trials=10, race_rounds=0, floor_repeats=0),
+                    on_trial=later.append)
     chosen = _spied(again.sampler)
     line = resumed.sampler_opening()
     assert line and "TPE" in line and resumed.sampler_opening() is None

@@ -189,8 +189,8 @@ def test_a_difference_names_the_knob_whose_revert_holds_or_says_no_one_knob_alon
     named = judged([2.0] * 5 + [2.2] * 5, reverts=[run("revert:precision", [2.0] * 10),
                                                      run("revert:compile", [2.0] * 5 + [2.2] * 5)])
     assert named.causes == ("precision",) and named.reverted == {"precision": True, "compile": False}
-    assert named.text() == ("numerics differ: loss 10% above the defaults over steps 6-10 (floor 0.0%), weights 0.0% apart: "
-                            "precision=bf16")
+    assert named.text() == ("numerics differ: loss 10% above the defaults over steps 6-10 (floor 0.0%), weights 0.0% "
+                            "apart: precision=bf16")
     alone = judged([2.0] * 5 + [1.8] * 5, reverts=[run("revert:precision", [2.0] * 5 + [1.8] * 5)])
     assert alone.causes == () and "below the defaults" in alone.text()
     assert alone.text().endswith(": no one knob alone: precision=bf16 compile=default")
@@ -239,7 +239,8 @@ def test_the_phase_checks_the_recommendation_once_and_the_verdict_says_so():
     assert phase.run(live, Bench(never, numerics=never), NU.OFF) is None
 
 def made_up(differs):
-    """A numerics run of known figures: the loss 10% above the defaults' in the second half where ``differs(config)``."""
+    """A numerics run of known figures: the loss 10% above the defaults' in the second half where
+    ``differs(config)``."""
     from autotune import result as R
 
     def numerics(config, steps, per_step, seed, save, references):
@@ -272,7 +273,8 @@ def test_strict_recommends_the_fastest_configuration_checked_whose_numerics_hold
     ev = evidence_of(live.view())
     first = ev.recommended()
     assert ev.configs[first].config == {**ev.configs[first].config, "precision": "bf16", "optimizer_impl": "default"}
-    differs = lambda c: c.get("precision") == "bf16" and c.get("optimizer_impl") == "default"
+    def differs(c):
+        return c.get("precision") == "bf16" and c.get("optimizer_impl") == "default"
     report = phase.run(live, Bench(None, numerics=made_up(differs)), NU.STRICT)
     assert report is not None and report.check.state == NU.DIFFER
     ev = evidence_of(live.view())

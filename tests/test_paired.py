@@ -128,5 +128,6 @@ def test_the_runner_measures_arms_in_an_isolated_process():
     assert result.ok and all(r and r > 0 for r in result.rates())
     assert result.notes["pid"] != __import__("os").getpid() and result.wall_s > 0
     assert "other_cores" in result.load
-    crashed = Runner(WorkloadSpec("failing_workloads:abort"), settings=QUICK, timeout_s=120).measure_together([base, base])
+    crashed = Runner(WorkloadSpec("failing_workloads:abort"), settings=QUICK,
+                     timeout_s=120).measure_together([base, base])
     assert crashed.outcome == R.CRASHED and [a["outcome"] for a in crashed.arms] == [R.CRASHED, R.CRASHED]

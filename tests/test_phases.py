@@ -1,5 +1,6 @@
-"""Each phase of the tuning loop (autotune.tuning.phases) run alone, on a fake study of known truth: what it measures, through
-which of the bench's ways, and what it leaves on the study. The loop composed: tests/test_loop.py, tests/test_race.py."""
+"""Each phase of the tuning loop (autotune.tuning.phases) run alone, on a fake study of known truth: what it measures,
+through which of the bench's ways, and what it leaves on the study. The loop composed: tests/test_loop.py,
+tests/test_race.py."""
 
 from __future__ import annotations
 
@@ -144,7 +145,8 @@ def test_what_each_knob_bought_alone_measures_the_path_from_the_defaults_in_shar
     assert ab is not None and ab.settled and {s.label() for s in ab.steps} == {"precision=bf16", "optimizer_impl=fused"}
     bf16 = next(s for s in ab.steps if s.added == {"precision": "bf16"})
     assert bf16.pays and bf16.bought.low <= 2.0 <= bf16.bought.high
-    assert bought.run(live, Bench(never, remeasure=never, ablate=never), CTX) is None  # done: a later run measures nothing
+    # done: a later run measures nothing
+    assert bought.run(live, Bench(never, remeasure=never, ablate=never), CTX) is None
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -185,7 +187,8 @@ def test_the_claim_alone_measures_the_least_change_what_each_knob_bought_found_a
     conf = ev.confirmation
     assert conf is not None and conf.done and conf.record.reduction is True
     rec = ev.configs[conf.recommendation].config
-    assert rec["precision"] == "bf16" and rec["optimizer_impl"] == "default" and conf.reverted == {"optimizer_impl": "fused"}
+    assert (rec["precision"] == "bf16" and rec["optimizer_impl"] == "default"
+            and conf.reverted == {"optimizer_impl": "fused"})
     assert {c["precision"] for c in again} == {"fp32", "bf16"} and all(c["optimizer_impl"] == "default" for c in again)
     assert conf.claim.processes == len(CL.fresh(ev, conf.recommendation))  # the claim rests on fresh processes only
     assert conf.claim.low <= 2.0 <= conf.claim.high or seed == 2  # a 90% interval: one seed in ten may miss
@@ -193,7 +196,8 @@ def test_the_claim_alone_measures_the_least_change_what_each_knob_bought_found_a
     assert verdict.state == "gain" and verdict.winner == conf.recommendation and verdict.speedup == conf.claim
     assert "measured apart from the search that chose it" in verdict.text
     assert "optimizer_impl: default (optimizer_impl=fused bought " in verdict.text
-    assert verdict.left == ("optimizer_impl: default",) and verdict.left_bought.startswith("optimizer_impl=fused bought")
+    assert (verdict.left == ("optimizer_impl: default",)
+            and verdict.left_bought.startswith("optimizer_impl=fused bought"))
     assert confirm.run(live, Bench(never, remeasure=never), Search(live, seeds, Bench(never))) is None  # done
 
 
@@ -205,9 +209,11 @@ def test_the_claim_alone_measures_a_proposed_reduction_as_a_trial_and_decides_it
     live = raced(seed, fused_alone=True)
     _, seeds = study()
     calls: list = []
-    report = confirm.run(live, Bench(never, remeasure=fake(seed + 3, [])), Search(live, seeds, Bench(fake(seed, calls))))
+    report = confirm.run(live, Bench(never, remeasure=fake(seed + 3, [])),
+                         Search(live, seeds, Bench(fake(seed, calls))))
     assert report is not None and report.stop is not None and len(report.records) == 1
-    assert report.records[0].role == A.ROLE and calls == [{**calls[0], "precision": "bf16", "optimizer_impl": "default"}]
+    assert (report.records[0].role == A.ROLE
+            and calls == [{**calls[0], "precision": "bf16", "optimizer_impl": "default"}])
     ev = evidence_of(live.view())
     conf = ev.confirmation
     assert conf.record.reduction is True and conf.recommendation == report.reduced  # equal within the noise: reverted
@@ -269,7 +275,8 @@ def test_each_step_of_a_search_trial_is_told_with_its_time():
             part = []
         else:
             part.append((step, seconds))
-    assert [steps for steps, _, _ in trials] == [["ask", "suggest", "claim", "measure", "tell"]] * 2 + [["ask", "suggest", "tell"]]
+    assert [steps for steps, _, _ in trials] == ([["ask", "suggest", "claim", "measure", "tell"]] * 2
+                                                 + [["ask", "suggest", "tell"]])
     assert all(parts <= whole for _, parts, whole in trials)
 
 

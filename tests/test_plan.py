@@ -8,8 +8,8 @@ from autotune import knobs
 from autotune.errors import KnobError
 from autotune.workloads.examples import SmallResNet, TinyLM
 from autotune.knobs import effects as fx
-from autotune.trial.plan import (CARRIED_OUT, NotApplicableAtRuntime, Plan, checkpoint_blocks, declared, fp32_precision_api,
-                           infinite, optimizer_switches)
+from autotune.trial.plan import (CARRIED_OUT, NotApplicableAtRuntime, Plan, checkpoint_blocks, declared,
+                                 fp32_precision_api, infinite, optimizer_switches)
 
 CPU = knobs.Context(device_type="cpu", task="train", input_rank=4)
 
@@ -155,7 +155,8 @@ def tf32_matmuls() -> bool:
 
 
 def test_backend_flags_are_set_on_their_device_only(restore_backend_flags):
-    set_backend_flags({path: (False if path.endswith("benchmark") else value) for path, value in backend_flags().items()})
+    set_backend_flags({path: (False if path.endswith("benchmark") else value)
+                       for path, value in backend_flags().items()})
     Plan({"precision": "fp32", "batch_size": 8}, torch.device("cuda")).apply_flags()
     Plan({"cudnn_benchmark": True, "precision": "tf32", "batch_size": 8}, torch.device("cpu")).apply_process()
     assert torch.backends.cudnn.benchmark is False and not tf32_matmuls()
@@ -187,8 +188,8 @@ def test_the_legacy_tf32_flags_serve_a_torch_without_fp32_precision():
     legacy = {flag.path for _, flag in declared(fx.Flag) if flag.in_use(fp32_precision_api=False)}
     new = {flag.path for _, flag in declared(fx.Flag) if flag.in_use(fp32_precision_api=True)}
     assert legacy == {"backends.cudnn.benchmark", "backends.cuda.matmul.allow_tf32", "backends.cudnn.allow_tf32"}
-    assert new == {"backends.cudnn.benchmark", "backends.cuda.matmul.fp32_precision", "backends.cudnn.conv.fp32_precision",
-                   "backends.cudnn.rnn.fp32_precision"}
+    assert new == {"backends.cudnn.benchmark", "backends.cuda.matmul.fp32_precision",
+                   "backends.cudnn.conv.fp32_precision", "backends.cudnn.rnn.fp32_precision"}
 
 
 def test_fp16_trains_with_a_grad_scaler_and_infers_without():

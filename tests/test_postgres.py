@@ -67,7 +67,8 @@ def test_pool_pre_ping_survives_a_server_restart(postgres_url, postgres_server):
     store.create("a")
     assert store.names() == ["a"]  # leaves a connection in the pool
     # the control: the same storage without pool_pre_ping
-    plain = optuna.storages.RDBStorage(storage.server.with_installed_driver(postgres_url), engine_kwargs={"pool_pre_ping": False})
+    plain = optuna.storages.RDBStorage(storage.server.with_installed_driver(postgres_url),
+                                       engine_kwargs={"pool_pre_ping": False})
     assert [s.study_name for s in plain.get_all_studies()] == ["a"]
 
     with postgres_server.down(seconds=2):

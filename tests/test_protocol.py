@@ -138,11 +138,13 @@ def test_kernel_names_tell_the_knobs_in_force():
     from autotune.trial.protocol import kernel_classes
 
     named = {
-        "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel": "tf32",
+        "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1_"
+        "execute_segment_k_off_kernel": "tf32",
         "cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4": "tf32",
         "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64": "bf16",
         "ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn": "fp16",
-        "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>": "layout_conversions",
+        "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, "
+        "(cudnnKernelDataType_t)2>": "layout_conversions",
         "sm80_xmma_fprop_implicit_gemm_indexed_wo_smem_f32f32_tf32f32_f32_nhwckrsc_nhwc": "nhwc",
         "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
         "TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4>>": "fused_optimizer",

@@ -1,7 +1,8 @@
 """The race and the verdict, against fake studies of known truth with lognormal noise between processes.
 
 Each fake measurement is ``truth(config) * exp(N(0, 0.15))``: 15% noise between
-processes, the spread between processes measured on the 2-core machines (benchmarks/results/paired_noise.txt). 20 seeds per scenario.
+processes, the spread between processes measured on the 2-core machines (benchmarks/results/paired_noise.txt).
+20 seeds per scenario.
 
 That is the noise the statistics assume (independent, lognormal, no order). The scenarios at the end
 hold the same promises under fakes that break those assumptions: slow drift, heavy tails, an order
@@ -174,7 +175,8 @@ def test_a_stopped_race_resumes_where_it_stopped():
     seed = 4
 
     def truth(config):  # every configuration but the defaults equally 1.5x
-        return 1.0 if all(config[k] == v for k, v in {"precision": "fp32", "optimizer_impl": "default", "num_workers": 0}.items()) else 1.5
+        return 1.0 if all(config[k] == v for k, v in {"precision": "fp32", "optimizer_impl": "default",
+                                                      "num_workers": 0}.items()) else 1.5
 
     live, summary = tune_live(truth, seed, options=S.Options(trials=12, max_repeats=500, race_rounds=0))
     inner = noisy(truth, seed + 100)
@@ -213,7 +215,8 @@ def test_a_race_that_spent_its_budget_is_extended_by_a_bigger_confirm():
     seed = 4
 
     def truth(config):
-        return 1.0 if all(config[k] == v for k, v in {"precision": "fp32", "optimizer_impl": "default", "num_workers": 0}.items()) else 0.8
+        return 1.0 if all(config[k] == v for k, v in {"precision": "fp32", "optimizer_impl": "default",
+                                                      "num_workers": 0}.items()) else 0.8
 
     live, summary = tune_live(truth, seed, options=S.Options(trials=12, max_repeats=500, race_rounds=1))
     assert summary.race is not None and summary.race.stop is RaceStop.ROUNDS and summary.race.rounds == 1
@@ -232,13 +235,16 @@ def test_a_race_that_spent_its_budget_is_extended_by_a_bigger_confirm():
 
 @pytest.mark.slow  # 6 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_the_race_honours_the_time_budget_and_numbers_its_rounds():
-    study, summary = tune_live(lambda c: 1.5 if is_fast(c) else 1.0, 3, options=S.Options(trials=12, max_repeats=500, race_rounds=0))
+    study, summary = tune_live(lambda c: 1.5 if is_fast(c) else 1.0, 3,
+                               options=S.Options(trials=12, max_repeats=500, race_rounds=0))
     seen: list[str] = []
-    late = race.run(study, Bench(noisy(lambda c: 1.0, 3), on_repeat=lambda w, n, r, shared: seen.append(w)), 5, deadline=time.time() - 1)
+    late = race.run(study, Bench(noisy(lambda c: 1.0, 3), on_repeat=lambda w, n, r, shared: seen.append(w)), 5,
+                    deadline=time.time() - 1)
     assert late is not None and late.rounds == 0 and late.stopped == "time budget spent (--time-budget)" and not seen
     later = race.run(study, Bench(noisy(lambda c: 1.0, 3), on_repeat=lambda w, n, r, shared: seen.append(w)), 5)
     assert later is None and not seen  # that race is over: the deadline ended it, and a later run does not take it up
-    fresh, _ = tune_live(lambda c: 1.5 if is_fast(c) else 1.0, 4, name="race2", options=S.Options(trials=12, max_repeats=500, race_rounds=0))
+    fresh, _ = tune_live(lambda c: 1.5 if is_fast(c) else 1.0, 4, name="race2",
+                         options=S.Options(trials=12, max_repeats=500, race_rounds=0))
     report = race.run(fresh, Bench(noisy(lambda c: 1.0, 4), on_repeat=lambda w, n, r, shared: seen.append(w)), 5)
     assert report is not None and report.rounds >= 1
     assert seen[0] == "race round 1 of at most 5" and f"race round {report.rounds} of at most 5" in seen
@@ -380,8 +386,8 @@ def heap_first_study():
 
 
 def test_a_path_that_starts_with_the_heap_leaves_out_what_bought_nothing_after_it():
-    """The pure reading of such a path (autotune.evidence.bought.analyse): the heap's step from the winner's claim, bf16's
-    and fused's from the shared processes; fused bought nothing, so the recommendation stops at bf16."""
+    """The pure reading of such a path (autotune.evidence.bought.analyse): the heap's step from the winner's claim,
+    bf16's and fused's from the shared processes; fused bought nothing, so the recommendation stops at bf16."""
     from autotune.evidence import bought as A
     from autotune.evidence.stats import Noise, Ratio
 
@@ -423,7 +429,8 @@ def test_sharing_a_process_settles_the_race_with_fewer_processes_and_the_claim_i
         shared_cost += summary.race.processes
         assert summary.race.processes < summary.race.measurements or not summary.race.within
         if summary.verdict.state == "gain":
-            assert not summary.verdict.speedup.within and summary.verdict.speedup == evidence_of(study).confirmation.claim
+            assert (not summary.verdict.speedup.within
+                    and summary.verdict.speedup == evidence_of(study).confirmation.claim)
     assert shared_cost < apart_cost
 
 
@@ -462,8 +469,9 @@ def test_a_knob_that_buys_nothing_is_dropped_from_the_recommendation_and_the_res
 
 def two_knobs():
     """A space of two knobs, precision and the optimizer's kernels."""
+    # retained: the path shares processes
     return space.parse({"search": {"precision": ["fp32", "bf16"], "optimizer_impl": ["default", "fused"]},
-                        "fixed": {"host_allocator": "retain"}}, "two.toml", "two")  # retained: the path shares processes
+                        "fixed": {"host_allocator": "retain"}}, "two.toml", "two")
 
 
 def bf16_pays(config) -> float:
@@ -528,7 +536,8 @@ def test_a_candidate_out_of_memory_beside_the_defaults_is_raced_alone_instead():
 
     live = made_up.live_study("sqlite:///:memory:", "oom", RETAINED, CTX, seed=3, grace_s=None)
     calls: list = []
-    summary = loop(live, noisy(truth, 3, calls), S.Options(trials=12, max_repeats=500), RETAINED, together=together).run()
+    summary = loop(live, noisy(truth, 3, calls), S.Options(trials=12, max_repeats=500), RETAINED,
+                   together=together).run()
     ev = evidence_of(live.view())
     fast = [n for n, c in ev.configs.items() if truth(c.config) == 1.5]
     assert fast and summary.race is not None
@@ -542,7 +551,8 @@ def test_a_candidate_out_of_memory_beside_the_defaults_is_raced_alone_instead():
 
 @pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_no_race_measurement_starts_after_the_deadline_inside_a_round_too(monkeypatch):
-    study, summary = tune_live(lambda c: 1.5 if is_fast(c) else 1.0, 3, options=S.Options(trials=12, max_repeats=500, race_rounds=0))
+    study, summary = tune_live(lambda c: 1.5 if is_fast(c) else 1.0, 3,
+                               options=S.Options(trials=12, max_repeats=500, race_rounds=0))
     clock = [1_000_000.0]
     monkeypatch.setattr(time, "time", lambda: clock[0])
     inner = noisy(lambda c: 1.0, 3)
@@ -584,7 +594,8 @@ def test_a_knob_that_bought_nothing_before_one_that_paid_is_left_out_too(monkeyp
         ab = evidence_of(study).ablation()
         if len(plans) == 1:
             continue  # fused's step happened to separate from 1 on the first path (a 5% chance each)
-        assert len(plans) == 2 and plans[1]["order"] == ["precision", "optimizer_impl"] and plans[1]["reordered_from"] == ids[0]
+        assert (len(plans) == 2 and plans[1]["order"] == ["precision", "optimizer_impl"]
+                and plans[1]["reordered_from"] == ids[0])
         assert ab.ablation_id == ids[1] and [s.label() for s in ab.steps] == ["precision=bf16", "optimizer_impl=fused"]
         assert summary.ablation is not None and summary.ablation.processes == 2 * A.ROUNDS
         if ab.dropped == {"optimizer_impl": "fused"}:
@@ -683,7 +694,8 @@ def test_all_equal_gives_no_gain_under_noise_the_statistics_do_not_assume(fake):
     pytest.param("heavy_tailed", marks=pytest.mark.xfail(strict=True, raises=MissedRate,
                                                          reason=FEWER_CLAIMS.format("14"))),
     "second_is_slower",  # 20 of 20 since the claim measures the defaults in every round (14 before)
-    pytest.param("arms_apart", marks=pytest.mark.xfail(strict=True, raises=MissedRate, reason=FEWER_CLAIMS.format("16"))),
+    pytest.param("arms_apart", marks=pytest.mark.xfail(strict=True, raises=MissedRate,
+                                                       reason=FEWER_CLAIMS.format("16"))),
     "big_space",
 ])
 @pytest.mark.slow  # 68 s in a full run on a 2-core CPU

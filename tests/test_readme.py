@@ -1,8 +1,8 @@
 """Every ``autotune ...`` command line of README.md, of the documentation's pages (docs/*.md) and of each command's
 ``--help`` examples runs to the end.
 
-The lines are read from the shell code blocks of README.md and of each page (continuations joined, comments dropped) and from the
-``Examples:`` of each click command's help. Each runnable line runs in-process through click's CliRunner, in a
+The lines are read from the shell code blocks of README.md and of each page (continuations joined, comments dropped) and
+from the ``Examples:`` of each click command's help. Each runnable line runs in-process through click's CliRunner, in a
 temporary folder (one per document), in the order written (status, export and dashboard lines read the study an
 earlier run line of the same document made), with a smaller budget than written:
 
@@ -40,8 +40,8 @@ CI_RUN = ROOT / ".ci" / "run"
 
 ILLUSTRATION = "an illustration: mypkg stands for the user's own package"
 POSTGRES = "an illustration: needs the user's PostgreSQL server (db)"
-VERDICT = ("its exit code is a verdict (1 unless the claim holds on this machine), and the tiny studies these lines make "
-           "(2 trials, no race) export no claim with an interval to verify; tests/test_verify.py runs it for real")
+VERDICT = ("its exit code is a verdict (1 unless the claim holds on this machine), and the tiny studies these lines "
+           "make (2 trials, no race) export no claim with an interval to verify; tests/test_verify.py runs it for real")
 EXCLUDED: dict[str, str] = {
     # README.md
     "autotune run --model mypkg.models:build_model --data mypkg.data:build_dataset --space search_spaces/cnn.toml "
@@ -66,7 +66,8 @@ EXCLUDED: dict[str, str] = {
     "autotune verify best.json": VERDICT,
     "autotune verify best.json --rounds 6 --json > verified.json": VERDICT,
 }
-# What marks a line that cannot run here as written: such a line must be in EXCLUDED (a fast check, before anything runs).
+# What marks a line that cannot run here as written: such a line must be in EXCLUDED (a fast check, before anything
+# runs).
 UNRUNNABLE = (
     ("mypkg", "names the user's own package"),
     ("postgresql://", "needs a PostgreSQL server"),

@@ -29,7 +29,8 @@ def test_every_default_is_written_once_and_every_face_uses_it():
     assert S.Options().numerics == job.numerics
     assert inspect.signature(api.measure).parameters["trial_timeout"].default == job.trial_timeout_s
     options = {p.name: p for p in cli.run.params}
-    assert (options["trials"].default, options["confirm"].default, options["sampler"].default) == (job.trials, job.confirm, job.sampler)
+    assert ((options["trials"].default, options["confirm"].default, options["sampler"].default)
+            == (job.trials, job.confirm, job.sampler))
     assert options["trial_timeout"].type.convert(options["trial_timeout"].default, None, None) == job.trial_timeout_s
     from autotune.tuning import preparation
     from autotune.store import Store
@@ -49,7 +50,8 @@ def test_the_stale_grace_derives_from_the_trial_timeout():
     assert TuneConfig(spec=SPEC, trial_timeout_s=100).stale_grace_s == 260
     job = TuneConfig(spec=SPEC, trial_timeout_s=100, confirm=3)
     options = S.Options.of(job, max_memory_bytes=None)
-    live, _ = preparation.open_live(job, Store("sqlite:///:memory:"), "s", {})  # one grace, set where the study is opened
+    # one grace, set where the study is opened
+    live, _ = preparation.open_live(job, Store("sqlite:///:memory:"), "s", {})
     assert (live.grace_s, options.race_rounds) == (260, 3)
     assert S.Options.of(TuneConfig(spec=SPEC, confirm=3), max_memory_bytes=None, race=False).race_rounds == 0
 
@@ -57,8 +59,10 @@ def test_the_stale_grace_derives_from_the_trial_timeout():
 @pytest.mark.parametrize("field, value, message", [
     ("trials", 0, "trial budget"), ("trials", 2.5, "trial budget"), ("trials", True, "trial budget"),
     ("confirm", 51, "race's rounds"), ("confirm", -1, "race's rounds"),
-    ("max_memory_bytes", 0, "memory budget"), ("max_memory_bytes", -5, "memory budget"), ("max_memory_bytes", 0.5, "memory budget"),
-    ("time_budget_s", 0, "time budget"), ("trial_timeout_s", -1, "trial timeout"), ("trial_timeout_s", float("nan"), "trial timeout"),
+    ("max_memory_bytes", 0, "memory budget"), ("max_memory_bytes", -5, "memory budget"),
+    ("max_memory_bytes", 0.5, "memory budget"),
+    ("time_budget_s", 0, "time budget"), ("trial_timeout_s", -1, "trial timeout"),
+    ("trial_timeout_s", float("nan"), "trial timeout"),
     ("global_batch", 0, "global batch"), ("sampler", "cmaes", "sampler"), ("seed", "0", "seed"), ("space", "", "space"),
     ("quick", "yes", "quick"), ("early_stop", None, "early_stop"), ("batch_ceiling", "auto", "batch_ceiling"),
     ("numerics", "loose", "numerics check"),
@@ -72,7 +76,8 @@ def test_a_bad_value_is_refused_once_naming_the_field(field, value, message):
 
 
 def test_a_config_is_frozen_and_round_trips_through_a_study():
-    job = TuneConfig(spec=WorkloadSpec(model="m:f", model_args=(("width", 8),)), trials=5, max_memory_bytes=1 << 30, seed=3)
+    job = TuneConfig(spec=WorkloadSpec(model="m:f", model_args=(("width", 8),)), trials=5, max_memory_bytes=1 << 30,
+                     seed=3)
     with pytest.raises(dataclasses.FrozenInstanceError):
         job.trials = 6  # type: ignore[misc]
     assert TuneConfig.from_dict(job.to_dict()) == job
@@ -163,10 +168,12 @@ def test_every_api_argument_is_a_declared_field_or_says_why_not(function):
         declared = FIELDS[name]
         param = params.pop(declared.word, None)
         assert param is not None, f"{function}(): the field {name} has no argument {declared.word}="
-        default, _ = API_DEFAULTS.get((function, name), (inspect.Parameter.empty if declared.required else declared.default, ""))
+        default, _ = API_DEFAULTS.get((function, name),
+                                      (inspect.Parameter.empty if declared.required else declared.default, ""))
         assert param.default == default, (function, name, param.default, default)
     extra = {name for name in params if (function, name) not in API_ONLY}
-    assert not extra, f"{function}(): arguments that are no declared field and say no reason in API_ONLY: {sorted(extra)}"
+    assert not extra, (f"{function}(): arguments that are no declared field and say no reason in API_ONLY: "
+                       f"{sorted(extra)}")
     assert "early_stop" in inspect.signature(api.tune).parameters
 
 
@@ -186,9 +193,10 @@ def test_every_field_of_a_request_is_declared_or_internal():
 SPECIFIC = {"global_batch": 64, "seed": 3, "space": "cpu", "sampler": "tpe", "confirm": 0, "trials": 5, "quick": True,
             "early_stop": False, "warm_start": True, "batch_ceiling": True, "time_budget": "2h", "max_memory": "1GiB",
             "trial_timeout": "5m", "compile_limit": "90s", "numerics": "strict"}
-SPECIFIC_FLAGS = ["--global-batch", "64", "--seed", "3", "--space", "cpu", "--sampler", "tpe", "--confirm", "0", "--trials", "5",
-                  "--quick", "--no-early-stop", "--warm-start", "--batch-ceiling", "--time-budget", "2h", "--max-memory",
-                  "1GiB", "--trial-timeout", "5m", "--compile-limit", "90s", "--numerics", "strict"]
+SPECIFIC_FLAGS = ["--global-batch", "64", "--seed", "3", "--space", "cpu", "--sampler", "tpe", "--confirm", "0",
+                  "--trials", "5", "--quick", "--no-early-stop", "--warm-start", "--batch-ceiling", "--time-budget",
+                  "2h", "--max-memory", "1GiB", "--trial-timeout", "5m", "--compile-limit", "90s", "--numerics",
+                  "strict"]
 
 
 def test_the_command_line_and_tune_build_the_same_job(tmp_path, monkeypatch):
@@ -203,7 +211,8 @@ def test_the_command_line_and_tune_build_the_same_job(tmp_path, monkeypatch):
     assert (expected.time_budget_s, expected.max_memory_bytes, expected.trial_timeout_s) == (7200, 1 << 30, 300)
 
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
-    out = CliRunner().invoke(cli.main, ["submit", "--model", SPEC.model, "--storage", url, "--study", "j", *SPECIFIC_FLAGS])
+    out = CliRunner().invoke(cli.main, ["submit", "--model", SPEC.model, "--storage", url, "--study", "j",
+                                        *SPECIFIC_FLAGS])
     assert out.exit_code == 0, out.output
     assert preparation.stored_config(Store(url).read("j")) == expected
 
@@ -224,7 +233,8 @@ def test_a_request_reads_units_once_and_takes_only_its_keywords():
     assert (job.time_budget_s, job.max_memory_bytes, job.trial_timeout_s) == (5400.0, 2048, 90.0)
     with pytest.raises(FieldValueError) as info:
         TuneConfig.from_keywords(SPEC, max_memory="lots")
-    assert info.value.field == "max_memory_bytes" and str(info.value).startswith("max_memory_bytes='lots': expected a size")
+    assert (info.value.field == "max_memory_bytes"
+            and str(info.value).startswith("max_memory_bytes='lots': expected a size"))
     with pytest.raises(TypeError, match="time_budget_s"):
         TuneConfig.from_keywords(SPEC, time_budget_s=60)  # the field's keyword is time_budget
     measurement = MeasureConfig.from_keywords(SPEC, repeat=3, trial_timeout="2m")

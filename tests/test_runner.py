@@ -127,8 +127,8 @@ def test_env_knob_reaches_the_trial_process(quick):
 
 @pytest.mark.slow  # 14 s in a full run on a 2-core CPU
 def test_a_trial_slower_than_the_limit_stops_early_as_slower_and_says_how_far_it_got(quick):
-    runner = Runner(WorkloadSpec("failing_workloads:slow_above", model_args=(("batch", 32), ("delay", 2.0))), timeout_s=120,
-                    settings=quick)
+    runner = Runner(WorkloadSpec("failing_workloads:slow_above", model_args=(("batch", 32), ("delay", 2.0))),
+                    timeout_s=120, settings=quick)
     fast = runner.measure({"batch_size": 32}, limit_s=10)
     assert fast.outcome == R.OK, fast.error  # under the limit: measured as usual
     started = time.monotonic()
@@ -160,7 +160,8 @@ def test_a_compiled_configuration_whose_first_step_runs_past_the_compile_limit_i
     res = runner.measure({"compile": "default"})
     assert res.outcome == R.SLOWER, res.error
     assert time.monotonic() - started < 18  # stopped near its limit, not after the sleep
-    assert "first step (the compilation) ran past the 2.0s compile limit (--compile-limit)" in in_words(res.error["message"])
+    assert ("first step (the compilation) ran past the 2.0s compile limit (--compile-limit)"
+            in in_words(res.error["message"]))
 
 
 @pytest.mark.slow  # 5 s in a full run on a 2-core CPU

@@ -158,7 +158,8 @@ def run_cell(url: str, workload: str, shape: str, seed: int):
     name = "-".join(f"{workload} {shape} {seed}".split())
     stopped = False
     if shape in ("two workers", "two devices"):
-        made_up.live_study(url, name, SPACE, CTX, seed=seed, grace_s=None)  # the parent makes the study, then its workers
+        # the parent makes the study, then its workers
+        made_up.live_study(url, name, SPACE, CTX, seed=seed, grace_s=None)
         spawn = multiprocessing.get_context("spawn")  # processes, as autotune run starts them: each its own owner
         workers = [spawn.Process(target=worker, args=(url, name, workload, seed, k, shape)) for k in range(2)]
         for w in workers:
@@ -193,7 +194,8 @@ def assert_ends_in_a_verdict(url: str, workload: str, shape: str, seed: int, sto
     check(view, summary, where)
 
 
-QUICK = [("one knob pays", "two workers", 0), ("a combination pays", "two devices", 10), ("a combination pays", "time budget", 1),
+QUICK = [("one knob pays", "two workers", 0), ("a combination pays", "two devices", 10),
+         ("a combination pays", "time budget", 1),
          ("nothing pays", "confirm 0", 2), ("one configuration runs out of memory", "numerics strict", 3),
          ("one knob pays", "busy measurement", 4), ("one configuration crashes", "stopped in the search", 5),
          ("a combination pays", "stopped in the race", 6), ("one knob pays", "stopped in the claim", 7),

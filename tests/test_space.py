@@ -94,7 +94,8 @@ def test_builtin_spaces_ship_inside_the_package(tmp_path, monkeypatch):
     """The wheel installs only the package: the built-in spaces must live in it (the top-level folder links there)."""
     assert SPACES_DIR_IN_PACKAGE == space.SPACES_DIR
     assert (Path(__file__).resolve().parent.parent / "search_spaces").resolve() == space.SPACES_DIR  # the repo's link
-    assert sorted(p.stem for p in space.SPACES_DIR.glob("*.toml")) == ["cnn", "cpu", "default", "inference", "transformer"]
+    assert sorted(p.stem for p in space.SPACES_DIR.glob("*.toml")) == ["cnn", "cpu", "default", "inference",
+                                                                       "transformer"]
     monkeypatch.chdir(tmp_path)  # an empty working folder: the built-in space
     assert space.find("cpu") == space.SPACES_DIR / "cpu.toml"
     (tmp_path / "search_spaces").mkdir()  # the working folder's own search_spaces/NAME.toml comes first
@@ -131,7 +132,8 @@ def test_range_dimension():
     assert dim.with_value(32).contains(32)
 
 
-# ---------------------------------------------------------------- fitting a space to the machine, and saying what it left out
+# ---------------------------------------------------------------- fitting a space to the machine,
+# and saying what it left out
 
 NO_BF16 = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2, cpu_bf16=False)
 BF16 = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2, cpu_bf16=True)

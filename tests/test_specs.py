@@ -1,5 +1,5 @@
-"""Where a spec leads (autotune.workloads.specs): every way a module:attr spec can be wrong is one line, and hf: specs reach
-autotune.workloads.hf."""
+"""Where a spec leads (autotune.workloads.specs): every way a module:attr spec can be wrong is one line, and hf: specs
+reach autotune.workloads.hf."""
 
 from __future__ import annotations
 

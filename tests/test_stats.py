@@ -131,7 +131,8 @@ def test_the_t_quantile_is_scipys_to_the_last_digits():
         for level in (0.5, 0.9, 0.95, 0.99):
             for comparisons in (1, 3, 12, 40):
                 expected = float(t.ppf(1 - (1 - level) / (2 * comparisons), df))
-                assert stats.t_quantile(df, level, comparisons) == pytest.approx(expected, rel=1e-9), (df, level, comparisons)
+                assert (stats.t_quantile(df, level, comparisons)
+                        == pytest.approx(expected, rel=1e-9)), (df, level, comparisons)
 
 
 def test_a_within_process_ratio_on_few_processes_takes_the_bound_of_the_noise_between_processes():

@@ -1,5 +1,6 @@
-"""Steering a long study's sampler off measured configurations (autotune.tuning.phases.steer), and the search that uses it
-past the default sampler's hand-over (autotune.tuning.phases.search.Search.steer); the Gaussian process is never steered."""
+"""Steering a long study's sampler off measured configurations (autotune.tuning.phases.steer), and the search that uses
+it past the default sampler's hand-over (autotune.tuning.phases.search.Search.steer); the Gaussian process is never
+steered."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def test_nearest_moves_a_measured_proposal_to_the_closest_configuration_not_meas
     measured = {("fp32", 32), ("bf16", 32), ("fp32", 16), ("fp32", 48)}
     is_measured = lambda p: (p["precision"], p["batch_size"]) in measured  # noqa: E731
     # one step from (fp32, 32): bf16 32 (measured), 16 (measured), 48 (measured); two steps: bf16 16
-    assert steer.nearest({"precision": "fp32", "batch_size": 32}, DIMS, is_measured) == {"precision": "bf16", "batch_size": 16}
+    assert (steer.nearest({"precision": "fp32", "batch_size": 32}, DIMS, is_measured)
+            == {"precision": "bf16", "batch_size": 16})
     assert steer.nearest({"precision": "bf16", "batch_size": 64}, DIMS, is_measured) is None  # not measured: kept
     assert steer.nearest({"precision": "fp32"}, DIMS, is_measured) is None  # a knob missing: kept
     assert steer.nearest({"precision": "fp32", "batch_size": 32}, DIMS, lambda p: True) is None  # all measured
@@ -50,7 +52,8 @@ def _search(tmp_path, limit):
         return R.TrialResult(outcome=R.OK, samples_per_s=speed, samples_per_s_cv=0.01,
                              peak_memory_bytes=int(config["batch_size"] * 1e6), wall_s=0.01)
 
-    return S.Tuner(live, Seeds(eff, CTX, base), Bench(evaluate), S.Options(trials=14, race_rounds=0, floor_repeats=0)), live
+    return S.Tuner(live, Seeds(eff, CTX, base), Bench(evaluate),
+                   S.Options(trials=14, race_rounds=0, floor_repeats=0)), live
 
 
 def test_past_the_hand_over_tpe_is_steered_off_measured_configurations(tmp_path):

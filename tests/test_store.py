@@ -41,7 +41,8 @@ SECRET = "SECRETPW"
         ("postgresql://user:p@SECRETPW@host/db", "postgresql://user:***@host/db"),  # an unescaped one
         ("postgresql://host/db?user=me&password=SECRETPW&sslmode=require",
          "postgresql://host/db?user=me&password=***&sslmode=require"),
-        ("postgresql://user:SECRETPW@host:notaport/db", "postgresql://user:***@host:notaport/db"),  # SQLAlchemy cannot parse it
+        # SQLAlchemy cannot parse it
+        ("postgresql://user:SECRETPW@host:notaport/db", "postgresql://user:***@host:notaport/db"),
         ("postgresql:/user:SECRETPW@host/db", "postgresql:/user:***@host/db"),  # nor this
         ("host=db password=SECRETPW dbname=x", "host=db password=*** dbname=x"),  # a libpq DSN
     ],
@@ -275,15 +276,15 @@ def test_processes_taking_queued_trials_never_take_the_same_one(store_url, tmp_p
 # ---------------------------------------------------------------- study names
 
 
-@pytest.mark.parametrize("name", ["../../../tmp/escape", "a/b", "<script>alert(1)</script>", ".hidden", "-rf", "", "x" * 201,
-                                  "tab\there", "naïve"])
+@pytest.mark.parametrize("name", ["../../../tmp/escape", "a/b", "<script>alert(1)</script>", ".hidden", "-rf", "",
+                                  "x" * 201, "tab\there", "naïve"])
 def test_an_unsafe_study_name_is_refused(name):
     with pytest.raises(StudyError, match="not allowed|is needed"):
         check_name(name)
 
 
-@pytest.mark.parametrize("name", ["mynet", "cnn-nightly", "autotune.examples-mlp", "job@cpu-amd-epyc-2c-avx512-torch2.13.0",
-                                  "_private", "A1"])
+@pytest.mark.parametrize("name", ["mynet", "cnn-nightly", "autotune.examples-mlp",
+                                  "job@cpu-amd-epyc-2c-avx512-torch2.13.0", "_private", "A1"])
 def test_a_safe_study_name_is_accepted(name):
     assert check_name(name) == name
 
@@ -293,7 +294,8 @@ def test_default_study_names_are_always_safe(spec):
     assert check_name(WorkloadSpec(model=spec).default_study_name())
 
 
-@pytest.mark.parametrize("command", [["status"], ["export"], ["dashboard"], ["run", "--model", "autotune.examples:mlp", "--study"]])
+@pytest.mark.parametrize("command", [["status"], ["export"], ["dashboard"],
+                                     ["run", "--model", "autotune.examples:mlp", "--study"]])
 def test_a_command_refuses_a_name_that_is_a_path_before_touching_any_file(tmp_path, monkeypatch, command):
     work = tmp_path / "work"
     work.mkdir()
@@ -324,7 +326,8 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.mark.parametrize("command", [["status", "x"], ["status", "x", "--json"], ["export", "x"], ["dashboard", "x"], ["list"]])
+@pytest.mark.parametrize("command", [["status", "x"], ["status", "x", "--json"], ["export", "x"], ["dashboard", "x"],
+                                     ["list"]])
 def test_read_commands_leave_a_foreign_database_as_it_was(tmp_path, monkeypatch, command):
     import sqlite3
 
@@ -518,7 +521,8 @@ def test_run_ends_in_one_line_when_its_study_file_is_deleted(tmp_path, monkeypat
     """The whole command, as a user meets it: a trial's process deletes the study file; the run stops in one line."""
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "studies" / "gone.db"
-    out = CliRunner().invoke(cli.main, ["run", "--model", "failing_workloads:deletes_file", "--model-arg", f"path={str(path)!r}",
+    out = CliRunner().invoke(cli.main, ["run", "--model", "failing_workloads:deletes_file",
+                                        "--model-arg", f"path={str(path)!r}",
                                         "--model-arg", f"counter={str(tmp_path / 'builds')!r}",
                                         "--study", "gone", "--trials", "3", "--quick", "--confirm", "0"])
     assert out.exit_code == 2, out.output

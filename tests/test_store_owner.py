@@ -65,7 +65,8 @@ def test_every_private_optuna_name_the_store_uses_is_listed_with_its_reason():
     missing = []
     for path in sorted(STORE.glob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        own = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name.startswith("_")}
+        own = {n.name for n in ast.walk(tree)
+               if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name.startswith("_")}
         own |= {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
         for name in sorted(_private(tree) - own):
             if f"`{name}`" not in listed and name not in ("_open", "_attrs", "_evidence", "_identity", "_finished"):

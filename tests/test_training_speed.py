@@ -87,9 +87,11 @@ def test_apply_says_the_trainings_speed_once_and_keeps_it_unless_turned_off(tmp_
         step(batch)
     err = capsys.readouterr().err.splitlines()
     said = [line for line in err if line.startswith("autotune: ")]
-    assert len(said) == 1 and " samples/s in this training; the study measured 398.0 for this configuration here" in said[0]
+    assert (len(said) == 1
+            and " samples/s in this training; the study measured 398.0 for this configuration here" in said[0])
     assert cfg.meter is not None and cfg.meter.samples_per_s > 0
     model, loader, step = cfg.apply(nn.Linear(4, 2), data, report_speed=False)
     for batch in loader:
         step(batch)
-    assert cfg.meter is None and not [line for line in capsys.readouterr().err.splitlines() if line.startswith("autotune:")]
+    assert cfg.meter is None and not [line for line in capsys.readouterr().err.splitlines()
+                                      if line.startswith("autotune:")]

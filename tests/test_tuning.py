@@ -14,8 +14,8 @@ from autotune.workloads.contract import WorkloadSpec
 def test_the_race_shares_processes_only_when_asked_and_what_each_knob_bought_by_default(tmp_path, monkeypatch):
     """The race's claims rest on separate processes unless AUTOTUNE_PAIRED=1 asks for shared ones (measured biased
     at glibc's default heap: benchmarks/paths_agree.py); what each knob bought is measured in shared processes by
-    default, where knobs.apart lets them be shared (autotune.tuning.phases.bought). Seen through a fake runner: the processes
-    each way of measuring starts, as the configurations each one measures."""
+    default, where knobs.apart lets them be shared (autotune.tuning.phases.bought). Seen through a fake runner: the
+    processes each way of measuring starts, as the configurations each one measures."""
     from autotune import result as R
 
     config = TuneConfig(spec=WorkloadSpec("autotune.examples:mlp"), trials=2, quick=True)
@@ -92,7 +92,8 @@ def test_warm_cache_fills_optunas_trial_cache_as_its_own_read_would(tmp_path):
     assert len(warmed.get_trials(deepcopy=False)) == 32
 
     # storages that keep their own state are left alone
-    journal = optuna.create_study(storage=Store.open(f"journal:{tmp_path}/j.log").storage, directions=["maximize", "minimize"])
+    journal = optuna.create_study(storage=Store.open(f"journal:{tmp_path}/j.log").storage,
+                                  directions=["maximize", "minimize"])
     assert LiveStudy(journal).warm_cache() is False
 
 
@@ -120,7 +121,8 @@ def _opening(searched: list[str]) -> list[str]:
     from types import SimpleNamespace
 
     prepared = preparation.Prepared(
-        config=SimpleNamespace(trials=2, compile_limit_s=180.0), name="cnn", store=SimpleNamespace(shown="studies/cnn.db"),
+        config=SimpleNamespace(trials=2, compile_limit_s=180.0), name="cnn",
+        store=SimpleNamespace(shown="studies/cnn.db"),
         live=None, created=True, recovered=[], tuner=None, device="cuda:0", space_name="default", configurations=4,
         searched=searched, measured=0, runner=None)  # type: ignore[arg-type]
     return prepared.opening()

@@ -329,8 +329,9 @@ def numerics_check(state: str = "hold") -> dict:
     ("hold", False, 0, "numerics hold: loss within 0.0% of the defaults over 30 steps (floor 0.0%), weights 0.0% "
                        "apart (checked again here, as the study found)"),
     ("hold", True, 1, "numerics differ: loss 10% above the defaults over steps 16-30 (floor 0.0%), weights 0.0% apart: "
-                      "no one knob alone: batch_size=128 optimizer_impl=fused (checked again here; the study's: numerics "
-                      "hold: loss within 0.1% of the defaults over 30 steps (floor 0.0%), weights 2.0% apart)")])
+                      "no one knob alone: batch_size=128 optimizer_impl=fused (checked again here; the study's: "
+                      "numerics hold: loss within 0.1% of the defaults over 30 steps (floor 0.0%), weights 2.0% "
+                      "apart)")])
 def test_verify_checks_the_numerics_again_and_fails_where_they_held_and_now_differ(tmp_path, monkeypatch, then,
                                                                                    differs_here, code, said):
     """An upgrade can change the kernels: the export's check is run again with its steps, samples and seed."""

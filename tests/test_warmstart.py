@@ -218,7 +218,8 @@ def test_a_resumed_study_queues_its_seeds_once_and_looks_for_no_new_ones(url):
           {"optimizer_impl": "foreach", "precision": "bf16"}, "2025-03-01T00:00:00+00:00", trials=4)
     again = optuna.load_study(study_name="resumed", storage=url)
     assert warmstart.seeds(store, again, False, True, SAME, tuner.seeds) == seeds
-    resumed = S.Tuner(LiveStudy(again), Seeds(tuner.seeds.space, CTX, tuner.seeds.base, [(s.params, s.attrs()) for s in seeds]),
+    resumed = S.Tuner(LiveStudy(again),
+                      Seeds(tuner.seeds.space, CTX, tuner.seeds.base, [(s.params, s.attrs()) for s in seeds]),
                       Bench(peaked({"batch_size": 112}, calls)), S.Options(trials=7, race_rounds=0, max_repeats=60))
     resumed.run()
     trials = LiveStudy(again).trials()

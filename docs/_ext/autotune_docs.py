@@ -129,7 +129,8 @@ class Layers(SphinxDirective):
 KNOBS_PAGE = ROOT / "docs" / "knobs.md"
 BEGIN = "<!-- the knob table, written from the registry by `python docs/_ext/autotune_docs.py`: do not edit by hand -->"
 END = "<!-- end of the knob table -->"
-KNOB_HEADER = ["knob", "values", "PyTorch's default", "applies", "applied as", "what it does", "by hand (the guides' value)"]
+KNOB_HEADER = ["knob", "values", "PyTorch's default", "applies", "applied as", "what it does",
+               "by hand (the guides' value)"]
 
 
 def markdown_cell(text: str) -> str:

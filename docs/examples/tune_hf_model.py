@@ -25,7 +25,8 @@ from pathlib import Path
 
 import autotune
 
-given = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else None  # a notebook's argv is the kernel's
+# a notebook's argv is the kernel's
+given = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else None
 out = Path(given or os.environ.get("AUTOTUNE_EXAMPLE_DIR") or tempfile.mkdtemp(prefix="autotune-example-"))
 out.mkdir(parents=True, exist_ok=True)
 trials = int(os.environ.get("AUTOTUNE_EXAMPLE_TRIALS", "3"))
@@ -60,7 +61,8 @@ result
 print(f"verdict: {result.verdict.text}")
 for row in result.front:
     speed = row["speedup"]["text"] if row["speedup"] else "-"
-    print(f"  #{row['trial']}: {row['samples_per_s']:.0f} samples/s, {row['peak_memory_bytes'] / 2**20:.0f} MiB, {speed}, {row['changes'] or 'defaults'}")
+    print(f"  #{row['trial']}: {row['samples_per_s']:.0f} samples/s, {row['peak_memory_bytes'] / 2**20:.0f} MiB, "
+          f"{speed}, {row['changes'] or 'defaults'}")
 
 # %% [markdown]
 # ## Export for the Hugging Face Trainer
