@@ -39,7 +39,8 @@ from autotune.evidence import Evidence, evidence_of
 from autotune.evidence.stats import geomean
 
 CNN = ["--model", "autotune.examples:cnn"]
-HF = ["--model", "hf:gpt2", "--model-arg", "n_layer=2", "--model-arg", "n_embd=128", "--model-arg", "n_head=2", "--seq-len", "64"]
+HF = ["--model", "hf:gpt2", "--model-arg", "n_layer=2", "--model-arg", "n_embd=128", "--model-arg", "n_head=2",
+      "--seq-len", "64"]
 
 
 def hogs(n: int) -> list[subprocess.Popen]:
@@ -100,9 +101,11 @@ def report(part: str, elapsed: float, ev: Evidence, again: float | None, trials:
     say(f"   verdict: {v.text}")
     if again is not None:
         say(f"   re-measured on the quiet machine: {again:.2f}x the defaults"
-            + (f" -> {'inside' if inside else 'OUTSIDE'} the claimed {s.text()}" if s is not None and v.state == 'gain' else ""))
+            + (f" -> {'inside' if inside else 'OUTSIDE'} the claimed {s.text()}"
+               if s is not None and v.state == 'gain' else ""))
     return {"elapsed_s": elapsed, "verdict": v.to_dict(), "load": ev.load.to_dict(), "noise": ev.noise.to_dict(),
-            "config": dict(c.changes) if c else {}, "remeasured_speedup": again, "inside": inside if v.state == "gain" else None}
+            "config": dict(c.changes) if c else {}, "remeasured_speedup": again,
+            "inside": inside if v.state == "gain" else None}
 
 
 def main() -> None:
@@ -155,7 +158,8 @@ def main() -> None:
                 stop(started)
             v = ev.verdict()
             again = remeasure(CNN, ev.configs[v.winner].changes, args.repeat) if v.state == "gain" else None
-            out["midway"] = report("cnn, one CPU-bound process started after the noise floor", elapsed, ev, again, args.trials)
+            out["midway"] = report("cnn, one CPU-bound process started after the noise floor", elapsed, ev, again,
+                                   args.trials)
             out["midway"]["names_the_busy_machine"] = "busy machine" in v.text
             save()
         if "hf" in args.parts:

@@ -1,6 +1,7 @@
 """Are the claims calibrated? A study's exported speed-up and interval against a re-measurement.
 
-    python benchmarks/calibration.py [--trials 20] [--repeat 5] [--models cnn mlp transformer outside] [--out calibration]
+    python benchmarks/calibration.py [--trials 20] [--repeat 5] [--models cnn mlp transformer outside]
+                                     [--out calibration]
 
 For each model: a study of N trials as `autotune run` makes it (the `cpu` space, the
 noise floor and the final race on), then the verdict's export; then the exported
@@ -42,7 +43,8 @@ def outside() -> WorkloadSpec:
     try:
         import transformers  # noqa: F401
 
-        return WorkloadSpec("hf:gpt2", model_args=(("n_embd", 128), ("n_head", 4), ("n_layer", 2), ("seq_len", 64), ("vocab_size", 2048)))
+        return WorkloadSpec("hf:gpt2", model_args=(("n_embd", 128), ("n_head", 4), ("n_layer", 2), ("seq_len", 64),
+                                                   ("vocab_size", 2048)))
     except ImportError:
         return WorkloadSpec("outside:lstm_lm")
 
@@ -67,8 +69,8 @@ def extras(study: StoredStudy) -> dict:
     minimal = [t for t in study.trials if t.role == "minimal" and t.duplicate_of is None]
     processes = len(floor) + len(race_alone) + len(shared) + len(minimal)
     configurations = len(floor) + len(race_alone) + sum(len(b.rates) for b in shared) + len(minimal)
-    seconds = sum(float(m.wall_s or 0.0) for m in floor + race_alone) + sum(float(b.wall_s or 0.0) for b in shared) + sum(
-        float(t.duration_s or 0.0) for t in minimal)
+    seconds = sum(float(m.wall_s or 0.0) for m in floor + race_alone) + sum(
+        float(b.wall_s or 0.0) for b in shared) + sum(float(t.duration_s or 0.0) for t in minimal)
     return {"floor": len(floor), "race_processes": len(race_alone) + len(race_shared), "race_shared": len(race_shared),
             "ablation_processes": len(ablation), "minimal_trials": len(minimal), "processes": processes,
             "configurations": configurations, "seconds": seconds}
@@ -77,7 +79,8 @@ def extras(study: StoredStudy) -> dict:
 def main() -> None:
     ap = harness.arguments(__doc__, trials=20, repeat=5)
     ap.add_argument("--models", nargs="*", default=list(MODELS))
-    ap.add_argument("--keep", default=None, help="Keep the studies' SQLite files in this folder (default: a temporary one).")
+    ap.add_argument("--keep", default=None,
+                    help="Keep the studies' SQLite files in this folder (default: a temporary one).")
     args = ap.parse_args()
     warm_up()
     import os
@@ -164,15 +167,17 @@ def main() -> None:
             if ablation is not None:
                 for line in ablation.lines():
                     say(f"   {line}")
-            say(f"   extra: {cost['processes']} processes ({cost['floor']} floor, {cost['race_processes']} race of which "
-                f"{cost['race_shared']} shared, {cost['ablation_processes']} ablation, {cost['minimal_trials']} recommendation "
-                f"alone) measuring {cost['configurations']} configurations: {ex['extra_processes_per_trial']:.2f} processes "
-                f"per search trial; {cost['seconds']:.0f} s against the trials' {trial_s:.0f} s "
-                f"({(ex['extra_seconds_per_trial_second'] or 0):.2f}x); race {ex['race_rounds']} rounds ({ex['race_stopped']})")
+            say(f"   extra: {cost['processes']} processes ({cost['floor']} floor, {cost['race_processes']} race "
+                f"of which {cost['race_shared']} shared, {cost['ablation_processes']} ablation, "
+                f"{cost['minimal_trials']} recommendation alone) measuring {cost['configurations']} configurations: "
+                f"{ex['extra_processes_per_trial']:.2f} processes per search trial; {cost['seconds']:.0f} s against "
+                f"the trials' {trial_s:.0f} s ({(ex['extra_seconds_per_trial_second'] or 0):.2f}x); "
+                f"race {ex['race_rounds']} rounds ({ex['race_stopped']})")
     covered = [v["inside"] for v in out.values() if v["inside"] is not None]
     say(f"re-measured speed-up inside the claimed interval: {sum(covered)} of {len(covered)}")
     per_trial = [v["extra_processes_per_trial"] for v in out.values()]
-    say(f"extra processes per search trial: {', '.join(f'{k} {v:.2f}' for k, v in zip(out, per_trial))} (target at most 0.5)")
+    say(f"extra processes per search trial: {', '.join(f'{k} {v:.2f}' for k, v in zip(out, per_trial))} "
+        "(target at most 0.5)")
     harness.write(args, out)
 
 

@@ -39,7 +39,8 @@ from autotune.evidence import evidence_of
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
 SPACE = space.parse(
-    {"search": {"precision": ["fp32", "bf16"], "batch_size": {"low": 8, "high": 512, "step": 8}, "optimizer_impl": ["default", "foreach", "fused"]}},
+    {"search": {"precision": ["fp32", "bf16"], "batch_size": {"low": 8, "high": 512, "step": 8},
+                "optimizer_impl": ["default", "foreach", "fused"]}},
     "bench.toml",
     "bench",
 )
@@ -52,7 +53,8 @@ def instant(config, dominators=(), margin=None):
 
 def coordination(url: str, sampler: str, trials: int) -> dict:
     attrs = {"workload": {"model": "x:y"}, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
-             "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(), "global_batch": None}
+             "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(),
+             "global_batch": None}
     study, _ = harness.open_store(url).create_or_check("bench", attrs, make_sampler(sampler, 0))
     live = LiveStudy(study)
     base = base_config(CTX, SPACE.fixed, None)
@@ -71,8 +73,9 @@ def coordination(url: str, sampler: str, trials: int) -> dict:
 
 def throughput(workers: int, trials: int, folder: Path) -> dict:
     url = f"sqlite:///{folder}/w{workers}.db"
-    cmd = [sys.executable, "-m", "autotune.cli", "run", "--model", "autotune.examples:mlp", "--space", "cpu", "--study", f"w{workers}",
-           "--storage", url, "--trials", str(trials), "--quick", "--confirm", "0", "--seed", "0", "--workers", str(workers), "--no-early-stop"]
+    cmd = [sys.executable, "-m", "autotune.cli", "run", "--model", "autotune.examples:mlp", "--space", "cpu",
+           "--study", f"w{workers}", "--storage", url, "--trials", str(trials), "--quick", "--confirm", "0",
+           "--seed", "0", "--workers", str(workers), "--no-early-stop"]
     start = time.monotonic()
     subprocess.run(cmd, cwd=folder, check=True, capture_output=True, text=True)
     wall = time.monotonic() - start
@@ -87,7 +90,8 @@ def throughput(workers: int, trials: int, folder: Path) -> dict:
 def main() -> None:
     ap = harness.arguments(__doc__, trials=30)
     ap.add_argument("--postgres", default=os.environ.get("AUTOTUNE_TEST_POSTGRES_URL"),
-                    help="a PostgreSQL server's URL (default: AUTOTUNE_TEST_POSTGRES_URL); its database bench_* is recreated")
+                    help="a PostgreSQL server's URL (default: AUTOTUNE_TEST_POSTGRES_URL); "
+                         "its database bench_* is recreated")
     ap.add_argument("--throughput-trials", type=int, default=16)
     args = ap.parse_args()
     out: dict = {"coordination": {}, "throughput": {}}
@@ -105,14 +109,14 @@ def main() -> None:
                 r = coordination(url, sampler, args.trials)
                 out["coordination"][f"{name}/{sampler}"] = r
                 say(f"coordination {name:<10} sampler {sampler:<6}: {1000 * r['per_trial_s_median']:.0f} ms per trial "
-                    f"(first 10: {1000 * r['first_10_s']:.0f} ms, last 10: {1000 * r['last_10_s']:.0f} ms; {r['trials']} trials "
-                    "asked, cache answers included)")
+                    f"(first 10: {1000 * r['first_10_s']:.0f} ms, last 10: {1000 * r['last_10_s']:.0f} ms; "
+                    f"{r['trials']} trials asked, cache answers included)")
         for workers in (1, 2):
             r = throughput(workers, args.throughput_trials, folder)
             out["throughput"][str(workers)] = r
             say(f"mlp --quick, {workers} worker(s): {r['trials_per_hour']:.0f} trials/hour ({r['wall_s']:.0f} s for "
-                f"{args.throughput_trials}; {r['skipped']} trials given up to another worker's claim, {r['cache_answers']} "
-                f"cache answers); noise between processes ±{r['noise_percent']:.0f}%")
+                f"{args.throughput_trials}; {r['skipped']} trials given up to another worker's claim, "
+                f"{r['cache_answers']} cache answers); noise between processes ±{r['noise_percent']:.0f}%")
     harness.write(args, out)
 
 

@@ -10,16 +10,17 @@
    the measurement is a
    sleep of ``--step`` seconds x U(1 - ``--jitter``, 1 + ``--jitter``) (a trial process would be forked
    there; trials differ in length, so the workers fall out of lockstep as a real fleet's do), so the
-   ideal throughput is known, K x 3600 / the mean measurement, and the CPUs are not spent on measuring. The study's budget
-   is K x ``--rounds`` configurations (the noise floor's two extra measurements of the baseline, once per
+   ideal throughput is known, K x 3600 / the mean measurement, and the CPUs are not spent on measuring. The study's
+   budget is K x ``--rounds`` configurations (the noise floor's two extra measurements of the baseline, once per
    study, are left out: they are start-up, not coordination). All workers start together once every one has opened its
    store (start-up, 1-3 s each on 2 cores, is not counted). Per trial each worker times, as the
    search tells its steps (``Search(on_step=)``): ask (the trial's creation), suggest (the sampler
    and the parameter writes), claim (the configuration's claim through the storage), tell (the
    result's attributes and Optuna's tell), and the loop's own reads between trials (budget, seeds,
    recovery, session; its idle waits while others measure the rest of the budget left out);
-   coordination = the trial's wall time less the measurement, plus the loop's reads before it. SQL statements per trial are counted (SQLAlchemy's cursor events). On PostgreSQL, pg_stat_activity is polled every 0.5 s for the connections each
-   worker holds (each worker's application_name is its own), and the CPU time of the server's
+   coordination = the trial's wall time less the measurement, plus the loop's reads before it. SQL statements per
+   trial are counted (SQLAlchemy's cursor events). On PostgreSQL, pg_stat_activity is polled every 0.5 s for the
+   connections each worker holds (each worker's application_name is its own), and the CPU time of the server's
    processes is read from /proc. Trials/hour: the share of the K workers' time spent measuring, from
    the start until the first worker finds the budget spent (the tail, where a finite budget runs out
    one worker at a time, is left out), times the ideal. The machine's CPU use over the run is reported:
@@ -84,7 +85,8 @@ def _space() -> tuple[Any, Any, dict[str, Any], Any]:
 
 def _attrs(sp: Any, ctx: Any) -> dict[str, Any]:
     return {"workload": {"model": "fleet:sleep"}, "space": sp.to_dict(), "space_hash": sp.hash(),
-            "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": ctx.to_dict(), "global_batch": None}
+            "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": ctx.to_dict(),
+            "global_batch": None}
 
 
 # ---------------------------------------------------------------- one worker (a child process)
@@ -126,8 +128,10 @@ def child(url: str, budget: int, step: float, sampler: str, folder: Path, index:
         parts["measure_from"] = time.time()
         time.sleep(step * rng.uniform(1 - jitter, 1 + jitter))
         parts["measure_to"] = time.time()
-        rate = 100.0 + config["batch_size"] * (2 if config["precision"] == "bf16" else 1) * (1 + 0.05 * config["num_workers"])
-        return R.TrialResult(outcome=R.OK, samples_per_s=rate, samples_per_s_cv=0.01, peak_memory_bytes=10**8 + config["batch_size"] * 10**5,
+        rate = 100.0 + config["batch_size"] * (2 if config["precision"] == "bf16" else 1) * (
+            1 + 0.05 * config["num_workers"])
+        return R.TrialResult(outcome=R.OK, samples_per_s=rate, samples_per_s_cv=0.01,
+                             peak_memory_bytes=10**8 + config["batch_size"] * 10**5,
                              wall_s=step)
 
     def on_step(name: str, seconds: float) -> None:
@@ -171,10 +175,11 @@ def child(url: str, budget: int, step: float, sampler: str, folder: Path, index:
     statements[0] = 0
     report = search.run(Session(live))
     cpu_s = sum(os.times()[:2]) - cpu_go
-    out = {"index": index, "go": wall_go, "trials": [{**r, "start": r["start"] - t_go + wall_go, "end": r["end"] - t_go + wall_go}
-                                                   for r in trials],
-           "cpu_s": cpu_s, "statements": statements[0], "pss_start": pss_start, "pss_end": _pss(os.getpid()), "reason": report.reason,
-           "sampler": type(live.sampler).__name__}
+    out = {"index": index, "go": wall_go,
+           "trials": [{**r, "start": r["start"] - t_go + wall_go, "end": r["end"] - t_go + wall_go}
+                      for r in trials],
+           "cpu_s": cpu_s, "statements": statements[0], "pss_start": pss_start, "pss_end": _pss(os.getpid()),
+           "reason": report.reason, "sampler": type(live.sampler).__name__}
     (folder / f"worker-{index}.json").write_text(json.dumps(out))
 
 
@@ -230,7 +235,8 @@ def fresh_url(kind: str, folder: Path, pg: str | None, tag: str) -> str:
     return harness.fresh_postgres(pg, tag)
 
 
-def fleet_run(kind: str, workers: int, step: float, args: argparse.Namespace, pg: str | None, folder: Path) -> dict[str, Any]:
+def fleet_run(kind: str, workers: int, step: float, args: argparse.Namespace, pg: str | None,
+              folder: Path) -> dict[str, Any]:
     from autotune.tuning.phases.sampler import make_sampler
 
     tag = f"fleet_{kind}_{workers}_{int(step * 1000)}"
@@ -238,7 +244,8 @@ def fleet_run(kind: str, workers: int, step: float, args: argparse.Namespace, pg
     run_dir.mkdir()
     url = fresh_url(kind, folder, pg, tag)
     ctx, sp, _, _ = _space()
-    harness.open_store(url).create_or_check(NAME, _attrs(sp, ctx), make_sampler(args.sampler, 0))  # as `autotune submit` would
+    # as `autotune submit` would
+    harness.open_store(url).create_or_check(NAME, _attrs(sp, ctx), make_sampler(args.sampler, 0))
     budget = workers * args.rounds
     procs: list[subprocess.Popen[bytes]] = []
     started = time.monotonic()
@@ -247,9 +254,9 @@ def fleet_run(kind: str, workers: int, step: float, args: argparse.Namespace, pg
     for first in range(0, workers, START_BATCH):
         for i in range(first, min(workers, first + START_BATCH)):
             env = {**os.environ, "PGAPPNAME": f"fleet-w{i}"}
-            procs.append(subprocess.Popen([sys.executable, __file__, "--child", url, str(budget), str(step), args.sampler,
-                                           str(run_dir), str(i), str(args.jitter)], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                                          stderr=open(run_dir / f"stderr-{i}", "w")))
+            procs.append(subprocess.Popen([sys.executable, __file__, "--child", url, str(budget), str(step),
+                                           args.sampler, str(run_dir), str(i), str(args.jitter)], env=env, cwd=ROOT,
+                                          stdout=subprocess.DEVNULL, stderr=open(run_dir / f"stderr-{i}", "w")))
         while sum(1 for i in range(len(procs)) if (run_dir / f"ready-{i}").exists()) < len(procs):
             if any(p.poll() not in (None, 0) for p in procs):
                 bad = next(i for i, p in enumerate(procs) if p.poll() not in (None, 0))
@@ -281,7 +288,8 @@ def fleet_run(kind: str, workers: int, step: float, args: argparse.Namespace, pg
         if monitor is not None:
             server.update(_server_cpu())
             with monitor.cursor() as cur:
-                cur.execute("SELECT application_name, count(*) FROM pg_stat_activity WHERE datname = %s GROUP BY 1", (tag,))
+                cur.execute("SELECT application_name, count(*) FROM pg_stat_activity WHERE datname = %s GROUP BY 1",
+                            (tag,))
                 rows = cur.fetchall()
             total_max = max(total_max, sum(n for app, n in rows if app.startswith("fleet-w")))
             for app, n in rows:
@@ -308,9 +316,9 @@ def fleet_run(kind: str, workers: int, step: float, args: argparse.Namespace, pg
     measured = [t for t in study.trials if t.measured and t.duplicate_of is None and t.config_key is not None]
     last = max(r["end"] for r in measured_rows)
     wall = last - t0
-    # Steady state: from the start until the first worker found no budget left (its last measurement's end), the share of
-    # the K workers' time spent measuring; the ideal is K x 3600 / the mean measurement. (The tail, where the budget runs
-    # out one worker at a time, is a finite budget's, not coordination's.)
+    # Steady state: from the start until the first worker found no budget left (its last measurement's end), the
+    # share of the K workers' time spent measuring; the ideal is K x 3600 / the mean measurement. (The tail, where the
+    # budget runs out one worker at a time, is a finite budget's, not coordination's.)
     window_end = min(max(r["measure_to"] for r in rep["trials"] if r["kind"] == "measured") for rep in reports
                      if any(r["kind"] == "measured" for r in rep["trials"]))
     busy_s = sum(max(0.0, min(r["measure_to"], window_end) - max(r["measure_from"], t0)) for r in measured_rows)
@@ -328,7 +336,8 @@ def fleet_run(kind: str, workers: int, step: float, args: argparse.Namespace, pg
         "storage": kind, "workers": workers, "budget": budget, "step_s": step, "sampler": args.sampler,
         "startup_s": round(startup_s, 1), "wall_s": round(wall, 2), "measured": len(measured_rows),
         "measured_in_study": len(measured), "trials_asked": len(rows),
-        "duplicates": sum(1 for r in rows if r["kind"] == "duplicate"), "given_up": sum(1 for r in rows if r["kind"] == "none"),
+        "duplicates": sum(1 for r in rows if r["kind"] == "duplicate"),
+        "given_up": sum(1 for r in rows if r["kind"] == "none"),
         "trials_per_hour": round(per_hour), "ideal_per_hour": round(ideal), "of_ideal": round(utilisation, 3),
         "whole_run_per_hour": round(3600.0 * len(measured_rows) / wall), "steady_window_s": round(window_end - t0, 1),
         "jitter": args.jitter,
@@ -347,7 +356,8 @@ def fleet_run(kind: str, workers: int, step: float, args: argparse.Namespace, pg
     }
     if kind == "postgresql":
         per = [conns.get(f"fleet-w{i}", 0) for i in range(workers)]
-        out["connections"] = {"per_worker_max": max(per), "per_worker_median": statistics.median(per), "total_max": total_max}
+        out["connections"] = {"per_worker_max": max(per), "per_worker_median": statistics.median(per),
+                              "total_max": total_max}
     return out
 
 
@@ -386,9 +396,11 @@ def sampler_growth(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)  # not part of the history the next one sees
             row["seconds"][name] = round(statistics.median(times[1:]), 3)
             if name == "gp":
-                row["default_uses"] = "tpe" if isinstance(sampler, GPThenTPE) and sampler.switched_at is not None else "gp"
+                row["default_uses"] = ("tpe" if isinstance(sampler, GPThenTPE) and sampler.switched_at is not None
+                                       else "gp")
         rows.append(row)
-        say(f"sampler at {n:>6} trials: " + ", ".join(f"{k} {('-' if v is None else f'{v:.3f} s')}" for k, v in row["seconds"].items())
+        say(f"sampler at {n:>6} trials: "
+            + ", ".join(f"{k} {('-' if v is None else f'{v:.3f} s')}" for k, v in row["seconds"].items())
             + f" (default uses {row.get('default_uses')})", keep=False)
     return rows
 
@@ -401,18 +413,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", default="1,8,32,64")
     parser.add_argument("--storages", default="postgresql,journal")
     parser.add_argument("--step", type=float, default=2.0, help="seconds each measurement sleeps")
-    parser.add_argument("--rounds", type=int, default=4, help="configurations per worker: the budget is workers x rounds")
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="configurations per worker: the budget is workers x rounds")
     parser.add_argument("--long-step", type=float, default=20.0,
                         help="then the most workers on PostgreSQL again with this measurement (0: not)")
     parser.add_argument("--sampler", default="random", help="the fleet's sampler (random: coordination alone)")
-    parser.add_argument("--sizes", default="100,200,300,1000,10000", help="study sizes for the sampler's suggestion time")
+    parser.add_argument("--sizes", default="100,200,300,1000,10000",
+                        help="study sizes for the sampler's suggestion time")
     parser.add_argument("--no-sampler", action="store_true", help="leave out the sampler's suggestion time")
     parser.add_argument("--no-fleet", action="store_true", help="leave out the fleet runs")
     parser.add_argument("--start-timeout", type=float, default=300.0)
     parser.add_argument("--run-timeout", type=float, default=600.0)
     parser.add_argument("--jitter", type=float, default=0.25,
-                        help="each measurement sleeps step x U(1-j, 1+j): trials of different lengths, so the workers do not "
-                             "all coordinate at the same instant as they would in lockstep")
+                        help="each measurement sleeps step x U(1-j, 1+j): trials of different lengths, so the workers "
+                             "do not all coordinate at the same instant as they would in lockstep")
     parser.add_argument("--child", nargs=7, metavar=("URL", "BUDGET", "STEP", "SAMPLER", "FOLDER", "INDEX", "JITTER"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -444,8 +458,8 @@ def main(argv: list[str] | None = None) -> int:
                 for workers in [int(w) for w in args.workers.split(",") if w]:
                     fits = int(_mem_available() / 2**20 // WORKER_MB)
                     if workers > fits:
-                        notes.append(f"{kind} x{workers} not run: {_mem_available() / 2**30:.1f} GiB available holds about "
-                                     f"{fits} workers of {WORKER_MB} MB")
+                        notes.append(f"{kind} x{workers} not run: {_mem_available() / 2**30:.1f} GiB available "
+                                     f"holds about {fits} workers of {WORKER_MB} MB")
                         say(notes[-1], keep=False)
                         continue
                     runs.append(fleet_run(kind, workers, args.step, args, pg, Path(tmp)))
@@ -453,26 +467,29 @@ def main(argv: list[str] | None = None) -> int:
             if args.long_step and "postgresql" in kinds:
                 # The most workers again with a long measurement: the machine's 2 cores no longer run out, so what
                 # is left is the coordination itself against a shared database (a real fleet has a machine per worker).
-                runs.append(fleet_run("postgresql", max(int(w) for w in args.workers.split(",") if w), args.long_step, args, pg,
-                                      Path(tmp)))
+                runs.append(fleet_run("postgresql", max(int(w) for w in args.workers.split(",") if w), args.long_step,
+                                      args, pg, Path(tmp)))
                 _print_run(runs[-1])
     growth = [] if args.no_sampler else sampler_growth([int(s) for s in args.sizes.split(",") if s], args.repeat)
     memory = _memory(runs)
     for line in _text(runs, growth, memory, args, notes, pg_version if pg else None, max_conn if pg else None):
         say(line)
     harness.write(args, {"label": args.label, "step_s": args.step, "rounds": args.rounds, "sampler": args.sampler,
-                         "targets": TARGETS, "machine": _machine(), "runs": runs, "sampler_growth": growth, "memory": memory,
-                         "notes": notes})
+                         "targets": TARGETS, "machine": _machine(), "runs": runs, "sampler_growth": growth,
+                         "memory": memory, "notes": notes})
     return 0
 
 
 def _print_run(r: dict[str, Any]) -> None:
-    conn_text = (f"; connections per worker max {r['connections']['per_worker_max']} (total {r['connections']['total_max']})"
+    conn_text = (f"; connections per worker max {r['connections']['per_worker_max']} "
+                 f"(total {r['connections']['total_max']})"
                  if "connections" in r else "")
-    say(f"{r['storage']:<10} x{r['workers']:<3} step {r['step_s']:g} s: coordination {r['coordination_ms']['median']:.0f} ms/trial "
-        f"(p90 {r['coordination_ms']['p90']:.0f}; ask {r['parts_ms_median']['ask']:.0f}, suggest {r['parts_ms_median']['suggest']:.0f}, "
-        f"claim {r['parts_ms_median']['claim']:.0f}, tell {r['parts_ms_median']['tell']:.0f}, loop {r['parts_ms_median']['loop']:.0f}); "
-        f"{r['trials_per_hour']} trials/h = {100 * r['of_ideal']:.0f}% of {r['ideal_per_hour']} ideal; CPU {100 * r['cpu_busy']:.0f}% "
+    say(f"{r['storage']:<10} x{r['workers']:<3} step {r['step_s']:g} s: "
+        f"coordination {r['coordination_ms']['median']:.0f} ms/trial (p90 {r['coordination_ms']['p90']:.0f}; "
+        f"ask {r['parts_ms_median']['ask']:.0f}, suggest {r['parts_ms_median']['suggest']:.0f}, "
+        f"claim {r['parts_ms_median']['claim']:.0f}, tell {r['parts_ms_median']['tell']:.0f}, "
+        f"loop {r['parts_ms_median']['loop']:.0f}); {r['trials_per_hour']} trials/h = {100 * r['of_ideal']:.0f}% "
+        f"of {r['ideal_per_hour']} ideal; CPU {100 * r['cpu_busy']:.0f}% "
         f"busy{conn_text}; {r['run_s']:.0f} s after a {r['startup_s']:.0f} s start", keep=False)
 
 
@@ -488,7 +505,8 @@ def _memory(runs: list[dict[str, Any]]) -> dict[str, Any]:
     most = max(r["workers"] for r in runs)
     pss = max(r["pss_mb_end"] for r in runs if r["workers"] == most)  # shared pages spread over the most workers
     available = _mem_available() / 2**20
-    return {"pss_mb_per_worker": pss, "available_mb": round(available), "workers_fit": int(available // pss) if pss else None}
+    return {"pss_mb_per_worker": pss, "available_mb": round(available),
+            "workers_fit": int(available // pss) if pss else None}
 
 
 def _text(runs: list[dict[str, Any]], growth: list[dict[str, Any]], memory: dict[str, Any], args: argparse.Namespace,
@@ -502,52 +520,60 @@ def _text(runs: list[dict[str, Any]], growth: list[dict[str, Any]], memory: dict
              + (f"; {pg_version} on the same machine, max_connections {max_conn}" if pg_version else ""),
              *notes]
     if runs:
-        lines.append(f"{'storage':<10} {'K':>3} {'step':>4} {'coord ms':>8} {'p90':>6} {'ask':>5} {'sugg':>5} {'claim':>5} {'tell':>5} {'loop':>5} "
-                     f"{'trials/h':>9} {'ideal':>7} {'of ideal':>8} {'CPU':>5} {'wCPU':>5} {'dbCPU':>5} {'conn/w':>6} {'PSS MB':>7}")
+        lines.append(f"{'storage':<10} {'K':>3} {'step':>4} {'coord ms':>8} {'p90':>6} {'ask':>5} {'sugg':>5} "
+                     f"{'claim':>5} {'tell':>5} {'loop':>5} {'trials/h':>9} {'ideal':>7} {'of ideal':>8} {'CPU':>5} "
+                     f"{'wCPU':>5} {'dbCPU':>5} {'conn/w':>6} {'PSS MB':>7}")
         for r in runs:
             p = r["parts_ms_median"]
             conn = str(r["connections"]["per_worker_max"]) if "connections" in r else "-"
             db = "-" if r["server_cpu_ms_per_trial"] is None else f"{r['server_cpu_ms_per_trial']:.0f}"
-            lines.append(f"{r['storage']:<10} {r['workers']:>3} {r['step_s']:>4g} {r['coordination_ms']['median']:>8.0f} {r['coordination_ms']['p90']:>6.0f} "
-                         f"{p['ask']:>5.0f} {p['suggest']:>5.0f} {p['claim']:>5.0f} {p['tell']:>5.0f} {p['loop']:>5.0f} "
-                         f"{r['trials_per_hour']:>9} {r['ideal_per_hour']:>7} {100 * r['of_ideal']:>7.0f}% {100 * r['cpu_busy']:>4.0f}% "
+            lines.append(f"{r['storage']:<10} {r['workers']:>3} {r['step_s']:>4g} "
+                         f"{r['coordination_ms']['median']:>8.0f} {r['coordination_ms']['p90']:>6.0f} "
+                         f"{p['ask']:>5.0f} {p['suggest']:>5.0f} {p['claim']:>5.0f} {p['tell']:>5.0f} "
+                         f"{p['loop']:>5.0f} {r['trials_per_hour']:>9} {r['ideal_per_hour']:>7} "
+                         f"{100 * r['of_ideal']:>7.0f}% {100 * r['cpu_busy']:>4.0f}% "
                          f"{r['worker_cpu_ms_per_trial']:>5.0f} {db:>5} "
                          f"{conn:>6} {r['pss_mb_end']:>7.0f}")
-        lines.append("coord: median coordination per trial asked (its wall time less the measurement, plus the loop's reads "
-                     "before it); parts are medians; CPU: the whole machine's, during the run; wCPU / dbCPU: CPU ms per trial "
-                     "asked, of the worker and of the PostgreSQL server")
+        lines.append("coord: median coordination per trial asked (its wall time less the measurement, plus the loop's "
+                     "reads before it); parts are medians; CPU: the whole machine's, during the run; wCPU / dbCPU: "
+                     "CPU ms per trial asked, of the worker and of the PostgreSQL server")
         for r in runs:
             if r["storage"] == "postgresql" and r["server_cpu_ms_per_trial"]:
                 per_core = 1000.0 / r["server_cpu_ms_per_trial"]
-                lines.append(f"  postgresql x{r['workers']} (step {r['step_s']:g} s): {r['statements_per_trial']:.0f} SQL statements per trial; one core of the "
-                             f"database server serves about {per_core:.0f} trials/s at {r['server_cpu_ms_per_trial']:.1f} ms each "
-                             f"({per_core * r['step_s']:.0f} workers at {r['step_s']:g} s per trial); each worker spends "
-                             f"{r['worker_cpu_ms_per_trial']:.0f} ms of its own CPU per trial")
+                lines.append(f"  postgresql x{r['workers']} (step {r['step_s']:g} s): {r['statements_per_trial']:.0f} "
+                             f"SQL statements per trial; one core of the database server serves about {per_core:.0f} "
+                             f"trials/s at {r['server_cpu_ms_per_trial']:.1f} ms each "
+                             f"({per_core * r['step_s']:.0f} workers at {r['step_s']:g} s per trial); "
+                             f"each worker spends {r['worker_cpu_ms_per_trial']:.0f} ms of its own CPU per trial")
         for r in runs:
             if r["duplicates"] or r["given_up"]:
-                lines.append(f"  {r['storage']} x{r['workers']} (step {r['step_s']:g} s): {r['trials_asked']} trials asked for {r['measured']} measured "
+                lines.append(f"  {r['storage']} x{r['workers']} (step {r['step_s']:g} s): {r['trials_asked']} trials "
+                             f"asked for {r['measured']} measured "
                              f"({r['duplicates']} cache answers, {r['given_up']} given up to another worker's claim)")
         target = TARGETS["coordination_ms_64_postgresql"]
         pg64 = [r for r in runs if r["storage"] == "postgresql" and r["workers"] == 64]
         for r in pg64:
             c = r["coordination_ms"]["median"]
-            lines.append(f"target: coordination < {target:g} ms/trial at 64 workers on PostgreSQL (step {r['step_s']:g} s, CPU "
-                         f"{100 * r['cpu_busy']:.0f}% busy): {c:.0f} ms: {'met' if c < target else 'MISSED'}")
+            lines.append(f"target: coordination < {target:g} ms/trial at 64 workers on PostgreSQL "
+                         f"(step {r['step_s']:g} s, CPU {100 * r['cpu_busy']:.0f}% busy): {c:.0f} ms: "
+                         f"{'met' if c < target else 'MISSED'}")
         if not pg64:
             lines.append("target: coordination at 64 workers on PostgreSQL: not measured in this run")
         most = max(x["workers"] for x in runs)
         for r in runs:
             if r["workers"] == most:
                 ok = r["of_ideal"] >= 1 - TARGETS["throughput_within"]
-                lines.append(f"target: trials/hour within 15% of linear at {r['workers']} workers on {r['storage']} (step "
-                             f"{r['step_s']:g} s): {100 * r['of_ideal']:.0f}% of ideal: {'met' if ok else 'MISSED'}")
+                lines.append(f"target: trials/hour within 15% of linear at {r['workers']} workers on {r['storage']} "
+                             f"(step {r['step_s']:g} s): {100 * r['of_ideal']:.0f}% of ideal: "
+                             f"{'met' if ok else 'MISSED'}")
     if memory:
-        lines.append(f"memory: {memory['pss_mb_per_worker']:.0f} MB (PSS) per worker process, {memory['available_mb']} MB "
-                     f"available: this machine holds about {memory['workers_fit']} such workers (a real worker also forks "
-                     "a trial process with torch while it measures)")
+        lines.append(f"memory: {memory['pss_mb_per_worker']:.0f} MB (PSS) per worker process, "
+                     f"{memory['available_mb']} MB available: this machine holds about {memory['workers_fit']} such "
+                     "workers (a real worker also forks a trial process with torch while it measures)")
     if growth:
-        lines.append(f"sampler suggestion time (ask + every knob's suggestion, median of {args.repeat}; 9 knobs, 2 objectives, "
-                     f"2 constraints); the default gp hands over to tpe at {GP_MAX_TRIALS} complete trials:")
+        lines.append(f"sampler suggestion time (ask + every knob's suggestion, median of {args.repeat}; 9 knobs, "
+                     f"2 objectives, 2 constraints); the default gp hands over to tpe at {GP_MAX_TRIALS} "
+                     "complete trials:")
         lines.append(f"{'trials':>7} {'gp alone':>9} {'tpe':>7} {'default':>8} {'default uses':>13}")
         for g in growth:
             s = g["seconds"]

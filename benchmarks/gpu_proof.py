@@ -20,8 +20,9 @@ The parts:
    forward ops run again by activation checkpointing) and the state it found in force (cuDNN benchmark read back
    from torch, the GradScaler's scale, the allocator's expandable segments, the batches the step received), never
    the configuration it was given. Each compile mode's time to first step, too.
-4. studies: ``autotune run --quick`` as a function (:func:`autotune.tuning.preparation.prepare`), of the cnn example and of
-   torchvision's ResNet-18 at 64x64 images: the verdict, its interval, MFU, time to first step by compile mode.
+4. studies: ``autotune run --quick`` as a function (:func:`autotune.tuning.preparation.prepare`), of the cnn example
+   and of torchvision's ResNet-18 at 64x64 images: the verdict, its interval, MFU, time to first step by compile
+   mode.
 
 With ``--device cpu`` (or on a machine without CUDA) it runs every line a CPU can: CUDA-only knobs and checks say
 n/a, and ``pytest -m gpu`` skips (which is what it must do without a GPU).
@@ -147,7 +148,8 @@ def fork_server_part(device: str) -> dict[str, Any]:
         "trial_error": (result.error or {}).get("message"), "wall_s": round(time.perf_counter() - started, 1),
         "gpu_process_lists": len(seen), "gpu_pids_seen": listed,
         "server_holds_context": (server.pid in listed) if cuda and seen else None,
-        "trial_held_context": (trial_pid in listed or (bool(listed) and server.pid not in listed)) if cuda and seen else None,
+        "trial_held_context": (trial_pid in listed or (bool(listed) and server.pid not in listed))
+                              if cuda and seen else None,
         "server_maps_libcuda": libcuda_mapped(server.pid),
         "cuda_clean": forkserver.cuda_clean() is None,  # this process may have started CUDA: it forks nothing
         "peak_reserved_bytes": result.memory.get("peak_reserved_bytes"),
@@ -282,8 +284,8 @@ PROOFS = (
     Proof("memory_format", "channels_last", CNN, {}, "NHWC convolution kernels, layout conversions",
           lambda r: (kernels("nhwc")(r), kernels("layout_conversions")(r)),
           lambda a, b: None not in (*a, *b) and (a[0] > b[0] or a[1] < b[1])),
-    Proof("memory_format", "channels_last", CNN, {}, "weights in channels-last layout", applied("channels_last_weights"),
-          some_not_base, cuda_only=False),
+    Proof("memory_format", "channels_last", CNN, {}, "weights in channels-last layout",
+          applied("channels_last_weights"), some_not_base, cuda_only=False),
     Proof("cudnn_benchmark", True, CNN, {}, "torch.backends.cudnn.benchmark read back in the trial",
           flag("backends.cudnn.benchmark"), lambda a, b: a is True and b is False),
     Proof("optimizer_impl", "fused", CNN, {}, "fused optimizer kernels", kernels("fused_optimizer"), some_not_base,
@@ -308,7 +310,8 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 def knob_part(device: str, budget: float) -> dict[str, Any]:
     say("3. every GPU knob, shown applied by the trial's own evidence")
     cuda = device != "cpu"
-    runners = {spec: Runner(spec, device=device, settings=SETTINGS, compile_limit_s=COMPILE_LIMIT_S) for spec in (CNN, MLP)}
+    runners = {spec: Runner(spec, device=device, settings=SETTINGS, compile_limit_s=COMPILE_LIMIT_S)
+               for spec in (CNN, MLP)}
     cache: dict[tuple[WorkloadSpec, str], R.TrialResult] = {}
 
     def trial(spec: WorkloadSpec, config: dict[str, Any]) -> R.TrialResult:
@@ -480,7 +483,8 @@ def main() -> int:
     results["wall_s"] = round(time.monotonic() - STARTED, 1)
     failed = [k for k, v in results.items() if isinstance(v, dict) and v.get("passed") is False]
     failed += [s["model"] for s in studies if s.get("passed") is False]
-    say(f"done in {results['wall_s']:.0f} s: " + ("every part passed" if not failed else f"FAILED: {', '.join(failed)}"))
+    say(f"done in {results['wall_s']:.0f} s: "
+        + ("every part passed" if not failed else f"FAILED: {', '.join(failed)}"))
     results["failed"] = failed
     keep()
     return 1 if failed else 0

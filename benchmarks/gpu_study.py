@@ -8,7 +8,8 @@ performance guide's recipe, each in a plain training loop in fresh processes.
 Run it first whenever a GPU machine is lent (see benchmarks/README.md for the wheels). One call there, with
 ``.whl`` carried:
 
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target .site .whl/*.whl && export PYTHONPATH=$PWD/.site:$PWD && python3 benchmarks/gpu_study.py --budget 530s --results-dir $OUT
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target .site .whl/*.whl &&
+        export PYTHONPATH=$PWD/.site:$PWD && python3 benchmarks/gpu_study.py --budget 530s --results-dir $OUT
 
 The parts, at most --budget (9 minutes on a GPU) in all; a part that would start past it is skipped and says so, and
 the results are written after each part (a run stopped from outside keeps what it found):
@@ -67,8 +68,10 @@ SHAPES = {
     "cpu": {"n_layer": 2, "n_embd": 64, "n_head": 2, "vocab_size": 1000, "seq_len": 32},
 }
 DEFAULTS = {  # per device type: the study's budget, the loop's window, the whole run's budget, the shortest window
-    "cuda": {"study_budget": "4m", "window": 20.0, "budget": "9m", "min_window": 5.0, "warmup_s": 3.0, "warmup_steps": 10},
-    "cpu": {"study_budget": "90s", "window": 5.0, "budget": "6m", "min_window": 2.0, "warmup_s": 1.0, "warmup_steps": 3},
+    "cuda": {"study_budget": "4m", "window": 20.0, "budget": "9m", "min_window": 5.0, "warmup_s": 3.0,
+             "warmup_steps": 10},
+    "cpu": {"study_budget": "90s", "window": 5.0, "budget": "6m", "min_window": 2.0, "warmup_s": 1.0,
+            "warmup_steps": 3},
 }
 #: A loop process's time beside its window (start, imports, building, warm-up, compilation), guessed before the
 #: first one of its variant ran, then taken from the last one.
@@ -251,7 +254,8 @@ def mfu_text(mfu: dict[str, Any] | None) -> str:
         return "not reported"
     if "text" in mfu:
         figures = [f"{name} {mfu[key]:.1%}" for name, key in (("recommendation", "recommended_mfu"),
-                                                               ("defaults", "baseline_mfu")) if mfu.get(key) is not None]
+                                                               ("defaults", "baseline_mfu"))
+                   if mfu.get(key) is not None]
         return str(mfu["text"]) + (f" (MFU: {', '.join(figures)})" if figures else " (no MFU figure)")
     return "; ".join(f"{k} = {v}" for k, v in mfu.items())
 
@@ -289,7 +293,8 @@ def study_part(device: str, shape: dict[str, int], study_budget: float, trials: 
         say(f"   FAIL: stopped after {timeout:.0f} s (log: {log.name}); what it stored is read all the same")
     limit = study_budget * 1.05 + 10
     out["within_budget"] = wall <= limit
-    say(f"   wall time {format_duration(wall)} ({wall:.0f} s) against its --time-budget {format_duration(study_budget)}: "
+    say(f"   wall time {format_duration(wall)} ({wall:.0f} s) against its --time-budget "
+        f"{format_duration(study_budget)}: "
         + ("within" if out["within_budget"] else "OVER") + f" 5% + 10 s ({limit:.0f} s)")
     out.update(read_study(folder, url))
     return out
@@ -313,19 +318,21 @@ def read_study(folder: Path, url: str) -> dict[str, Any]:
     out.update(
         trials=status.get("trials"), outcomes=status.get("outcomes"), time_spent_s=status.get("time_spent_s"),
         verdict=verdict, load=(status.get("load") or {}).get("text"), noise=status.get("noise_text"),
-        recommended={"trial": rec.get("trial"), "changes": rec.get("changes"), "samples_per_s": rec.get("samples_per_s"),
-                     "figure": rec.get("figure")},
-        claim={k: speedup.get(k) for k in ("estimate", "low", "high", "level", "processes", "baseline_processes", "text")},
+        recommended={"trial": rec.get("trial"), "changes": rec.get("changes"),
+                     "samples_per_s": rec.get("samples_per_s"), "figure": rec.get("figure")},
+        claim={k: speedup.get(k)
+               for k in ("estimate", "low", "high", "level", "processes", "baseline_processes", "text")},
         mfu_reported=mfu_of(status),
     )
-    say(f"   {status.get('trials')} trials {status.get('outcomes')}; time spent {status.get('time_spent_s') or 0:.0f} s")
+    say(f"   {status.get('trials')} trials {status.get('outcomes')}; "
+        f"time spent {status.get('time_spent_s') or 0:.0f} s")
     say(f"   verdict: {verdict.get('text')}")
     changes = ", ".join(f"{k}={v}" for k, v in (rec.get("changes") or {}).items()) or "the defaults"
     c = out["claim"]
     if c.get("estimate") is not None:
         say(f"   claim (#{rec.get('trial')}: {changes}): {c['estimate']:.2f}x ({c['low']:.2f}-{c['high']:.2f}, "
-            f"{c.get('level') or 0.9:.0%}), {c.get('processes')} processes against {c.get('baseline_processes')} of the "
-            f"defaults; figure: {rec.get('figure')}")
+            f"{c.get('level') or 0.9:.0%}), {c.get('processes')} processes against {c.get('baseline_processes')} "
+            f"of the defaults; figure: {rec.get('figure')}")
     else:
         say(f"   claim: none (#{rec.get('trial')}: {changes})")
     # MFU: what status --json reports (its fields may grow), and the recommended trial's own record in the store
@@ -338,8 +345,9 @@ def read_study(folder: Path, url: str) -> dict[str, Any]:
             tts = (t.result or {}).get("time_to_first_step_s")
             if t.ok and tts is not None:
                 first.setdefault(str(t.config.get("compile", "off")), []).append(float(tts))
-        out["time_to_first_step_by_compile"] = {k: {"median_s": round(statistics.median(v), 2), "min_s": round(min(v), 2),
-                                                    "max_s": round(max(v), 2), "trials": len(v)} for k, v in first.items()}
+        out["time_to_first_step_by_compile"] = {k: {"median_s": round(statistics.median(v), 2),
+                                                    "min_s": round(min(v), 2), "max_s": round(max(v), 2),
+                                                    "trials": len(v)} for k, v in first.items()}
     except Exception as exc:  # noqa: BLE001
         say(f"   the store: {one_line(exc)}")
         out["store_error"] = one_line(exc)
@@ -448,8 +456,8 @@ def loop_part(device: str, shape: dict[str, int], rec: Path | None, args: Any, f
 
 def spread(rates: list[float]) -> dict[str, float]:
     g = geomean(rates)
-    return {"geomean": g, "min": min(rates), "max": max(rates), "plus_minus_percent": 100 * (max(rates) - min(rates)) / 2 / g,
-            "processes": len(rates)}
+    return {"geomean": g, "min": min(rates), "max": max(rates),
+            "plus_minus_percent": 100 * (max(rates) - min(rates)) / 2 / g, "processes": len(rates)}
 
 
 def summary(results: dict[str, Any]) -> dict[str, Any]:
@@ -482,14 +490,16 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
         if out["b_over_a"] is not None:
             covered = claim["low"] <= out["b_over_a"] <= claim["high"]
             out["claim_covers_loop"] = covered
-            line += f" against the plain loop's (b)/(a) {out['b_over_a']:.2f}x: " + ("covered" if covered else "not covered")
+            line += (f" against the plain loop's (b)/(a) {out['b_over_a']:.2f}x: "
+                     + ("covered" if covered else "not covered"))
         else:
             line += "; the plain loop's (b)/(a): not measured"
         say(line)
     else:
         say("   claim: none read" + (f"; the plain loop's (b)/(a) {out['b_over_a']:.2f}x" if out["b_over_a"] else ""))
     say("   the recipe (c)/(a): " + (f"{out['c_over_a']:.2f}x" if out["c_over_a"] else "not measured")
-        + "; the recommendation over the recipe (b)/(c): " + (f"{out['b_over_c']:.2f}x" if out["b_over_c"] else "not measured"))
+        + "; the recommendation over the recipe (b)/(c): "
+        + (f"{out['b_over_c']:.2f}x" if out["b_over_c"] else "not measured"))
     trial_mfu = study.get("mfu_of_recommended_trial")
     say(f"   MFU: status --json: {mfu_text(study.get('mfu_reported'))}; the recommended trial's record: "
         + (f"{trial_mfu:.1%}" if trial_mfu else "not reported"))
@@ -510,10 +520,12 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
 def main() -> int:
     parser = harness.arguments(__doc__, trials=30)
     parser.add_argument("--device", default=None, help="cuda:N or cpu (default: cuda:0 where there is one)")
-    parser.add_argument("--budget", default=None, help="stop starting parts after this long (default 9m on a GPU, 6m on cpu)")
+    parser.add_argument("--budget", default=None,
+                        help="stop starting parts after this long (default 9m on a GPU, 6m on cpu)")
     parser.add_argument("--study-budget", default=None,
                         help="the study's --time-budget (default 4m on a GPU, 90s on cpu)")
-    parser.add_argument("--loops", type=int, default=3, help="rounds of the plain loop: processes of each variant (default 3)")
+    parser.add_argument("--loops", type=int, default=3,
+                        help="rounds of the plain loop: processes of each variant (default 3)")
     parser.add_argument("--window", type=float, default=None, help="each loop process's timed window in seconds "
                         "(default 20 on a GPU, 5 on cpu; shortened when the rounds would not fit the budget)")
     parser.add_argument("--batch", type=int, default=32, help="the batch of the defaults and the recipe (default 32)")

@@ -45,7 +45,8 @@ ROOT = HERE.parent
 RESULTS = HERE / "results"
 #: The CPU flags that decide how fast a step runs (/proc/cpuinfo's names), by architecture.
 SPEED_FLAGS = {
-    "x86_64": ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8"),
+    "x86_64": ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16",
+               "amx_int8"),
     "aarch64": ("asimd", "sve", "sve2", "bf16", "i8mm"),
 }
 #: Settings in the environment that change what a benchmark measures (their values go in the header).
@@ -80,14 +81,16 @@ def arguments(doc: str | None, *, trials: int | None = None, repeat: int | None 
     (default benchmarks/results). With ``trials`` / ``repeat`` also ``--trials N`` and ``--repeat N``
     (``--repeats`` is the same flag) with that default.
     """
-    parser = argparse.ArgumentParser(prog=f"python benchmarks/{script_name()}.py", description=(doc or "").strip() or None,
+    parser = argparse.ArgumentParser(prog=f"python benchmarks/{script_name()}.py",
+                                     description=(doc or "").strip() or None,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     shared = parser.add_argument_group("results (every benchmark)")
     shared.add_argument("--out", type=_name, default=None,
                         help="results name: RESULTS_DIR/OUT-<date>.txt and .json (default: the script's name)")
     shared.add_argument("--label", default="", help="a note for the results header, e.g. before or after a change")
     shared.add_argument("--no-write", action="store_true", help="print only; write no results file")
-    shared.add_argument("--results-dir", type=Path, default=RESULTS, help="where results go (default: benchmarks/results)")
+    shared.add_argument("--results-dir", type=Path, default=RESULTS,
+                        help="where results go (default: benchmarks/results)")
     if trials is not None:
         parser.add_argument("--trials", type=int, default=trials, help=f"trials per study (default {trials})")
     if repeat is not None:
@@ -238,9 +241,11 @@ def header() -> dict[str, Any]:
 
 def header_lines(head: dict[str, Any], label: str = "") -> list[str]:
     """The header as the .txt file's first lines (each starts with ``# ``)."""
-    cores = f"{head['cores']} cores" + (f" ({head['cores_usable']} usable)" if head["cores_usable"] != head["cores"] else "")
+    cores = f"{head['cores']} cores" + (f" ({head['cores_usable']} usable)"
+                                        if head["cores_usable"] != head["cores"] else "")
     flags = " ".join(head["cpu_flags"]) or "none of " + " ".join(head["cpu_flags_absent"])
-    absent = f" (absent: {' '.join(head['cpu_flags_absent'])})" if head["cpu_flags"] and head["cpu_flags_absent"] else ""
+    absent = (f" (absent: {' '.join(head['cpu_flags_absent'])})" if head["cpu_flags"] and head["cpu_flags_absent"]
+              else "")
     capability = f"; torch dispatches {head['torch_cpu_capability']}" if head.get("torch_cpu_capability") else ""
     memory = f"{head['memory_gib']} GiB" if head["memory_gib"] else "unknown"
     lines = [
@@ -251,9 +256,10 @@ def header_lines(head: dict[str, Any], label: str = "") -> list[str]:
         f"cpu: {head['cpu']}, {cores}, memory {memory}",
         f"cpu flags: {flags}{absent}{capability}",
         f"gpu: {head.get('gpu') or 'none'}",
-        (f"software: Python {head['python']}, torch {head['torch']}, optuna {head['optuna']}, autotune {head['autotune']} "
-         f"at {head['checkout']}"),
-        "environment: " + (" ".join(f"{k}={v}" for k, v in head["environment"].items()) or "no AUTOTUNE_* or thread settings"),
+        (f"software: Python {head['python']}, torch {head['torch']}, optuna {head['optuna']}, "
+         f"autotune {head['autotune']} at {head['checkout']}"),
+        "environment: " + (" ".join(f"{k}={v}" for k, v in head["environment"].items())
+                           or "no AUTOTUNE_* or thread settings"),
     ]
     if label:
         lines.append(f"label: {label}")

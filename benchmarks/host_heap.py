@@ -41,10 +41,11 @@ def main() -> None:
 
     warm_up()
     busy = load.other_cores_now(2.0)
-    say(f"machine: {identity.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-        f"{platform.libc_ver()[0]} {platform.libc_ver()[1]}; {time.strftime('%Y-%m-%d %H:%M')}; "
-        f"other processes used {busy['other_cores']:.1f} cores at the start")
-    say(f"the defaults against the defaults with host_allocator=retain, each in a process of its own, {args.rounds} rounds")
+    say(f"machine: {identity.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}, {platform.libc_ver()[0]} {platform.libc_ver()[1]}; "
+        f"{time.strftime('%Y-%m-%d %H:%M')}; other processes used {busy['other_cores']:.1f} cores at the start")
+    say(f"the defaults against the defaults with host_allocator=retain, each in a process of its own, "
+        f"{args.rounds} rounds")
     base = knobs.defaults()
     retain = {**base, "host_allocator": "retain"}
     out = {}
@@ -61,7 +62,8 @@ def main() -> None:
                 memory[name].append(res.peak_memory_bytes / 2**20)
         noise = stats.pooled_noise([rates["default"], rates["retain"]])
         r = stats.ratio(list(enumerate(rates["retain"])), list(enumerate(rates["default"])), noise)
-        say(f"{model}: retain {r.estimate:.2f}x ({r.low:.2f}-{r.high:.2f}); samples/s {stats.geomean(rates['default']):.0f} -> "
+        say(f"{model}: retain {r.estimate:.2f}x ({r.low:.2f}-{r.high:.2f}); "
+            f"samples/s {stats.geomean(rates['default']):.0f} -> "
             f"{stats.geomean(rates['retain']):.0f}; peak memory {statistics.median(memory['default']):.0f} -> "
             f"{statistics.median(memory['retain']):.0f} MiB; noise between processes ±{noise.percent:.0f}%")
         out[model] = {"speedup": r.estimate, "low": r.low, "high": r.high, "rates": rates, "peak_memory_mib": memory,

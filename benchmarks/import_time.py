@@ -1,4 +1,5 @@
-"""How long the read commands take to start, as ratios to ``autotune --help`` (issue 27, point 2: start only what is needed).
+"""How long the read commands take to start, as ratios to ``autotune --help`` (issue 27, point 2: start only what is
+needed).
 
 A read command's fixed cost is mostly imports: a 100-trial ``status`` spent about 1.2 s importing
 (Alembic, pulled in by Optuna's storage, SQLAlchemy, Optuna, plotly's neighbours) against 0.25 s

@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
             runs = [timed(cmd) for _ in range(args.repeat)]
             row["runs"][label] = [round(r, 3) for r in runs]
             row["seconds"][label] = round(statistics.median(runs), 3)
-            say(f"{n:>4} studies {kind:<8} {label:<12} {row['seconds'][label]:6.2f} s  {row['runs'][label]}", keep=False)
+            say(f"{n:>4} studies {kind:<8} {label:<12} {row['seconds'][label]:6.2f} s  {row['runs'][label]}",
+                keep=False)
         rows.append(row)
     labels = ["list", "list --json", "status"]
     lines = [f"list_scale: {args.studies} studies of {args.trials} trials in one SQLite file against one, "

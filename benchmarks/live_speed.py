@@ -5,8 +5,8 @@ lightning.Trainer (issue 36's target: within 10%).
 
 Each framework trains a small MLP (``autotune.examples:mlp``'s 512-1024-1024-1024 network, batch 64, synthetic data)
 with autotune's exported callback (``autotune.callbacks.for_trainer`` / ``for_lightning``, given made-up study
-figures), which says the training's samples/s once, after its warm-up and window (autotune/export/training_speed.py). The
-reference is measured by a second callback of the benchmark's own: the time of every step's end, and the samples per
+figures), which says the training's samples/s once, after its warm-up and window (autotune/export/training_speed.py).
+The reference is measured by a second callback of the benchmark's own: the time of every step's end, and the samples per
 second from the end of step 30 to the end of the run (a longer span than the live window, and its own clock). The
 Trainer's own ``train_samples_per_second`` (its whole run, the first steps included) is printed beside them.
 

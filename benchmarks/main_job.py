@@ -6,7 +6,8 @@ Runs each job exactly as a user types it (``autotune run ...`` in a fresh, empty
 a process of its own), times it from start to the last line it prints, and reads its study
 for what the answer cost beyond the search: the noise floor, the race and the ablation
 (processes, configurations measured, seconds) per search trial, the verdict with what
-each knob bought, and the numerics check's time as a share of the study's (issue 36: at most 10%). Run it on a quiet machine: the first line says how busy it was.
+each knob bought, and the numerics check's time as a share of the study's (issue 36: at most
+10%). Run it on a quiet machine: the first line says how busy it was.
 
 - ``cnn``: ``autotune run --model autotune.examples:cnn --trials 30`` (the README's main job;
   issue 17's target: under 5 minutes, everything it prints included);
@@ -57,7 +58,8 @@ def run(name: str) -> dict:
         proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, check=False)
         wall = time.monotonic() - start
         if proc.returncode != 0:
-            raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+            raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
+                             f"{proc.stderr[-3000:]}")
         db = next(Path(folder, "studies").glob("*.db"))
         study = harness.open_store(harness.sqlite_url(db), read_only=True).read(db.stem)
         ev = evidence_of(study)
@@ -103,8 +105,9 @@ def main() -> None:
     ap.add_argument("--jobs", nargs="*", default=list(JOBS))
     args = ap.parse_args()
     busy = load.other_cores_now(2.0)
-    say(f"machine: {identity.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-        f"{time.strftime('%Y-%m-%d %H:%M')}; other processes used {busy['other_cores']:.1f} cores at the start")
+    say(f"machine: {identity.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}; {time.strftime('%Y-%m-%d %H:%M')}; "
+        f"other processes used {busy['other_cores']:.1f} cores at the start")
     out: dict[str, list[dict]] = {}
     for name in args.jobs:
         for k in range(args.repeat):
@@ -116,9 +119,9 @@ def main() -> None:
             say(f"   {r['wall_s']:.0f} s from start to its last line ({r['wall_s'] / 60:.1f} min; target under 5 min); "
                 f"{r['search_trials']} search trials took {r['trials_s']:.0f} s")
             say(f"   extra: {c['processes']} processes ({c['floor']} floor, {c['race_processes']} race of which "
-                f"{c['race_shared']} shared, {c['ablation_processes']} ablation, {c['minimal_trials']} recommendation alone), "
-                f"{c['configurations']} configurations, {c['seconds']:.0f} s: {r['extra_processes_per_trial']:.2f} processes "
-                f"per search trial")
+                f"{c['race_shared']} shared, {c['ablation_processes']} ablation, {c['minimal_trials']} recommendation "
+                f"alone), {c['configurations']} configurations, {c['seconds']:.0f} s: "
+                f"{r['extra_processes_per_trial']:.2f} processes per search trial")
             say(f"   noise: between processes ±{r['noise']['percent'] or 0:.0f}%, a ratio within one process "
                 f"±{(r['within_process_noise']['percent'] or 0):.0f}%; {r['load']['text']}")
             if r["budget_s"]:
@@ -130,8 +133,8 @@ def main() -> None:
                 say(f"   {r['summary_line']}")
             say(f"   verdict: {r['verdict']['text']}")
             n = r["numerics"]
-            say(f"   numerics check: {n['cost_s']:.1f} s of the study's {r['study_s']:.0f} s = {100 * r['numerics_share']:.1f}% "
-                f"(target at most 10%), {n['steps']} steps: {n['text']}" if n else
+            say(f"   numerics check: {n['cost_s']:.1f} s of the study's {r['study_s']:.0f} s = "
+                f"{100 * r['numerics_share']:.1f}% (target at most 10%), {n['steps']} steps: {n['text']}" if n else
                 "   numerics check: none (nothing but the defaults recommended)")
     harness.write(args, out)
 

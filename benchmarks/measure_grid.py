@@ -51,8 +51,8 @@ def measure(name: str) -> Path:
                 "phases_s": res.phases_s,
             }
         )
-        say(f"{name} {i + 1}/{len(combos)} {knobs.short(config, ctx):60s} {res.outcome} {res.samples_per_s or 0:9.1f}/s "
-            f"{res.wall_s:5.1f}s (total {time.monotonic() - start:6.0f}s)")
+        say(f"{name} {i + 1}/{len(combos)} {knobs.short(config, ctx):60s} {res.outcome} "
+            f"{res.samples_per_s or 0:9.1f}/s {res.wall_s:5.1f}s (total {time.monotonic() - start:6.0f}s)")
     doc = {
         "example": name,
         "spec": grid["spec"].to_dict(),
@@ -71,7 +71,8 @@ def measure(name: str) -> Path:
 
 def main() -> None:
     ap = harness.arguments(__doc__)
-    ap.add_argument("examples", nargs="*", metavar="EXAMPLE", help=f"the grids to measure: {', '.join(GRIDS)} (default: all)")
+    ap.add_argument("examples", nargs="*", metavar="EXAMPLE",
+                    help=f"the grids to measure: {', '.join(GRIDS)} (default: all)")
     args = ap.parse_args()
     unknown = [e for e in args.examples if e not in GRIDS]
     if unknown:

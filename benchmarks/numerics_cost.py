@@ -3,11 +3,11 @@ runner, its steps sized for the study's time.
 
     python benchmarks/numerics_cost.py [--study-s 469] [--set batch_size=16 ...]
 
-The check of ``--set``'s configuration (default: :data:`FASTEST`) against the defaults on ``hf:gpt2`` with 2 layers 128 wide (the README's
-Hugging Face job, ``benchmarks/main_job.py --jobs hf``), sized for a study of ``--study-s`` seconds (469: what that
-job took on 2026-11-27, benchmarks/results/main_job_numerics-2026-11-27.txt; its study recommended the defaults, so
-it checked nothing). Prints the check's answer, its steps and its wall time as a share of the study's (issue 36's
-target: at most 10%).
+The check of ``--set``'s configuration (default: :data:`FASTEST`) against the defaults on ``hf:gpt2`` with 2 layers 128
+wide (the README's Hugging Face job, ``benchmarks/main_job.py --jobs hf``), sized for a study of ``--study-s`` seconds
+(469: what that job took on 2026-11-27, benchmarks/results/main_job_numerics-2026-11-27.txt; its study recommended the
+defaults, so it checked nothing). Prints the check's answer, its steps and its wall time as a share of the study's
+(issue 36's target: at most 10%).
 
 Writes benchmarks/results/numerics_cost-<date>.json and .txt.
 """

@@ -68,7 +68,8 @@ def main() -> None:
         rows = []
         for seed in range(args.seeds):
             c = checked(model, defaults, config, seed, args.steps)
-            rows.append({"seed": seed, "state": c.state, "causes": list(c.causes), "loss": c.gap.loss if c.gap else None,
+            rows.append({"seed": seed, "state": c.state, "causes": list(c.causes),
+                         "loss": c.gap.loss if c.gap else None,
                          "weights": c.gap.weights if c.gap else None, "floor_loss": c.floor.loss if c.floor else None,
                          "text": c.text(), "right": c.state == expected and tuple(c.causes) == causes})
         right = sum(r["right"] for r in rows)

@@ -96,7 +96,8 @@ def child(model: str, arms: list[dict[str, Any]], pairs: int, window_s: float) -
 
 def spawn(model: str, arms: list[dict[str, Any]], pairs: int, window_s: float) -> list[float]:
     out = subprocess.run(
-        [sys.executable, __file__, "--child", json.dumps({"model": model, "arms": arms, "pairs": pairs, "window_s": window_s})],
+        [sys.executable, __file__, "--child",
+         json.dumps({"model": model, "arms": arms, "pairs": pairs, "window_s": window_s})],
         capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])["rates"]
 
@@ -116,7 +117,8 @@ def main() -> None:
         req = json.loads(args.child)
         print(json.dumps(child(req["model"], req["arms"], req["pairs"], req["window_s"])))
         return
-    say(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}; "
+    say(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+        f"{time.strftime('%Y-%m-%d %H:%M')}; "
         f"{args.processes} processes per arrangement, {args.pairs} windows of {args.window_s} s per arm")
     results = []
     for model, b in CASES:

@@ -83,12 +83,14 @@ def main() -> None:
     cand = {**base, **knobs.parse_assignments(sets)}
     warm_up()
     busy = load.other_cores_now(2.0)
-    say(f"machine: {identity.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-        f"{time.strftime('%Y-%m-%d %H:%M')}; other processes used {busy['other_cores']:.1f} cores at the start")
+    say(f"machine: {identity.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}; {time.strftime('%Y-%m-%d %H:%M')}; "
+        f"other processes used {busy['other_cores']:.1f} cores at the start")
     say(f"model {args.model}; candidate {knobs.short(cand)}; baseline {knobs.short(base) or 'the defaults'}; "
         f"{args.rounds} rounds, each path alternating")
     runner = Runner(WorkloadSpec(args.model), settings=Settings().lean())
-    rates: dict[str, dict[str, list[float]]] = {p: {"defaults": [], "candidate": []} for p in ("user loop", "separate", "shared")}
+    rates: dict[str, dict[str, list[float]]] = {p: {"defaults": [], "candidate": []}
+                                                for p in ("user loop", "separate", "shared")}
     same: list[float] = []
     context = runner.probe()["context"]  # what an export stores: the optimizer's switches included
     with tempfile.TemporaryDirectory() as folder:
@@ -110,7 +112,8 @@ def main() -> None:
             res = runner.measure_together([base, base], unchecked=True)
             same.append(res.arms[1]["samples_per_s"] / res.arms[0]["samples_per_s"])
             say(f"round {k + 1}: " + "; ".join(
-                f"{p} {r['candidate'][-1] / r['defaults'][-1]:.2f}x ({r['defaults'][-1]:.0f} -> {r['candidate'][-1]:.0f})"
+                f"{p} {r['candidate'][-1] / r['defaults'][-1]:.2f}x "
+                f"({r['defaults'][-1]:.0f} -> {r['candidate'][-1]:.0f})"
                 for p, r in rates.items()) + f"; defaults against themselves in one process {same[-1]:.2f}x")
     say()
     out = {}
@@ -118,7 +121,8 @@ def main() -> None:
         ratio = geomean(r["candidate"]) / geomean(r["defaults"])
         out[p] = {"speedup": ratio, "defaults_samples_per_s": geomean(r["defaults"]),
                   "candidate_samples_per_s": geomean(r["candidate"]), "rates": r}
-        say(f"{p:>9}: {ratio:.2f}x  (defaults {geomean(r['defaults']):.0f}, candidate {geomean(r['candidate']):.0f} samples/s)")
+        say(f"{p:>9}: {ratio:.2f}x  (defaults {geomean(r['defaults']):.0f}, "
+            f"candidate {geomean(r['candidate']):.0f} samples/s)")
     say(f"defaults against themselves in one process: {geomean(same):.2f}x")
     out["same_in_one_process"] = geomean(same)
     harness.write(args, out)

@@ -149,9 +149,9 @@ def main() -> None:
         sigma = scenario(name, 0)[1]
         width = 1.1 if sigma <= 0.05 else 1.4
         n = fewest(sigma, width)
-        say(f"{name:6s} the least for high/low {width} at ±{sigma:.0%}: {n} processes of the winner and {n} of the defaults "
-            f"(one candidate, the noise known exactly): " + ", ".join(f"{2 * n / t:.2f} per search trial at {t}"
-                                                                     for t in budgets))
+        say(f"{name:6s} the least for high/low {width} at ±{sigma:.0%}: {n} processes of the winner and {n} "
+            f"of the defaults (one candidate, the noise known exactly): "
+            + ", ".join(f"{2 * n / t:.2f} per search trial at {t}" for t in budgets))
     started = time.time()
     for trials in budgets:
         for name in args.scenarios.split(","):

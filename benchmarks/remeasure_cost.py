@@ -34,8 +34,8 @@ WORKLOADS = [
 def main() -> None:
     ap = harness.arguments(__doc__, repeat=3)
     args = ap.parse_args()
-    say(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}; "
-        f"{args.repeat} processes each")
+    say(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+        f"{time.strftime('%Y-%m-%d %H:%M')}; {args.repeat} processes each")
     out = []
     for name, spec in WORKLOADS:
         full, lean = Settings(), Settings().lean()

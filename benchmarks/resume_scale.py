@@ -1,6 +1,7 @@
 """Resume at 10k (issue 17, item 5): `autotune run` resuming a 10,000-trial study, as a user runs it.
 
-    python benchmarks/resume_scale.py [--trials 10000] [--repeat 2] [--sampler gp] [--workdir /tmp/autotune-resume-scale]
+    python benchmarks/resume_scale.py [--trials 10000] [--repeat 2] [--sampler gp]
+                                      [--workdir /tmp/autotune-resume-scale]
 
 1. Builds the study once (kept in ``--workdir``, reused when present): a real `autotune run` of the
    mlp example (``--quick``, 3 trials, no race) in a wide CPU space (batch sizes 8..2048 in steps of
@@ -81,7 +82,8 @@ def _made_up(config: dict[str, Any], template: dict[str, Any], rng: random.Rando
     if roll < 0.04:
         return R.TrialResult.failure(R.OOM, "CPU out of memory: tried to allocate 2.00 GiB", type="OutOfMemoryError")
     if roll < 0.08:
-        return R.TrialResult.failure(R.ERROR, "DataLoader worker (pid 4242) is killed by signal: Killed", type="RuntimeError")
+        return R.TrialResult.failure(R.ERROR, "DataLoader worker (pid 4242) is killed by signal: Killed",
+                                     type="RuntimeError")
     bs = config["batch_size"]
     rate = 80.0 * bs ** 0.85 * (1.6 if config["precision"] == "bf16" else 1.0)
     rate *= {0: 0.8, 1: 1.0, 2: 0.95}[config["num_workers"]] * {1: 0.85, 2: 1.0}[config["threads"]]
@@ -173,9 +175,11 @@ def _grow(study: Any, n: int, search: Any, placement: dict[str, Any]) -> None:
                 outcome=hit.outcome, config=hit.config, config_key=hit.config_key, not_applicable=hit.not_applicable,
                 result=hit.result, error=hit.error, duration_s=0.0, duplicate_of=hit.number))
             continue
-        result = _made_up(resolved.config, template, rng)  # a measured trial, as the search records one (no --max-memory)
+        # a measured trial, as the search records one (no --max-memory)
+        result = _made_up(resolved.config, template, rng)
         ok = result.ok and result.samples_per_s is not None and math.isfinite(result.samples_per_s)
-        compact = {k: v for k, v in result.to_dict().items() if k not in ("config", "not_applicable", "error", "outcome")}
+        compact = {k: v for k, v in result.to_dict().items()
+                   if k not in ("config", "not_applicable", "error", "outcome")}
         error = ({"type": result.error.get("type", ""), "message": result.error.get("message", ""), "stderr_tail": []}
                  if result.error else None)
         values = ((float(result.samples_per_s), float(result.peak_memory_bytes or 0)) if ok  # type: ignore[arg-type]
@@ -216,7 +220,8 @@ def resume_once(db: Path | None, workdir: Path, n: int, sampler: str | None, tim
     env = {**os.environ, "AUTOTUNE_TRACE": "1", "PYTHONUNBUFFERED": "1"}
     t0 = time.time()
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", *_cli(workdir, f"sqlite:///{run_db}", n + 1, sampler)],
+    proc = subprocess.Popen([sys.executable, "-m", "autotune.cli",
+                             *_cli(workdir, f"sqlite:///{run_db}", n + 1, sampler)],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     arrived: list[tuple[float, str]] = []  # (seconds after the start, line)
 
@@ -246,9 +251,11 @@ def resume_once(db: Path | None, workdir: Path, n: int, sampler: str | None, tim
             asked = step["s"]
         elif step["step"] == "suggest":
             suggests.append({"s": round(asked + step["s"], 4), "sampler": step["sampler"]})
-    first = {name: next((round(x["began"] - t0, 4) for x in steps if x["step"] == name), None) for name in ("ask", "measure")}
+    first = {name: next((round(x["began"] - t0, 4) for x in steps if x["step"] == name), None)
+             for name in ("ask", "measure")}
     row = {"rc": rc, "wall_s": round(wall, 2), "timed_out": rc is None,
-           "prepared_s": next((round(t, 4) for t, line in text if line.startswith(("resuming study", "new study"))), None),
+           "prepared_s": next((round(t, 4) for t, line in text
+                               if line.startswith(("resuming study", "new study"))), None),
            "first_trial_s": first["ask"], "first_measure_s": first["measure"],
            "cache_answers_before": sum(1 for _, line in text if "(already measured as #" in line),
            "suggest_s": [x["s"] for x in suggests], "samplers": sorted({x["sampler"] for x in suggests}),
@@ -261,7 +268,8 @@ def resume_once(db: Path | None, workdir: Path, n: int, sampler: str | None, tim
 def main(argv: list[str] | None = None) -> int:
     parser = harness.arguments(__doc__, trials=10000, repeat=2)
     parser.add_argument("--sampler", default=None, help="passed to autotune run (default: the run's own default, gp)")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds a resumed run may take before it is stopped")
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="seconds a resumed run may take before it is stopped")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/autotune-resume-scale"),
                         help="where the grown study is kept and reused")
     args = parser.parse_args(argv)
@@ -279,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(row)
         say(f"run {k + 1}: first trial asked {row['first_trial_s']} s after the process started (prepared at "
             f"{row['prepared_s']} s); first measurement started at {row['first_measure_s']} s, after "
-            f"{row['cache_answers_before']} cache answers; suggestions {row['suggest_s']} s ({', '.join(row['samplers'])}); "
+            f"{row['cache_answers_before']} cache answers; suggestions {row['suggest_s']} s "
+            f"({', '.join(row['samplers'])}); "
             f"whole run {row['wall_s']} s{' (stopped: timeout)' if row['timed_out'] else ''}", keep=False)
         for line in row["output"][:4]:
             say("    | " + line, keep=False)
@@ -302,17 +311,19 @@ def main(argv: list[str] | None = None) -> int:
         return f"{value:.2f} s < {limit:g} s: {'met' if value < limit else 'MISSED'}"
 
     head = harness.header()
-    lines = [f"resume_scale: `autotune run` resuming a {args.trials}-trial study (SQLite; {measured} measured configurations, "
-             f"--trials {measured + 1}: one more), median of {args.repeat} runs"
+    lines = [f"resume_scale: `autotune run` resuming a {args.trials}-trial study (SQLite; {measured} measured "
+             f"configurations, --trials {measured + 1}: one more), median of {args.repeat} runs"
              + (f" [{args.label}]" if args.label else ""),
-             f"machine: {head['host']}, {head['cores']} CPUs, {(harness.memory_bytes() or 0) / 2**30:.0f} GiB, Python {head['python']}",
+             f"machine: {head['host']}, {head['cores']} CPUs, {(harness.memory_bytes() or 0) / 2**30:.0f} GiB, "
+             f"Python {head['python']}",
              f"first trial asked: {verdict(first, TARGETS['first_trial_s'])} (each run: {firsts})",
              f"first measurement starts: {verdict(first_measure, TARGETS['first_trial_s'])} (each run: {measures}; "
              f"cache answers before it: {[r['cache_answers_before'] for r in runs]}, each a trial line)",
              f"a fresh study's first measurement (the same command, empty storage) starts: "
              f"{fresh_measure if fresh_measure is None else round(fresh_measure, 2)} s (each run: {fresh_measures}; "
              f"first trial asked: {[r['first_trial_s'] for r in fresh_runs]})",
-             "resumed/fresh, first measurement: " + (f"{ratio:.2f}x < {limit:g}x: {'met' if ratio < limit else 'MISSED'}"
+             "resumed/fresh, first measurement: " + (f"{ratio:.2f}x < {limit:g}x: "
+                                                     f"{'met' if ratio < limit else 'MISSED'}"
                                                      if ratio is not None else "not measured: MISSED")
              + f" (each run, resumed over the fresh run just before it: {ratios})",
              f"slowest suggestion (ask + suggest): {verdict(worst, TARGETS['suggest_s'])} (all: {suggests}; sampler "
@@ -322,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in lines:
         say(line)
     harness.write(args, {"label": args.label, "trials": args.trials, "measured": measured, "targets": TARGETS,
-                         "first_trial_s": first, "first_measure_s": first_measure, "slowest_suggest_s": worst, "runs": runs,
+                         "first_trial_s": first, "first_measure_s": first_measure, "slowest_suggest_s": worst,
+                         "runs": runs,
                          "fresh_first_measure_s": fresh_measure, "resumed_over_fresh": ratio, "ratios": ratios,
                          "fresh_runs": fresh_runs,
                          "cpus": os.cpu_count()})

@@ -79,7 +79,8 @@ def replay(name: str, table: dict[str, dict], sampler_of, seed: int, trials: int
         cut = False
         if dominators and len(windows) > settings.cut_after_windows:
             first = statistics.median(windows[: settings.cut_after_windows])
-            if any(t >= first * (1 + (margin or settings.cut_margin)) and m <= row["peak_memory_bytes"] for t, m in dominators):
+            if any(t >= first * (1 + (margin or settings.cut_margin)) and m <= row["peak_memory_bytes"]
+                   for t, m in dominators):
                 timed = row["phases_s"].get("timed", 0.0)
                 skipped = timed * (1 - settings.cut_after_windows / len(windows)) + row["phases_s"].get("profile", 0.0)
                 wall -= skipped
@@ -133,12 +134,15 @@ def main() -> None:
                 for c in CHECKPOINTS:
                     curve = run["curve"]
                     shares[c].append((curve[min(c, len(curve)) - 1] if curve else 0.0) / best)
-                hvs.append(hypervolume_2d([(r["samples_per_s"], r["peak_memory_bytes"]) for r in run["found"]], ref) / grid_hv)
+                hvs.append(hypervolume_2d([(r["samples_per_s"], r["peak_memory_bytes"]) for r in run["found"]], ref)
+                           / grid_hv)
             per_run = (time.perf_counter() - t0) / args.seeds
-            row = {f"best_share_at_{c}": {"median": statistics.median(shares[c]), "min": min(shares[c])} for c in CHECKPOINTS}
+            row = {f"best_share_at_{c}": {"median": statistics.median(shares[c]), "min": min(shares[c])}
+                   for c in CHECKPOINTS}
             row["hypervolume_share_at_end"] = statistics.median(hvs)
             ex["samplers"][label] = row
-            say(f"{label:18s} " + " ".join(f"{100 * statistics.median(shares[c]):5.1f}% ({100 * min(shares[c]):5.1f}%)" for c in CHECKPOINTS)
+            say(f"{label:18s} " + " ".join(f"{100 * statistics.median(shares[c]):5.1f}% ({100 * min(shares[c]):5.1f}%)"
+                                           for c in CHECKPOINTS)
                 + f"  {100 * statistics.median(hvs):5.1f}%  {per_run:.1f}s")
         # early stopping, with the default sampler and with TPE, same seeds
         ex["early_stop"] = {}
@@ -153,12 +157,15 @@ def main() -> None:
                 hv_on = hypervolume_2d([(r["samples_per_s"], r["peak_memory_bytes"]) for r in on["found"]], ref)
                 hv_off = hypervolume_2d([(r["samples_per_s"], r["peak_memory_bytes"]) for r in off["found"]], ref)
                 kept.append(hv_on / hv_off if hv_off else 1.0)
-                same_best.append(max(r["samples_per_s"] for r in on["found"]) / max(r["samples_per_s"] for r in off["found"]))
-            ex["early_stop"][label] = {"time_saved_median": statistics.median(saved), "hypervolume_kept_median": statistics.median(kept),
-                                       "best_kept_median": statistics.median(same_best), "best_kept_min": min(same_best)}
+                same_best.append(max(r["samples_per_s"] for r in on["found"])
+                                 / max(r["samples_per_s"] for r in off["found"]))
+            ex["early_stop"][label] = {"time_saved_median": statistics.median(saved),
+                                       "hypervolume_kept_median": statistics.median(kept),
+                                       "best_kept_median": statistics.median(same_best),
+                                       "best_kept_min": min(same_best)}
             say(f"early stop ({label}): saves {100 * statistics.median(saved):.1f}% of trial time (median), keeps "
-                f"{100 * statistics.median(kept):.1f}% of the front's hypervolume and {100 * statistics.median(same_best):.1f}% "
-                f"of the best throughput (min {100 * min(same_best):.1f}%)")
+                f"{100 * statistics.median(kept):.1f}% of the front's hypervolume and "
+                f"{100 * statistics.median(same_best):.1f}% of the best throughput (min {100 * min(same_best):.1f}%)")
         out["examples"][name] = ex
     harness.write(args, out)
 

@@ -81,7 +81,8 @@ print(statistics.median(windows))
 def control_cv(model: str, n: int) -> tuple[float, list[float]]:
     """The machine's own repeatability for this model: a plain PyTorch loop (no autotune, one fixed
     batch, no DataLoader) of the default configuration, in n fresh processes."""
-    rates = [float(subprocess.run([sys.executable, "-c", CONTROL, model], capture_output=True, text=True, check=True).stdout)
+    rates = [float(subprocess.run([sys.executable, "-c", CONTROL, model], capture_output=True, text=True,
+                                  check=True).stdout)
              for _ in range(n)]
     return cv(rates), rates
 
@@ -131,18 +132,20 @@ def main() -> None:
         out["examples"][name] = ex
         say()
         say(f"== {name} on {device} ({identity.short(probe['fingerprint'])})")
-        say(f"per-trial overhead: median {ex['overhead_s']['median']:.3f} s (min {min(overheads):.3f}, max {max(overheads):.3f}) "
-            f"of a {ex['trial_wall_s_median']:.2f} s trial")
-        say(f"repeatability: {args.repeat} processes, defaults {statistics.median(rates):.1f} samples/s, CV across processes "
-            f"{100 * cv(rates):.2f}% (within-trial window CV median {100 * ex['within_trial_cv_median']:.2f}%)")
+        say(f"per-trial overhead: median {ex['overhead_s']['median']:.3f} s "
+            f"(min {min(overheads):.3f}, max {max(overheads):.3f}) of a {ex['trial_wall_s_median']:.2f} s trial")
+        say(f"repeatability: {args.repeat} processes, defaults {statistics.median(rates):.1f} samples/s, "
+            f"CV across processes {100 * cv(rates):.2f}% "
+            f"(within-trial window CV median {100 * ex['within_trial_cv_median']:.2f}%)")
         if ex["control_cv"] is not None:
-            say(f"control: a plain PyTorch loop of the same model in {args.repeat} fresh processes: CV {100 * ex['control_cv']:.2f}% "
-                "(the machine's own floor)")
+            say(f"control: a plain PyTorch loop of the same model in {args.repeat} fresh processes: "
+                f"CV {100 * ex['control_cv']:.2f}% (the machine's own floor)")
         for cfg, r in picked:
             rate = f"{r.samples_per_s:9.1f}" if r.ok else f"{r.outcome:>9s}"
-            say(f"  {knobs.short({**knobs.defaults(), **cfg}):70s} {rate} samples/s  {(r.samples_per_s or 0) / base:5.2f}x")
-        say(f"best hand-picked: {knobs.short({**knobs.defaults(), **best_cfg})}: {ex['best_speedup']:.2f}x the defaults "
-            f"({base:.1f} samples/s, median of {len(rates) + len(base_again)} default runs in this run)")
+            say(f"  {knobs.short({**knobs.defaults(), **cfg}):70s} {rate} samples/s  "
+                f"{(r.samples_per_s or 0) / base:5.2f}x")
+        say(f"best hand-picked: {knobs.short({**knobs.defaults(), **best_cfg})}: {ex['best_speedup']:.2f}x "
+            f"the defaults ({base:.1f} samples/s, median of {len(rates) + len(base_again)} default runs in this run)")
     tag = "cpu" if device == "cpu" else "gpu"
     harness.write(args, out, name=f"trial_worker_{tag}")
 

@@ -66,15 +66,15 @@ def main() -> None:
     rows = [one(seed, args.trials) for seed in range(args.repeat)]
     claims = [r for r in rows if "covered" in r]
     covered = sum(r["covered"] for r in claims)
-    say(f"{len(rows)} seeds, {args.trials} trials each: a claim in {len(claims)}, covering its configuration's truth in "
-        f"{covered} ({100 * covered / max(1, len(claims)):.0f}%; the statistics promise 90%); spreads taken as unequal "
-        f"in {sum(r['unequal'] for r in rows)}")
+    say(f"{len(rows)} seeds, {args.trials} trials each: a claim in {len(claims)}, covering its configuration's truth "
+        f"in {covered} ({100 * covered / max(1, len(claims)):.0f}%; the statistics promise 90%); spreads taken as "
+        f"unequal in {sum(r['unequal'] for r in rows)}")
     by = collections.defaultdict(list)
     for r in claims:
         by[(r["reduced"], r["ended"], r["processes"])].append(r["covered"])
     for (reduced, ended, processes), got in sorted(by.items(), key=str):
-        say(f"   {'the least change' if reduced else 'the chosen configuration'}, {processes} fresh processes, the claim "
-            f"stopped on {ended}: {sum(got)} of {len(got)} covered")
+        say(f"   {'the least change' if reduced else 'the chosen configuration'}, {processes} fresh processes, "
+            f"the claim stopped on {ended}: {sum(got)} of {len(got)} covered")
     say("   first seeds: " + "; ".join(f"#{r['seed']} {r.get('claim', r['state'])}"
                                       + (f" (truth {r['truth']:.2f})" if "truth" in r else "") for r in rows[:6]))
     harness.write(args, {"rows": rows, "claims": len(claims), "covered": covered})

@@ -89,7 +89,8 @@ def main() -> int:
                     differ += not same
                     say(f"{'same' if same else 'DIFFERENT':9} autotune {' '.join(cmd)} ({len(now.splitlines())} lines)")
                     if not same:
-                        first = next(iter(difflib.unified_diff(then.splitlines(), now.splitlines(), lineterm="", n=0)), "")
+                        first = next(iter(difflib.unified_diff(then.splitlines(), now.splitlines(),
+                                                               lineterm="", n=0)), "")
                         diff = list(difflib.unified_diff(then.splitlines(), now.splitlines(), lineterm="", n=0))[2:6]
                         say("          " + " | ".join(diff or [first]))
                 pages = []
@@ -102,7 +103,8 @@ def main() -> int:
                 say(f"{'same' if same else 'DIFFERENT':9} autotune dashboard {name} ({len(pages[0])} bytes)")
             say(f"{differ} of the read commands' outputs differ between {args.against} and this checkout")
         finally:
-            subprocess.run(["git", "-C", str(harness.ROOT), "worktree", "remove", "--force", str(old)], capture_output=True)
+            subprocess.run(["git", "-C", str(harness.ROOT), "worktree", "remove", "--force", str(old)],
+                           capture_output=True)
     harness.write(args, {"against": args.against, "differ": differ})
     return 1 if differ else 0
 

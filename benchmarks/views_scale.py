@@ -10,8 +10,8 @@ the factory's few hundred distinct configurations answered from the cache again 
 again. Each study is written to SQLite (and, with ``--journal``, to a journal file).
 
 Each study is timed twice: as a run leaves it (``kept``: its views kept on it by the run that wrote it last,
-autotune/store/kept.py; built here by the same call, ``autotune.reports.view.keep``, on a copy of the file) and as a study
-being written is read (``computed``: no kept views, so every read command reads the trials and computes them).
+autotune/store/kept.py; built here by the same call, ``autotune.reports.view.keep``, on a copy of the file) and as a
+study being written is read (``computed``: no kept views, so every read command reads the trials and computes them).
 
 Then each read command runs in a fresh process, as a user runs it, ``--repeat`` times
 (median reported): ``status``, ``status --json``, ``list``, ``export -o FILE`` and
@@ -179,7 +179,8 @@ def chromium() -> str | None:
 def render(binary: str, page: Path, profile: Path) -> tuple[float, dict[str, Any] | None]:
     """Wall time of headless Chromium opening ``page#selftest`` until every figure is drawn (and its summary)."""
     start = time.perf_counter()
-    proc = subprocess.run([binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.resolve().as_uri() + "#selftest"],
+    proc = subprocess.run([binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom",
+                           page.resolve().as_uri() + "#selftest"],
                           capture_output=True, text=True, timeout=600, check=False)
     took = time.perf_counter() - start
     match = re.search(r'<pre id="autotune-selftest"[^>]*>(.*?)</pre>', proc.stdout, re.DOTALL)
@@ -236,10 +237,12 @@ def main(argv: list[str] | None = None) -> int:
     if binary:
         blank = args.workdir / "blank.html"
         blank.write_text('<!DOCTYPE html><html><body><pre id="autotune-selftest">{"ready": true}</pre></body></html>')
-        startup = round(statistics.median(render(binary, blank, args.workdir / "profile-blank")[0] for _ in range(3)), 3)
+        startup = round(statistics.median(render(binary, blank, args.workdir / "profile-blank")[0]
+                                          for _ in range(3)), 3)
 
     labels = ["status", "status --json", "list", "export", "dashboard"]
-    head = f"{'trials':>7} {'storage':<8} " + " ".join(f"{lab:>13}" for lab in labels) + f" {'render':>8} {'page MB':>8}"
+    head = (f"{'trials':>7} {'storage':<8} " + " ".join(f"{lab:>13}" for lab in labels)
+            + f" {'render':>8} {'page MB':>8}")
     lines = [f"views_scale: read commands in a fresh process, median of {args.repeat} (seconds)"
              + (f" [{args.label}]" if args.label else ""),
              f"machine: {platform.node()} {os.cpu_count()} CPUs, Python {platform.python_version()}; "
@@ -254,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     lines += [f"  {k}: {v}" for k, v in verdicts.items()]
     for line in lines:
         say(line)
-    harness.write(args, {"label": args.label, "repeat": args.repeat, "cpus": os.cpu_count(), "chromium_startup_s": startup,
+    harness.write(args, {"label": args.label, "repeat": args.repeat, "cpus": os.cpu_count(),
+                         "chromium_startup_s": startup,
                          "help_s": round(help_s, 3), "targets": {"ratios": RATIO_TARGETS, "help": HELP_TARGET,
                          "page_mb": PAGE_MB_TARGET}, "verdicts": verdicts, "rows": rows})
     return 0
@@ -276,7 +280,8 @@ def _targets(rows: list[dict[str, Any]], help_s: float) -> dict[str, str]:
                 limit = board if label == "dashboard" else reads
                 ratio = big["seconds"][label] / small["seconds"][label]
                 out[f"{label} {n}/100 ({kind})"] = (f"{big['seconds'][label]:.2f} / {small['seconds'][label]:.2f} s = "
-                                                     f"{ratio:.1f}x <= {limit:g}x: {'met' if ratio <= limit else 'MISSED'}")
+                                                     f"{ratio:.1f}x <= {limit:g}x: "
+                                                     f"{'met' if ratio <= limit else 'MISSED'}")
         if kind == "kept":
             ratio = small["seconds"]["status"] / help_s
             out["status@100 / --help"] = (f"{small['seconds']['status']:.2f} / {help_s:.2f} s = {ratio:.1f}x <= "
