@@ -29,7 +29,7 @@ from harness import say
 
 from autotune.export import document as C
 from autotune import knobs
-from autotune.tuning import preparation as tuning
+from autotune.tuning import preparation
 from autotune.request import TuneConfig
 from autotune.store import StoredStudy
 from autotune.trial.runner import warm_up
@@ -101,7 +101,7 @@ def main() -> None:
             spec = MODELS[name]()
             url = f"sqlite:///{tmp}/{name}.db"
             job = TuneConfig(spec=spec, space="cpu", trials=args.trials, seed=0)
-            prepared = tuning.prepare(job, name, harness.open_store(url), "cpu")
+            prepared = preparation.prepare(job, name, harness.open_store(url), "cpu")
             start = time.monotonic()
             summary = prepared.run()
             elapsed = time.monotonic() - start

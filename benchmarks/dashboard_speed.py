@@ -23,7 +23,7 @@ from harness import say
 from autotune.testing.studies import make_study
 
 from autotune.reports import dashboard
-from autotune.knobs import cpu_count
+from autotune.machine.load import cpu_count
 
 TARGET_S = 5.0
 

@@ -97,7 +97,7 @@ def child(url: str, budget: int, step: float, sampler: str, folder: Path, index:
     import random
 
     from autotune import result as R
-    from autotune.tuning import preparation as tuning
+    from autotune.tuning import preparation
     from autotune.tuning.phases import Bench, Search, SearchOptions, Seeds, Session
     from autotune.tuning.phases.sampler import make_sampler
     from autotune.request import DEFAULT_TRIAL_TIMEOUT_S, stale_grace
@@ -160,7 +160,7 @@ def child(url: str, budget: int, step: float, sampler: str, folder: Path, index:
 
     # As `autotune worker --no-race` runs, less the noise floor (two extra measurements of the baseline, once per
     # study: start-up of a study, not coordination, and a 4-trial budget would count them as a third of the work).
-    options = SearchOptions(trials=budget, poll_s=0.25, placement=tuning.placement("cpu"))
+    options = SearchOptions(trials=budget, poll_s=0.25, placement=preparation.placement("cpu"))
     search = Search(live, Seeds(eff, ctx, base), Bench(evaluate), options, on_trial=on_trial, check=store.check_alive,
                     on_step=on_step)
     pss_start = _pss(os.getpid())

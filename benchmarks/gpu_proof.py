@@ -375,7 +375,7 @@ def torchvision_imports() -> bool:
 
 def study_part(device: str, spec: WorkloadSpec, trials: int, folder: Path, budget: float,
                share: float = 1.0) -> dict[str, Any]:
-    from autotune.tuning import preparation as tuning
+    from autotune.tuning import preparation
 
     name = spec.model.split(":")[-1]
     say(f"4. a short study of {name} ({trials} trials, --quick)")
@@ -391,7 +391,7 @@ def study_part(device: str, spec: WorkloadSpec, trials: int, folder: Path, budge
     store = harness.open_store(harness.sqlite_url(folder / f"{name}.db"))
     started = time.perf_counter()
     try:
-        prepared = tuning.prepare(job, name, store, device)
+        prepared = preparation.prepare(job, name, store, device)
         for line in prepared.opening():
             say(f"   {line}")
         summary = prepared.run()

@@ -39,7 +39,7 @@ from harness import say
 from autotune import knobs
 from autotune.knobs import space
 from autotune.testing import fake as M
-from autotune.tuning import loop as S
+from autotune.tuning import loop
 from autotune.evidence import evidence_of
 from autotune.tuning.phases import Bench, Seeds
 from autotune.store import LiveStudy, Store
@@ -49,7 +49,7 @@ SPACE = space.parse({"search": {"precision": ["fp32", "bf16"], "optimizer_impl":
                                 "num_workers": [0, 1], "memory_format": ["contiguous", "channels_last"],
                                 "threads": [1, 2]},
                      "fixed": {"host_allocator": "retain"}}, "race_cost.toml", "race_cost")
-BASE = S.base_config(CTX, SPACE.fixed, None)
+BASE = loop.base_config(CTX, SPACE.fixed, None)
 BASE_KEY = knobs.resolve(BASE, CTX).key()
 
 
@@ -103,13 +103,13 @@ def one(name: str, trials: int, seed: int, sampler: str = "random", candidates: 
     attrs = {"workload": {"model": "x:y"}, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
              "fingerprint": {"device_type": "cpu", "torch": "2"}, "device": "cpu", "context": CTX.to_dict(),
              "global_batch": None}
-    study, _ = Store("sqlite:///:memory:").create_or_check(f"{name}-{seed}", attrs, S.make_sampler(sampler, seed))
+    study, _ = Store("sqlite:///:memory:").create_or_check(f"{name}-{seed}", attrs, loop.make_sampler(sampler, seed))
     live = LiveStudy(study)
     bench = Bench(M.lognormal(truth, seed, sigma), ablate=M.shared(truth, seed, sigma))
-    summary = S.Tuner(live, Seeds(space.effective(SPACE, CTX, BASE), CTX, BASE), bench,
-                      S.Options(trials=trials, max_repeats=500,
-                                race_candidates=S.Options.race_candidates if candidates is None else candidates,
-                                race_rounds=S.Options.race_rounds if confirm is None else confirm)).run()
+    summary = loop.Tuner(live, Seeds(space.effective(SPACE, CTX, BASE), CTX, BASE), bench,
+                      loop.Options(trials=trials, max_repeats=500,
+                                race_candidates=loop.Options.race_candidates if candidates is None else candidates,
+                                race_rounds=loop.Options.race_rounds if confirm is None else confirm)).run()
     v = summary.verdict
     ev = evidence_of(live.view())
     out = {"seed": seed, "search": summary.new, "extra": summary.repeat_processes, "state": v.state,
@@ -136,10 +136,10 @@ def main() -> None:
     ap.add_argument("--trials", default="10,30", help="trial budgets, comma-separated (default 10,30)")
     ap.add_argument("--sampler", default="random", help="the search's sampler (default random: gp takes 0.5 s a trial, "
                     "and what is measured here is what the answer costs after the search)")
-    ap.add_argument("--candidates", type=int, default=S.Options.race_candidates,
-                    help=f"the race's candidates at most (default the product's, {S.Options.race_candidates})")
-    ap.add_argument("--confirm", type=int, default=S.Options.race_rounds,
-                    help=f"the race's rounds at most, as autotune run --confirm (default {S.Options.race_rounds})")
+    ap.add_argument("--candidates", type=int, default=loop.Options.race_candidates,
+                    help=f"the race's candidates at most (default the product's, {loop.Options.race_candidates})")
+    ap.add_argument("--confirm", type=int, default=loop.Options.race_rounds,
+                    help=f"the race's rounds at most, as autotune run --confirm (default {loop.Options.race_rounds})")
     args = ap.parse_args()
     say(f"made-up machines, {args.seeds} seeds a scenario, sampler {args.sampler}, 48 configurations; race budget "
         f"--confirm {args.confirm}, at most {args.candidates} candidates")

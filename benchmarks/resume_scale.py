@@ -99,7 +99,7 @@ def build(n: int, workdir: Path) -> Path:
     """The study of ``n`` trials as a SQLite file in ``workdir`` (built when missing)."""
     import optuna
 
-    from autotune.tuning import preparation as tuning
+    from autotune.tuning import preparation
 
     done = workdir / f"resume-{n}.db"
     if done.exists():
@@ -116,8 +116,8 @@ def build(n: int, workdir: Path) -> Path:
         say(f"real study of {BASE_TRIALS} trials measured in {time.perf_counter() - start:.0f} s", keep=False)
     # The search exactly as `autotune run` builds it (probe, effective space, defaults), over a copy in memory.
     store = harness.open_store(f"sqlite:///{base}")
-    job = tuning.stored_config(store.read(NAME))
-    prepared = tuning.prepare(job, NAME, store, "cpu")
+    job = preparation.stored_config(store.read(NAME))
+    prepared = preparation.prepare(job, NAME, store, "cpu")
     memory = optuna.storages.InMemoryStorage()
     optuna.copy_study(from_study_name=NAME, from_storage=store.storage, to_storage=memory)
     study = optuna.load_study(study_name=NAME, storage=memory)

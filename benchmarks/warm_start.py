@@ -49,7 +49,7 @@ from autotune import knobs
 from autotune.knobs import space
 from autotune.tuning import warmstart
 from autotune import result as R
-from autotune.tuning import loop as S
+from autotune.tuning import loop
 from autotune.tuning.phases import Bench, Search, SearchOptions, Seeds, Session, floor
 from autotune.tuning.phases.sampler import make_sampler
 from autotune.tuning.phases.seeds import base_config
@@ -111,9 +111,9 @@ def source_study(store: Store, grid: dict[str, Any], sampler: str, seed: int, tr
                  fingerprint: dict[str, Any]) -> dict[str, Any]:
     """A study tuned to the end (race included) on the source grid; returns its verdict."""
     live = create(store, f"source-{grid['name']}", grid, make_sampler(sampler, seed), fingerprint)
-    options = S.Options(trials=trials, early_stop=False, max_repeats=200)
+    options = loop.Options(trials=trials, early_stop=False, max_repeats=200)
     bench = Bench(evaluator(grid, random.Random(seed), noise))
-    verdict = S.Tuner(live, seeds_of(grid), bench, options).run().verdict
+    verdict = loop.Tuner(live, seeds_of(grid), bench, options).run().verdict
     assert verdict is not None
     gain = verdict.state == "gain" and verdict.winner is not None
     winner = dict(live.view().trial(verdict.winner).config) if gain else None  # type: ignore[arg-type, union-attr]
@@ -130,7 +130,7 @@ def target_run(grid: dict[str, Any], store: Store | None, sampler: str, seed: in
     measured: list[float] = []
     hit: list[int] = []  # the measured configurations when one came within SHARE of the grid's best
 
-    def reached(rec: S.TrialRecord) -> bool:
+    def reached(rec: loop.TrialRecord) -> bool:
         if rec.duplicate_of is not None:
             return False
         row = grid["table"][knobs.resolve(rec.config, grid["ctx"]).key()]

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from autotune.evidence import ceiling as recorded
 from autotune.tuning import ceiling_probe as C
 from autotune import cli
-from autotune.tuning import preparation as tuning
+from autotune.tuning import preparation
 from autotune import result as R
 from autotune.knobs import space as spaces
 from autotune.request import TuneConfig, WorkloadSpec
@@ -104,7 +104,8 @@ def test_a_study_fits_its_batch_sizes_to_the_ceiling_once_and_shows_it(tmp_path)
     job = TuneConfig(spec=WorkloadSpec(model="failing_workloads:capped", model_args=(("cap", 56),)), space=str(space),
                      trials=4, quick=True, confirm=0, batch_ceiling=True, trial_timeout_s=120)
     probes: list[tuple[int, str]] = []
-    prepared = tuning.prepare(job, "capped", Store.open(url), "cpu", on_probe=lambda b, o, p: probes.append((b, o)))
+    prepared = preparation.prepare(job, "capped", Store.open(url), "cpu",
+                                   on_probe=lambda b, o, p: probes.append((b, o)))
     assert prepared.ceiling is not None
     assert (prepared.ceiling.batch_size, prepared.ceiling.first_failing, prepared.ceiling.limit) == (48, 64, R.OOM)
     assert probes == [(b, o) for b, o, _ in prepared.ceiling.probes] and (64, R.OOM) in probes
@@ -117,7 +118,7 @@ def test_a_study_fits_its_batch_sizes_to_the_ceiling_once_and_shows_it(tmp_path)
     assert not any(t.outcome == R.OOM for t in trials)
 
     # A resume (and any worker) reads the stored ceiling: no probes again, the same range.
-    again = tuning.prepare(dataclasses.replace(job, trials=5), "capped", Store.open(url), "cpu",
+    again = preparation.prepare(dataclasses.replace(job, trials=5), "capped", Store.open(url), "cpu",
                            on_probe=lambda b, o, p: pytest.fail("probed again"))
     assert again.ceiling == prepared.ceiling
     assert again.tuner.seeds.space.search["batch_size"] == prepared.tuner.seeds.space.search["batch_size"]

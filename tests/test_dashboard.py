@@ -18,7 +18,7 @@ import pytest
 from autotune.testing.studies import CAPACITY, MiB, add_failed_trial, add_race, make_study, storage_url
 
 from autotune import knobs
-from autotune.reports import dashboard as report
+from autotune.reports import dashboard
 from autotune.errors import AutotuneError
 from autotune.store import Store, StoredStudy
 from autotune.store import writing
@@ -49,7 +49,7 @@ def stored(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def snap(stored):
-    return report.snapshot(stored[1])
+    return dashboard.snapshot(stored[1])
 
 
 def ok_measured(study: StoredStudy):
@@ -103,7 +103,7 @@ def test_snapshot_reads_every_trial(stored, snap):
 
 def test_header_info(stored, snap):
     _, study, _ = stored
-    info = report.header_info(snap)
+    info = dashboard.header_info(snap)
     assert_json(info)
     assert info["name"] == "demo"
     assert info["workload"]["model"] == "autotune.examples:cnn"
@@ -119,7 +119,7 @@ def test_header_info(stored, snap):
 
 def test_pareto_info(stored, snap):
     _, study, _ = stored
-    info = report.pareto_info(study)  # takes the stored study as well as a snapshot
+    info = dashboard.pareto_info(study)  # takes the stored study as well as a snapshot
     assert_json(info)
     assert {p["number"] for p in info["points"]} == {t.number for t in ok_measured(study)}
     assert set(info["front"]) == set(snap.front)
@@ -140,17 +140,17 @@ def test_pareto_info(stored, snap):
 def test_pareto_with_memory_budget():
     budget = 700 * MiB
     study = made(n_trials=30, seed=1, max_memory_bytes=budget)
-    info = report.pareto_info(study)
+    info = dashboard.pareto_info(study)
     assert info["max_memory_bytes"] == budget
     over = [p for p in info["points"] if not p["feasible"]]
     assert over and all(p["peak_memory_bytes"] > budget for p in over)
     assert all(p["feasible"] for p in info["points"] if p["on_front"])
-    fig = report.pareto_figure(info)
+    fig = dashboard.pareto_figure(info)
     assert any(shape.x0 == pytest.approx(budget / info["memory_scale"]) for shape in fig.layout.shapes)
 
 
 def test_front_table_info(snap):
-    info = report.front_table_info(snap)
+    info = dashboard.front_table_info(snap)
     assert_json(info)
     rec = snap.recommended()["number"]
     # the recommendation first (here the defaults, which the front leaves out), then the front, fastest first
@@ -173,7 +173,7 @@ def test_front_table_info(snap):
 
 def test_knob_effects_info(stored, snap):
     _, study, _ = stored
-    info = report.knob_effects_info(snap)
+    info = dashboard.knob_effects_info(snap)
     assert_json(info)
     names = [k["name"] for k in info["knobs"]]
     assert set(names) == set(study.space["search"])
@@ -189,10 +189,10 @@ def test_knob_effects_info(stored, snap):
 
 
 def test_importance_info(snap):
-    info = report.importance_info(snap)
+    info = dashboard.importance_info(snap)
     assert_json(info)
     assert info["note"] is None
-    assert set(info["samples_per_s"]) <= set(report.searched_knobs(snap)) and info["samples_per_s"]
+    assert set(info["samples_per_s"]) <= set(dashboard.searched_knobs(snap)) and info["samples_per_s"]
     assert all(0.0 <= v <= 1.0 for v in [*info["samples_per_s"].values(), *info["peak_memory_bytes"].values()])
     assert max(info["peak_memory_bytes"], key=info["peak_memory_bytes"].get) == "batch_size"
     assert max(info["samples_per_s"], key=info["samples_per_s"].get) == "threads"  # the made-up model's largest factor
@@ -200,13 +200,13 @@ def test_importance_info(snap):
 
 def test_importance_with_too_few_trials_is_a_note():
     study = made(n_trials=3, with_failures=False)
-    info = report.importance_info(study)
+    info = dashboard.importance_info(study)
     assert info["samples_per_s"] == {} and "at least" in info["note"]
-    assert "Knob importance needs" in report.render_html(study)
+    assert "Knob importance needs" in dashboard.render_html(study)
 
 
 def test_parallel_info(snap):
-    info = report.parallel_info(snap)
+    info = dashboard.parallel_info(snap)
     assert_json(info)
     n = len(info["numbers"])
     assert n == len(snap.measured_ok()) == len(info["samples_per_s"]) == len(info["peak_memory_bytes"])
@@ -220,16 +220,16 @@ def test_parallel_info(snap):
 
 
 def test_hypervolume_2d():
-    assert report.hypervolume_2d([], 5.0) == 0.0
-    assert report.hypervolume_2d([(10.0, 2.0)], 5.0) == pytest.approx(30.0)
+    assert dashboard.hypervolume_2d([], 5.0) == 0.0
+    assert dashboard.hypervolume_2d([(10.0, 2.0)], 5.0) == pytest.approx(30.0)
     two = [(10.0, 2.0), (20.0, 4.0)]
-    assert report.hypervolume_2d(two, 5.0) == pytest.approx(3 * 10 + 1 * 10)
-    assert report.hypervolume_2d(two + [(5.0, 3.0), (30.0, 6.0), (0.0, 1.0)], 5.0) == pytest.approx(40.0)
+    assert dashboard.hypervolume_2d(two, 5.0) == pytest.approx(3 * 10 + 1 * 10)
+    assert dashboard.hypervolume_2d(two + [(5.0, 3.0), (30.0, 6.0), (0.0, 1.0)], 5.0) == pytest.approx(40.0)
 
 
 def test_history_info(stored, snap):
     _, study, _ = stored
-    info = report.history_info(snap)
+    info = dashboard.history_info(snap)
     assert_json(info)
     finished = [t.number for t in study.trials if t.finished]
     assert info["numbers"] == finished and len(info["durations"]) == len(finished)
@@ -239,7 +239,7 @@ def test_history_info(stored, snap):
     ref = info["reference"]["peak_memory_bytes"]
     assert ref == pytest.approx(1.1 * max(t.values[1] for t in ok_measured(study)))
     front = [(snap.by_number()[n]["samples_per_s"], snap.by_number()[n]["peak_memory_bytes"]) for n in snap.front]
-    assert info["hypervolume"][-1] == pytest.approx(report.hypervolume_2d(front, ref))
+    assert info["hypervolume"][-1] == pytest.approx(dashboard.hypervolume_2d(front, ref))
     assert 0 < info["hypervolume_share"][-1] <= 1
     assert {d["outcome"] for d in info["durations"]} >= {"ok", "oom", "interrupted"}
 
@@ -247,7 +247,7 @@ def test_history_info(stored, snap):
 def test_history_keeps_the_hypervolume_of_every_point_so_far_exactly(snap):
     """history_info keeps only the non-dominated points as it goes; each step's volume is exactly that of every
     point measured so far, ties in memory and in rate included."""
-    info = report.history_info(snap)
+    info = dashboard.history_info(snap)
     ref = info["reference"]["peak_memory_bytes"]
     rows = snap.by_number()
     seen: list[tuple[float, float]] = []
@@ -256,14 +256,14 @@ def test_history_keeps_the_hypervolume_of_every_point_so_far_exactly(snap):
         if r["outcome"] == "ok" and r["duplicate_of"] is None and r["feasible"] and r["samples_per_s"] is not None:
             seen.append((r["samples_per_s"], r["peak_memory_bytes"]))
             seen.append((r["samples_per_s"] * 0.5, r["peak_memory_bytes"]))  # a tie in memory, slower
-        assert volume == report.hypervolume_2d(seen, ref)
+        assert volume == dashboard.hypervolume_2d(seen, ref)
 
 
 def test_profile_info(snap):
-    info = report.profile_info(snap)
+    info = dashboard.profile_info(snap)
     assert_json(info)
     assert [t["number"] for t in info["trials"]] == snap.front
-    assert 0 < len(info["ops"]) <= report.MAX_OPS
+    assert 0 < len(info["ops"]) <= dashboard.MAX_OPS
     for t in info["trials"]:
         assert set(t["ops"]) == set(info["ops"])
         assert t["other_share"] == pytest.approx(max(0.0, 1 - sum(t["ops"].values())))
@@ -284,14 +284,14 @@ def test_profile_names_compiled_graphs_as_readers_know_them():
             ops[0]["name"] = f"## Call CompiledFxGraph f{t.number:03d}qrddoohho5abcdefghijklmn ##"
             t = dataclasses.replace(t, result={**t.result, "profile": {**profile, "top_ops": ops}})
         trials.append(t)
-    info = report.profile_info(src.with_trials(trials))
+    info = dashboard.profile_info(src.with_trials(trials))
     assert "compiled graph" in info["ops"] and not [name for name in info["ops"] if "CompiledFxGraph" in name]
     assert len(info["trials"]) >= 2 and all("compiled graph" in t["ops"] for t in info["trials"])
 
 
 def test_failures_info(stored):
     _, study, _ = stored
-    info = report.failures_info(study)
+    info = dashboard.failures_info(study)
     assert_json(info)
     failed = [t.number for t in study.trials if t.outcome != "ok"]
     assert [r["number"] for r in info["rows"]] == failed
@@ -316,7 +316,7 @@ def hostile(tmp_path_factory):
 
 @pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_page_escapes_user_strings(hostile):
-    page = report.render_html(hostile)
+    page = dashboard.render_html(hostile)
     assert HOSTILE_NAME not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "<img src=x onerror=alert(1)>" not in page
@@ -335,7 +335,7 @@ def test_page_escapes_user_strings(hostile):
 
 
 def test_script_json_cannot_close_the_tag():
-    text = report.script_json({"a": "</script><script>alert(1)</script>", "b": "x & y", "c": "\u2028"})
+    text = dashboard.script_json({"a": "</script><script>alert(1)</script>", "b": "x & y", "c": "\u2028"})
     assert "<" not in text and ">" not in text and "&" not in text and "\u2028" not in text
     assert json.loads(text) == {"a": "</script><script>alert(1)</script>", "b": "x & y", "c": "\u2028"}
 
@@ -354,7 +354,7 @@ def test_optuna_reads_the_stored_study(stored):
 def test_write_dashboard(stored, tmp_path):
     _, study, _ = stored
     target = tmp_path / "deep" / "er" / "demo.html"
-    assert report.write_dashboard(study, str(target)) == target
+    assert dashboard.write_dashboard(study, str(target)) == target
     page = target.read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and "http-equiv" not in page
     packed = re.findall(r'<script type="application/octet-stream" id="autotune-plotly">([A-Za-z0-9+/=]+)</script>',
@@ -364,19 +364,19 @@ def test_write_dashboard(stored, tmp_path):
     assert len(page) < 2.5e6  # compressed: plotly.js alone is 4.8 MB
     assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=", page)  # nothing to fetch
     assert [p.name for p in target.parent.iterdir()] == ["demo.html"]  # no temp file left
-    report.write_dashboard(study, target, refresh_s=7.4)
+    dashboard.write_dashboard(study, target, refresh_s=7.4)
     assert '<meta http-equiv="refresh" content="7">' in target.read_text(encoding="utf-8")
 
 
 @pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_write_dashboard_into_a_folder_and_unwritable_paths(hostile, tmp_path):
-    written = report.write_dashboard(hostile, tmp_path)
+    written = dashboard.write_dashboard(hostile, tmp_path)
     assert written.parent == tmp_path and written.name == "script_alert_1_script.html"
-    assert report.default_path("my/model:v2") == report.DASHBOARDS_DIR / "my_model_v2.html"
+    assert dashboard.default_path("my/model:v2") == dashboard.DASHBOARDS_DIR / "my_model_v2.html"
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     with pytest.raises(AutotuneError, match="cannot write the dashboard"):
-        report.write_dashboard(hostile, blocker / "page.html")
+        dashboard.write_dashboard(hostile, blocker / "page.html")
 
 
 def test_running_trials_are_counted_not_drawn(tmp_path):
@@ -384,12 +384,12 @@ def test_running_trials_are_counted_not_drawn(tmp_path):
     running = live.ask()
     writing.mark(running, role="search")
     study = read(live)
-    snap = report.snapshot(study)
-    assert report.header_info(snap)["outcomes"]["running"] == 1
-    assert running.number not in report.history_info(snap)["numbers"]
-    assert running.number not in [f["number"] for f in report.pareto_info(snap)["failed"]]
-    assert running.number not in [r["number"] for r in report.failures_info(snap)["rows"]]
-    page = report.render_html(snap)
+    snap = dashboard.snapshot(study)
+    assert dashboard.header_info(snap)["outcomes"]["running"] == 1
+    assert running.number not in dashboard.history_info(snap)["numbers"]
+    assert running.number not in [f["number"] for f in dashboard.pareto_info(snap)["failed"]]
+    assert running.number not in [r["number"] for r in dashboard.failures_info(snap)["rows"]]
+    page = dashboard.render_html(snap)
     finished = {t.number for t in study.trials if t.finished}
     assert running.number not in finished and len(finished) == 12
     # counted: the header's card counts it, as running
@@ -413,7 +413,7 @@ def test_running_trials_are_counted_not_drawn(tmp_path):
 def test_a_200_trial_page_is_quick(tmp_path):
     study = made(n_trials=200, seed=3)
     start = time.perf_counter()
-    path = report.write_dashboard(study, tmp_path / "big.html")
+    path = dashboard.write_dashboard(study, tmp_path / "big.html")
     elapsed = time.perf_counter() - start
     page = path.read_text(encoding="utf-8")
     assert "<h2>Failures</h2>" in page and 'id="front-table"' in page
@@ -422,7 +422,7 @@ def test_a_200_trial_page_is_quick(tmp_path):
 
 def test_empty_and_foreign_studies_render(tmp_path):
     empty = optuna.create_study(directions=["maximize", "minimize"])
-    page = report.render_html(read(empty))
+    page = dashboard.render_html(read(empty))
     assert "No finished trial yet." in page and page_figures(page) == []
     assert trials_card(page) == (0, ["none yet"])
     foreign = optuna.create_study(direction="maximize")  # not an autotune study at all
@@ -432,7 +432,7 @@ def test_empty_and_foreign_studies_render(tmp_path):
     foreign.enqueue_trial({"c": "<b>"})
     failing = foreign.ask({"c": optuna.distributions.CategoricalDistribution(["a", "<b>"])})
     foreign.tell(failing, state=optuna.trial.TrialState.FAIL)
-    page = report.render_html(read(foreign))
+    page = dashboard.render_html(read(foreign))
     assert "Knobs against samples/s" in page and "c=<b>" not in page and "c=&lt;b&gt;" in page
     assert trials_card(page) == (7, ["6 ok", "1 error"])
     figures = page_figures(page)
@@ -447,7 +447,7 @@ def test_empty_and_foreign_studies_render(tmp_path):
     t = nan_study.ask()
     writing.mark(t, outcome="ok", result={"samples_per_s": math.inf, "peak_memory_bytes": "lots", "profile": "oops"})
     nan_study.tell(t, [1.0, 2.0])
-    page = report.render_html(read(nan_study))
+    page = dashboard.render_html(read(nan_study))
     # the broken result attributes are ignored: the trial is drawn from its values, and no inf reaches the JSON
     figures = page_figures(page)
     assert trials_card(page) == (1, ["1 ok"])
@@ -468,17 +468,17 @@ def test_watch_rewrites_until_told(stored, tmp_path):
             raise RuntimeError("database is locked")  # a later failure keeps the old page
         return study
 
-    report.watch(load, target, interval_s=0.01, iterations=3)
+    dashboard.watch(load, target, interval_s=0.01, iterations=3)
     assert len(loads) == 3 and 'content="1"' in target.read_text(encoding="utf-8")
 
     calls = []
-    report.watch(lambda: study, target, interval_s=0.01, stop=lambda: calls.append(1) or len(calls) >= 2)
+    dashboard.watch(lambda: study, target, interval_s=0.01, stop=lambda: calls.append(1) or len(calls) >= 2)
     assert len(calls) == 2
 
     with pytest.raises(RuntimeError):
-        report.watch(lambda: (_ for _ in ()).throw(RuntimeError("no such study")), tmp_path / "x.html", interval_s=1)
+        dashboard.watch(lambda: (_ for _ in ()).throw(RuntimeError("no such study")), tmp_path / "x.html", interval_s=1)
     with pytest.raises(ValueError):
-        report.watch(lambda: study, target, interval_s=0)
+        dashboard.watch(lambda: study, target, interval_s=0)
 
 
 # ---------------------------------------------------------------- what a reader sees
@@ -504,19 +504,19 @@ def test_header_texts_agree_in_number_and_leave_no_separator_dangling():
     )
     writing.save(live, workload={"model": "hf:gpt2", "data": None, "model_args": {}, "task": None})
     study = read(live)
-    info = report.header_info(study)
+    info = dashboard.header_info(study)
     assert info["front_size"] == 1
     assert info["meta"].endswith("front: 1 trial")
     workload = next(c for c in info["cards"] if c["label"] == "workload")
     assert workload["sub"] == "data synthetic"  # was "data synthetic; "
     for text in [info["meta"], *(c["sub"] for c in info["cards"]), *(c["value"] for c in info["cards"])]:
         assert_tidy(text)
-    page = report.render_html(study)
+    page = dashboard.render_html(study)
     assert "front: 1 trial<" in page and "1 trials" not in page and "synthetic; <" not in page
 
 
 def test_header_texts_of_a_full_study_are_tidy(snap):
-    info = report.header_info(snap)
+    info = dashboard.header_info(snap)
     assert re.search(r"front: \d+ trials$", info["meta"]) and info["front_size"] > 1
     for text in [info["meta"], *(c["sub"] for c in info["cards"])]:
         assert_tidy(text)
@@ -524,14 +524,14 @@ def test_header_texts_of_a_full_study_are_tidy(snap):
 
 def test_trial_axes_tick_whole_numbers():
     study = made(n_trials=3, with_failures=False)
-    info = report.history_info(study)
+    info = dashboard.history_info(study)
     ticks = info["trial_ticks"]
     assert ticks["tickvals"] == [0, 1, 2] and ticks["ticktext"] == ["0", "1", "2"]
-    for fig in (report.history_figure(info), report.duration_figure(info)):
+    for fig in (dashboard.history_figure(info), dashboard.duration_figure(info)):
         axis = fig.layout.xaxis
         assert list(axis.tickvals) == [0, 1, 2] and all(isinstance(v, int) for v in axis.tickvals)
     for n in (1, 7, 40, 200):
-        vals = report.nice_ticks(0, n - 1, target=8, integer=True)["tickvals"]
+        vals = dashboard.nice_ticks(0, n - 1, target=8, integer=True)["tickvals"]
         assert vals and all(isinstance(v, int) for v in vals) and vals == sorted(set(vals))
 
 
@@ -539,10 +539,10 @@ def test_trial_axes_tick_whole_numbers():
     ("low", "high"), [(4.0, 6.5), (9.5, 125.0), (0.37, 0.372), (0.0, 0.0004), (1.0, 2.0), (5.2, 5.2), (380.8, 386.9)]
 )
 def test_nice_ticks_never_repeat_a_label(low, high):
-    ticks = report.nice_ticks(low, high)
+    ticks = dashboard.nice_ticks(low, high)
     assert ticks["tickvals"] and len(set(ticks["ticktext"])) == len(ticks["ticktext"])
     assert all(low - 1e-9 <= v <= high + 1e-9 for v in ticks["tickvals"])
-    percent = report.nice_ticks(low / 1000, high / 1000, percent=True)
+    percent = dashboard.nice_ticks(low / 1000, high / 1000, percent=True)
     assert len(set(percent["ticktext"])) == len(percent["ticktext"])
 
 
@@ -553,7 +553,7 @@ def lm_speed(config):
 
 def test_parallel_axes_never_repeat_a_tick_label():
     study = made(n_trials=12, with_failures=False, speed=lm_speed)
-    info = report.parallel_info(study)
+    info = dashboard.parallel_info(study)
     assert max(info["samples_per_s"]) < 8  # where ",.0f" read 6,5,5,5,5,5,4,4
     memory, speed = info["objectives"]
     assert speed["name"] == "samples/s" and memory["name"].startswith("peak memory (")
@@ -561,7 +561,7 @@ def test_parallel_axes_never_repeat_a_tick_label():
         assert len(axis["ticktext"]) >= 1 and len(set(axis["ticktext"])) == len(axis["ticktext"]), axis["name"]
         assert len(axis["tickvals"]) == len(axis["ticktext"])
     assert len(speed["ticktext"]) >= 3  # a readable scale, not one label
-    dims = report.parallel_figure(info, "MiB", MiB).data[0].dimensions
+    dims = dashboard.parallel_figure(info, "MiB", MiB).data[0].dimensions
     assert list(dims[-1].ticktext) == speed["ticktext"] and list(dims[-2].ticktext) == memory["ticktext"]
 
 
@@ -569,9 +569,9 @@ def test_threads_axis_stays_within_the_machines_cpus(snap):
     # The study stores search_spaces/cpu.toml's threads = [1, 2, 4, 8, 16]; on its 2 CPUs only 1 and 2 could run.
     assert snap.study.space["search"]["threads"]["choices"] == [1, 2, 4, 8, 16]
     assert snap.study.fingerprint["cpu_count"] == 2
-    dims = {d["name"]: d for d in report.parallel_info(snap)["dimensions"]}
+    dims = {d["name"]: d for d in dashboard.parallel_info(snap)["dimensions"]}
     assert dims["threads"]["ticktext"] == ["1", "2"] and dims["threads"]["tickvals"] == [0, 1]
-    effects = {k["name"]: k for k in report.knob_effects_info(snap)["knobs"]}
+    effects = {k["name"]: k for k in dashboard.knob_effects_info(snap)["knobs"]}
     assert {v["value"] for v in effects["threads"]["values"]} <= {"1", "2"}
 
 
@@ -580,19 +580,19 @@ def test_threads_range_stays_within_the_cpus_of_an_older_study():
     space = read(live).space
     writing.save(live, space={**space, "search": {**space["search"], "threads": {"low": 1, "high": 16}}})
     writing.save(live, context=None)  # older studies stored only the fingerprint's CPU count
-    dims = {d["name"]: d for d in report.parallel_info(read(live))["dimensions"]}
+    dims = {d["name"]: d for d in dashboard.parallel_info(read(live))["dimensions"]}
     threads = dims["threads"]
     assert threads["numeric"] and threads["range"][1] <= 2 and threads["tickvals"] == [1, 2]
 
 
 def test_data_wait_axis_is_readable_when_nothing_waits():
     study = made(n_trials=8, with_failures=False, data_wait_share=0.0003)
-    info = report.profile_info(study)
+    info = dashboard.profile_info(study)
     axis = info["data_wait_axis"]
     assert axis["range"][1] >= 0.05  # a 0.03% wait is a sliver, not a full-width bar
     assert len(set(axis["ticktext"])) == len(axis["ticktext"]) >= 2 and axis["ticktext"][0] == "0%"
     assert info["ops_axis"]["ticktext"][-1] == "100%"
-    fig = report.profile_figure(info)
+    fig = dashboard.profile_figure(info)
     assert list(fig.layout.xaxis2.ticktext) == axis["ticktext"]
 
 
@@ -602,7 +602,7 @@ def test_race_time_counts_in_time_per_trial():
     racers = sorted(ev.configs, key=lambda n: -ev.configs[n].samples_per_s)[:2]
     add_race(live, {n: ev.configs[n].samples_per_s for n in racers if n != 0}, rounds=3, floor=2)
     study = read(live)
-    info = report.history_info(study)
+    info = dashboard.history_info(study)
     durations = {d["number"]: d for d in info["durations"]}
     base = durations[0]
     again = base["remeasured"]
@@ -612,15 +612,15 @@ def test_race_time_counts_in_time_per_trial():
     assert again["time_s"] == pytest.approx(5 * base["duration_s"])
     total = sum(d["remeasured"]["time_s"] for d in info["durations"])
     assert info["remeasurements"]["time_s"] == pytest.approx(total) and total > 0
-    fig = report.duration_figure(info)
+    fig = dashboard.duration_figure(info)
     (bars,) = [t for t in fig.data if t.name.startswith("re-measured")]
     assert "estimated" in bars.name and fig.layout.barmode == "stack"
     assert dict(zip(bars.x, bars.y))[0] == pytest.approx(again["time_s"])
-    header = report.header_info(study)
+    header = dashboard.header_info(study)
     time_card = next(c for c in header["cards"] if c["label"] == "time spent")
     assert "5" not in time_card["sub"] or "re-measurements" in time_card["sub"]
     assert "(estimated: each as long as its trial)" in time_card["sub"]
-    assert "estimated as long as" in report.render_html(study)
+    assert "estimated as long as" in dashboard.render_html(study)
 
 
 def test_race_time_is_shown_as_measured_where_stored():
@@ -630,11 +630,11 @@ def test_race_time_is_shown_as_measured_where_stored():
     writing.save_measurement(live, 0, "race-new-01", samples_per_s=400.0, outcome="ok", peak_memory_bytes=None,
                              other_cores=None, wall_s=12.5)
     study = read(live)
-    again = {d["number"]: d for d in report.history_info(study)["durations"]}[0]["remeasured"]
+    again = {d["number"]: d for d in dashboard.history_info(study)["durations"]}[0]["remeasured"]
     assert again["count"] == again["timed"] == 4 and again["estimated"] == 0
     stored = [m.wall_s for m in study.remeasurements()]
     assert 12.5 in stored and again["time_s"] == pytest.approx(sum(stored))
-    fig = report.duration_figure(report.history_info(study))
+    fig = dashboard.duration_figure(dashboard.history_info(study))
     assert [t.name for t in fig.data if t.name.startswith("re-measured")] == [
         "re-measured (noise floor, race, what each knob bought)"]
 
@@ -649,7 +649,7 @@ def busy_threads_speed(config):
 
 def test_importance_sees_an_effect_within_the_dominant_split():
     study = made(n_trials=40, seed=2, speed=busy_threads_speed)
-    info = report.importance_info(study)
+    info = dashboard.importance_info(study)
     assert info["note"] is None
     assert max(info["samples_per_s"], key=info["samples_per_s"].get) == "precision"
     splits = {s["value"]: s for s in info["splits"]}
@@ -659,7 +659,7 @@ def test_importance_sees_an_effect_within_the_dominant_split():
     assert max(fp32, key=fp32.get) == "threads" and fp32["threads"] > 0.8
     if "bf16" in splits:
         assert splits["bf16"]["samples_per_s"].get("threads", 0.0) < 0.2
-    fig = report.importance_figure(info)
+    fig = dashboard.importance_figure(info)
     names = [t.name for t in fig.data]
     assert any(n.startswith("samples/s where precision=fp32") for n in names)
     (within,) = [t for t in fig.data if t.name.startswith("samples/s where precision=fp32")]
@@ -669,10 +669,10 @@ def test_importance_sees_an_effect_within_the_dominant_split():
 def test_importance_without_a_varied_knob_is_a_note():
     live = make_study(optuna.storages.InMemoryStorage(), n_trials=8, with_failures=False)
     writing.save(live, space={**read(live).space, "search": {"threads": {"choices": [2]}}})
-    snap = report.snapshot(read(live))
+    snap = dashboard.snapshot(read(live))
     for r in snap.rows:
         r["config"]["threads"] = 2
-    info = report.importance_info(snap)
+    info = dashboard.importance_info(snap)
     assert info["samples_per_s"] == {} and info["note"]
 
 
@@ -698,16 +698,16 @@ def test_recommended_is_labelled_on_the_front_even_when_dominated():
     study = read(live)
     verdict = evidence_of(study).verdict()
     assert verdict.state == "gain" and verdict.winner == winner and verdict.leader == shadow
-    info = report.pareto_info(study)
+    info = dashboard.pareto_info(study)
     assert info["recommended"] == winner and winner not in info["front"]  # dominated on memory by the leader
     (label,) = [lb for lb in info["labels"] if lb["recommended"]]
     assert label["number"] == winner and label["text"] == f"recommended: #{winner}"
     assert [p["number"] for p in info["points"] if p["recommended"]] == [winner]
-    fig = report.pareto_figure(info)
+    fig = dashboard.pareto_figure(info)
     assert any(f"recommended: #{winner}" in a.text for a in fig.layout.annotations)
-    page = report.render_html(study)
+    page = dashboard.render_html(study)
     assert f"recommended: #{winner}" in page
-    table = report.front_table_info(study)
+    table = dashboard.front_table_info(study)
     assert table["recommended"] == winner
     first, *rest = table["rows"]  # the first row, marked, though the front leaves it out
     assert first["number"] == winner and first["recommended"] and not any(r["recommended"] for r in rest)
@@ -723,12 +723,12 @@ def test_keeping_the_defaults_labels_the_baseline_recommended():
     study = read(live)
     verdict = evidence_of(study).verdict()
     assert verdict.state == "no_gain"
-    info = report.pareto_info(study)
+    info = dashboard.pareto_info(study)
     assert info["recommended"] == 0
     (label,) = [lb for lb in info["labels"] if lb["recommended"]]
     assert label["number"] == 0 and label["text"].startswith("recommended: #0") and "baseline" in label["text"]
     assert [lb["number"] for lb in info["labels"] if lb["role"] == "baseline"] == [0]  # one label for the point
-    assert any(a.text.startswith("<b>recommended: #0") for a in report.pareto_figure(info).layout.annotations)
+    assert any(a.text.startswith("<b>recommended: #0") for a in dashboard.pareto_figure(info).layout.annotations)
 
 
 @pytest.mark.slow  # 11 s in a full run on a 2-core CPU
@@ -741,12 +741,12 @@ def test_what_each_knob_bought_is_a_waterfall_from_the_defaults(make):
 
     study, ab = getattr(test_race, make)()
     study = read(study)
-    info = report.ablation_info(study)
+    info = dashboard.ablation_info(study)
     assert_json(info)
     assert [s["label"] for s in info["steps"]] == [s.label() for s in ab.steps]
     assert [s["speedup_text"] for s in info["steps"]] == [s.speedup.text() for s in ab.steps]
     assert [s["kept"] for s in info["steps"]] == [s.kept for s in ab.steps]
-    fig = report.ablation_figure(info)
+    fig = dashboard.ablation_figure(info)
     (bars,) = fig.data
     assert bars.type == "waterfall" and list(bars.x)[0] == "the defaults" and len(bars.x) == len(ab.steps) + 1
     # each bar ends where the path's speed-up is measured: the running sum of the bars is each step's speed-up
@@ -757,12 +757,12 @@ def test_what_each_knob_bought_is_a_waterfall_from_the_defaults(make):
     assert ends == pytest.approx([1.0, *(s.speedup.estimate for s in ab.steps)])
     assert list(bars.text)[1:] == [f"×{s.bought.text()}" for s in ab.steps]
     assert sum("(left out)" in x for x in bars.x) == sum(not s.kept for s in ab.steps)
-    page = report.render_html(study)
+    page = dashboard.render_html(study)
     assert 'id="bought"' in page and 'data-name="ablation"' in page and ab.text() in html.unescape(page)
     # the shared processes (the race's and these) count in "Time per trial", each shared by the trials it measured
     shared = [b for b in evidence_of(study).blocks if any(isinstance(n, int) for n in b.trials.values())]
-    again = report.history_info(study)["remeasurements"]
-    kinds = {k for e in report.remeasurements(study).values() for k in e["by_kind"]}
+    again = dashboard.history_info(study)["remeasurements"]
+    kinds = {k for e in dashboard.remeasurements(study).values() for k in e["by_kind"]}
     assert shared and "what each knob bought" in kinds and ("race" in kinds or make == "heap_first_study")
     assert again["time_s"] >= sum(b.wall_s for b in shared) - 1e-9
     assert [s["within_process"] for s in info["steps"]] == [s.within_process for s in ab.steps]
@@ -770,7 +770,7 @@ def test_what_each_knob_bought_is_a_waterfall_from_the_defaults(make):
 
 def test_before_any_ablation_the_page_says_what_will_be_shown():
     study = made(n_trials=12, seed=0, with_failures=False)
-    assert report.ablation_info(study)["steps"] == []
-    page = report.render_html(study)
+    assert dashboard.ablation_info(study)["steps"] == []
+    page = dashboard.render_html(study)
     assert ('id="bought"' in page and 'data-name="ablation"' not in page
             and "Measured once the race settles a gain" in page)

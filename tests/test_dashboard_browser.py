@@ -22,7 +22,7 @@ import pytest
 from autotune.testing.suite import need
 from autotune.testing.studies import MiB, add_failed_trial, add_race, make_study, storage_url
 
-from autotune.reports import dashboard as report
+from autotune.reports import dashboard
 from autotune.store import Store, StoredStudy
 from autotune.store import writing
 from autotune.evidence import evidence_of
@@ -87,7 +87,7 @@ def page(tmp_path_factory) -> Path:
     add_failed_trial(study, message="<img src=x onerror=window.pwned=1>")
     # (a name no store accepts: read through Optuna, as a foreign storage would hold it)
     study = StoredStudy.of(optuna.load_study(study_name=name, storage=storage_url(folder / "study.db")))
-    return report.write_dashboard(study, folder / "dashboard.html")
+    return dashboard.write_dashboard(study, folder / "dashboard.html")
 
 
 def self_test(page: Path, profile: Path) -> dict:
@@ -140,7 +140,7 @@ def test_the_docs_picture_is_a_page_chromium_drew(tmp_path):
     study = make_study(tmp_path / "mynet.db", n_trials=40, name="mynet", max_memory_bytes=1200 * MiB)
     ev = evidence_of(StoredStudy.of(study))
     add_race(study, {n: ev.configs[n].samples_per_s for n in ev.configs if n != 0}, rounds=3)
-    page = report.write_dashboard(Store(storage_url(tmp_path / "mynet.db"), read_only=True).read("mynet"),
+    page = dashboard.write_dashboard(Store(storage_url(tmp_path / "mynet.db"), read_only=True).read("mynet"),
                                   tmp_path / "mynet.html")
     shot = tmp_path / "dashboard.png"
     proc = run_chromium(find_chromium(), tmp_path / "profile", f"--screenshot={shot}", "--window-size=1200,1500",
@@ -177,7 +177,7 @@ def small_page(tmp_path_factory) -> tuple[Path, int]:
     study = Store(storage_url(folder / "small.db"), read_only=True).read("hf-gpt2")
     verdict = evidence_of(study).verdict()
     recommended = verdict.winner if verdict.state == "gain" else 0
-    return report.write_dashboard(study, folder / "small.html"), recommended
+    return dashboard.write_dashboard(study, folder / "small.html"), recommended
 
 
 def plot(summary: dict, name: str) -> dict:
@@ -249,7 +249,7 @@ def test_what_each_knob_bought_draws_one_bar_a_step(tmp_path):
 
     study, ab = ablated_study()
     study = study if isinstance(study, StoredStudy) else StoredStudy.of(study)
-    page = report.write_dashboard(study, tmp_path / "ablated.html")
+    page = dashboard.write_dashboard(study, tmp_path / "ablated.html")
     summary = self_test(page, tmp_path / "profile")
     assert summary["ready"] and summary["errors"] == []
     drawn = plot(summary, "ablation")
@@ -269,7 +269,7 @@ def test_a_study_of_ten_thousand_trials_draws_every_figure_in_a_small_page(tmp_p
     stored = StoredStudy.of(study)
     view = stored.with_trials([*stored.trials, *jittered_copies(study, 10_000 - len(stored.trials), seed=2)])
     assert [t.number for t in view.trials] == list(range(10_000))
-    path = report.write_dashboard(view, tmp_path / "big.html")
+    path = dashboard.write_dashboard(view, tmp_path / "big.html")
     assert path.stat().st_size < 5e6
     summary = self_test(path, tmp_path / "profile")
     assert summary["errors"] == []
@@ -278,11 +278,11 @@ def test_a_study_of_ten_thousand_trials_draws_every_figure_in_a_small_page(tmp_p
     assert pareto["canvases"] > 0  # the cloud in WebGL
     front = len(evidence_of(view).front())
     assert f"Pareto front ({front})" in pareto["legend"]
-    parallel = report.parallel_info(view)  # a sample of the lines, every front point among them
+    parallel = dashboard.parallel_info(view)  # a sample of the lines, every front point among them
     assert (len(parallel["numbers"]) == 1000 < parallel["of"]
             and set(evidence_of(view).front()) <= set(parallel["numbers"]))
     assert any("of the" in h and "ok trials are drawn" in h for h in summary["hints"])
-    failed = report.failures_info(view)["rows"]
+    failed = dashboard.failures_info(view)["rows"]
     counts: dict[str, int] = {}
     for r in failed:
         counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1

@@ -30,7 +30,7 @@ from autotune.reports.dashboard.header import header_info
 from autotune.store import RaceStop
 from autotune.testing import fake as M
 from autotune.testing import studies as made_up
-from autotune.tuning import loop as S
+from autotune.tuning import loop
 from autotune.tuning.phases import Bench, Seeds
 
 CTX = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
@@ -82,9 +82,9 @@ def measure(name: str, seed: int, shape: str):
 
 def study(name: str, seed: int, shape: str, trials: int = 10):
     live = made_up.live_study("sqlite:///:memory:", f"d{seed}", SPACE, CTX, seed=seed, grace_s=None)
-    base = S.base_config(CTX, SPACE.fixed, None)
-    options = S.Options(trials=trials, max_repeats=500, numerics="off", race_rounds=0 if shape == "no race" else 8)
-    summary = S.Tuner(live, Seeds(space.effective(SPACE, CTX, base), CTX, base), Bench(measure(name, seed, shape)),
+    base = loop.base_config(CTX, SPACE.fixed, None)
+    options = loop.Options(trials=trials, max_repeats=500, numerics="off", race_rounds=0 if shape == "no race" else 8)
+    summary = loop.Tuner(live, Seeds(space.effective(SPACE, CTX, base), CTX, base), Bench(measure(name, seed, shape)),
                       options).run()
     return live.view(), summary
 

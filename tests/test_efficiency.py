@@ -254,7 +254,7 @@ def invoke(*args):
 
 
 def test_status_json_export_and_the_dashboard_show_the_same_figure(tmp_path):
-    from autotune.reports import dashboard as report
+    from autotune.reports import dashboard
     from autotune.store import Store
 
     url = f"sqlite:///{tmp_path}/h200.db"
@@ -273,7 +273,7 @@ def test_status_json_export_and_the_dashboard_show_the_same_figure(tmp_path):
     assert exported["mfu"] == pytest.approx(eff.mfu)
     assert (exported["mfu_peak"] == "this H200's dense bf16 peak, 989 TFLOP/s"
             and exported["mfu_peak_flops"] == eff.peak_flops)
-    header = report.header_info(Store(url, read_only=True).read("h200"))
+    header = dashboard.header_info(Store(url, read_only=True).read("h200"))
     assert (header["best"]["mfu"] == pytest.approx(eff.mfu)
             and header["baseline"]["mfu"] == pytest.approx(eff.baseline.mfu))
     cards = {c["label"]: c for c in header["cards"]}

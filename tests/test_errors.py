@@ -174,7 +174,7 @@ def test_no_marker_reaches_a_stored_trial_an_export_a_framework_snippet_or_a_pri
     from autotune.store import Store
     from autotune.testing import fake as M
     from autotune.testing import studies as made_up
-    from autotune.tuning import loop as S
+    from autotune.tuning import loop
     from autotune.tuning.phases import Bench, Seeds
 
     ctx = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
@@ -188,9 +188,9 @@ def test_no_marker_reaches_a_stored_trial_an_export_a_framework_snippet_or_a_pri
             return R.TrialResult.failure(R.SLOWER, f"stopped: past the compile limit ({option('compile_limit_s')})")
         return measure(config)
 
-    base = S.base_config(ctx, sp.fixed, None)
-    S.Tuner(live, Seeds(space.effective(sp, ctx, base), ctx, base), Bench(evaluate),
-            S.Options(trials=6, numerics="off")).run()
+    base = loop.base_config(ctx, sp.fixed, None)
+    loop.Tuner(live, Seeds(space.effective(sp, ctx, base), ctx, base), Bench(evaluate),
+            loop.Options(trials=6, numerics="off")).run()
     study = Store(url, read_only=True).read("w")
     slower = [t for t in study.trials if t.outcome == R.SLOWER]
     assert slower and all(t.error["message"].endswith("(--compile-limit)") for t in slower)

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from autotune.machine import load
-from autotune.tuning import preparation as tuning
+from autotune.tuning import preparation
 
 
 @pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
@@ -21,7 +21,7 @@ def test_a_busy_machine_is_a_quarter_of_the_cores_and_at_least_half_a_core():
 
 
 def _opening(busy: dict) -> list[str]:
-    prepared = tuning.Prepared(
+    prepared = preparation.Prepared(
         config=SimpleNamespace(trials=2), name="cnn", store=SimpleNamespace(shown="studies/cnn.db"), live=None,
         created=True, recovered=[], tuner=None, device="cpu", space_name="cpu", configurations=4, searched=["threads"],
         measured=0, runner=None, busy=busy)  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ import pytest
 from autotune import knobs
 from autotune.knobs import space
 from autotune import result as R
-from autotune.tuning import loop as S
+from autotune.tuning import loop
 from autotune.tuning.phases import Bench, Seeds, Session, bench, sharing, floor, sampler, seeds
 from autotune.store import LiveStudy, records, writing
 from autotune.evidence import claim as CL
@@ -58,14 +58,14 @@ def fake(calls: list, fail=lambda c: False):
 def make(tmp_path, name="s", sampler="tpe", seed=0, url=None):
     url = url or f"sqlite:///{tmp_path}/{name}.db"
     live = made_up.live_study(url, name, SPACE, CTX, sampler=sampler, seed=seed)
-    base = S.base_config(CTX, SPACE.fixed, None)
+    base = loop.base_config(CTX, SPACE.fixed, None)
     eff = space.effective(SPACE, CTX, base)
     return live, eff, base, url
 
 
 def tuner(live, eff, base, evaluate, options=None, remeasure=None, warm=(), **kw):
     """The Tuner over ``live`` searching ``eff`` from ``base``, measuring with the fake ``evaluate``."""
-    return S.Tuner(live, Seeds(eff, CTX, base, list(warm)), Bench(evaluate, remeasure), options, **kw)
+    return loop.Tuner(live, Seeds(eff, CTX, base, list(warm)), Bench(evaluate, remeasure), options, **kw)
 
 
 def front(live):
@@ -77,7 +77,7 @@ def front(live):
 def test_study_runs_resumes_and_never_measures_twice(tmp_path):
     calls: list = []
     live, eff, base, url = make(tmp_path)
-    summary = tuner(live, eff, base, fake(calls), S.Options(trials=12, race_rounds=0)).run()
+    summary = tuner(live, eff, base, fake(calls), loop.Options(trials=12, race_rounds=0)).run()
     # 12 configurations, plus the baseline measured again in 2 more processes for the noise floor
     assert summary.measured == 12 and summary.repeats == 2 and len(calls) == 14
     trials = live.trials()
@@ -89,7 +89,7 @@ def test_study_runs_resumes_and_never_measures_twice(tmp_path):
     assert all(t.measuring_since is not None for t in trials)  # every one of them was measured
     # a second run (a fresh process would load the study the same way) adds trials to the same study
     again = LiveStudy(optuna.load_study(study_name="s", storage=url))
-    summary = tuner(again, eff, base, fake(calls), S.Options(trials=16, race_rounds=0)).run()
+    summary = tuner(again, eff, base, fake(calls), loop.Options(trials=16, race_rounds=0)).run()
     assert summary.new == 4 and sum(1 for t in again.trials() if t.measured) == 16
     keys = [knobs.resolve(c, CTX).key() for c in calls]
     base_key = knobs.resolve(base, CTX).key()
@@ -104,7 +104,7 @@ def test_the_floor_and_the_race_measure_again_through_remeasure(tmp_path):
     searched: list = []
     again: list = []
     live, eff, base, _ = make(tmp_path)
-    summary = tuner(live, eff, base, fake(searched), S.Options(trials=6, race_rounds=2),
+    summary = tuner(live, eff, base, fake(searched), loop.Options(trials=6, race_rounds=2),
                     remeasure=lambda config: fake(again)(config)).run()
     minimal = [r for r in summary.records if r.role == "minimal" and r.duplicate_of is None]
     assert summary.measured == 6 and len(searched) == 6 + len(minimal)  # a least change never measured: a trial
@@ -116,7 +116,7 @@ def test_duplicates_are_answered_from_the_cache(tmp_path):
     calls: list = []
     live, _, base, _ = make(tmp_path)
     eff = space.effective(tiny, CTX, base)
-    summary = tuner(live, eff, base, fake(calls), S.Options(trials=10, max_repeats=5, race_rounds=0)).run()
+    summary = tuner(live, eff, base, fake(calls), loop.Options(trials=10, max_repeats=5, race_rounds=0)).run()
     assert len(calls) == 2 + summary.repeats and summary.measured == 2
     assert "space exhausted" in summary.reason
     trials = live.trials()
@@ -129,7 +129,7 @@ def test_duplicates_are_answered_from_the_cache(tmp_path):
 def test_failures_never_reach_the_front(tmp_path):
     live, eff, base, _ = make(tmp_path)
     calls: list = []
-    tuner(live, eff, base, fake(calls, fail=lambda c: c["batch_size"] >= 128), S.Options(trials=20)).run()
+    tuner(live, eff, base, fake(calls, fail=lambda c: c["batch_size"] >= 128), loop.Options(trials=20)).run()
     failed = [t for t in live.trials() if t.outcome == R.OOM]
     assert failed, "the fake failure region was never sampled"
     assert all(t.constraints["failed"] == 1.0 for t in failed)
@@ -141,7 +141,7 @@ def test_failures_never_reach_the_front(tmp_path):
 def test_max_memory_is_a_real_constraint(tmp_path):
     live, eff, base, _ = make(tmp_path)
     budget = 100_000_000  # 100 MB: batch sizes above ~100 (fp32) or ~166 (bf16) violate it
-    tuner(live, eff, base, fake([]), S.Options(trials=20, max_memory_bytes=budget)).run()
+    tuner(live, eff, base, fake([]), loop.Options(trials=20, max_memory_bytes=budget)).run()
     assert front(live)
     assert all(t.values[1] <= budget for t in front(live))
     over = [t for t in live.trials() if t.outcome == "ok" and t.values[1] > budget]
@@ -153,7 +153,7 @@ def _failing_measured(failures_as: str, seed: int, tmp_path) -> int:
     fail = lambda c: c["precision"] == "bf16" or c["batch_size"] >= 160  # noqa: E731 - most of the space
     calls: list = []
     tuner(live, eff, base, fake(calls, fail),
-          S.Options(trials=30, failures_as=failures_as, max_repeats=1000, race_rounds=0)).run()
+          loop.Options(trials=30, failures_as=failures_as, max_repeats=1000, race_rounds=0)).run()
     return sum(1 for c in calls if fail(c))
 
 
@@ -178,11 +178,11 @@ def test_interrupted_trial_is_requeued_and_measured_again(tmp_path):
         return inner(config, dominators)
 
     with pytest.raises(KeyboardInterrupt):
-        tuner(live, eff, base, evaluate, S.Options(trials=8, race_rounds=0)).run()
+        tuner(live, eff, base, evaluate, loop.Options(trials=8, race_rounds=0)).run()
     stopped = next(t for t in live.trials() if t.outcome == "interrupted")
     assert stopped.state == "fail" and stopped.outcome == "interrupted"
     calls_before = len(calls)
-    tuner(live, eff, base, fake(calls), S.Options(trials=8, race_rounds=0)).run()
+    tuner(live, eff, base, fake(calls), loop.Options(trials=8, race_rounds=0)).run()
     resumed = live.trials()[stopped.number + 1]
     assert resumed.params == stopped.params and resumed.outcome == "ok"
     assert stopped.role == resumed.role == "recipe"
@@ -198,7 +198,7 @@ def signed_by(live, trial, pid, monkeypatch):
 
 def test_stale_running_trial_is_recovered(tmp_path, monkeypatch):
     live, eff, base, url = make(tmp_path)
-    tuner(live, eff, base, fake([]), S.Options(trials=3)).run()
+    tuner(live, eff, base, fake([]), loop.Options(trials=3)).run()
     precision = {"precision": optuna.distributions.CategoricalDistribution(["fp32", "bf16"])}
     trial = live.study.ask(precision)
     dead = os.fork()
@@ -221,7 +221,7 @@ def test_live_running_trial_of_another_process_is_left_alone(tmp_path, monkeypat
 
 def _sampler_draws(name: str, seed: int | None) -> list[tuple[float, ...]]:
     """The parameters a fresh study with ``make_sampler(name, seed)`` suggests in 6 trials (3 past the start-up)."""
-    study = optuna.create_study(direction="maximize", sampler=S.make_sampler(name, seed=seed, n_startup_trials=3))
+    study = optuna.create_study(direction="maximize", sampler=loop.make_sampler(name, seed=seed, n_startup_trials=3))
     study.optimize(lambda t: t.suggest_float("x", 0, 1) - (t.suggest_float("y", 0, 1) - 0.5) ** 2, n_trials=6)
     return [(t.params["x"], t.params["y"]) for t in study.trials]
 
@@ -229,29 +229,29 @@ def _sampler_draws(name: str, seed: int | None) -> list[tuple[float, ...]]:
 @pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_samplers_by_name():
     # gp: the Gaussian process, handing over to TPE past GP_MAX_TRIALS complete trials (test_gp_hands_over_to_tpe...)
-    kinds = {"tpe": optuna.samplers.TPESampler, "gp": S.GPThenTPE,
+    kinds = {"tpe": optuna.samplers.TPESampler, "gp": loop.GPThenTPE,
              "random": optuna.samplers.RandomSampler, "nsga2": optuna.samplers.NSGAIISampler}
-    assert set(S.SAMPLERS) == set(kinds) and S.DEFAULT_SAMPLER == "gp"
-    for name in S.SAMPLERS:
-        assert type(S.make_sampler(name, seed=1)) is kinds[name], name
+    assert set(loop.SAMPLERS) == set(kinds) and loop.DEFAULT_SAMPLER == "gp"
+    for name in loop.SAMPLERS:
+        assert type(loop.make_sampler(name, seed=1)) is kinds[name], name
         # the seed fixes every suggestion, the model-based ones after the start-up included; another seed differs
         first = _sampler_draws(name, seed=1)
         assert _sampler_draws(name, seed=1) == first, f"{name}: the same seed suggested other parameters"
         assert _sampler_draws(name, seed=2) != first, f"{name}: another seed suggested the same parameters"
     # the options each sampler is made with
-    tpe = S.make_sampler("tpe", seed=1)
+    tpe = loop.make_sampler("tpe", seed=1)
     assert (tpe._multivariate, tpe._group, tpe._n_startup_trials) == (True, True, 8)
-    assert S.make_sampler("tpe", n_startup_trials=3)._n_startup_trials == 3
-    both = S.make_sampler("gp", seed=1)
+    assert loop.make_sampler("tpe", n_startup_trials=3)._n_startup_trials == 3
+    both = loop.make_sampler("gp", seed=1)
     gp, after = both.gp, both.tpe
-    assert type(gp) is optuna.samplers.GPSampler and both.limit == S.GP_MAX_TRIALS
+    assert type(gp) is optuna.samplers.GPSampler and both.limit == loop.GP_MAX_TRIALS
     assert gp._n_startup_trials == 8 and gp._warn_independent_sampling is False
     assert type(after) is optuna.samplers.TPESampler and (after._multivariate, after._group) == (True, True)
-    assert S.make_sampler("gp", n_startup_trials=3).gp._n_startup_trials == 3
-    assert S.make_sampler("gp", gp_max_trials=7).limit == 7
-    assert S.make_sampler("nsga2", seed=1)._population_size == 10
+    assert loop.make_sampler("gp", n_startup_trials=3).gp._n_startup_trials == 3
+    assert loop.make_sampler("gp", gp_max_trials=7).limit == 7
+    assert loop.make_sampler("nsga2", seed=1)._population_size == 10
     with pytest.raises(Exception, match="expected one of"):
-        S.make_sampler("magic")
+        loop.make_sampler("magic")
 
 
 def test_a_claim_waits_for_an_earlier_trial_still_choosing_so_a_configuration_is_never_measured_twice(tmp_path,
@@ -299,7 +299,7 @@ def test_a_trial_over_the_memory_budget_says_so_in_its_line(tmp_path):
 
     live, eff, base, _ = make(tmp_path)
     shown: list = []
-    tuner(live, eff, base, fake([]), S.Options(trials=3, max_memory_bytes=1, race_rounds=0, floor_repeats=0),
+    tuner(live, eff, base, fake([]), loop.Options(trials=3, max_memory_bytes=1, race_rounds=0, floor_repeats=0),
           on_trial=shown.append).run()
     ok = [r for r in shown if r.outcome == R.OK]
     assert ok and all(r.over_budget for r in ok)
@@ -320,11 +320,11 @@ def test_the_noise_floor_is_measured_by_the_process_that_measured_the_baseline(t
         live, eff, base, _ = make(tmp_path, name=f"s{pid}")
         with monkeypatch.context() as m:
             m.setattr(writing, "owner", lambda pid=pid: {"host": sockets.gethostname(), "pid": pid, "started": 0.0})
-            tuner(live, eff, base, fake([]), S.Options(trials=1, race_rounds=0, floor_repeats=0)).run()
+            tuner(live, eff, base, fake([]), loop.Options(trials=1, race_rounds=0, floor_repeats=0)).run()
             assert floor.missing(live, 2) == 2  # the process that measured the baseline takes it
         assert floor.missing(live, 2) == expected
         measured_again: list = []
-        tuner(live, eff, base, fake(measured_again), S.Options(trials=1, race_rounds=0)).run()
+        tuner(live, eff, base, fake(measured_again), loop.Options(trials=1, race_rounds=0)).run()
         assert len(measured_again) == expected  # this process measured the floor only when the baseline's own was gone
 
 
@@ -332,7 +332,8 @@ def test_a_configuration_may_run_three_times_the_defaults_whole_trial(tmp_path):
     live, eff, base, _ = make(tmp_path)
     assert bench.slow_limit(live, base) is None  # before the baseline: only --trial-timeout
     shown: list = []
-    tuner(live, eff, base, fake([]), S.Options(trials=1, race_rounds=0, floor_repeats=0), on_trial=shown.append).run()
+    tuner(live, eff, base, fake([]), loop.Options(trials=1, race_rounds=0, floor_repeats=0),
+          on_trial=shown.append).run()
     baseline = seeds.baseline(live.trials())
     assert bench.slow_limit(live, baseline.config) is None  # the baseline itself is never cut
     other = {**baseline.config, "precision": "bf16"}
@@ -347,12 +348,12 @@ def test_the_baseline_line_is_followed_by_the_estimate_of_the_rest():
     assert estimate_line(10.0, 600.0) == ("the defaults took 10.0s per trial here: the rest of the study (trials, "
                                           "noise floor, race, claim) will take up to about 10m00s")
     assert estimate_line(240.0, 7200.0).endswith("use --quick, a smaller model or batch, or --time-budget")
-    options = S.Options(trials=30, floor_repeats=2, race_rounds=8, race_candidates=6)
+    options = loop.Options(trials=30, floor_repeats=2, race_rounds=8, race_candidates=6)
     claim = 2 * CL.ROUNDS + 1  # the claim measured apart: the defaults and the recommendation, a reduced one first
     assert options.estimate_s(10.0, 29) == 10.0 * (29 + 2 + 8 * 7 + claim)
-    assert S.Options(trials=30, floor_repeats=2, race_rounds=8, race_candidates=6, confirm=False
+    assert loop.Options(trials=30, floor_repeats=2, race_rounds=8, race_candidates=6, confirm=False
                      ).estimate_s(10.0, 29) == 10.0 * (29 + 2 + 8 * 7)
-    budgeted = S.Options(trials=30, race_rounds=8, time_budget_s=40.0)
+    budgeted = loop.Options(trials=30, race_rounds=8, time_budget_s=40.0)
     assert budgeted.estimate_s(10.0, 29, elapsed_s=15.0) == 25.0  # the time budget ends the study first
 
 
@@ -364,19 +365,19 @@ def test_a_time_budget_keeps_the_share_the_race_the_claim_and_the_numerics_need(
     without a time budget or a race."""
     from autotune.tuning.phases.session import Shares
 
-    options = S.Options(trials=50, race_rounds=8, race_candidates=2, time_budget_s=90.0, numerics="off")
+    options = loop.Options(trials=50, race_rounds=8, race_candidates=2, time_budget_s=90.0, numerics="off")
     assert CL.processes_needed(0.15) == 5 and CL.processes_needed(0.01) == CL.MIN_PROCESSES == 3
     # the claim: 5 of the recommendation and 3 more at its pace, 5 of the defaults interleaved at theirs
     assert options.shares(2.0, 2.0, 0.15) == Shares(race_s=2.0 * 2 * 3, claim_s=2.0 * (5 + 3) + 2.0 * 5, numerics_s=0.0)
     assert options.shares(2.0, 4.0, 0.15).claim_s == 4.0 * (5 + 3) + 2.0 * 5  # a compiled one compiles in each process
-    checked = S.Options(trials=50, race_rounds=8, race_candidates=2, time_budget_s=90.0, numerics="warn")
+    checked = loop.Options(trials=50, race_rounds=8, race_candidates=2, time_budget_s=90.0, numerics="warn")
     assert checked.shares(2.0, 2.0, 0.15) == Shares(45.0 - 26.0 - 9.0, 26.0, 9.0)  # the race takes what is left ...
     assert checked.shares(2.0, 3.0, 0.15) == Shares(0.0, 34.0, 9.0)  # ... unless it is less than a whole round (6 s)
     assert checked.shares(2.0, 4.0, 0.15) == Shares(0.0, 42.0, 0.0)  # the 3 s left could not hold the check's runs
     tight = checked.shares(12.0, 12.0, 0.15)  # 156 s of claim alone: the search keeps half, the claim comes first
     assert tight == Shares(0.0, 45.0, 0.0) and tight.total_s == 45.0
-    assert S.Options(trials=50, race_rounds=8).shares(2.0, 2.0, 0.15) == Shares()
-    assert S.Options(trials=50, race_rounds=0, time_budget_s=90.0).shares(2.0, 2.0, 0.15) == Shares()
+    assert loop.Options(trials=50, race_rounds=8).shares(2.0, 2.0, 0.15) == Shares()
+    assert loop.Options(trials=50, race_rounds=0, time_budget_s=90.0).shares(2.0, 2.0, 0.15) == Shares()
     session = Session(None, time_budget_s=60.0)
     assert not session.spent()
     assert session.spent(next_s=61.0)  # what is left would not hold the next trial
@@ -399,10 +400,11 @@ def test_defaults_that_fail_end_the_study_in_one_line_now_and_on_every_later_run
     seen: list = []
     with pytest.raises(WorkloadError, match=r"PyTorch's defaults failed when measured \(trial #0, oom: out of memory "
                                             r"\(made up\)\)"):
-        tuner(live, eff, base, fake(calls, fail=lambda c: c == base), S.Options(trials=20), on_trial=seen.append).run()
+        tuner(live, eff, base, fake(calls, fail=lambda c: c == base), loop.Options(trials=20),
+              on_trial=seen.append).run()
     assert len(calls) == 1 and [r.role for r in seen] == ["baseline"]  # shown, then nothing else measured
     with pytest.raises(WorkloadError, match="start a new study"):
-        tuner(live, eff, base, fake(calls), S.Options(trials=20)).run()
+        tuner(live, eff, base, fake(calls), loop.Options(trials=20)).run()
     assert len(calls) == 1
 
 
@@ -415,7 +417,7 @@ def test_defaults_that_time_out_say_to_raise_the_timeout(tmp_path):
         return R.TrialResult.failure(R.TIMEOUT, "the trial ran past its 8 s timeout and was killed")
 
     with pytest.raises(WorkloadError, match="raise --trial-timeout"):
-        tuner(live, eff, base, timing_out, S.Options(trials=5)).run()
+        tuner(live, eff, base, timing_out, loop.Options(trials=5)).run()
 
 
 def _spied(sampler):
@@ -439,10 +441,11 @@ def test_gp_hands_over_to_tpe_past_its_limit_records_it_and_says_so_once(tmp_pat
     with it): past ``gp_max_trials`` complete trials TPE suggests; the run says so in one line and the study
     records it (here with a limit of 4, where the default is GP_MAX_TRIALS)."""
     live, eff, base, url = make(tmp_path, sampler="tpe")
-    live.study.sampler = gp_then_tpe = S.make_sampler("gp", seed=0, n_startup_trials=2, gp_max_trials=4)
+    live.study.sampler = gp_then_tpe = loop.make_sampler("gp", seed=0, n_startup_trials=2, gp_max_trials=4)
     chosen = _spied(gp_then_tpe)
     shown: list = []
-    tuner(live, eff, base, fake([]), S.Options(trials=8, race_rounds=0, floor_repeats=0), on_trial=shown.append).run()
+    tuner(live, eff, base, fake([]), loop.Options(trials=8, race_rounds=0, floor_repeats=0),
+          on_trial=shown.append).run()
     switch = gp_then_tpe.switched_at
     assert switch is not None and chosen, "the study never reached the limit"
     assert all(name == ("tpe" if n >= switch else "gp") for n, name in chosen.items()), chosen
@@ -460,9 +463,9 @@ def test_gp_hands_over_to_tpe_past_its_limit_records_it_and_says_so_once(tmp_pat
     # A resumed study already past the limit: said before the first trial (the opening), not again, and the
     # study keeps the first hand-over's record.
     again = LiveStudy(optuna.load_study(study_name="s", storage=url,
-                                        sampler=S.make_sampler("gp", seed=1, gp_max_trials=4)))
+                                        sampler=loop.make_sampler("gp", seed=1, gp_max_trials=4)))
     later: list = []
-    resumed = tuner(again, eff, base, fake([]), S.Options(trials=10, race_rounds=0, floor_repeats=0),
+    resumed = tuner(again, eff, base, fake([]), loop.Options(trials=10, race_rounds=0, floor_repeats=0),
                     on_trial=later.append)
     chosen = _spied(again.sampler)
     line = resumed.sampler_opening()
@@ -475,10 +478,11 @@ def test_gp_hands_over_to_tpe_past_its_limit_records_it_and_says_so_once(tmp_pat
 @pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_gp_below_its_limit_says_nothing(tmp_path):
     live, eff, base, url = make(tmp_path, sampler="tpe")
-    live.study.sampler = gp_then_tpe = S.make_sampler("gp", seed=0, n_startup_trials=2, gp_max_trials=50)
+    live.study.sampler = gp_then_tpe = loop.make_sampler("gp", seed=0, n_startup_trials=2, gp_max_trials=50)
     chosen = _spied(gp_then_tpe)
     shown: list = []
-    run = tuner(live, eff, base, fake([]), S.Options(trials=5, race_rounds=0, floor_repeats=0), on_trial=shown.append)
+    run = tuner(live, eff, base, fake([]), loop.Options(trials=5, race_rounds=0, floor_repeats=0),
+                on_trial=shown.append)
     assert run.sampler_opening() is None
     run.run()
     assert set(chosen.values()) == {"gp"} and gp_then_tpe.switched_at is None
@@ -511,16 +515,16 @@ def test_a_time_budget_bounds_the_study_and_keeps_the_claim_its_share():
                                  "optimizer_impl": ["default", "foreach", "fused"],
                                  "batch_size": {"low": 16, "high": 256, "step": 16}}}, "t.toml", "t")
     live = made_up.live_study("sqlite:///:memory:", "budget", sp, CTX, sampler="random", seed=1, grace_s=None)
-    base = S.base_config(CTX, sp.fixed, None)
+    base = loop.base_config(CTX, sp.fixed, None)
 
     def truth(config):
         return 1.5 if config["precision"] == "bf16" else 1.0
 
     budget = 20.0
-    options = S.Options(trials=200, time_budget_s=budget, deadline=None, numerics="off", compile_limit_s=60.0)
+    options = loop.Options(trials=200, time_budget_s=budget, deadline=None, numerics="off", compile_limit_s=60.0)
     evaluate = timed(truth, 3, 0.25, {"default": 1.0, "max-autotune": 10.0})
     start = __import__("time").monotonic()
-    summary = S.Tuner(live, Seeds(space.effective(sp, CTX, base), CTX, base), Bench(evaluate), options).run()
+    summary = loop.Tuner(live, Seeds(space.effective(sp, CTX, base), CTX, base), Bench(evaluate), options).run()
     wall = __import__("time").monotonic() - start
     assert wall <= 1.05 * budget + 0.5, summary.text()
     assert summary.reason == "the search's share of the time budget spent"
@@ -556,9 +560,9 @@ def test_the_last_third_of_the_search_goes_to_the_leaders_one_knob_neighbours(mo
 
     def reached(seed: int) -> float:
         live = made_up.live_study("sqlite:///:memory:", "near", NEAR, CTX, sampler="random", seed=seed, grace_s=None)
-        base = S.base_config(CTX, NEAR.fixed, None)
-        S.Tuner(live, Seeds(space.effective(NEAR, CTX, base), CTX, base), Bench(M.lognormal(near_truth, seed, 0.03)),
-                S.Options(trials=16, race_rounds=0, numerics="off")).run()
+        base = loop.base_config(CTX, NEAR.fixed, None)
+        loop.Tuner(live, Seeds(space.effective(NEAR, CTX, base), CTX, base), Bench(M.lognormal(near_truth, seed, 0.03)),
+                loop.Options(trials=16, race_rounds=0, numerics="off")).run()
         view = live.view()
         neighbours = [t for t in view.trials if t.role == records.Role.NEIGHBOUR and t.measured]
         assert bool(neighbours) == (searching.NEIGHBOUR_SHARE > 0)  # the last third went to them, when asked

@@ -12,7 +12,7 @@ from autotune.evidence import bought as A
 from autotune import knobs
 from autotune.knobs import space
 from autotune import result as R
-from autotune.tuning import loop as S
+from autotune.tuning import loop
 from autotune.tuning.phases import Bench, Search, SearchOptions, Seeds, Session, bought, confirm, floor, minimal, race
 from autotune.evidence import claim as CL
 from autotune.store import ConfirmStop
@@ -51,7 +51,7 @@ def never(*args, **kwargs):
 
 def study(name: str = "phases", seed: int = 0, url: str = "sqlite:///:memory:") -> tuple[LiveStudy, Seeds]:
     live = made_up.live_study(url, name, SPACE, CTX, seed=seed)
-    base = S.base_config(CTX, SPACE.fixed, None)
+    base = loop.base_config(CTX, SPACE.fixed, None)
     return live, Seeds(space.effective(SPACE, CTX, base), CTX, base)
 
 
@@ -377,7 +377,7 @@ def test_a_process_whose_space_differs_from_the_workers_suggests_over_what_the_s
     one, two = (knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=n) for n in (1, 2))
     sp = space.parse({"search": {"precision": ["fp32", "bf16"], "num_workers": [0, 1, 2]}}, "t.toml", "t")
     live = made_up.live_study("sqlite:///:memory:", "workers", sp, one, seed=0)
-    base = S.base_config(one, sp.fixed, None)
+    base = loop.base_config(one, sp.fixed, None)
     pinned = Seeds(space.effective(sp, one, base), one, base)
     assert pinned.space.search["num_workers"].values() == [0, 1]
     Search(live, pinned, Bench(fake(0, []), remeasure=never), SearchOptions(trials=3)).run(Session(live))

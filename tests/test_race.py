@@ -23,7 +23,7 @@ from autotune import knobs
 from autotune.knobs import space
 from autotune.testing import fake as M
 from autotune import result as R
-from autotune.tuning import loop as S
+from autotune.tuning import loop
 from autotune.evidence import evidence_of
 from autotune.tuning.phases import Bench, Seeds, floor, race
 from autotune.request import DEFAULT_CONFIRM
@@ -53,7 +53,7 @@ def noisy(truth, seed: int, calls: list | None = None):
     return M.lognormal(truth, seed, NOISE, calls)
 
 
-def tune(truth, seed: int, name: str = "race", options: S.Options | None = None, calls: list | None = None,
+def tune(truth, seed: int, name: str = "race", options: loop.Options | None = None, calls: list | None = None,
          together=None, sp=SPACE, ablate=None, measure=None):
     """A 12-trial study of the fake; ``together``: how shared processes measure (None: every measurement alone);
     ``measure``: how a process measures (None: ``noisy``). Returns the study as the run left it, and the summary."""
@@ -61,19 +61,19 @@ def tune(truth, seed: int, name: str = "race", options: S.Options | None = None,
     return live.view(), summary
 
 
-def tune_live(truth, seed: int, name: str = "race", options: S.Options | None = None, calls: list | None = None,
+def tune_live(truth, seed: int, name: str = "race", options: loop.Options | None = None, calls: list | None = None,
               together=None, sp=SPACE, ablate=None, measure=None):
     """:func:`tune`, returning the study to go on writing (a :class:`autotune.store.LiveStudy`)."""
     live = made_up.live_study("sqlite:///:memory:", name, sp, CTX, seed=seed, grace_s=None)
-    options = options or S.Options(trials=12, max_repeats=500)
+    options = options or loop.Options(trials=12, max_repeats=500)
     measure = measure or noisy(truth, seed, calls)
-    return live, loop(live, measure, options, sp, together=together, ablate=ablate).run()
+    return live, tuner(live, measure, options, sp, together=together, ablate=ablate).run()
 
 
-def loop(live, measure, options, sp=SPACE, together=None, ablate=None, **kw):
+def tuner(live, measure, options, sp=SPACE, together=None, ablate=None, **kw):
     """The tuning loop over ``live`` in space ``sp``, measuring with ``measure`` (and ``together``/``ablate``)."""
-    base = S.base_config(CTX, sp.fixed, None)
-    return S.Tuner(live, Seeds(space.effective(sp, CTX, base), CTX, base),
+    base = loop.base_config(CTX, sp.fixed, None)
+    return loop.Tuner(live, Seeds(space.effective(sp, CTX, base), CTX, base),
                    Bench(measure, together=together, ablate=ablate), options, **kw)
 
 
@@ -117,7 +117,7 @@ def test_a_truly_faster_configuration_wins_the_race_and_its_interval_covers_the_
             if is_fast(config):
                 return 1.5
             key = knobs.resolve(config, CTX).key()
-            base = knobs.resolve(S.base_config(CTX, {}, None), CTX).key()
+            base = knobs.resolve(loop.base_config(CTX, {}, None), CTX).key()
             return 1.0 if key == base else truths.setdefault(key, others.uniform(1.0, 1.1))
 
         study, summary = tune(truth, seed)
@@ -178,7 +178,7 @@ def test_a_stopped_race_resumes_where_it_stopped():
         return 1.0 if all(config[k] == v for k, v in {"precision": "fp32", "optimizer_impl": "default",
                                                       "num_workers": 0}.items()) else 1.5
 
-    live, summary = tune_live(truth, seed, options=S.Options(trials=12, max_repeats=500, race_rounds=0))
+    live, summary = tune_live(truth, seed, options=loop.Options(trials=12, max_repeats=500, race_rounds=0))
     inner = noisy(truth, seed + 100)
     calls: list = []
 
@@ -194,12 +194,12 @@ def test_a_stopped_race_resumes_where_it_stopped():
         return inner(config)
 
     with pytest.raises(KeyboardInterrupt):
-        loop(live, stopped_in_round_two, S.Options(trials=12, max_repeats=500, race_rounds=3)).run()
+        tuner(live, stopped_in_round_two, loop.Options(trials=12, max_repeats=500, race_rounds=3)).run()
     races = live.view().races()
     assert len(races) == 1 and not races[0][1].done
     first_round = race_rounds(live.view())
     assert len({r for r, _ in first_round}) == 1  # round 1 stored, round 2 not begun
-    again = loop(live, inner, S.Options(trials=12, max_repeats=500, race_rounds=3)).run()
+    again = tuner(live, inner, loop.Options(trials=12, max_repeats=500, race_rounds=3)).run()
     assert again.new == 0 and again.race is not None
     assert again.race.rounds >= 2 and again.race.race_id == races[0][0]  # the same race, round 1 kept
     assert again.race.measurements < 7 * 3  # rounds 2 and 3 only, and only the candidates still undecided
@@ -218,9 +218,9 @@ def test_a_race_that_spent_its_budget_is_extended_by_a_bigger_confirm():
         return 1.0 if all(config[k] == v for k, v in {"precision": "fp32", "optimizer_impl": "default",
                                                       "num_workers": 0}.items()) else 0.8
 
-    live, summary = tune_live(truth, seed, options=S.Options(trials=12, max_repeats=500, race_rounds=1))
+    live, summary = tune_live(truth, seed, options=loop.Options(trials=12, max_repeats=500, race_rounds=1))
     assert summary.race is not None and summary.race.stop is RaceStop.ROUNDS and summary.race.rounds == 1
-    more = loop(live, noisy(truth, seed + 100), S.Options(trials=12, max_repeats=500, race_rounds=4)).run()
+    more = tuner(live, noisy(truth, seed + 100), loop.Options(trials=12, max_repeats=500, race_rounds=4)).run()
     assert more.new == 0 and more.race is not None, "the finished race was not extended"
     assert more.race.race_id == summary.race.race_id and more.race.candidates == summary.race.candidates
     assert more.race.rounds > 1 and more.race.measurements >= 2
@@ -236,7 +236,7 @@ def test_a_race_that_spent_its_budget_is_extended_by_a_bigger_confirm():
 @pytest.mark.slow  # 6 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_the_race_honours_the_time_budget_and_numbers_its_rounds():
     study, summary = tune_live(lambda c: 1.5 if is_fast(c) else 1.0, 3,
-                               options=S.Options(trials=12, max_repeats=500, race_rounds=0))
+                               options=loop.Options(trials=12, max_repeats=500, race_rounds=0))
     seen: list[str] = []
     late = race.run(study, Bench(noisy(lambda c: 1.0, 3), on_repeat=lambda w, n, r, shared: seen.append(w)), 5,
                     deadline=time.time() - 1)
@@ -244,7 +244,7 @@ def test_the_race_honours_the_time_budget_and_numbers_its_rounds():
     later = race.run(study, Bench(noisy(lambda c: 1.0, 3), on_repeat=lambda w, n, r, shared: seen.append(w)), 5)
     assert later is None and not seen  # that race is over: the deadline ended it, and a later run does not take it up
     fresh, _ = tune_live(lambda c: 1.5 if is_fast(c) else 1.0, 4, name="race2",
-                         options=S.Options(trials=12, max_repeats=500, race_rounds=0))
+                         options=loop.Options(trials=12, max_repeats=500, race_rounds=0))
     report = race.run(fresh, Bench(noisy(lambda c: 1.0, 4), on_repeat=lambda w, n, r, shared: seen.append(w)), 5)
     assert report is not None and report.rounds >= 1
     assert seen[0] == "race round 1 of at most 5" and f"race round {report.rounds} of at most 5" in seen
@@ -260,7 +260,7 @@ def noisy_together(truth, seed: int, calls: list | None = None):
     return M.shared(truth, seed, NOISE, within=WITHIN, calls=calls)
 
 
-def tune_together(truth, seed: int, name: str = "race", options: S.Options | None = None, calls=None, shared=None):
+def tune_together(truth, seed: int, name: str = "race", options: loop.Options | None = None, calls=None, shared=None):
     return tune(truth, seed, name, options, calls, together=noisy_together(truth, seed, shared), sp=RETAINED)
 
 
@@ -271,7 +271,7 @@ def ablated_study():
         return (1.5 if config["precision"] == "bf16" else 1.0) * (0.7 if config["num_workers"] else 1.0)
 
     for seed in range(20):
-        study, _ = tune_together(truth, seed, options=S.Options(trials=12, max_repeats=500))
+        study, _ = tune_together(truth, seed, options=loop.Options(trials=12, max_repeats=500))
         ab = evidence_of(study).ablation()
         if ab is not None and len(ab.steps) > 1:
             return study, ab
@@ -346,7 +346,8 @@ def test_what_each_knob_bought_starts_with_the_heap_when_the_defaults_cannot_sha
             assert knobs.apart(configs) is None, configs  # every process of the path may be shared
             return inner(configs)
 
-        study, summary = tune(truth, seed, sp=HEAP_SPACE, ablate=together, options=S.Options(trials=8, max_repeats=500))
+        study, summary = tune(truth, seed, sp=HEAP_SPACE, ablate=together,
+                              options=loop.Options(trials=8, max_repeats=500))
         assert not summary.race.within  # the race shared nothing with the defaults
         ab = evidence_of(study).ablation()
         winner = evidence_of(study).configs[evidence_of(study).verdict(ablated=False).winner].changes \
@@ -378,7 +379,7 @@ def heap_first_study():
 
     for seed in range(12):
         study, _ = tune(truth, seed, sp=HEAP_SPACE, ablate=noisy_together(truth, seed),
-                        options=S.Options(trials=8, max_repeats=500))
+                        options=loop.Options(trials=8, max_repeats=500))
         ab = evidence_of(study).ablation()
         if ab is not None and len(ab.steps) > 1 and not ab.steps[0].within_process:
             return study, ab
@@ -443,7 +444,7 @@ def test_a_knob_that_buys_nothing_is_dropped_from_the_recommendation_and_the_res
 
     ablated = right = 0
     for seed in SEEDS:
-        study, summary = tune_together(truth, seed, options=S.Options(trials=12, max_repeats=500))
+        study, summary = tune_together(truth, seed, options=loop.Options(trials=12, max_repeats=500))
         ev = evidence_of(study)
         v = summary.verdict
         assert v.state == "gain"
@@ -491,7 +492,7 @@ def test_the_smallest_configuration_that_keeps_the_gain_is_measured_on_its_own_a
     for seed in range(5):
         live = made_up.live_study("sqlite:///:memory:", f"two{seed}", sp, CTX, seed=seed, grace_s=None)
         seen: list = []
-        summary = loop(live, noisy(truth, seed), S.Options(trials=2, max_repeats=50), sp, on_trial=seen.append,
+        summary = tuner(live, noisy(truth, seed), loop.Options(trials=2, max_repeats=50), sp, on_trial=seen.append,
                        together=noisy_together(truth, seed)).run()
         study = live.view()
         ev = evidence_of(study)
@@ -536,7 +537,7 @@ def test_a_candidate_out_of_memory_beside_the_defaults_is_raced_alone_instead():
 
     live = made_up.live_study("sqlite:///:memory:", "oom", RETAINED, CTX, seed=3, grace_s=None)
     calls: list = []
-    summary = loop(live, noisy(truth, 3, calls), S.Options(trials=12, max_repeats=500), RETAINED,
+    summary = tuner(live, noisy(truth, 3, calls), loop.Options(trials=12, max_repeats=500), RETAINED,
                    together=together).run()
     ev = evidence_of(live.view())
     fast = [n for n, c in ev.configs.items() if truth(c.config) == 1.5]
@@ -552,7 +553,7 @@ def test_a_candidate_out_of_memory_beside_the_defaults_is_raced_alone_instead():
 @pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_no_race_measurement_starts_after_the_deadline_inside_a_round_too(monkeypatch):
     study, summary = tune_live(lambda c: 1.5 if is_fast(c) else 1.0, 3,
-                               options=S.Options(trials=12, max_repeats=500, race_rounds=0))
+                               options=loop.Options(trials=12, max_repeats=500, race_rounds=0))
     clock = [1_000_000.0]
     monkeypatch.setattr(time, "time", lambda: clock[0])
     inner = noisy(lambda c: 1.0, 3)
@@ -586,7 +587,7 @@ def test_a_knob_that_bought_nothing_before_one_that_paid_is_left_out_too(monkeyp
     left_out = 0
     for seed in range(5):
         live = made_up.live_study("sqlite:///:memory:", f"order{seed}", sp, CTX, seed=seed, grace_s=None)
-        summary = loop(live, noisy(truth, seed), S.Options(trials=2, max_repeats=50), sp,
+        summary = tuner(live, noisy(truth, seed), loop.Options(trials=2, max_repeats=50), sp,
                        together=noisy_together(truth, seed)).run()
         study = live.view()
         ids, plans = zip(*study.ablation_plans())  # oldest first
@@ -669,7 +670,7 @@ def fast_truth(fast: dict, seed: int, sp=SPACE):
     """One configuration truly 1.5x, the defaults 1.0, every other a fixed draw in 1.0-1.1 (as in the test above)."""
     others = random.Random(1000 + seed)
     truths: dict[str, float] = {}
-    base = knobs.resolve(S.base_config(CTX, sp.fixed, None), CTX).key()
+    base = knobs.resolve(loop.base_config(CTX, sp.fixed, None), CTX).key()
 
     def truth(config):
         if all(config[k] == v for k, v in fast.items()):
@@ -760,7 +761,7 @@ def test_claims_cover_the_truth_when_the_fast_configurations_spread_more_than_th
     covered = claimed = 0
     for seed in SEEDS:
         study, summary = tune(gpu_like, seed, measure=M.unequal(gpu_like, seed, gpu_like_spread),
-                              options=S.Options(trials=12, max_repeats=500, numerics="off"))
+                              options=loop.Options(trials=12, max_repeats=500, numerics="off"))
         verdict = summary.verdict
         ev = evidence_of(study)
         assert ev.unequal  # the spreads differ beyond chance: each configuration has its own

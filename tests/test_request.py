@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune import api, cli, request
-from autotune.tuning import loop as S
+from autotune.tuning import loop
 from autotune.errors import FieldError, FieldSpecError, FieldValueError, KnobError, SpecError
 from autotune.declaration import declarations
 from autotune.request import FIELDS, MeasureConfig, TuneConfig, WorkloadSpec
@@ -26,7 +26,7 @@ def test_every_default_is_written_once_and_every_face_uses_it():
     tune = inspect.signature(api.tune).parameters
     assert (tune["trials"].default, tune["confirm"].default, tune["sampler"].default, tune["trial_timeout"].default,
             tune["numerics"].default) == (job.trials, job.confirm, job.sampler, job.trial_timeout_s, job.numerics)
-    assert S.Options().numerics == job.numerics
+    assert loop.Options().numerics == job.numerics
     assert inspect.signature(api.measure).parameters["trial_timeout"].default == job.trial_timeout_s
     options = {p.name: p for p in cli.run.params}
     assert ((options["trials"].default, options["confirm"].default, options["sampler"].default)
@@ -35,7 +35,7 @@ def test_every_default_is_written_once_and_every_face_uses_it():
     from autotune.tuning import preparation
     from autotune.store import Store
 
-    tuner = S.Options()
+    tuner = loop.Options()
     live, _ = preparation.open_live(job, Store("sqlite:///:memory:"), "s", {})  # the study the loop writes: its grace
     assert (tuner.trials, tuner.race_rounds, live.grace_s) == (job.trials, job.confirm, job.stale_grace_s)
     from autotune.trial.runner import Runner
@@ -49,11 +49,11 @@ def test_the_stale_grace_derives_from_the_trial_timeout():
 
     assert TuneConfig(spec=SPEC, trial_timeout_s=100).stale_grace_s == 260
     job = TuneConfig(spec=SPEC, trial_timeout_s=100, confirm=3)
-    options = S.Options.of(job, max_memory_bytes=None)
+    options = loop.Options.of(job, max_memory_bytes=None)
     # one grace, set where the study is opened
     live, _ = preparation.open_live(job, Store("sqlite:///:memory:"), "s", {})
     assert (live.grace_s, options.race_rounds) == (260, 3)
-    assert S.Options.of(TuneConfig(spec=SPEC, confirm=3), max_memory_bytes=None, race=False).race_rounds == 0
+    assert loop.Options.of(TuneConfig(spec=SPEC, confirm=3), max_memory_bytes=None, race=False).race_rounds == 0
 
 
 @pytest.mark.parametrize("field, value, message", [

@@ -27,7 +27,7 @@ from autotune.knobs import space
 from autotune.store import Store
 from autotune.testing import fake as M
 from autotune.testing import studies as made_up
-from autotune.tuning import loop as S
+from autotune.tuning import loop
 from autotune.tuning.phases import Bench, Seeds
 
 #: The parent's machine: 2 cores; each of two workers sees 1 (``threads`` then has fewer values there).
@@ -125,7 +125,7 @@ def bench(workload: str, seed: int, shape: str, offset: int = 0) -> Bench:
     return made
 
 
-def options(shape: str, ctx: knobs.Context = CTX, **over) -> S.Options:
+def options(shape: str, ctx: knobs.Context = CTX, **over) -> loop.Options:
     kw: dict = {"trials": TRIALS, "max_repeats": 500, "numerics": "warn"}
     if shape == "time budget":
         kw["time_budget_s"] = 60.0
@@ -133,14 +133,14 @@ def options(shape: str, ctx: knobs.Context = CTX, **over) -> S.Options:
         kw["race_rounds"] = 0
     if shape == "numerics strict":
         kw["numerics"] = "strict"
-    return S.Options(**{**kw, **over})
+    return loop.Options(**{**kw, **over})
 
 
 def tuner(url: str, name: str, workload: str, seed: int, shape: str, ctx: knobs.Context = CTX, offset: int = 0,
-          **over) -> S.Tuner:
+          **over) -> loop.Tuner:
     live = made_up.live_study(url, name, SPACE, ctx, seed=seed, grace_s=None)
-    base = S.base_config(ctx, SPACE.fixed, None)
-    return S.Tuner(live, Seeds(space.effective(SPACE, ctx, base), ctx, base), bench(workload, seed, shape, offset),
+    base = loop.base_config(ctx, SPACE.fixed, None)
+    return loop.Tuner(live, Seeds(space.effective(SPACE, ctx, base), ctx, base), bench(workload, seed, shape, offset),
                    options(shape, ctx, **over))
 
 

@@ -9,7 +9,7 @@ import pytest
 from autotune import knobs
 from autotune.knobs import space
 from autotune import result as R
-from autotune.tuning import loop as S
+from autotune.tuning import loop
 from autotune.tuning.phases import Bench, Seeds, steer
 from autotune.testing import studies as made_up
 
@@ -42,9 +42,9 @@ SMALL = space.parse({"search": {"precision": ["fp32", "bf16"], "batch_size": {"l
 
 def _search(tmp_path, limit):
     """A Tuner over SMALL with the default sampler handing over to TPE past ``limit`` complete trials."""
-    sampler = S.make_sampler("gp", seed=0, n_startup_trials=2, gp_max_trials=limit)
+    sampler = loop.make_sampler("gp", seed=0, n_startup_trials=2, gp_max_trials=limit)
     live = made_up.live_study(f"sqlite:///{tmp_path}/s.db", "s", SMALL, CTX, sampler=sampler)
-    base = S.base_config(CTX, SMALL.fixed, None)
+    base = loop.base_config(CTX, SMALL.fixed, None)
     eff = space.effective(SMALL, CTX, base)
 
     def evaluate(config, dominators=(), margin=None):  # bigger and bf16 is faster: TPE keeps coming back to it
@@ -52,8 +52,8 @@ def _search(tmp_path, limit):
         return R.TrialResult(outcome=R.OK, samples_per_s=speed, samples_per_s_cv=0.01,
                              peak_memory_bytes=int(config["batch_size"] * 1e6), wall_s=0.01)
 
-    return S.Tuner(live, Seeds(eff, CTX, base), Bench(evaluate),
-                   S.Options(trials=14, race_rounds=0, floor_repeats=0)), live
+    return loop.Tuner(live, Seeds(eff, CTX, base), Bench(evaluate),
+                   loop.Options(trials=14, race_rounds=0, floor_repeats=0)), live
 
 
 def test_past_the_hand_over_tpe_is_steered_off_measured_configurations(tmp_path):

@@ -20,7 +20,7 @@ from autotune import cli
 from autotune.store import recovery
 from autotune import result as R
 from autotune import store as storage
-from autotune.tuning import loop as S
+from autotune.tuning import loop
 from autotune.errors import StorageError, StorageUnreachable, StudyError
 from autotune.request import WorkloadSpec
 from autotune import knobs
@@ -397,7 +397,7 @@ def read_only_folder(tmp_path):
     make_writable()
 
 
-def _tuner(store: Store, evaluate, trials: int = 6) -> S.Tuner:
+def _tuner(store: Store, evaluate, trials: int = 6) -> loop.Tuner:
     from autotune import knobs
     from autotune.knobs import space
 
@@ -406,10 +406,10 @@ def _tuner(store: Store, evaluate, trials: int = 6) -> S.Tuner:
     from autotune.tuning.phases import Bench, Seeds
 
     study, _ = store.create_or_check("s", {**ATTRS, "space": SPACE.to_dict(), "space_hash": SPACE.hash(),
-                                           "context": CTX.to_dict()}, S.make_sampler("random", 0))
-    base = S.base_config(CTX, SPACE.fixed, None)
-    return S.Tuner(storage.LiveStudy(study), Seeds(space.effective(SPACE, CTX, base), CTX, base), Bench(evaluate),
-                   S.Options(trials=trials, race_rounds=0, floor_repeats=0), check=store.check_alive)
+                                           "context": CTX.to_dict()}, loop.make_sampler("random", 0))
+    base = loop.base_config(CTX, SPACE.fixed, None)
+    return loop.Tuner(storage.LiveStudy(study), Seeds(space.effective(SPACE, CTX, base), CTX, base), Bench(evaluate),
+                   loop.Options(trials=trials, race_rounds=0, floor_repeats=0), check=store.check_alive)
 
 
 def _sabotaging(on_call: int, sabotage):
@@ -548,7 +548,7 @@ def test_a_journal_record_left_half_written_is_cut_not_joined_to_the_next(tmp_pa
     next write drops it instead of joining it into an undecodable line, and the study reads back whole."""
     path = tmp_path / "s.log"
     url = f"journal:{path}"
-    study, _ = Store(url).create_or_check("s", ATTRS, S.make_sampler("random", 0))
+    study, _ = Store(url).create_or_check("s", ATTRS, loop.make_sampler("random", 0))
     with open(path, "ab") as fh:
         fh.write(tail)
     Store(url).load("s").set_user_attr("after", 1)  # a later process's write

@@ -17,10 +17,10 @@ import pytest
 
 from autotune import knobs
 from autotune.knobs import space
-from autotune.tuning import preparation as tuning
+from autotune.tuning import preparation
 from autotune.tuning import warmstart
 from autotune import result as R
-from autotune.tuning import loop as S
+from autotune.tuning import loop
 from autotune.tuning.phases import Bench, Seeds
 from autotune.request import TuneConfig, WorkloadSpec
 from autotune.store import LiveStudy, Store, kind
@@ -73,13 +73,13 @@ def tuned(store: Store, name: str, fingerprint: Mapping[str, Any], search: Mappi
           created_at: str, trials: int) -> optuna.Study:
     """An earlier study, tuned to the end: its verdict's winner is ``best``."""
     sp = space.parse({"search": dict(search)}, f"{name}.toml", name)
-    study, created = store.create_or_check(name, attrs(sp, fingerprint), S.make_sampler("random", 0))
+    study, created = store.create_or_check(name, attrs(sp, fingerprint), loop.make_sampler("random", 0))
     assert created
     writing.save(study, created_at=created_at)
-    base = S.base_config(CTX, {}, None)
+    base = loop.base_config(CTX, {}, None)
     eff = space.effective(sp, CTX, base)
-    S.Tuner(LiveStudy(study), Seeds(eff, CTX, base), Bench(peaked(best)),
-            S.Options(trials=trials, race_rounds=0, max_repeats=60)).run()
+    loop.Tuner(LiveStudy(study), Seeds(eff, CTX, base), Bench(peaked(best)),
+            loop.Options(trials=trials, race_rounds=0, max_repeats=60)).run()
     return study
 
 
@@ -109,14 +109,14 @@ def winner_config(store: Store, name: str) -> dict[str, Any]:
 
 
 def new_target(store: Store, name: str, fingerprint: Mapping[str, Any] = SAME, search: Mapping[str, Any] = TARGET,
-               enabled: bool = True) -> tuple[optuna.Study, S.Tuner, list[warmstart.Seed]]:
+               enabled: bool = True) -> tuple[optuna.Study, loop.Tuner, list[warmstart.Seed]]:
     """A new study, its Tuner and its seeds, the way tuning.prepare makes them."""
     sp = space.parse({"search": dict(search)}, "target.toml", "target")
-    study, created = store.create_or_check(name, attrs(sp, fingerprint), S.make_sampler("random", 1))
-    base = S.base_config(CTX, {}, None)
+    study, created = store.create_or_check(name, attrs(sp, fingerprint), loop.make_sampler("random", 1))
+    base = loop.base_config(CTX, {}, None)
     eff = space.effective(sp, CTX, base)
-    options = S.Options(trials=5, race_rounds=0, max_repeats=60)
-    tuner = S.Tuner(LiveStudy(study), Seeds(eff, CTX, base), Bench(peaked({"batch_size": 112})), options)
+    options = loop.Options(trials=5, race_rounds=0, max_repeats=60)
+    tuner = loop.Tuner(LiveStudy(study), Seeds(eff, CTX, base), Bench(peaked({"batch_size": 112})), options)
     seeds = warmstart.seeds(store, study, created, enabled, fingerprint, tuner.seeds)
     tuner.seeds.warm = [(s.params, s.attrs()) for s in seeds]
     return study, tuner, seeds
@@ -190,7 +190,7 @@ def test_values_the_space_does_not_hold_are_mapped_or_left_out(url):
         assert set(seed.params) == set(tuner.seeds.space.search)
         assert all(tuner.seeds.space.search[k].contains(v) for k, v in seed.params.items())
     # a seed that fits to a configuration already queued (the baseline, the recipe, an earlier seed) is dropped
-    base = S.base_config(CTX, {}, None)
+    base = loop.base_config(CTX, {}, None)
     sp = tuner.seeds.space
     assert warmstart.fit({"batch_size": 4096, "optimizer_impl": "fused", "threads": 1}, sp, base) == {
         "precision": "fp32", "batch_size": 128, "optimizer_impl": "default", "memory_format": "contiguous"}
@@ -218,9 +218,9 @@ def test_a_resumed_study_queues_its_seeds_once_and_looks_for_no_new_ones(url):
           {"optimizer_impl": "foreach", "precision": "bf16"}, "2025-03-01T00:00:00+00:00", trials=4)
     again = optuna.load_study(study_name="resumed", storage=url)
     assert warmstart.seeds(store, again, False, True, SAME, tuner.seeds) == seeds
-    resumed = S.Tuner(LiveStudy(again),
+    resumed = loop.Tuner(LiveStudy(again),
                       Seeds(tuner.seeds.space, CTX, tuner.seeds.base, [(s.params, s.attrs()) for s in seeds]),
-                      Bench(peaked({"batch_size": 112}, calls)), S.Options(trials=7, race_rounds=0, max_repeats=60))
+                      Bench(peaked({"batch_size": 112}, calls)), loop.Options(trials=7, race_rounds=0, max_repeats=60))
     resumed.run()
     trials = LiveStudy(again).trials()
     warm = [t for t in trials if t.role == "warm"]
@@ -240,7 +240,7 @@ def test_a_resumed_study_queues_its_seeds_once_and_looks_for_no_new_ones(url):
 
 def test_prepare_queues_the_seeds_of_a_new_study_and_says_so_unless_warm_start_is_off(url, tmp_path, monkeypatch):
     # no processes: the probe says this machine is of SAME's kind
-    monkeypatch.setattr(tuning, "Runner", M.Runner.factory(
+    monkeypatch.setattr(preparation, "Runner", M.Runner.factory(
         peaked({"batch_size": 112}), {"context": CTX.to_dict(), "workload": {}, "fingerprint": dict(SAME)}))
     monkeypatch.setattr("autotune.machine.load.other_cores_now", lambda *a, **k: {})  # no half-second wait
     toml = tmp_path / "target.toml"
@@ -248,7 +248,7 @@ def test_prepare_queues_the_seeds_of_a_new_study_and_says_so_unless_warm_start_i
                     "optimizer_impl = ['default', 'foreach']\nmemory_format = ['contiguous', 'channels_last']\n")
     job = TuneConfig(spec=WorkloadSpec(model="x:y"), space=str(toml), trials=5, confirm=0, warm_start=True)
     store = Store(url)
-    prepared = tuning.prepare(job, "via-prepare", store, "cpu")
+    prepared = preparation.prepare(job, "via-prepare", store, "cpu")
     assert [(s.study, s.params["batch_size"]) for s in prepared.warm] == [("b", 128), ("a", 64)]
     assert prepared.tuner.seeds.warm == [(s.params, s.attrs()) for s in prepared.warm]
     said = "warm start: 2 winners of earlier studies on this kind of machine: #"
@@ -257,12 +257,12 @@ def test_prepare_queues_the_seeds_of_a_new_study_and_says_so_unless_warm_start_i
     assert [t.role for t in store.read("via-prepare").trials][:4] == ["baseline", "recipe", "warm", "warm"]
     assert store.read("via-prepare").job["warm_start"] is True
     # resumed: the stored seeds, none queued again
-    again = tuning.prepare(dataclasses.replace(job, trials=6), "via-prepare", store, "cpu")
+    again = preparation.prepare(dataclasses.replace(job, trials=6), "via-prepare", store, "cpu")
     assert again.warm == prepared.warm
     again.run()
     assert [t.role for t in store.read("via-prepare").trials].count("warm") == 2
 
-    cold = tuning.prepare(dataclasses.replace(job, warm_start=False), "cold", store, "cpu")
+    cold = preparation.prepare(dataclasses.replace(job, warm_start=False), "cold", store, "cpu")
     assert cold.warm == [] and cold.tuner.seeds.warm == []
     assert not any(line.startswith("warm start") for line in cold.opening())
     assert store.read("cold").warm_start == [] and store.read("cold").job["warm_start"] is False
@@ -279,7 +279,7 @@ def test_warm_start_is_off_by_default_part_of_the_job_and_old_jobs_load():
     assert TuneConfig.from_dict({**stored, "warm_start": False}).warm_start is False
     from autotune.errors import KnobError
 
-    with pytest.raises(KnobError, match="warm_start must be True or False"):
+    with pytest.raises(KnobError, match="warm_start= must be True or False"):
         TuneConfig(spec=job.spec, warm_start="no")  # type: ignore[arg-type]
 
 
@@ -295,6 +295,6 @@ def test_run_and_submit_take_no_warm_start(tmp_path):
         args += [flag] if flag else []
         out = CliRunner().invoke(cli.main, args)
         assert out.exit_code == 0, out.output
-        assert tuning.stored_config(Store(url).read(name)).warm_start is expected
+        assert preparation.stored_config(Store(url).read(name)).warm_start is expected
     help_text = CliRunner().invoke(cli.main, ["run", "--help"]).output
     assert "--warm-start / --no-warm-start" in help_text
