@@ -12,7 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune import knobs
+from autotune.result import Outcome
 from autotune.store.records import StoredStudy
+
+#: What stopped the ceiling, besides a probe's outcome (Outcome.OOM, CRASHED, ...): a peak over --max-memory, or the
+#: top of the searched range fitting.
+MAX_MEMORY = "max_memory"
+SPACE = "space"
 
 
 @dataclass
@@ -46,13 +52,13 @@ class Ceiling:
         cost = f"{n} probe{'s' if n != 1 else ''}, {self.seconds:.0f} s"
         if self.batch_size is None:
             return f"none: the smallest batch, {self.first_failing}, does not fit ({_why(self.limit)}; {cost})"
-        if self.limit == "space":
+        if self.limit == SPACE:
             return f"{self.batch_size} (the top of the searched range fits; {cost})"
         return f"{self.batch_size} ({self.first_failing} {_why(self.limit)}; {cost})"
 
 
 def _why(limit: str) -> str:
-    return {"oom": "ran out of memory", "max_memory": "needs more than --max-memory"}.get(limit, f"failed: {limit}")
+    return {Outcome.OOM: "ran out of memory", MAX_MEMORY: "needs more than --max-memory"}.get(limit, f"failed: {limit}")
 
 
 def describe(raw: StoredStudy | Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -27,6 +27,8 @@ from typing import Any, Iterable, Mapping
 from autotune import knobs
 from autotune.knobs import registry
 from autotune.evidence import evidence_of
+from autotune.evidence.ceiling import MAX_MEMORY
+from autotune.result import Outcome
 from autotune.machine import peaks
 from autotune.machine.peaks import Peak
 from autotune.store.records import StoredStudy
@@ -267,7 +269,7 @@ def _larger_batch(study: StoredStudy, config: Mapping[str, Any], defaults: Mappi
     top = max(sizes)
     ceiling = study.batch_ceiling if isinstance(study.batch_ceiling, Mapping) else {}
     limit = _int(ceiling.get(batch))
-    if ceiling.get("limit") in ("oom", "max_memory") and limit is not None and ours >= limit:
+    if ceiling.get("limit") in (Outcome.OOM, MAX_MEMORY) and limit is not None and ours >= limit:
         return None  # the ceiling probe found the next batch up does not fit
     if theirs is not None and top <= theirs:
         why = f"no batch above the defaults' {theirs} was tried"

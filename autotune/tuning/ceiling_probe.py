@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from autotune import knobs
 from autotune import result as R
 from autotune.knobs.space import Dimension
-from autotune.evidence.ceiling import Ceiling
+from autotune.evidence.ceiling import MAX_MEMORY, SPACE, Ceiling
 
 if TYPE_CHECKING:  # pragma: no cover
     from autotune.trial.protocol import Settings
@@ -73,7 +73,7 @@ def find(fits: Fits, values: list[int], start: int | None = None, max_probes: in
         return seen[b][0]
 
     def done(best: int | None, failing: int | None) -> Ceiling:
-        return Ceiling(None if best is None else grid[best], "space" if failing is None else seen[grid[failing]][1],
+        return Ceiling(None if best is None else grid[best], SPACE if failing is None else seen[grid[failing]][1],
                        None if failing is None else grid[failing], probes, time.perf_counter() - began)
 
     i = 0 if start is None else min(range(len(grid)), key=lambda k: (abs(grid[k] - start), k))
@@ -117,7 +117,7 @@ def fits_with(measure: Callable[[Mapping[str, Any]], R.TrialResult], base: Mappi
         if not res.ok:
             return False, res.outcome, peak
         if max_memory_bytes and peak is not None and peak > max_memory_bytes:
-            return False, "max_memory", peak
+            return False, MAX_MEMORY, peak
         return True, R.OK, peak
 
     return fits
