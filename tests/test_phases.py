@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from autotune.store.records import Role
 from autotune.evidence import bought as A
 from autotune import knobs
 from autotune.knobs import space
@@ -161,9 +162,9 @@ def test_the_minimal_configuration_alone_is_measured_once_as_a_trial_of_its_own(
     calls: list = []
     _, seeds = study()
     rec = minimal.run(live, Search(live, seeds, Bench(fake(seed, calls), remeasure=never)))
-    assert rec is not None and rec.role == A.ROLE and len(calls) == 1
+    assert rec is not None and rec.role == Role.MINIMAL and len(calls) == 1
     assert calls[0]["precision"] == "bf16" and calls[0]["optimizer_impl"] == "default"
-    mine = [t for t in live.trials() if t.role == A.ROLE]
+    mine = [t for t in live.trials() if t.role == Role.MINIMAL]
     assert len(mine) == 1 and mine[0].ablation == ab.ablation_id and mine[0].measured
     assert evidence_of(live.view()).ablation().minimal == mine[0].number  # the recommendation now has its trial
     assert minimal.run(live, Search(live, seeds, Bench(never))) is None  # measured: not again
@@ -212,7 +213,7 @@ def test_the_claim_alone_measures_a_proposed_reduction_as_a_trial_and_decides_it
     report = confirm.run(live, Bench(never, remeasure=fake(seed + 3, [])),
                          Search(live, seeds, Bench(fake(seed, calls))))
     assert report is not None and report.stop is not None and len(report.records) == 1
-    assert (report.records[0].role == A.ROLE
+    assert (report.records[0].role == Role.MINIMAL
             and calls == [{**calls[0], "precision": "bf16", "optimizer_impl": "default"}])
     ev = evidence_of(live.view())
     conf = ev.confirmation
@@ -384,6 +385,6 @@ def test_a_process_whose_space_differs_from_the_workers_suggests_over_what_the_s
     assert "num_workers" in live.distributions()
     parent = Seeds(space.effective(sp, two, base), two, base)
     assert parent.space.search["num_workers"].values() == [0, 1, 2]
-    live.enqueue({"precision": "bf16", "num_workers": 1}, role=A.ROLE)
+    live.enqueue({"precision": "bf16", "num_workers": 1}, role=Role.MINIMAL)
     rec = Search(live, parent, Bench(fake(1, []))).trial()
-    assert rec is not None and rec.outcome == R.OK and rec.role == A.ROLE and rec.config["num_workers"] == 1
+    assert rec is not None and rec.outcome == R.OK and rec.role == Role.MINIMAL and rec.config["num_workers"] == 1

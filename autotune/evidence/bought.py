@@ -38,10 +38,8 @@ from typing import Any, Callable, Mapping, Sequence
 from autotune import knobs
 from autotune.evidence import stats
 from autotune.evidence.stats import Measurement, Noise, Ratio
-from autotune.store.records import Role
 
 ABLATION = "ablation:"  # the study attribute of an ablation's plan: ablation:<id>
-ROLE = Role.MINIMAL  # the role of the trial that measures the ablation's recommendation on its own
 # processes that each measure the whole path (two give the within-process noise its first degrees of freedom)
 ROUNDS = 2
 # ... when the path's processes are the study's only shared ones (its process-wide knobs first: the race shared none)

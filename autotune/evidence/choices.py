@@ -182,7 +182,7 @@ class Choices(Comparisons):
         else:
             pool = [c.number for c in self.ok() if not c.is_baseline]
         pool = [n for n in pool if self.configs[n].feasible and not self.configs[n].busy_only
-                and self.configs[n].role != A.ROLE and not (self.load.was_busy and D.only_sensitive(self, n))]
+                and self.configs[n].role != Role.MINIMAL and not (self.load.was_busy and D.only_sensitive(self, n))]
         if not pool:
             return None
         leader = max(pool, key=lambda n: self.configs[n].samples_per_s)

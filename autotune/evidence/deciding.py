@@ -22,7 +22,6 @@ from typing import Any
 
 from autotune import knobs
 from autotune.errors import Said, either
-from autotune.evidence import bought as A
 from autotune.evidence import claim as CL
 from autotune.evidence import numerics_answer as NU
 from autotune.evidence import stats
@@ -188,7 +187,7 @@ def by_noise(ev: Any, exclude_sensitive: bool = False) -> Verdict:
     pool = ev.raced or [c.number for c in ev.ok() if not c.is_baseline]
     # the ablation's recommendation is measured to be reported, not raced (the verdict comes to it through the ablation)
     pool = [n for n in pool if ev.configs[n].feasible and not ev.configs[n].busy_only
-            and ev.configs[n].role != A.ROLE]
+            and ev.configs[n].role != Role.MINIMAL]
     if exclude_sensitive:
         pool = [n for n in pool if not sensitive(ev, n)]
     if not pool and not base.feasible:

@@ -22,8 +22,8 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from autotune.store.records import Role
 from autotune import knobs
-from autotune.evidence import bought as A
 from autotune.evidence import claim as CL
 from autotune.evidence import deciding as D
 from autotune.evidence import evidence_of
@@ -208,7 +208,7 @@ def _measure_reduced(live: LiveStudy, search: Search, ev: Any, record: ConfirmRe
         return None
     config = {**ev.configs[record.chosen].config, **{k: ev.baseline.config[k] for k in record.reverted}}
     params = {name: config[name] for name in search.seeds.space.search if name in config}
-    live.enqueue(params, role=A.ROLE)
+    live.enqueue(params, role=Role.MINIMAL)
     return search.trial()
 
 

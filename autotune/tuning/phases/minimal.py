@@ -11,7 +11,7 @@ show as the recommendation.
 
 from __future__ import annotations
 
-from autotune.evidence import bought as A
+from autotune.store.records import Role
 from autotune.tuning.phases.outcomes import TrialRecord
 from autotune.tuning.phases.phase import Phase
 from autotune.tuning.phases.search import Search
@@ -32,7 +32,7 @@ def run(live: LiveStudy, search: Search, deadline: float | None = None) -> Trial
     if point is None:
         return None
     params = {name: point["config"][name] for name in search.seeds.space.search if name in point["config"]}
-    live.enqueue(params, role=A.ROLE, ablation=ab.ablation_id)
+    live.enqueue(params, role=Role.MINIMAL, ablation=ab.ablation_id)
     return search.trial()
 
 

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 import optuna
 
-from autotune.evidence import bought as A
+from autotune.store.records import Role
 from autotune.store import LiveStudy, StoredTrial
 
 UNDECIDED_WAIT_S = 30.0  # how long a claim waits for earlier trials still choosing their configuration
@@ -33,7 +33,7 @@ def claims(trials: Sequence[StoredTrial]) -> list[StoredTrial]:
 def in_budget(trial: StoredTrial) -> bool:
     """A claim counts toward the trial budget, but the recommendation measured on its own after the race (role
     ``minimal``): it is measured beyond the budget, on the first run and on every resumed one alike."""
-    return trial.role != A.ROLE
+    return trial.role != Role.MINIMAL
 
 
 def budget_counts(trials: Sequence[StoredTrial]) -> tuple[int, int]:
@@ -85,7 +85,7 @@ def claim(live: LiveStudy, trial: optuna.Trial, role: str, key: str, budget: int
             return Claim(Answer.ANSWERED, trials, earlier=t)
     # Earlier trials still undecided after the wait (a process stopped while choosing) may claim
     # the budget too: count them (one that turns out a cache answer leaves room a later trial takes).
-    if role != A.ROLE and len([t for t in earlier if in_budget(t)]) + len(undecided) >= budget:
+    if role != Role.MINIMAL and len([t for t in earlier if in_budget(t)]) + len(undecided) >= budget:
         return Claim(Answer.GIVEN_UP, trials, why=f"the budget of {budget} configurations is taken")
     return Claim(Answer.MEASURE, trials)
 
