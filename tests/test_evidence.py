@@ -233,7 +233,7 @@ def test_on_a_busy_machine_the_claim_reverts_the_load_sensitive_knob_alone_not_t
     # threads=1 with bf16 won while another process used a core: the race's choice stands, its claim is of bf16 alone
     from dataclasses import replace
 
-    from autotune.evidence import claim
+    from autotune.store.plans import RoundId
     from autotune.store import LiveStudy, RaceRecord, RaceStop
     from autotune.tuning.phases import confirm
 
@@ -251,7 +251,7 @@ def test_on_a_busy_machine_the_claim_reverts_the_load_sensitive_knob_alone_not_t
     reduced = loaded(study, 150.0, 1.0, role="minimal", precision="bf16")
     live.save_confirm(confirm_id, replace(record, reduced=reduced))
     for k in range(1, record.processes + 1):
-        measured(study, f"{claim.CONFIRM}{confirm_id}-{k:02d}",
+        measured(study, RoundId(RoundId.CLAIM, confirm_id, k).format(),
                  {0: 100.0 * (1 + 0.01 * k), reduced: 150.0 * (1 - 0.01 * k)}, other_cores=1.0)
     v = evidence(study).verdict()
     assert v.state == "gain" and v.winner == reduced, v

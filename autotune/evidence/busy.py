@@ -12,9 +12,11 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from autotune.store.plans import RoundId
 from autotune.evidence.configs import Measured
 
-WITHIN_PREFIXES = ("pair-", "abl-")  # rounds of processes that measured several configurations alternately
+# rounds of processes that measured several configurations alternately
+WITHIN_PREFIXES = (RoundId.prefix(RoundId.PAIR), RoundId.prefix(RoundId.ABLATION))
 
 
 @dataclass(frozen=True)

@@ -28,12 +28,11 @@ from typing import Any, Mapping, Sequence
 from autotune import knobs
 from autotune.evidence import stats
 from autotune.evidence.stats import Measurement, Noise, Ratio
-from autotune.store.plans import ConfirmRecord
+from autotune.store.plans import ConfirmRecord, RoundId
 from autotune.store.records import Role
 
 INDIFFERENCE = 0.03  # configurations not more than 3% apart are equal for a user (the race's choice, the reduction)
 
-CONFIRM = "confirm-"  # the rounds of a claim: confirm-<id>-<k> (autotune.tuning.phases.confirm)
 ROUNDS = 7  # the claim's rounds at most: up to 4 that decide a reduction, then at least 3 of the recommendation alone
 MIN_ROUNDS = 2  # before a reduction may be decided (two give the reduced configuration's comparison a pair)
 #: A claim has an interval only from this many fresh processes of its configuration: its own spread is part of the
@@ -206,15 +205,11 @@ def fresh(ev: Any, number: int, after: int = 0) -> list[Measurement]:
     was measured on its own after the race (role ``minimal``: nothing selected it). ``after``: only the claim's rounds
     after that one (those up to it decided the reduction: a decision looked at them)."""
     c = ev.configs[number]
-    out = [m for m in c.repeats if m[0].startswith(CONFIRM) and m[0] not in c.left_out and round_number(m[0]) > after]
+    out = [m for m in c.repeats if RoundId.is_of(RoundId.CLAIM, m[0]) and m[0] not in c.left_out
+           and RoundId.number(m[0]) > after]
     if c.role == Role.MINIMAL and c.first[0] not in c.left_out and not after:
         out.insert(0, c.first)
     return out
-
-
-def round_number(round_id: str) -> int:
-    """The round of a claim a measurement's round id names (``confirm-<id>-<k>`` -> k)."""
-    return int(round_id.rsplit("-", 1)[1])
 
 
 def after_decision(record: ConfirmRecord, number: int) -> int:
@@ -238,7 +233,6 @@ def claim_of(ev: Any, number: int, after: int = 0) -> Ratio | None:
     return claim_ratio(taken, defaults_pool(ev), noise, reference_noise=ev.noise_of(ev.baseline.number))
 
 
-RACE = "race-"  # the rounds of a race (autotune.tuning.phases.race)
 
 
 def defaults_pool(ev: Any) -> list[Measurement]:
@@ -249,7 +243,7 @@ def defaults_pool(ev: Any) -> list[Measurement]:
     what that costs.)"""
     if ev.baseline is None:
         return []
-    return [m for m in ev.baseline.claim if not m[0].startswith(RACE)]
+    return [m for m in ev.baseline.claim if not RoundId.is_of(RoundId.RACE, m[0])]
 
 
 def reduction_ratio(ev: Any, reduced: int, chosen: int) -> Ratio:
@@ -260,7 +254,7 @@ def reduction_ratio(ev: Any, reduced: int, chosen: int) -> Ratio:
     the same reason the reduced configuration's claim rests on its processes after the decision
     (:func:`after_decision`: from the processes that let it through it ran 23% high over 100 seeds)."""
     a = fresh(ev, reduced)
-    b = [m for m in ev.configs[chosen].claim if not m[0].startswith(CONFIRM)]
+    b = [m for m in ev.configs[chosen].claim if not RoundId.is_of(RoundId.CLAIM, m[0])]
     if not a or not b:
         return Ratio(1.0)
     return claim_ratio(a, b, ev.noise_of(reduced), reference_noise=ev.noise_of(chosen), minimum=1)
@@ -269,8 +263,8 @@ def reduction_ratio(ev: Any, reduced: int, chosen: int) -> Ratio:
 def fresh_ratio(ev: Any, number: int, reference: int) -> Ratio:
     """``number`` over ``reference`` in the rounds of a claim that measured both (paired on them), plain 90%: the
     reduced configuration against the chosen one."""
-    a = [m for m in fresh(ev, number) if m[0].startswith(CONFIRM)]
-    b = [m for m in fresh(ev, reference) if m[0].startswith(CONFIRM)]
+    a = [m for m in fresh(ev, number) if RoundId.is_of(RoundId.CLAIM, m[0])]
+    b = [m for m in fresh(ev, reference) if RoundId.is_of(RoundId.CLAIM, m[0])]
     rounds = {r for r, _ in a} & {r for r, _ in b}
     if not rounds:
         return Ratio(1.0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from autotune.store.plans import RoundId
 from autotune.evidence import claim as CL
 from autotune.evidence import stats
 from autotune.evidence import configs
@@ -163,8 +164,8 @@ class Comparisons:
         c, base = self.configs.get(number), self.baseline
         if c is None or base is None or c is base:
             return None
-        own = [m for m in c.claim if not m[0].startswith(CL.CONFIRM)] or [c.first]
-        ref = [m for m in base.claim if not m[0].startswith(CL.CONFIRM)] or base.claim
+        own = [m for m in c.claim if not RoundId.is_of(RoundId.CLAIM, m[0])] or [c.first]
+        ref = [m for m in base.claim if not RoundId.is_of(RoundId.CLAIM, m[0])] or base.claim
         nx, ny = self.noise_of(number), self.noise_of(base.number)
         if nx is self.noise and ny is self.noise:
             return stats.ratio(own, ref, self.noise, self.comparisons, looks=self.looks)

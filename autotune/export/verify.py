@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from autotune.store.plans import RoundId
 from autotune import knobs
 from autotune._version import __version__
 from autotune.evidence import stats
@@ -327,7 +328,7 @@ def verify(claim: Claim, measure: Measure, *, here: Mapping[str, Any], device: s
     dropped: dict[str, str] = {}
     for k in range(1, rounds + 1):
         order = (DEFAULTS, CANDIDATE) if k % 2 else (CANDIDATE, DEFAULTS)
-        round_id = f"verify-{k}"
+        round_id = RoundId.verify(k)
         for which in order:
             result = measure(configs[which])
             if on_measure is not None:

@@ -16,15 +16,24 @@ from typing import Any, ClassVar, Mapping
 
 @dataclass(frozen=True)
 class RoundId:
-    """A race's round as its re-measurements are stored (``measurement:<round>:<trial>``, ``paired:<round>``): made
-    (:meth:`format`) and read (:meth:`parse`) here only. ``race-<id>-<k>``: a process of its own in round ``k`` (from 1,
-    two digits) of race ``<id>``; ``pair-<id>-<k>-<g>``: its ``g``-th shared process in that round."""
+    """A round of re-measurements as they are stored (``measurement:<round>:<trial>``, ``paired:<round>``): made
+    (:meth:`format`) and read (:meth:`parse`, :meth:`number`) here only; its kind read by :meth:`prefix`.
+
+    ``race-<id>-<k>``: a process of its own in round ``k`` (from 1, two digits) of race ``<id>``; ``pair-<id>-<k>-<g>``:
+    its ``g``-th shared process in that round; ``confirm-<id>-<k>``: round ``k`` of a claim measured apart (a study
+    made before the race existed has ``confirm-<k>``); ``abl-<id>-<k>``: process ``k`` of what each knob bought. Two
+    kinds are not of that shape: ``floor-<k>-<hex>``, the defaults' ``k``-th process of the noise floor (``hex`` keeps
+    two processes' ids apart), and ``verify-<k>``, a round of ``autotune verify`` (never stored)."""
 
     RACE: ClassVar[str] = "race"
     PAIR: ClassVar[str] = "pair"
+    CLAIM: ClassVar[str] = "confirm"
+    ABLATION: ClassVar[str] = "abl"
+    FLOOR: ClassVar[str] = "floor"
+    VERIFY: ClassVar[str] = "verify"
 
-    kind: str  # RACE | PAIR
-    plan: str  # the race's id
+    kind: str  # RACE | PAIR | CLAIM | ABLATION
+    plan: str  # the race's, claim's or ablation's id
     k: int
     group: int | None = None  # PAIR: the shared process within the round
 
@@ -33,18 +42,39 @@ class RoundId:
 
     @staticmethod
     def prefix(kind: str, plan: str | None = None) -> str:
-        """What the round ids of this kind (of this race, with ``plan``) begin with."""
+        """What the round ids of this kind (of this plan, with ``plan``) begin with."""
         return f"{kind}-" if plan is None else f"{kind}-{plan}-"
 
     @classmethod
+    def floor(cls, k: int, tag: str) -> str:
+        """The id of the noise floor's ``k``-th process of the defaults (``tag``: what keeps two processes apart)."""
+        return f"{cls.FLOOR}-{k}-{tag}"
+
+    @classmethod
+    def verify(cls, k: int) -> str:
+        """The id of ``autotune verify``'s round ``k``."""
+        return f"{cls.VERIFY}-{k}"
+
+    @classmethod
     def parse(cls, round_id: str) -> RoundId | None:
-        """The round a round id names (None: not a race's)."""
+        """The round a round id names (None: not a race's, a claim's or an ablation's of the shape above)."""
         kind, _, rest = round_id.partition("-")
         plan, _, rest = rest.partition("-")
         k, _, group = rest.partition("-")
-        if kind not in (cls.RACE, cls.PAIR) or not plan or not k.isdigit() or (group and not group.isdigit()):
+        if (kind not in (cls.RACE, cls.PAIR, cls.CLAIM, cls.ABLATION) or not plan or not k.isdigit()
+                or (group and not group.isdigit())):
             return None
         return cls(kind, plan, int(k), int(group) if group else None)
+
+    @classmethod
+    def is_of(cls, kind: str, round_id: str) -> bool:
+        """Whether ``round_id`` is a round of this kind."""
+        return round_id.startswith(cls.prefix(kind))
+
+    @staticmethod
+    def number(round_id: str) -> int:
+        """The round a claim's round id names: ``confirm-<id>-<k>``, and an older study's ``confirm-<k>``, -> k."""
+        return int(round_id.rsplit("-", 1)[1])
 
 
 class RaceStop(str, Enum):

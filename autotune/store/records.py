@@ -25,7 +25,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from autotune.result import Outcome
-from autotune.store.plans import ConfirmRecord, RaceRecord
+from autotune.store.plans import ConfirmRecord, RaceRecord, RoundId
 
 if TYPE_CHECKING:  # Optuna is imported where a study is written (a read builds these records from the tables alone)
     import optuna
@@ -391,7 +391,7 @@ class StoredStudy:
                                 value.get("at"), value.get("cores"))
         for trial, rates in (self._attrs.get(CONFIRMATIONS) or {}).items():
             for i, rate in enumerate(rates):
-                yield Remeasurement(f"confirm-{i + 1}", int(trial), float(rate), OK)
+                yield Remeasurement(f"{RoundId.CLAIM}-{i + 1}", int(trial), float(rate), OK)  # as claims were then
 
     def blocks(self) -> list[Block]:
         """Every process that measured several configurations alternately, in round order."""

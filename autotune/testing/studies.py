@@ -260,7 +260,7 @@ def add_race(
                                  peak_memory_bytes=int(t.values[1]), other_cores=None, wall_s=wall)  # type: ignore[index]
 
     for k in range(floor):
-        record(f"floor-{k + 1}-f{seed:05d}", 0)
+        record(RoundId.floor(k + 1, f"f{seed:05d}"), 0)
     race_id = f"r{seed:07d}"
     candidates = [n for n in speeds if n != 0]
     for k in range(rounds):

@@ -11,7 +11,6 @@ from autotune.reports.dashboard.ticks import trial_ticks
 from autotune.store import StoredStudy
 from autotune.store.plans import RoundId
 
-CONFIRMATION = "confirm-"  # the rounds of the confirmations of studies made before the race existed
 
 
 def hypervolume_2d(points: Iterable[tuple[float, float]], ref_memory: float) -> float:
@@ -67,11 +66,11 @@ def remeasurements(study: StoredStudy | Snapshot) -> dict[int, dict[str, Any]]:
 
     confirmed: list[int] = []  # the older studies' confirmations: counted last
     for m in snap.study.remeasurements():
-        if m.round_id.startswith(CONFIRMATION):
+        if RoundId.is_of(RoundId.CLAIM, m.round_id):
             confirmed.append(m.trial)
             continue
         kind = ("race" if m.round_id.startswith(RoundId.prefix(RoundId.RACE))
-                else "noise floor" if m.round_id.startswith("floor-") else "other")
+                else "noise floor" if RoundId.is_of(RoundId.FLOOR, m.round_id) else "other")
         wall = finite(m.wall_s)
         add(m.trial, kind, wall if wall is not None and wall >= 0 else None)
     for b in snap.study.blocks():

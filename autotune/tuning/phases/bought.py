@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from autotune.store.plans import RoundId
 from autotune.evidence import bought as A
 from autotune import knobs
 from autotune.evidence import Evidence, evidence_of
@@ -119,13 +120,13 @@ def _measure_path(live: LiveStudy, bench: Bench, ablation_id: str, plan: Mapping
     keys = [p["key"] for p in plan["path"]]
     configs = [p["config"] for p in plan["path"]]
     report = AblationReport(ablation_id, winner, list(plan.get("order") or []))
-    done = live.records().rounds_done(f"abl-{ablation_id}-")
+    done = live.records().rounds_done(RoundId.prefix(RoundId.ABLATION, ablation_id))
     for k in range(done, rounds):
         if not fits(deadline, process_s(live.view(), [ev.trial_of.get(key) for key in keys])):
             report.stopped = "time budget spent (--time-budget)"
             break
-        rates, _ = bench.shared(live, f"abl-{ablation_id}-{k + 1:02d}", keys, [ev.trial_of.get(key) for key in keys],
-                                configs, ablation=ablation_id)
+        rates, _ = bench.shared(live, RoundId(RoundId.ABLATION, ablation_id, k + 1).format(), keys,
+                                [ev.trial_of.get(key) for key in keys], configs, ablation=ablation_id)
         report.processes += 1
         for point, rate in zip(plan["path"], rates):
             added = " ".join(f"{n}={knobs.KNOBS[n].format(v)}" for n, v in point["added"].items()) or "the defaults"

@@ -28,7 +28,7 @@ from autotune.evidence import claim as CL
 from autotune.evidence import deciding as D
 from autotune.evidence import evidence_of
 from autotune.store import LiveStudy
-from autotune.store.plans import ConfirmRecord, ConfirmStop
+from autotune.store.plans import ConfirmRecord, ConfirmStop, RoundId
 from autotune.store.writing import owner
 from autotune.tuning.phases.bench import Bench, rounds_begun
 from autotune.tuning.phases.sharing import owned_elsewhere
@@ -85,7 +85,7 @@ def run(live: LiveStudy, bench: Bench, search: Search, rounds: int = CL.ROUNDS, 
     while True:
         view = live.view()
         ev = evidence_of(view)
-        done = rounds_begun(view, f"{CL.CONFIRM}{confirm_id}-")  # confirm-<id>-<k>
+        done = rounds_begun(view, RoundId.prefix(RoundId.CLAIM, confirm_id))  # confirm-<id>-<k>
         report.rounds = done
         if ev.configs.get(record.chosen) is None or ev.configs[record.chosen].failed_repeats:
             record = replace(record, stop=ConfirmStop.FAILED)
@@ -119,7 +119,8 @@ def run(live: LiveStudy, bench: Bench, search: Search, rounds: int = CL.ROUNDS, 
         for number in numbers:
             if not fits(deadline, process_s(view, [number])):
                 break
-            rate = bench.again(live, number, f"{CL.CONFIRM}{confirm_id}-{done + 1:02d}", ev.configs[number].config)
+            rate = bench.again(live, number, RoundId(RoundId.CLAIM, confirm_id, done + 1).format(),
+                               ev.configs[number].config)
             report.processes += 1
             bench.told(what, number, rate)
     record = replace(record, done=True, rounds=report.rounds)

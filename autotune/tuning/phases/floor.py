@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 
+from autotune.store.plans import RoundId
 from autotune.tuning.phases.bench import Bench
 from autotune.tuning.phases.session import fits, process_s
 from autotune.store import LiveStudy, StoredStudy, StoredTrial
@@ -27,7 +28,7 @@ def missing(live: LiveStudy, repeats: int = FLOOR_REPEATS, *, anyone: bool = Fal
     base = evidence_of(view).baseline
     if base is None:
         return 0
-    taken = sum(1 for r, _ in base.repeats if r.startswith("floor-")) + base.failed_repeats
+    taken = sum(1 for r, _ in base.repeats if RoundId.is_of(RoundId.FLOOR, r)) + base.failed_repeats
     left = max(0, repeats - taken)
     if left and not anyone and not _is_mine(live, view.trial(base.number)):
         return 0
@@ -56,8 +57,8 @@ def run(live: LiveStudy, bench: Bench, repeats: int = FLOOR_REPEATS) -> int:
     for _ in range(missing(live, repeats, view=view)):
         if not fits(bench.until, process_s(view, [base.number])):  # within the search's time
             break
-        done = sum(1 for r, _ in evidence_of(live.view()).baseline.repeats if r.startswith("floor-"))
-        rate = bench.again(live, base.number, f"floor-{done + 1}-{uuid.uuid4().hex[:6]}", base.config)
+        done = sum(1 for r, _ in evidence_of(live.view()).baseline.repeats if RoundId.is_of(RoundId.FLOOR, r))
+        rate = bench.again(live, base.number, RoundId.floor(done + 1, uuid.uuid4().hex[:6]), base.config)
         bench.told("noise floor: baseline", base.number, rate)
         taken += 1
     return taken
