@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from autotune import result as R
 from autotune.store import LiveStudy, StoredStudy
+from autotune.store.plans import RoundId
 from autotune.store.records import UNCOMPARED, Role
 from autotune.trial.trainings import Numerics  # the numerics check's training run (autotune.trial.numerics_run)
 
@@ -141,10 +142,16 @@ def record_paired(live: LiveStudy, round_id: str, keys: Sequence[str], trials: S
     return [a["samples_per_s"] for a in arms]
 
 
-def rounds_begun(view: StoredStudy, prefix: str) -> int:
-    """Rounds ``<prefix><k>`` with any measurement stored (a failed one counts, so a failing configuration cannot loop
-    forever): a claim's (``confirm-<id>-``); a race's rounds are read as :class:`autotune.store.plans.RoundId`."""
-    return len({m.round_id[len(prefix):] for m in view.remeasurements() if m.round_id.startswith(prefix)})
+def rounds_begun(view: StoredStudy, kind: str, plan: str, shared: str | None = None) -> int:
+    """Rounds of plan ``plan`` (a race's, a claim's: :class:`autotune.store.plans.RoundId` of ``kind``) with any
+    measurement stored (a failed one counts, so a failing configuration cannot loop forever); given ``shared``, the
+    rounds of its shared processes (of that kind) count too."""
+    apart = (RoundId.parse(m.round_id) for m in view.remeasurements())
+    begun = {r.k for r in apart if r is not None and r.kind == kind and r.plan == plan}
+    if shared is not None:
+        together = (RoundId.parse(b.round_id) for b in view.blocks())
+        begun |= {r.k for r in together if r is not None and r.kind == shared and r.plan == plan}
+    return len(begun)
 
 
 def slow_limit(live: LiveStudy, config: Mapping[str, Any]) -> float | None:

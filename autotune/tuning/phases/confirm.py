@@ -85,7 +85,7 @@ def run(live: LiveStudy, bench: Bench, search: Search, rounds: int = CL.ROUNDS, 
     while True:
         view = live.view()
         ev = evidence_of(view)
-        done = rounds_begun(view, RoundId.prefix(RoundId.CLAIM, confirm_id))  # confirm-<id>-<k>
+        done = rounds_begun(view, RoundId.CLAIM, confirm_id)  # confirm-<id>-<k>
         report.rounds = done
         if ev.configs.get(record.chosen) is None or ev.configs[record.chosen].failed_repeats:
             record = replace(record, stop=ConfirmStop.FAILED)

@@ -33,7 +33,7 @@ from typing import Any
 from autotune import knobs
 from autotune import result as R
 from autotune.evidence import Evidence, evidence_of
-from autotune.tuning.phases.bench import Bench
+from autotune.tuning.phases.bench import Bench, rounds_begun
 from autotune.tuning.phases.sharing import owned_elsewhere
 from autotune.tuning.phases.phase import Phase
 from autotune.units import plural
@@ -79,16 +79,6 @@ def look_rounds(min_rounds: int, rounds: int) -> list[int]:
         out.append(k)
         k *= 2
     return [*out, rounds]
-
-
-def _rounds_begun(view: StoredStudy, race_id: str) -> int:
-    """Rounds of this race with any measurement stored (a failed one counts, so a failing configuration cannot
-    loop forever): rounds race-<id>-<k> of a process each, pair-<id>-<k>-<g> of shared processes."""
-    apart = (RoundId.parse(m.round_id) for m in view.remeasurements())
-    shared = (RoundId.parse(b.round_id) for b in view.blocks())
-    begun = {r.k for r in apart if r is not None and r.kind == RoundId.RACE and r.plan == race_id}
-    begun |= {r.k for r in shared if r is not None and r.kind == RoundId.PAIR and r.plan == race_id}
-    return len(begun)
 
 
 def run(live: LiveStudy, bench: Bench, rounds: int, max_candidates: int = MAX_CANDIDATES, min_rounds: int = MIN_ROUNDS,
@@ -148,7 +138,7 @@ def run(live: LiveStudy, bench: Bench, rounds: int, max_candidates: int = MAX_CA
     while True:
         view = live.view()
         ev = evidence_of(view)
-        report.rounds = _rounds_begun(view, race_id)
+        report.rounds = rounds_begun(view, RoundId.RACE, race_id, RoundId.PAIR)  # race-<id>-<k>, pair-<id>-<k>-<g>
         alive = _failed_out(ev, alive, report)
         if not alive:
             report.stop, report.stopped = RaceStop.FAILED, "every candidate failed when measured again"
