@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-import time
+from autotune import clock
 
 from autotune.errors import UnitError
 
@@ -132,7 +132,7 @@ def plural(n: int, word: str, many: str | None = None) -> str:
 
 def now() -> float:
     """Seconds since the epoch: the one clock records are stamped with (``at``, ``started``, an owner's start)."""
-    return time.time()
+    return clock.now()
 
 
 def iso(at: float | None = None) -> str:

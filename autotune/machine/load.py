@@ -23,8 +23,10 @@ and import nothing they do not use.
 from __future__ import annotations
 
 import os
-import time
 from typing import TYPE_CHECKING, Any, Sequence
+
+from autotune import clock
+from autotune.clock import REAL, Clock
 
 if TYPE_CHECKING:
     import psutil
@@ -88,9 +90,10 @@ def _tree_cpu_s(process: psutil.Process) -> float:
 class Meter:
     """Measures other processes' CPU while this process tree works: ``start()``, work, ``stop()``."""
 
-    def __init__(self, pid: int | None = None) -> None:
+    def __init__(self, pid: int | None = None, clock: Clock = REAL) -> None:
         import psutil
 
+        self.clock = clock  # the wall it divides by (a trial process times on the machine's)
         self.process = psutil.Process(pid or os.getpid())
         self.cores = own_cores()
         self.start_wall = 0.0
@@ -98,7 +101,7 @@ class Meter:
         self.start_tree = 0.0
 
     def start(self) -> Meter:
-        self.start_wall = time.monotonic()
+        self.start_wall = self.clock.monotonic()
         self.start_busy = _busy_cpu_s(self.cores)
         self.start_tree = _tree_cpu_s(self.process)
         return self
@@ -106,7 +109,7 @@ class Meter:
     def stop(self) -> dict[str, Any]:
         import psutil
 
-        wall = time.monotonic() - self.start_wall
+        wall = self.clock.monotonic() - self.start_wall
         busy = _busy_cpu_s(self.cores) - self.start_busy
         tree = _tree_cpu_s(self.process) - self.start_tree
         other = max(0.0, (busy - tree) / wall) if wall > 0 else 0.0
@@ -115,9 +118,10 @@ class Meter:
 
 
 def other_cores_now(seconds: float = 0.5) -> dict[str, Any]:
-    """How many cores other processes use right now (this process excluded), over ``seconds``."""
-    meter = Meter().start()
-    time.sleep(seconds)
+    """How many cores other processes use right now (this process excluded), over ``seconds`` of the study's clock
+    (:mod:`autotune.clock`: a simulated study waits no real time, and its simulated machine is quiet)."""
+    meter = Meter(clock=clock.current()).start()
+    clock.sleep(seconds)
     return meter.stop()
 
 

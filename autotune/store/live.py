@@ -11,12 +11,12 @@ docs/storage.md.
 from __future__ import annotations
 
 import socket
-import time
 from typing import Any, Mapping, Sequence
 
 import optuna
 from optuna.trial import TrialState
 
+from autotune import clock
 from autotune.store import cache, recovery
 from autotune.store import records as rec
 from autotune.store import writing
@@ -105,7 +105,7 @@ class LiveStudy:
         if who.get("host") == socket.gethostname():
             return not recovery.pid_alive(int(who.get("pid", -1)))
         grace = grace_s if grace_s is not None else self.grace_s if self.grace_s is not None else float("inf")
-        return time.time() - since > grace
+        return clock.now() - since > grace
 
     # ------------------------------------------------------------ trials
 

@@ -23,6 +23,7 @@ import tempfile
 import time
 from typing import Any, Mapping, Sequence
 
+from autotune import clock
 from autotune import knobs
 from autotune.trial import forkserver
 from autotune import result as R
@@ -105,14 +106,14 @@ class Runner:
             start = time.perf_counter()
             self.last_progress = {}
             if deadline is not None:
-                timeout_s = min(timeout_s, max(0.0, deadline - time.time()) + DEADLINE_GRACE_S)
+                timeout_s = min(timeout_s, max(0.0, deadline - clock.now()) + DEADLINE_GRACE_S)
             child = server.spawn(request, result_path, log_path, timeout_s)
             self._current = child.pid
             try:
                 watch = limit_s is not None or first_limit_s is not None or deadline is not None
 
                 def stop() -> bool:
-                    return ((deadline is not None and time.time() >= deadline)
+                    return ((deadline is not None and clock.now() >= deadline)
                             or self._past(limit_s, first_limit_s, progress_path))
 
                 ending = child.wait(stop=stop if watch else None)
@@ -184,7 +185,7 @@ class Runner:
         ``deadline`` (epoch seconds): the end of the time the trial's phase may take (``--time-budget``): the trial is
         not started past it and is stopped at it, as :data:`autotune.result.OUT_OF_TIME` (nothing measured).
         """
-        if deadline is not None and time.time() >= deadline:
+        if deadline is not None and clock.now() >= deadline:
             return _out_of_time(R.TrialResult.failure, 0.0, "not started: the time its phase may take was spent")
         request = TrialRequest(
             spec=self.spec, device=self.device, config=dict(config), settings=settings or self.settings,
@@ -240,7 +241,7 @@ class Runner:
         ``len(configs)`` times as long as one trial. ``unchecked``: measure even what :func:`autotune.knobs.apart`
         keeps apart (only ``benchmarks/paths_agree.py``, which measures the bias that check prevents). ``deadline``: as
         :meth:`measure`'s."""
-        if deadline is not None and time.time() >= deadline:
+        if deadline is not None and clock.now() >= deadline:
             return _out_of_time(R.PairedResult.failure, 0.0, "not started: the time its phase may take was spent",
                                 arms=len(configs))
         request = PairedRequest(
@@ -274,7 +275,7 @@ class Runner:
         """Train ``config`` for ``steps`` optimizer steps of ``samples_per_step`` samples from weights seeded by
         ``seed`` in an isolated process (:mod:`autotune.trial.numerics_run`); every ending becomes a NumericsResult. The
         trial timeout bounds it, and ``deadline`` as :meth:`measure`'s."""
-        if deadline is not None and time.time() >= deadline:
+        if deadline is not None and clock.now() >= deadline:
             return _out_of_time(R.NumericsResult.failure, 0.0, "not started: the time its phase may take was spent")
         request = NumericsRequest(spec=self.spec, device=self.device, config=dict(config), steps=steps,
                                   samples_per_step=samples_per_step, seed=seed, save_path=save_path,
@@ -302,7 +303,7 @@ class Runner:
 
 def out_of_time(ending: Ending, deadline: float | None) -> bool:
     """The child was stopped (or timed out) because ``deadline`` passed, not for anything it did."""
-    return deadline is not None and (ending.stopped or ending.timed_out) and time.time() >= deadline
+    return deadline is not None and (ending.stopped or ending.timed_out) and clock.now() >= deadline
 
 
 def _out_of_time(failure: Any, wall: float, why: str, **extra: Any) -> Any:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import math
 import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from autotune import clock
 from autotune import knobs
 from autotune import result as R
 from autotune.evidence import numerics_answer as NU
@@ -49,7 +49,7 @@ def check(numerics: Numerics, record: dict[str, Any], on_run: Callable[[], None]
     one stopped there is not kept). Returns the record."""
     config, defaults = dict(record["config"]), dict(record["defaults"])
     steps, per_step, seed = int(record["steps"]), int(record["samples_per_step"]), int(record.get("seed") or 0)
-    if deadline is not None and time.time() + RUNS * run_s > deadline:  # a check cut after a run tells nothing
+    if deadline is not None and clock.now() + RUNS * run_s > deadline:  # a check cut after a run tells nothing
         record["reason"] = "the time budget was spent before the check could finish"
         record["done"] = True
         return record
@@ -58,7 +58,7 @@ def check(numerics: Numerics, record: dict[str, Any], on_run: Callable[[], None]
         refs = ((NU.DEFAULTS, saved),)
 
         def one(label: str, cfg: Mapping[str, Any], save: bool = False) -> bool:
-            if deadline is not None and time.time() + run_s > deadline:
+            if deadline is not None and clock.now() + run_s > deadline:
                 record["reason"] = "the time budget was spent before the check could finish"
                 return False
             result = numerics(cfg, steps, per_step, seed, saved if save else None, () if save else refs)

@@ -21,10 +21,10 @@ changes within a study.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from autotune import clock
 from autotune import knobs
 from autotune import result as R
 from autotune.knobs.space import Dimension
@@ -60,7 +60,7 @@ def find(fits: Fits, values: list[int], start: int | None = None, max_probes: in
     grid = sorted(set(int(v) for v in values))
     if not grid:
         raise ValueError("no batch sizes to probe")
-    began = time.perf_counter()
+    began = clock.monotonic()
     probes: list[tuple[int, str, int | None]] = []
     seen: dict[int, tuple[bool, str]] = {}
 
@@ -74,7 +74,7 @@ def find(fits: Fits, values: list[int], start: int | None = None, max_probes: in
 
     def done(best: int | None, failing: int | None) -> Ceiling:
         return Ceiling(None if best is None else grid[best], SPACE if failing is None else seen[grid[failing]][1],
-                       None if failing is None else grid[failing], probes, time.perf_counter() - began)
+                       None if failing is None else grid[failing], probes, clock.monotonic() - began)
 
     i = 0 if start is None else min(range(len(grid)), key=lambda k: (abs(grid[k] - start), k))
     best: int | None = None

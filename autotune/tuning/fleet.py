@@ -22,10 +22,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from autotune import clock
 from autotune.tuning import preparation
 from autotune.errors import AutotuneError, DeviceError, StorageError, StorageUnreachable
 from autotune.request import DEFAULT_POLL_S, FIELDS, TuneConfig, option
@@ -43,7 +43,7 @@ def retrying(what: Callable[[], Any], log: Log, store: Store | None = None, stop
     is raised at once as a StorageError that says why, and so is every other error.
     """
     attempt = 0
-    start = time.monotonic()
+    start = clock.monotonic()
     while True:
         try:
             return what()
@@ -60,11 +60,11 @@ def retrying(what: Callable[[], Any], log: Log, store: Store | None = None, stop
             if not isinstance(fault, StorageUnreachable):
                 raise fault from None
             reason = fault.reason
-        if stop_after_s is not None and time.monotonic() - start > stop_after_s:
+        if stop_after_s is not None and clock.monotonic() - start > stop_after_s:
             raise StorageError(f"the storage stayed unreachable for {stop_after_s:.0f} s: {reason}") from None
         wait = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
         log(f"storage unreachable ({reason}); retrying in {wait} s")
-        time.sleep(wait)
+        clock.sleep(wait)
         attempt += 1
 
 
@@ -133,7 +133,7 @@ def serve(store: Store, device: str, log: Log, poll_s: float = DEFAULT_POLL_S, e
         if not did:
             if exit_when_idle:
                 return worked
-            time.sleep(poll_s)
+            clock.sleep(poll_s)
 
 
 def _described(store: Store, name: str) -> StoredStudy:
@@ -147,7 +147,7 @@ def _budget_spent(name: str, store: Store, config: TuneConfig, log: Log) -> bool
         study = store.read(name)  # each poll reads the study afresh: in one pass, not through Optuna's ORM
         measured = sum(1 for t in study.trials if t.measured)
         raced = config.confirm <= 0 or any(r.done and r.measured == measured for _, r in study.races())
-        late = bool(study.deadline) and time.time() >= float(study.deadline)  # type: ignore[arg-type]
+        late = bool(study.deadline) and clock.now() >= float(study.deadline)  # type: ignore[arg-type]
         return (measured >= config.trials or late) and raced
 
     return bool(retrying(check, log, store))

@@ -11,10 +11,10 @@ of the study the phases leave. :class:`Options` is the request's part that the l
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from autotune import clock
 from autotune.evidence import Verdict, evidence_of
 from autotune.tuning.phases import Bench, Search, SearchOptions, Seeds, Session, TrialRecord, bought, sharing, floor
 from autotune.tuning.phases import confirm, minimal, numerics_check, race
@@ -69,7 +69,7 @@ class Options(SearchOptions):
             race_measurements += 2 * CL.ROUNDS + 1
         rest = trial_s * (max(0, remaining) + self.floor_repeats + race_measurements)
         ends = [self.time_budget_s - elapsed_s if self.time_budget_s is not None else None,
-                self.deadline - time.time() if self.deadline is not None else None]
+                self.deadline - clock.now() if self.deadline is not None else None]
         return min([rest, *(max(0.0, e) for e in ends if e is not None)])
 
 

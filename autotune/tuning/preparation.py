@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 import optuna
 
+from autotune import clock
 from autotune.tuning import ceiling_probe as ceilings
 from autotune import knobs
 from autotune.machine import load
@@ -152,7 +152,7 @@ def prepare(
     ``on_probe(batch, outcome, peak bytes)``: after each probe of the batch-size ceiling; ``job_of``: the submitted
     job a per-kind study works for (recorded on it when it is created).
     """
-    started = time.time()  # a time budget counts from here: the probes and the ceiling are part of the run's time
+    started = clock.now()  # a time budget counts from here: the probes and the ceiling are part of the run's time
     with store.faults():
         looked = look(store, name, join_only)
         probed = probe(config, device)
@@ -367,7 +367,7 @@ def _deadline(live: LiveStudy, config: TuneConfig, created: bool, joining: bool,
     stored = live.records().deadline
     if joining and stored:
         return float(stored)
-    deadline = (started if started is not None else time.time()) + config.time_budget_s
+    deadline = (started if started is not None else clock.now()) + config.time_budget_s
     if created or not stored:
         live.save(deadline=deadline)
     return deadline

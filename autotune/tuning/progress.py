@@ -7,9 +7,9 @@ Shared by the command line (``autotune run``, ``autotune worker``) and the Pytho
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any, Callable
 
+from autotune import clock
 from autotune import knobs
 from autotune.store.records import Role
 from autotune.units import clip, format_bytes, format_duration, format_rate
@@ -115,7 +115,7 @@ class Progress:
                  echo: Callable[[str], None] | None = None) -> None:
         self.total = total
         self.budget_s = budget_s
-        self.start = time.monotonic()
+        self.start = clock.monotonic()
         self.done = done
         self.enabled = enabled
         self.echo = echo or _echo
@@ -142,7 +142,7 @@ class Progress:
     def info(self) -> str:
         parts = []
         if self.budget_s is not None:
-            left = max(0.0, self.budget_s - (time.monotonic() - self.start))
+            left = max(0.0, self.budget_s - (clock.monotonic() - self.start))
             parts.append(f"budget left {format_duration(left)}")
         return ", ".join(parts)
 

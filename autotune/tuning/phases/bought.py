@@ -13,11 +13,11 @@ on its own by :mod:`autotune.tuning.phases.minimal`.
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from autotune import clock
 from autotune.store.plans import RoundId
 from autotune.evidence import bought as A
 from autotune import knobs
@@ -107,7 +107,7 @@ def _plan(live: LiveStudy, ev: Evidence, winner: Any, inside: Mapping[str, Any],
         "winner": winner.number, "winner_key": winner.key,
         "path": [{"key": knobs.resolve(p, ctx).key(), "config": p, "added": {n: inside[n]} if i else {}}
                  for i, (n, p) in enumerate(zip([None, *ordered], points))],
-        "apart": dict(apart), "order": list(ordered), "rounds": rounds, "started": time.time(), "done": False,
+        "apart": dict(apart), "order": list(ordered), "rounds": rounds, "started": clock.now(), "done": False,
         "owner": owner(), **extra,
     }
     live.save_ablation_plan(ablation_id, plan)

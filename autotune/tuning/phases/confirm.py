@@ -17,11 +17,11 @@ plan and its state are a record (``confirm:<id>``), so a stopped run resumes it.
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from autotune import clock
 from autotune.store.records import Role
 from autotune import knobs
 from autotune.evidence import claim as CL
@@ -194,7 +194,7 @@ def _plan(live: LiveStudy, ev: Any, chosen: int, race_id: str, deadline: float |
             and not fits(deadline, CL.deciding_processes(processes) * process_s(ev.study, [chosen]))):
         unreduced = "the time budget could not hold deciding the least change"  # the claim itself comes first
         reverted, reduced = {}, None
-    record = ConfirmRecord(chosen, race_id, time.time(), reduced if reverted else None, reverted, 0,
+    record = ConfirmRecord(chosen, race_id, clock.now(), reduced if reverted else None, reverted, 0,
                            CL.width_target(noise.sigma), owner(), reduction=True if measured and reverted else None,
                            processes=processes, unreduced=unreduced)
     confirm_id = uuid.uuid4().hex[:8]

@@ -14,11 +14,11 @@ run left unfinished is run again whole (the weights it compared were in that run
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from autotune import clock
 from autotune.evidence import evidence_of
 from autotune.evidence import numerics_answer as NU
 from autotune.store import LiveStudy
@@ -65,7 +65,7 @@ def run(live: LiveStudy, bench: Bench, mode: str = NU.WARN, deadline: float | No
     check_id = uuid.uuid4().hex[:8]
     record: dict[str, Any] = {"number": number, "mode": mode, "steps": steps, "samples_per_step": per_step,
                               "seed": trainings.SEED, "changes": dict(rec.changes), "config": dict(rec.config),
-                              "defaults": dict(defaults.config), "started": time.time(), "done": False, "runs": []}
+                              "defaults": dict(defaults.config), "started": clock.now(), "done": False, "runs": []}
     if mode == NU.STRICT:  # the configurations to check next, fastest first, should the recommendation's differ
         faster = [c for c in sorted(ev.ok(), key=lambda c: -c.samples_per_s)
                   if c.number not in (number, defaults.number) and (r := ev.speedup(c.number)) is not None
@@ -73,12 +73,12 @@ def run(live: LiveStudy, bench: Bench, mode: str = NU.WARN, deadline: float | No
         record["candidates"] = {str(c.number): dict(c.changes) for c in faster[:NU.STRICT_CANDIDATES]}
         record["candidate_configs"] = {str(c.number): dict(c.config) for c in faster[:NU.STRICT_CANDIDATES]}
     live.save_numerics(check_id, record)
-    start = time.perf_counter()
+    start = clock.monotonic()
     run_s = first + RUN_OVERHEAD_S + steps * per_step / slower  # one run: start, build, compile, its steps
     trainings.check(bench.numerics, record, on_run=lambda: live.save_numerics(check_id, record), deadline=deadline,
                     run_s=run_s)
     live.save_numerics(check_id, record)
-    return NumericsReport(check_id, len(record["runs"]), time.perf_counter() - start, NU.judge(record))
+    return NumericsReport(check_id, len(record["runs"]), clock.monotonic() - start, NU.judge(record))
 
 
 def _line(report: NumericsReport | None) -> str:

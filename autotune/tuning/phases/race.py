@@ -25,11 +25,11 @@ overwrite each other's measurements.
 from __future__ import annotations
 
 import math
-import time
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from autotune import clock
 from autotune import knobs
 from autotune import result as R
 from autotune.evidence import Evidence, evidence_of
@@ -129,7 +129,7 @@ def run(live: LiveStudy, bench: Bench, rounds: int, max_candidates: int = MAX_CA
                   and knobs.apart([ev.baseline.config, ev.configs[n].config]) is None]
         first = MIN_ROUNDS_WITHIN if within and len(within) == len(candidates) else min_rounds
         race_id = uuid.uuid4().hex[:8]
-        record = RaceRecord(tuple(candidates), measured, rounds, time.time(), tuple(within), first,
+        record = RaceRecord(tuple(candidates), measured, rounds, clock.now(), tuple(within), first,
                             len(look_rounds(first, rounds)), owner=owner())
         live.save_race(race_id, record)
     looks = look_rounds(first, rounds)

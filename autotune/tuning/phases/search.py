@@ -38,7 +38,6 @@ import json
 import math
 import os
 import sys
-import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import optuna
 
+from autotune import clock
 from autotune import knobs
 from autotune import result as R
 from autotune.errors import WorkloadError
@@ -157,9 +157,9 @@ class Search(Outcomes):
         while True:
             self.check()
             between()
-            if time.monotonic() >= recovered_at + RECOVER_EVERY_S:
+            if clock.monotonic() >= recovered_at + RECOVER_EVERY_S:
                 live.recover_stale()
-                recovered_at = time.monotonic()
+                recovered_at = clock.monotonic()
             trials = live.trials()  # one read for the budget and the seeds
             measured, running = sharing.budget_counts(trials)
             report.measured = measured
@@ -172,7 +172,7 @@ class Search(Outcomes):
                 return report
             if measured + running >= opts.trials:  # the rest of the budget is being measured elsewhere
                 with self._step("wait"):
-                    time.sleep(opts.poll_s if poll_s is None else poll_s)
+                    clock.sleep(opts.poll_s if poll_s is None else poll_s)
                 continue
             if not self.seeds.enqueue(live, trials) and self.near_the_end(measured, session):
                 self.queue_neighbour(trials)
@@ -256,11 +256,11 @@ class Search(Outcomes):
         if self.on_step is None:
             yield
             return
-        start = time.perf_counter()
+        start = clock.monotonic()
         try:
             yield
         finally:
-            self.on_step(step, time.perf_counter() - start)
+            self.on_step(step, clock.monotonic() - start)
 
     def trial(self) -> TrialRecord | None:
         """Ask for one configuration (a queued one first) and answer it: measured, from the cache, or given up
@@ -309,7 +309,7 @@ class Search(Outcomes):
                 margin = ev.cut_margin(opts.cut_margin)
             # The claim holds: from here this trial measures (a RUNNING trial without the mark is
             # still choosing its configuration, or about to give way to an earlier claim).
-            live.mark(trial, measuring_since=time.time())
+            live.mark(trial, measuring_since=clock.now())
             with live.heartbeat(trial), self._step("measure"):
                 assert self.bench.evaluate is not None, "the search measures with bench.evaluate"
                 result = self.bench.evaluate(resolved.config, dominators, margin)
@@ -349,7 +349,7 @@ class Search(Outcomes):
         if end is None:
             return False
         share = end - session.started_at
-        return share > 0 and end - time.time() <= NEIGHBOUR_SHARE * share
+        return share > 0 and end - clock.now() <= NEIGHBOUR_SHARE * share
 
     def queue_neighbour(self, trials: list[StoredTrial]) -> bool:
         """Queue the first one-knob neighbour of the leader (the fastest configuration so far, the defaults aside)
@@ -376,7 +376,7 @@ class Search(Outcomes):
 
     def left_s(self) -> float | None:
         """Seconds left of the running phase's time (:attr:`Bench.until`; None: no limit)."""
-        return None if self.bench.until is None else self.bench.until - time.time()
+        return None if self.bench.until is None else self.bench.until - clock.now()
 
     def why_not(self, config: Mapping[str, Any]) -> str | None:
         """Why a trial of ``config`` is not started now (:func:`.afford.why_not`; None: it may be)."""
@@ -396,7 +396,7 @@ class Search(Outcomes):
 def _trace(live: LiveStudy) -> OnStep:
     """``AUTOTUNE_TRACE=1``: each step printed on stderr as it ends (one JSON line after ``autotune-trace ``)."""
     def told(step: str, seconds: float) -> None:
-        line = {"step": step, "began": round(time.time() - seconds, 4), "s": round(seconds, 4),
+        line = {"step": step, "began": round(clock.now() - seconds, 4), "s": round(seconds, 4),
                 "sampler": type(live.sampler).__name__}
         print("autotune-trace " + json.dumps(line), file=sys.stderr, flush=True)
 

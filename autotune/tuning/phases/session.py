@@ -15,16 +15,16 @@ the processes it measured, rather than past it.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import socket
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Iterable
 
+from autotune import clock
 from autotune.store import LiveStudy, StoredStudy
 from autotune.store.records import Role
+from autotune.units import iso
 
 
 @dataclass(frozen=True)
@@ -67,14 +67,14 @@ class Session:
         self.id = uuid.uuid4().hex[:8]
         self.time_budget_s = time_budget_s
         self.deadline = deadline
-        self.start = time.monotonic()
-        self.started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-        self.started_at = time.time()
+        self.start = clock.monotonic()
+        self.started_at = clock.now()
+        self.started = iso(self.started_at)
         self.shares = Shares()  # of the time budget, kept for what follows the search
 
     @property
     def elapsed_s(self) -> float:
-        return time.monotonic() - self.start
+        return clock.monotonic() - self.start
 
     @property
     def reserve_s(self) -> float:
@@ -101,7 +101,7 @@ class Session:
 
     def left_s(self, until: float | None) -> float | None:
         """Seconds from now to ``until`` (epoch seconds; None: no limit)."""
-        return None if until is None else until - time.time()
+        return None if until is None else until - clock.now()
 
     def save(self) -> None:
         self.live.save_session(self.id, {"host": socket.gethostname(), "pid": os.getpid(), "started": self.started,
@@ -111,7 +111,7 @@ class Session:
 def fits(until: float | None, expected_s: float = 0.0) -> bool:
     """A process expected to take ``expected_s`` seconds, started now, ends by ``until`` (epoch seconds; None: no
     limit)."""
-    return until is None or time.time() + max(0.0, expected_s) <= until
+    return until is None or clock.now() + max(0.0, expected_s) <= until
 
 
 def process_s(view: StoredStudy, numbers: Iterable[int | None]) -> float:

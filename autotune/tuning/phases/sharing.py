@@ -10,13 +10,13 @@ the storage: no configuration is measured twice, and the budget holds for the wh
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping, Sequence
 
 import optuna
 
+from autotune import clock
 from autotune.store.records import Role
 from autotune.store import LiveStudy, StoredTrial
 
@@ -100,14 +100,14 @@ def after_undecided(live: LiveStudy, number: int) -> tuple[list[StoredTrial], li
     UNDECIDED_WAIT_S for a process that stopped while choosing (it is recovered as stale).
     Returns (trials, the earlier ones still undecided when the wait ended).
     """
-    deadline = time.monotonic() + UNDECIDED_WAIT_S
+    deadline = clock.monotonic() + UNDECIDED_WAIT_S
     while True:
         trials = live.trials()
         undecided = [t for t in trials if t.running and t.number < number and t.config_key is None
                      and not live.is_stale(t)]
-        if not undecided or time.monotonic() >= deadline:
+        if not undecided or clock.monotonic() >= deadline:
             return trials, undecided
-        time.sleep(UNDECIDED_POLL_S)  # another process's write: the storage is the only way to learn of it
+        clock.sleep(UNDECIDED_POLL_S)  # another process's write: the storage is the only way to learn of it
 
 
 def owned_elsewhere(live: LiveStudy, who: Mapping[str, Any]) -> bool:
