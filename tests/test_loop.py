@@ -376,6 +376,12 @@ def test_a_time_budget_keeps_the_share_the_race_the_claim_and_the_numerics_need(
     assert checked.shares(2.0, 4.0, 0.15) == Shares(0.0, 42.0, 0.0)  # the 3 s left could not hold the check's runs
     tight = checked.shares(12.0, 12.0, 0.15)  # 156 s of claim alone: the search keeps half, the claim comes first
     assert tight == Shares(0.0, 45.0, 0.0) and tight.total_s == 45.0
+    # the shares are of what the probes left (60 of the 90 s: half is 30 s), and the race is priced at its candidates'
+    # pace (each compiles in every process): 2 s for the defaults and 3 s for each candidate, 8 s a round
+    left = checked.shares(1.0, 1.0, 0.15, budget_s=60.0)
+    assert left == Shares(1.0 * 3 * 2, 13.0, 6.0)  # the check: a tenth of the 60 s (of 90 s: 9 s)
+    assert options.shares(2.0, 2.0, 0.15, candidate_s=3.0).race_s == 2 * (2.0 + 2 * 3.0)
+    assert checked.shares(2.0, 2.0, 0.15, candidate_s=5.0).race_s == 0.0  # 10 s left, a round is 12 s: none
     assert loop.Options(trials=50, race_rounds=8).shares(2.0, 2.0, 0.15) == Shares()
     assert loop.Options(trials=50, race_rounds=0, time_budget_s=90.0).shares(2.0, 2.0, 0.15) == Shares()
     session = Session(None, time_budget_s=60.0)

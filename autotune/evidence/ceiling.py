@@ -19,6 +19,7 @@ from autotune.store.records import StoredStudy
 #: top of the searched range fitting.
 MAX_MEMORY = "max_memory"
 SPACE = "space"
+TIME = "time"  # its share of the time budget spent: the largest batch seen to fit, the rest unprobed
 
 
 @dataclass
@@ -50,10 +51,14 @@ class Ceiling:
         """One line for people: ``192 (224 ran out of memory; 6 probes, 14 s)``."""
         n = len(self.probes)
         cost = f"{n} probe{'s' if n != 1 else ''}, {self.seconds:.0f} s"
+        if self.batch_size is None and self.limit == TIME:
+            return f"not found: its share of the time budget was spent before a probe finished ({cost})"
         if self.batch_size is None:
             return f"none: the smallest batch, {self.first_failing}, does not fit ({_why(self.limit)}; {cost})"
         if self.limit == SPACE:
             return f"{self.batch_size} (the top of the searched range fits; {cost})"
+        if self.limit == TIME:
+            return f"{self.batch_size} (the largest seen to fit when its share of the time budget was spent; {cost})"
         return f"{self.batch_size} ({self.first_failing} {_why(self.limit)}; {cost})"
 
 

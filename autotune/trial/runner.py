@@ -37,6 +37,8 @@ from autotune.units import format_duration
 #: A child stopped at its deadline (the stop is looked for every second) gets this long to go before its timeout
 #: kills it instead: never a reason to outlast the deadline by more.
 DEADLINE_GRACE_S = 2.0
+#: A compilation is stopped this long before its phase's deadline, so that it ends typed as slower, not out of time.
+FIRST_STEP_MARGIN_S = 1.0
 
 
 def warm_up() -> None:
@@ -192,7 +194,7 @@ class Runner:
             global_batch=self.global_batch, dominators=tuple((float(t), float(m)) for t, m in dominators),
             cut_margin=cut_margin,
         )
-        first_limit = self.compile_limit_s if knobs.compiles(config) else None
+        first_limit = first_step_limit(config, self.compile_limit_s, deadline)
         ending, payload, log, wall = self._spawn(request, self.timeout_s, limit_s, first_limit, deadline)
         exitcode = ending.code
         if out_of_time(ending, deadline):
@@ -201,10 +203,8 @@ class Runner:
                                   + (" (its first step, the compilation, had not finished)" if first else ""),
                                   stderr_tail=log, progress=dict(self.last_progress))
         elif ending.stopped and self.last_progress.get("since_first_step_s") is None and first_limit is not None:
-            result = R.TrialResult.failure(
-                R.SLOWER, Said(f"stopped after {wall:.0f} s: its first step (the compilation) ran past the "
-                               f"{format_duration(first_limit)} compile limit ({option('compile_limit_s')})"),
-                stderr_tail=log, progress=dict(self.last_progress))
+            result = R.TrialResult.failure(R.SLOWER, compile_stopped(wall, first_limit, self.compile_limit_s),
+                                           stderr_tail=log, progress=dict(self.last_progress))
         elif ending.stopped:
             got = self.last_progress
             rate = got.get("samples_per_s")
@@ -299,6 +299,29 @@ class Runner:
             result.config = dict(config)
         result.wall_s = wall
         return result
+
+
+def first_step_limit(config: Mapping[str, Any], compile_limit_s: float | None, deadline: float | None
+                     ) -> float | None:
+    """How long a compiled configuration's first step (its compilation) may run: the smaller of the compile limit and
+    what is left before ``deadline`` (a compilation stopped there is typed as slower, with what it ran: the study
+    learns that it takes at least that long, where one stopped by the deadline would teach nothing); None for a
+    configuration that does not compile, or with neither limit."""
+    if not knobs.compiles(config):
+        return None
+    limits = [x for x in (compile_limit_s, None if deadline is None else deadline - clock.now() - FIRST_STEP_MARGIN_S)
+              if x is not None]
+    return max(0.0, min(limits)) if limits else None
+
+
+def compile_stopped(wall_s: float, first_limit_s: float, compile_limit_s: float | None) -> Said:
+    """Why a compiled configuration's trial was stopped in its first step (``first_limit_s``: what
+    :func:`first_step_limit` allowed it)."""
+    if compile_limit_s is not None and first_limit_s >= compile_limit_s:
+        return Said(f"stopped after {wall_s:.0f} s: its first step (the compilation) ran past the "
+                    f"{format_duration(first_limit_s)} compile limit ({option('compile_limit_s')})")
+    return Said(f"stopped after {wall_s:.0f} s: its first step (the compilation) ran past the "
+                f"{format_duration(first_limit_s)} left of its phase's time (it takes at least that long here)")
 
 
 def out_of_time(ending: Ending, deadline: float | None) -> bool:

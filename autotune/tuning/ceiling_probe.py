@@ -28,7 +28,7 @@ from autotune import clock
 from autotune import knobs
 from autotune import result as R
 from autotune.knobs.space import Dimension
-from autotune.evidence.ceiling import MAX_MEMORY, SPACE, Ceiling
+from autotune.evidence.ceiling import MAX_MEMORY, SPACE, TIME, Ceiling
 
 if TYPE_CHECKING:  # pragma: no cover
     from autotune.trial.protocol import Settings
@@ -68,6 +68,8 @@ def find(fits: Fits, values: list[int], start: int | None = None, max_probes: in
         b = grid[i]
         if b not in seen:
             ok, outcome, peak = fits(b)
+            if outcome == R.OUT_OF_TIME:  # its share of the budget is spent: settle for what was seen to fit
+                raise _Spent
             probes.append((b, R.OK if ok else outcome, peak))
             seen[b] = (ok, outcome)
         return seen[b][0]
@@ -76,6 +78,22 @@ def find(fits: Fits, values: list[int], start: int | None = None, max_probes: in
         return Ceiling(None if best is None else grid[best], SPACE if failing is None else seen[grid[failing]][1],
                        None if failing is None else grid[failing], probes, clock.monotonic() - began)
 
+    try:
+        return _search(grid, start, max_probes, probes, check, done)
+    except _Spent:
+        fitting = [b for b, (ok, _) in seen.items() if ok]
+        failing_seen = [b for b, (ok, _) in seen.items() if not ok]
+        return Ceiling(max(fitting) if fitting else None, TIME, min(failing_seen) if failing_seen else None,
+                       probes, clock.monotonic() - began)
+
+
+class _Spent(Exception):
+    """The ceiling's share of the time budget ran out during a probe."""
+
+
+def _search(grid: list[int], start: int | None, max_probes: int, probes: list[Any], check: Callable[[int], bool],
+            done: Callable[[int | None, int | None], Ceiling]) -> Ceiling:
+    """:func:`find`'s doubling, halving and bisection over ``grid`` (indices), with ``check(i)`` probing one."""
     i = 0 if start is None else min(range(len(grid)), key=lambda k: (abs(grid[k] - start), k))
     best: int | None = None
     while True:  # doubling
@@ -132,12 +150,15 @@ def probe_settings() -> Settings:
 
 
 def probe(runner: Runner, base: Mapping[str, Any], dim: Dimension, max_memory_bytes: int | None,
-          on_probe: Callable[[int, str, int | None], None] | None = None) -> Ceiling:
-    """The ceiling among ``dim``'s batch sizes: PyTorch's defaults (``base``) run at each batch in isolated trials."""
+          on_probe: Callable[[int, str, int | None], None] | None = None, deadline: float | None = None) -> Ceiling:
+    """The ceiling among ``dim``'s batch sizes: PyTorch's defaults (``base``) run at each batch in isolated trials.
+    ``deadline`` (epoch seconds on :mod:`autotune.clock`): the end of the ceiling's share of a time budget; a probe
+    is not started past it and is stopped at it, and the ceiling is then the largest batch seen to fit (its limit
+    :data:`autotune.evidence.ceiling.TIME`), the bigger batches left unprobed rather than the budget spent on them."""
     settings = probe_settings()
 
     def measure(config: Mapping[str, Any]) -> R.TrialResult:
-        return runner.measure(config, settings=settings)
+        return runner.measure(config, settings=settings, deadline=deadline)
 
     fits = fits_with(measure, base, max_memory_bytes)
 

@@ -73,7 +73,8 @@ class Options(SearchOptions):
         return min([rest, *(max(0.0, e) for e in ends if e is not None)])
 
 
-    def shares(self, race_s: float | None, claim_s: float | None, sigma: float | None) -> Shares:
+    def shares(self, race_s: float | None, claim_s: float | None, sigma: float | None, *,
+               budget_s: float | None = None, candidate_s: float | None = None) -> Shares:
         """What a time budget keeps for the phases after the search, so that the run ends with an answer
         (:class:`autotune.tuning.phases.session.Shares`): the claim measured apart first (a reduced configuration, then
         :func:`autotune.evidence.claim.processes_needed` rounds of it and the defaults, and the chosen configuration
@@ -83,22 +84,26 @@ class Options(SearchOptions):
         (none where they would not make a whole round), at
         ``race_s`` a process (the defaults' and the candidates'). At most half the budget in all, so the search always
         has the other half; when that cannot hold them all, the claim keeps its share first, then the numerics check,
-        and the race takes what is left. Nothing without a time budget or a race."""
+        and the race takes what is left. Nothing without a time budget or a race. ``budget_s``: the time the loop has
+        (what the probes left of the budget; default the whole budget); ``candidate_s``: a race candidate's process
+        (a compiled candidate compiles in each; default ``race_s``)."""
         if self.time_budget_s is None or not race_s or not self.race_rounds:
             return Shares()
-        cap = self.time_budget_s / 2.0
+        budget = self.time_budget_s if budget_s is None else min(self.time_budget_s, max(0.0, budget_s))
+        cap = budget / 2.0
         claim = 0.0
         if self.confirm:  # the recommendation's processes and as many of the defaults, interleaved, and a little more
             n = CL.processes_needed(sigma)
             claim = (claim_s or race_s) * (n + CL.CLAIM_EXTRA_PROCESSES) + race_s * n
-        check = NU.COST_SHARE * self.time_budget_s if self.numerics != NU.OFF else 0.0
-        racing = race_s * min(self.race_rounds, race.MIN_ROUNDS) * (self.race_candidates + 1)
+        check = NU.COST_SHARE * budget if self.numerics != NU.OFF else 0.0
+        round_s = race_s + (candidate_s or race_s) * self.race_candidates  # the defaults and the candidates
+        racing = round_s * min(self.race_rounds, race.MIN_ROUNDS)
         claim = min(claim, cap)
         check = min(check, cap - claim)
         if check < trainings.RUNS * race_s:  # its share could not hold the check's runs: it would only sit unused
             check = 0.0
         racing = min(racing, cap - claim - check)
-        if racing < race_s * (self.race_candidates + 1):  # not a whole round: the search is better served
+        if racing < round_s:  # not a whole round: the search is better served
             racing = 0.0
         return Shares(racing, claim, check)
 
@@ -193,7 +198,9 @@ class Tuner:
                     race_s = process_s(view, [ev.baseline.number])
                     leader = ev.leader()
                     claim_s = max(race_s, process_s(view, [leader])) if leader is not None else race_s
-                    session.shares = opts.shares(race_s, claim_s, ev.noise.sigma)
+                    end = session.end()
+                    session.shares = opts.shares(race_s, claim_s, ev.noise.sigma, candidate_s=claim_s,
+                                                 budget_s=None if end is None else end - session.started_at)
             bench.until = session.ends().search
 
         try:

@@ -35,7 +35,7 @@ from autotune.reports import view
 from autotune.tuning import warmstart
 from autotune.knobs import space as spaces
 from autotune.tuning import loop
-from autotune.evidence.ceiling import Ceiling
+from autotune.evidence.ceiling import TIME, Ceiling
 from autotune.errors import Said, SpaceError, StudyError
 from autotune.tuning.phases import Bench, Seeds, sharing
 from autotune.tuning.phases.bench import OnMeasure, slow_limit
@@ -49,6 +49,9 @@ from autotune.store import LiveStudy, Store, StoredStudy, kind
 #: arm's speed, so shared processes are refused at the defaults' heap (:func:`autotune.knobs.apart`); where they are
 #: sound, what each knob bought is measured in them (:mod:`autotune.evidence.bought`).
 PAIRED_ENV = "AUTOTUNE_PAIRED"
+#: The batch ceiling's share of a time budget: its probes stop there (an H200's four probes took 25 s of a 4-minute
+#: budget), and the ceiling is the largest batch seen to fit.
+CEILING_SHARE = 0.2
 
 
 @dataclass
@@ -140,6 +143,7 @@ def prepare(
     race: bool = True,
     join_only: bool = False,
     job_of: str | None = None,
+    make_runner: Callable[..., Runner] | None = None,
 ) -> Prepared:
     """Prepare a study to tune, in steps, each entered once and in order: :func:`look` (the storage answers, the
     machine's load), :func:`probe` (the workload, where trials run), :func:`fit` (the space, to this workload here),
@@ -150,15 +154,17 @@ def prepare(
     ``join_only``: the study must exist already (a worker joining); ``race``: run the final race
     when the budget is spent (workers started by ``run --workers`` leave it to ``run``);
     ``on_probe(batch, outcome, peak bytes)``: after each probe of the batch-size ceiling; ``job_of``: the submitted
-    job a per-kind study works for (recorded on it when it is created).
+    job a per-kind study works for (recorded on it when it is created); ``make_runner``: what measures, built as
+    :class:`autotune.trial.runner.Runner` is (a simulated device's runner in :mod:`autotune.testing.simulated`, which
+    also hands the study its clock: :mod:`autotune.clock`).
     """
     started = clock.now()  # a time budget counts from here: the probes and the ceiling are part of the run's time
     with store.faults():
         looked = look(store, name, join_only)
-        probed = probe(config, device)
+        probed = probe(config, device, make_runner, started=started)
         fitted = fit(config, device, probed)
         found = find_ceiling(config, device, probed, fitted, fresh=not join_only and name not in looked.names,
-                             on_probe=on_probe)
+                             on_probe=on_probe, started=started)
         opened = open_study(config, store, name, device, probed, fitted, found, join_only=join_only, job_of=job_of)
         recovered = recover(opened.live)
         seeds, warm = warm_start(config, store, probed, fitted, opened)
@@ -203,14 +209,20 @@ class Probed:
         return knobs.Context.from_dict(self.context)
 
 
-def probe(config: TuneConfig, device: str) -> Probed:
+def probe(config: TuneConfig, device: str, make_runner: Callable[..., Runner] | None = None,
+          started: float | None = None) -> Probed:
     """Build the workload once in a trial process (a factory that fails says so here) and read what decides which
-    knobs apply; the space file is read first (a bad one fails before any process starts)."""
+    knobs apply; the space file is read first (a bad one fails before any process starts). Bounded by the trial
+    timeout, and by what is left of a time budget counted from ``started``."""
     space = load_space(config, device)
-    runner = Runner(config.spec, device=device, timeout_s=config.trial_timeout_s,
-                    settings=Settings.quick() if config.quick else Settings(), global_batch=config.global_batch,
-                    compile_limit_s=config.compile_limit_s)
-    found = runner.probe()
+    runner = (make_runner or Runner)(config.spec, device=device, timeout_s=config.trial_timeout_s,
+                                     settings=Settings.quick() if config.quick else Settings(),
+                                     global_batch=config.global_batch, compile_limit_s=config.compile_limit_s)
+    timeout_s = config.trial_timeout_s
+    if config.time_budget_s is not None:
+        spent = clock.now() - (started if started is not None else clock.now())
+        timeout_s = max(1.0, min(timeout_s, config.time_budget_s - spent))
+    found = runner.probe(timeout_s=timeout_s)
     ctx = knobs.Context.from_dict(found["context"])
     base = loop.base_config(ctx, space.fixed, found["workload"].get(knobs.BATCH_KNOB))
     return Probed(runner, space, found["context"], found["fingerprint"], base)
@@ -234,13 +246,19 @@ def fit(config: TuneConfig, device: str, probed: Probed) -> spaces.Fitted:
 
 
 def find_ceiling(config: TuneConfig, device: str, probed: Probed, fitted: spaces.Fitted, *, fresh: bool,
-                 on_probe: Callable[[int, str, int | None], None] | None = None) -> Ceiling | None:
+                 on_probe: Callable[[int, str, int | None], None] | None = None, started: float | None = None
+                 ) -> Ceiling | None:
     """The largest batch that fits, probed before a new study exists so that every trial of it searches the same batch
-    sizes (a study that exists keeps the one it stored); None when not probed."""
+    sizes (a study that exists keeps the one it stored); None when not probed, or when a time budget's share
+    (:data:`CEILING_SHARE` of it, from ``started``) was spent before a probe finished."""
     dim = fitted.space.search.get(knobs.BATCH_KNOB)
     if not fresh or dim is None or not config.probes_ceiling(device):
         return None
-    return ceilings.probe(probed.runner, probed.base, dim, config.max_memory_bytes, on_probe)
+    deadline = None
+    if config.time_budget_s is not None:
+        deadline = (started if started is not None else clock.now()) + CEILING_SHARE * config.time_budget_s
+    found = ceilings.probe(probed.runner, probed.base, dim, config.max_memory_bytes, on_probe, deadline=deadline)
+    return None if found.batch_size is None and found.limit == TIME else found
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,11 @@ A time budget is only kept if no trial starts that will outlast it. Most trials 
 (their windows are timed, not counted), but a compiled configuration's first step holds its compilation, and that is
 where a budget goes: on an H200 a GPT-2-shaped model's ``compile=default`` took 6-33 s, its ``max-autotune`` had not
 finished after 188 s. So a trial is predicted as the defaults' trial without its first step, plus the first step its
-compile mode is expected to take: the longest seen for that mode here; else a multiple of ``default``'s
+compile mode is expected to take: the longest seen for that mode here; else a multiple of ``default``'s seen here
 (:data:`FACTORS`: ``max-autotune`` benchmarks kernel choices on top of what ``default`` compiles); before any
-compiled configuration ran, :data:`PRIOR_S` for ``default`` (an estimate: a trial is never held back on it alone, so
-the recipe is tried; the end of the search's time stops it if it runs past). ``max-autotune`` is not predicted (so
-not started) before ``default`` has compiled here: its cost is a multiple of a figure not yet seen.
+compiled configuration ran here, :data:`PRIOR_S`, a table by mode of what the GPU runs measured on a fresh machine.
+A compiled configuration is started only when what is left holds that prediction (the recipe's included): started
+on a hope, a compilation would burn the rest of the search's time and be stopped at its end with nothing learned.
 
 The search asks :func:`why_not` before it starts a trial (a configuration that would not fit is recorded as
 skipped, with the reason, never as a failure) and :func:`cheaper` to move a sampler's proposal to the nearest compile
@@ -29,9 +29,10 @@ from autotune.units import format_duration
 COMPILE = registry.COMPILE.name
 #: A compile mode's first step as a multiple of ``default``'s (the modes the registry knows; others: ``default``'s).
 FACTORS = {"default": 1.0, "reduce-overhead": 1.5, "max-autotune-no-cudagraphs": 8.0, "max-autotune": 10.0}
-#: Modes whose cost is predicted only from ``default``'s, once it has compiled here.
-AFTER_DEFAULT = ("max-autotune", "max-autotune-no-cudagraphs")
-PRIOR_S = 30.0  # compile=default's first step before any compiled configuration was measured here
+#: A compile mode's first step before any compiled configuration was measured here: the GPU runs' figures on a fresh
+#: machine (an H200's LM: default 33 s with a cold inductor cache; an H100's cnn: reduce-overhead 1.25x default's;
+#: max-autotune past 125 s on the cnn and 188 s on the LM), rounded up.
+PRIOR_S = {"default": 30.0, "reduce-overhead": 40.0, "max-autotune-no-cudagraphs": 150.0, "max-autotune": 190.0}
 #: Cheapest first: where a proposal's mode does not fit, the next cheaper one is tried.
 BY_COST = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 
@@ -52,9 +53,8 @@ def first_step_s(trials: Sequence[StoredTrial], mode: str) -> tuple[float | None
     factor = FACTORS.get(mode, 1.0)
     if default is not None:
         return default * factor, f"{factor:g}x compile=default's {format_duration(default)} here"
-    if mode in AFTER_DEFAULT:
-        return None, f"compile={mode} is tried once compile=default has compiled here (it takes a multiple of that)"
-    return PRIOR_S * factor, f"compile=default's first step is about {format_duration(PRIOR_S)} before one is seen"
+    prior = PRIOR_S.get(mode, PRIOR_S["default"] * factor)
+    return prior, f"compile={mode}'s first step is about {format_duration(prior)} before one is seen here"
 
 
 def _seen(trials: Sequence[StoredTrial], mode: str) -> float | None:
@@ -102,8 +102,6 @@ def why_not(trials: Sequence[StoredTrial], config: Mapping[str, Any], left_s: fl
     mode = _mode(config)
     if expected is None:
         return basis if left_s is not None else None
-    if mode != "off" and knobs.compiles(config) and _seen(trials, "default") is None and _seen(trials, mode) is None:
-        return None  # nothing compiled here yet: nothing to predict from (the end of the search's time stops it)
     if compile_limit_s is not None and mode != "off" and knobs.compiles(config):
         first, _ = first_step_s(trials, mode)
         if first is not None and first > compile_limit_s and basis != f"seen here for compile={mode}":

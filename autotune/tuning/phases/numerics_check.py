@@ -28,7 +28,7 @@ from autotune.tuning.phases.phase import Phase
 from autotune.units import format_duration, plural
 
 
-RUN_OVERHEAD_S = 2.0  # a run's process start and the workload's build, beside its first step and its steps
+RUN_OVERHEAD_S = 2.0  # a run's process start and the workload's build before any trial measured them here
 
 
 @dataclass
@@ -74,11 +74,19 @@ def run(live: LiveStudy, bench: Bench, mode: str = NU.WARN, deadline: float | No
         record["candidate_configs"] = {str(c.number): dict(c.config) for c in faster[:NU.STRICT_CANDIDATES]}
     live.save_numerics(check_id, record)
     start = clock.monotonic()
-    run_s = first + RUN_OVERHEAD_S + steps * per_step / slower  # one run: start, build, compile, its steps
+    # one run: its process's start, the workload's build and exit (as the trials here took them), compile, its steps
+    run_s = first + overhead_s(view) + steps * per_step / slower
     trainings.check(bench.numerics, record, on_run=lambda: live.save_numerics(check_id, record), deadline=deadline,
                     run_s=run_s)
     live.save_numerics(check_id, record)
     return NumericsReport(check_id, len(record["runs"]), clock.monotonic() - start, NU.judge(record))
+
+
+def overhead_s(view: Any) -> float:
+    """A process's time here beside its steps (its start, the workload's build, its exit): the longest the study's
+    measured trials took (``overhead_s``: a GPU process's CUDA context takes seconds), else :data:`RUN_OVERHEAD_S`."""
+    seen = [float(t.result.get("overhead_s") or 0.0) for t in view.trials if t.ok and t.result]
+    return max(seen) if any(seen) else RUN_OVERHEAD_S
 
 
 def _line(report: NumericsReport | None) -> str:
