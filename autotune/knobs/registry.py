@@ -166,7 +166,7 @@ COMPILE = Knob(
     },
     torch_default="eager",
     recipe="default",
-    effects=(Compile(off="off", plain="default"),),
+    effects=(Compile(off="off", plain="default", graphs=("reduce-overhead", "max-autotune")),),
     in_process=ALONE,  # dynamo's caches are the process's: a second arm would recompile (other shapes) or reuse
     starts_processes=True,  # inductor's compile workers
     how=_compile_how,
