@@ -187,3 +187,25 @@ def test_under_reduce_overhead_evaluate_neither_compiles_nor_records_graphs(monk
         step(batch)
     torch.cuda.synchronize()
     assert len(recorded) == graphs and counters["stats"]["unique_graphs"] == compiled
+
+
+def test_an_out_of_memory_under_cuda_graphs_is_typed():
+    """What the ceiling's graphs probes step down on: an OOM while compiling, recording or replaying is an OOM."""
+    res = Runner(WorkloadSpec("autotune.examples:transformer"), device="cuda:0").measure(
+        {"batch_size": 65536, "compile": "reduce-overhead"})
+    assert res.outcome == R.OOM, res.error
+
+
+def test_the_ceiling_is_probed_with_the_graphs_where_the_search_tries_them():
+    from autotune.evidence.ceiling import SPACE, Ceiling
+    from autotune.knobs.space import Dimension
+    from autotune.tuning import ceiling_probe
+
+    runner = Runner(WorkloadSpec("autotune.examples:cnn"), device="cuda:0")
+    search = {"batch_size": Dimension("batch_size", (32, 64)),
+              "compile": Dimension("compile", ("off", "reduce-overhead"))}
+    base = knobs.resolve({"batch_size": 32}, CUDA).config
+    eager = Ceiling(64, SPACE, None, [(64, R.OK, 1)], 1.0)
+    found = ceiling_probe.probe_graphs(runner, "cuda:0", base, search, eager, None)
+    assert [(b, o) for b, o, _ in found.graphs] == [(64, R.OK)] and found.graphs[0][2] > 0
+    assert found.batch_size == 64 and "with CUDA graphs too" in found.text()

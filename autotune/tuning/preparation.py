@@ -240,7 +240,9 @@ def find_ceiling(config: TuneConfig, device: str, probed: Probed, fitted: spaces
     dim = fitted.space.search.get(knobs.BATCH_KNOB)
     if not fresh or dim is None or not config.probes_ceiling(device):
         return None
-    return ceilings.probe(probed.runner, probed.base, dim, config.max_memory_bytes, on_probe)
+    found = ceilings.probe(probed.runner, probed.base, dim, config.max_memory_bytes, on_probe)
+    return ceilings.probe_graphs(probed.runner, device, probed.base, fitted.space.search, found,
+                                 config.max_memory_bytes, on_probe)  # as CUDA graphs' memory allows, where tried
 
 
 @dataclass(frozen=True)
