@@ -231,6 +231,9 @@ def test_cuda_graphs_are_the_compile_modes_that_capture_them_on_a_cuda_device():
         assert graphs_plan(mode).cuda_graphs is torch_says, mode
         assert graphs_plan(mode, "cpu").cuda_graphs is False  # no CUDA graphs without CUDA
     assert graphs_plan("reduce-overhead").cuda_graphs and not graphs_plan("default").cuda_graphs
+    # and what a by-hand export says of them: keep a loss as a copy
+    assert all(("clone()" in registry.COMPILE.how_to(mode)) is (mode in effect.graphs)
+               for mode in registry.COMPILE.choices if mode != effect.off)
 
 
 def test_only_a_compiled_model_under_cuda_graphs_has_its_step_copied():
