@@ -209,3 +209,23 @@ def test_the_ceiling_is_probed_with_the_graphs_where_the_search_tries_them():
     found = ceiling_probe.probe_graphs(runner, "cuda:0", base, search, eager, None)
     assert [(b, o) for b, o, _ in found.graphs] == [(64, R.OK)] and found.graphs[0][2] > 0
     assert found.batch_size == 64 and "with CUDA graphs too" in found.text()
+
+
+def test_under_reduce_overhead_accumulated_gradients_add_up():
+    """Gradient accumulation across graph replays: the weights after a few optimizer steps of 2 micro-batches are
+    those of the same training without compile (torch's graph trees alone would leave the last micro-batch's)."""
+    from autotune.export.config import Config
+
+    batches = [(torch.randn(8, 16), torch.randint(0, 4, (8,))) for _ in range(12)]
+    trained = []
+    for mode in ("off", "reduce-overhead"):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+        cfg = Config(knobs={"compile": mode, "batch_size": 8}, device="cuda:0", global_batch=16)
+        model, _, step = cfg.apply(model, None, torch.optim.SGD(model.parameters(), lr=0.5), report_speed=False)
+        assert step.plan.accumulation == 2 and step.stepper.graphs is (mode != "off")
+        for batch in batches:
+            step(batch)
+        trained.append([p.detach().cpu() for p in model.parameters()])
+    assert all(torch.allclose(a, b, rtol=1e-3, atol=1e-4) for a, b in zip(*trained))

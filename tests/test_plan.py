@@ -270,3 +270,29 @@ def test_under_cuda_graphs_a_loss_outlives_the_next_replay(graphs):
     p.task = "infer"
     outputs = [stepper.infer([b]) for b in graph_batches(2)]
     assert (float(outputs[0]) != float(outputs[1])) is graphs
+
+
+def test_under_cuda_graphs_accumulated_gradients_live_in_their_own_memory():
+    """With gradient accumulation the gradients are allocated before the first backward and zeroed, not dropped,
+    after each optimizer step (one buffer all along: a backward graph's output is never the .grad); they add up to
+    the reference's. Without CUDA graphs, set to None as before."""
+    p = Plan.from_config(knobs.resolve({"batch_size": 4}, CPU).config, "cpu", "train", global_batch=8)
+    assert p.accumulation == 2
+    torch.manual_seed(0)
+    model, reference = nn.Linear(4, 1), nn.Linear(4, 1)
+    reference.load_state_dict(model.state_dict())
+    stepper = p.stepper(model, torch.optim.SGD(model.parameters(), lr=0.0))
+    stepper.graphs = True
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    nn.functional.mse_loss(reference(x), y).backward()  # the whole batch at once: the mean of the two halves
+    stepper.micro((x[:4], y[:4]))
+    buffers = [q.grad.data_ptr() for q in model.parameters()]
+    stepper.micro((x[4:], y[4:]))
+    assert all(torch.allclose(q.grad, r.grad, atol=1e-6) for q, r in zip(model.parameters(), reference.parameters()))
+    stepper.finish()
+    assert all(q.grad is not None and not q.grad.any() for q in model.parameters())
+    stepper.micro((x[:4], y[:4]))
+    assert [q.grad.data_ptr() for q in model.parameters()] == buffers
+    stepper.graphs = False
+    stepper.finish()
+    assert all(q.grad is None for q in model.parameters())

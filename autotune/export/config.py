@@ -148,7 +148,7 @@ class TrainStep:
             scaler.update()
         else:
             optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        self.stepper.zero_grad()
         if self.scheduler is not None:
             self.scheduler.step()
 

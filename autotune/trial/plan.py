@@ -404,6 +404,8 @@ class Stepper:
             loss = self.loss_fn(output, target)
         if self.plan.accumulation > 1:
             loss = loss / self.plan.accumulation
+            if self.graphs:
+                self._own_grads()
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
         else:
@@ -411,14 +413,32 @@ class Stepper:
         return self.kept(loss)
 
     def finish(self) -> None:
-        """The optimizer step after the micro-batches of one step, then zero_grad(set_to_none=True)."""
+        """The optimizer step after the micro-batches of one step, then :meth:`zero_grad`."""
         assert self.optimizer is not None
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.zero_grad()
+
+    def zero_grad(self) -> None:
+        """The gradients cleared after an optimizer step: set to None (no memory between steps), except under CUDA
+        graphs with gradient accumulation, where they are zeroed in their own memory (:meth:`_own_grads`)."""
+        assert self.optimizer is not None
+        self.optimizer.zero_grad(set_to_none=not (self.graphs and self.plan.accumulation > 1))
+
+    def _own_grads(self) -> None:
+        """Under CUDA graphs with gradient accumulation, each parameter's ``.grad`` allocated (zeros) outside the
+        graphs' memory before a backward. A ``.grad`` that autograd finds unset is the backward graph's output
+        itself, which the next micro-batch's replay overwrites: torch's graph trees do not keep a backward's outputs
+        across a later replay, so the micro-batches' gradients would not add up. Allocated, autograd adds each
+        micro-batch's gradients into it."""
+        assert self.optimizer is not None
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is None and p.requires_grad:
+                    p.grad = torch.zeros_like(p)
 
     def infer(self, batches: list[Any]) -> torch.Tensor:
         out = torch.zeros(())
