@@ -215,3 +215,20 @@ def test_where_no_batch_fits_with_the_graphs_the_eager_ceiling_stays_and_says_so
     assert "no batch fits with CUDA graphs: 16 ran out of memory" in found.text()
     old = {k: v for k, v in found.to_dict().items() if k != "graphs"}  # a study stored before the graphs' probes
     assert C.Ceiling.from_dict(old).graphs == [] and "CUDA graphs" not in C.Ceiling.from_dict(old).text()
+
+
+def test_a_graphs_probe_that_fails_otherwise_than_for_memory_stops_the_graphs_probes():
+    """A compile that fails (or passes the compile limit) would fail at every smaller batch too: one such probe, the
+    eager ceiling kept, and the words say the graphs did not settle it."""
+
+    class Failing(GraphsRunner):
+        def measure(self, config, settings=None):
+            if config.get("compile") == "reduce-overhead":
+                self.ran.append(dict(config))
+                return R.TrialResult(outcome=R.TIMEOUT)
+            return super().measure(config, settings)
+
+    runner = Failing(eager=200, graphs=100)
+    found, seen = probed(runner)
+    assert seen == [(192, R.TIMEOUT)] and found.batch_size == 192 and found.graphs[0][:2] == (192, R.TIMEOUT)
+    assert "208 ran out of memory; with CUDA graphs not settled: 192 failed: timeout" in found.text()

@@ -67,13 +67,24 @@ class Ceiling:
             return f"{self.batch_size} (the top of the searched range fits; {cost})"
         return f"{self.batch_size} ({self.first_failing} {_why(self.limit)}; {cost})"
 
+    def _eager_reason(self) -> str:
+        """Why the ceiling is where it is, in the fields' own terms (the eager probes' where the graphs' did not
+        settle it)."""
+        if self.limit == SPACE:
+            return "the top of the searched range fits"
+        return f"{self.first_failing} {_why(self.limit)}"
+
     def _with_graphs(self, cost: str) -> str:
         failed = [(b, o) for b, o, _ in self.probes if o != Outcome.OK]
         without = (f"without them {min(failed)[0]} {_why(min(failed)[1])}" if failed
                    else "without them the top of the searched range fits")
+        last_batch, last = self.graphs[-1][:2]
+        if last not in (Outcome.OK, Outcome.OOM, MAX_MEMORY):
+            return (f"{self.batch_size} ({self._eager_reason()}; with CUDA graphs not settled: {last_batch} "
+                    f"{_why(last)}; {cost})")
         if not any(o == Outcome.OK for _, o, _ in self.graphs):
             smallest = min(b for b, _, _ in self.graphs)
-            return (f"{self.batch_size} (no batch fits with CUDA graphs: {smallest} "
+            return (f"{self.batch_size} ({self._eager_reason()}; no batch fits with CUDA graphs: {smallest} "
                     f"{_why(next(o for b, o, _ in self.graphs if b == smallest))}; {cost})")
         if any(o != Outcome.OK for _, o, _ in self.graphs):
             return f"{self.batch_size} ({self.first_failing} {_why(self.limit)} with CUDA graphs; {without}; {cost})"

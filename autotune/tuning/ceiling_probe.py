@@ -172,6 +172,10 @@ def graphs_config(base: Mapping[str, Any], search: Mapping[str, Dimension], devi
     return None
 
 
+class _Unsettled(Exception):
+    """A probe with CUDA graphs failed otherwise than for memory: the graphs do not decide the ceiling."""
+
+
 def probe_graphs(runner: Runner, device: str, base: Mapping[str, Any], search: Mapping[str, Dimension],
                  found: Ceiling, max_memory_bytes: int | None,
                  on_probe: Callable[[int, str, int | None], None] | None = None) -> Ceiling:
@@ -183,20 +187,30 @@ def probe_graphs(runner: Runner, device: str, base: Mapping[str, Any], search: M
     ``found``'s batch; a typed out-of-memory there (or a peak over ``--max-memory``) tries the next batch down,
     halving then bisecting as :func:`find` does. Each probe compiles, so only as many run as it takes: one where
     the graphs fit. Returns ``found`` with the graphs' probes; where a batch fits with them, its ceiling is theirs.
-    Without a graphs mode in the search on ``device``, or without a batch that fits at all, ``found`` as it is."""
+    Without a graphs mode in the search on ``device``, or without a batch that fits at all, ``found`` as it is;
+    where a probe with the graphs fails otherwise (its compile fails or passes the compile limit), ``found`` with
+    the probes run so far, and no more of them (each smaller batch would compile to the same end)."""
     config = graphs_config(base, search, device)
     if config is None or found.batch_size is None:
         return found
     values = [int(v) for v in search[knobs.BATCH_KNOB].values() if int(v) <= found.batch_size]
     fits = fits_with(lambda c: runner.measure(c, settings=probe_settings()), config, max_memory_bytes)
+    ran: list[tuple[int, str, int | None]] = []
+    began = time.perf_counter()
 
     def reporting(batch: int) -> tuple[bool, str, int | None]:
         ok, outcome, peak = fits(batch)
+        ran.append((batch, R.OK if ok else outcome, peak))
         if on_probe is not None:
             on_probe(batch, R.OK if ok else outcome, peak)
+        if not ok and outcome not in (R.OOM, MAX_MEMORY):
+            raise _Unsettled  # a compile that failed or ran out of time says nothing of memory, nor would smaller ones
         return ok, outcome, peak
 
-    graphs = find(reporting, values, start=found.batch_size)
+    try:
+        graphs = find(reporting, values, start=found.batch_size)
+    except _Unsettled:
+        return dataclasses.replace(found, graphs=ran, seconds=found.seconds + time.perf_counter() - began)
     seconds = found.seconds + graphs.seconds
     if graphs.batch_size is None:
         return dataclasses.replace(found, graphs=graphs.probes, seconds=seconds)
