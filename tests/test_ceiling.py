@@ -143,3 +143,92 @@ def test_by_default_a_cpu_study_without_a_memory_budget_does_not_probe():
     assert job.probes_ceiling("cuda:0")
     assert TuneConfig(spec=job.spec, max_memory_bytes=1 << 30).probes_ceiling("cpu")
     assert not TuneConfig(spec=job.spec, batch_ceiling=False).probes_ceiling("cuda:0")
+
+
+# ---------------------------------------------------------------- with CUDA graphs
+
+
+class GraphsRunner:
+    """A runner whose configurations fit up to a batch: ``eager`` without CUDA graphs, ``graphs`` with them (the
+    compile knob's graphs mode); it records what it ran."""
+
+    def __init__(self, eager: int, graphs: int) -> None:
+        self.eager, self.graphs = eager, graphs
+        self.ran: list[dict] = []
+
+    def measure(self, config, settings=None, deadline=None):
+        self.ran.append(dict(config))
+        top = self.graphs if config.get("compile") == "reduce-overhead" else self.eager
+        fits = config["batch_size"] <= top
+        return R.TrialResult(outcome=R.OK if fits else R.OOM, samples_per_s=1.0 if fits else None,
+                             peak_memory_bytes=config["batch_size"] * 10)
+
+
+GRAPHS_SEARCH = {"batch_size": spaces.Dimension("batch_size", None, 16, 256, 16),
+                 "compile": spaces.Dimension("compile", ("off", "default", "reduce-overhead"))}
+DEFAULTS = {"batch_size": 32, "compile": "off", "precision": "fp32"}
+
+
+def probed(runner, device="cuda:0", search=GRAPHS_SEARCH):
+    seen: list[tuple[int, str]] = []
+    found = C.probe(runner, DEFAULTS, search["batch_size"], None)
+    return C.probe_graphs(runner, device, DEFAULTS, search, found, None, lambda b, o, p: seen.append((b, o))), seen
+
+
+def test_the_ceiling_is_the_one_cuda_graphs_memory_allows():
+    """An out-of-memory with the graphs at the eager ceiling is typed and the next batch down tried, until one fits:
+    the ceiling is theirs, said with them; only the graphs' probes compile with the graphs, the defaults otherwise."""
+    runner = GraphsRunner(eager=200, graphs=100)
+    found, seen = probed(runner)
+    assert (found.batch_size, found.limit, found.first_failing) == (96, R.OOM, 112)
+    assert seen == [(b, o) for b, o, _ in found.graphs] and seen[0] == (192, R.OOM)  # the eager ceiling first
+    assert all(c["compile"] == "reduce-overhead" and c["precision"] == "fp32" for c in runner.ran[-len(seen):])
+    assert all(c["compile"] == "off" for c in runner.ran[:-len(seen)])
+    assert max(b for b, o, _ in found.probes if o == R.OK) == 192
+    assert found.text().startswith("96 (112 ran out of memory with CUDA graphs; without them 208 ran out of memory; ")
+    assert C.Ceiling.from_dict(found.to_dict()).graphs == found.graphs  # stored with the study, read back
+    assert C.clip(GRAPHS_SEARCH["batch_size"], found, 32).values()[-1] == 96
+
+
+def test_where_the_graphs_fit_at_the_ceiling_one_probe_says_so():
+    runner = GraphsRunner(eager=200, graphs=400)
+    found, seen = probed(runner)
+    assert seen == [(192, R.OK)] and (found.batch_size, found.limit, found.first_failing) == (192, R.OOM, 208)
+    assert found.text().startswith("192 (with CUDA graphs too; without them 208 ran out of memory; ")
+
+
+def test_no_graphs_probe_without_graphs_in_the_search_or_off_cuda():
+    for device, search in (("cpu", GRAPHS_SEARCH),
+                           ("cuda:0", {**GRAPHS_SEARCH, "compile": spaces.Dimension("compile", ("off", "default"))})):
+        runner = GraphsRunner(eager=200, graphs=100)
+        found, seen = probed(runner, device, search)
+        assert seen == [] and not found.graphs and found.batch_size == 192
+        assert all(c["compile"] == "off" for c in runner.ran)
+    assert C.graphs_config(DEFAULTS, GRAPHS_SEARCH, "cuda")["compile"] == "reduce-overhead"
+    assert C.graphs_config(DEFAULTS, GRAPHS_SEARCH, "cpu") is None
+
+
+def test_where_no_batch_fits_with_the_graphs_the_eager_ceiling_stays_and_says_so():
+    runner = GraphsRunner(eager=200, graphs=8)
+    found, seen = probed(runner)
+    assert found.batch_size == 192 and seen and all(o == R.OOM for _, o in seen)
+    assert "no batch fits with CUDA graphs: 16 ran out of memory" in found.text()
+    old = {k: v for k, v in found.to_dict().items() if k != "graphs"}  # a study stored before the graphs' probes
+    assert C.Ceiling.from_dict(old).graphs == [] and "CUDA graphs" not in C.Ceiling.from_dict(old).text()
+
+
+def test_a_graphs_probe_that_fails_otherwise_than_for_memory_stops_the_graphs_probes():
+    """A compile that fails (or passes the compile limit) would fail at every smaller batch too: one such probe, the
+    eager ceiling kept, and the words say the graphs did not settle it."""
+
+    class Failing(GraphsRunner):
+        def measure(self, config, settings=None, deadline=None):
+            if config.get("compile") == "reduce-overhead":
+                self.ran.append(dict(config))
+                return R.TrialResult(outcome=R.TIMEOUT)
+            return super().measure(config, settings)
+
+    runner = Failing(eager=200, graphs=100)
+    found, seen = probed(runner)
+    assert seen == [(192, R.TIMEOUT)] and found.batch_size == 192 and found.graphs[0][:2] == (192, R.TIMEOUT)
+    assert "208 ran out of memory; with CUDA graphs not settled: 192 failed: timeout" in found.text()

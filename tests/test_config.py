@@ -364,6 +364,64 @@ def test_an_eval_pass_counts_neither_as_training_nor_as_waiting_on_data():
     assert meter.done and meter.window["data_s"] == pytest.approx(4.0)  # the 1 s gaps between steps, not the 100 s
     assert meter.samples_per_s == pytest.approx(4 * 4 / 4.0)  # 4 steps of 4 samples in the 104 s of the clock less 100
 
+class Compiled(nn.Module):
+    """What torch.compile returns, as far as apply() sees it: a wrapper whose ``_orig_mod`` is the model; it counts
+    the forwards it runs (each would be a compiled, and under CUDA graphs a recorded, call)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self._orig_mod = model
+        self.calls: list[tuple[bool, bool]] = []
+
+    def forward(self, *args, **kwargs):
+        self.calls.append((self.training, torch.is_grad_enabled()))
+        return self._orig_mod(*args, **kwargs)
+
+
+@pytest.fixture
+def under_cuda_graphs(monkeypatch):
+    """apply() as on a GPU whose configuration runs the step in CUDA graphs, on the CPU: the plan says it does, and
+    compiling wraps the model in :class:`Compiled`."""
+    from autotune.trial.plan import Plan
+
+    monkeypatch.setattr(Plan, "cuda_graphs", property(lambda self: True))
+    monkeypatch.setattr(Plan, "compile_model", lambda self, model: Compiled(model))
+
+
+def test_under_cuda_graphs_the_users_step_returns_losses_that_later_steps_leave_alone(under_cuda_graphs):
+    from autotune.testing.graphs import InGraphLoss, batches
+
+    torch.manual_seed(0)
+    model = InGraphLoss()
+    model, _, step = small_config().apply(model, None, torch.optim.SGD(model.parameters(), lr=0.1),
+                                          report_speed=False)
+    assert isinstance(model, Compiled) and step.stepper.graphs
+    kept, read_then = [], []
+    for batch in batches(4):
+        loss = step(batch)
+        kept.append(loss)
+        read_then.append(float(loss))
+    assert len(set(read_then)) == 4 and [float(v) for v in kept] == read_then
+
+
+def test_under_cuda_graphs_evaluate_runs_the_uncompiled_module(under_cuda_graphs):
+    """An eval pass neither compiles nor records: the compiled wrapper runs no forward in it (the model's own does,
+    in eval mode without gradients), and training resumes on the compiled one."""
+    inner = Judged()
+    model, loader, step = small_config().apply(inner, Pairs(), torch.optim.SGD(inner.parameters(), lr=1e-3),
+                                               report_speed=False)
+    batches = iter(loader)
+    step(next(batches))
+    assert model.calls == [(True, True)]
+    step.evaluate(torch.utils.data.DataLoader(Pairs(16), batch_size=4))
+    with step.evaluating() as evaluated:
+        assert evaluated is inner and not inner.training
+    assert model.calls == [(True, True)] and inner.seen[-1] == (False, False) and len(inner.seen) == 5
+    assert model.training and inner.training
+    step(next(batches))
+    assert model.calls == [(True, True), (True, True)]
+
+
 USER_SCRIPT = """
 import json, sys, time, torch, autotune, autotune.examples, autotune.workloads.contract
 from types import SimpleNamespace

@@ -111,3 +111,121 @@ def test_expandable_segments_reaches_the_trial_environment():
         {"cuda_allocator": "expandable_segments"}
     )
     assert res.ok, res.error
+
+
+# ---------------------------------------------------------------- CUDA graphs in the user's loop
+
+
+class LossInForward(torch.nn.Module):
+    """A classifier that computes its loss in its forward (as Hugging Face models do): under reduce-overhead the loss
+    is an output of the compiled graph, in the graphs' memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Dropout(0.1),
+                                       torch.nn.Linear(64, 4))
+
+    def forward(self, x, y):
+        return {"loss": torch.nn.functional.cross_entropy(self.net(x), y)}
+
+
+def graphs_step():
+    """apply() of compile=reduce-overhead on this GPU, and host batches for it (dict batches: the model's keywords)."""
+    from autotune.export.config import Config
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = LossInForward()
+    cfg = Config(knobs={"compile": "reduce-overhead", "batch_size": 8}, device="cuda:0", global_batch=8)
+    model, _, step = cfg.apply(model, None, torch.optim.SGD(model.parameters(), lr=0.1), report_speed=False)
+    batches = [{"x": torch.randn(8, 16), "y": torch.randint(0, 4, (8,))} for _ in range(16)]
+    return model, step, batches
+
+
+def test_under_reduce_overhead_the_loss_of_step_k_is_unchanged_after_step_k_plus_1():
+    model, step, batches = graphs_step()
+    assert step.stepper.graphs and step.plan.cuda_graphs
+    for batch in batches[:4]:  # the first call warms up, the second records, the rest replay
+        step(batch)
+    kept, read_then = [], []
+    for batch in batches[4:10]:
+        loss = step(batch)
+        kept.append(loss)
+        read_then.append(float(loss))
+    assert [float(v) for v in kept] == read_then and len(set(read_then)) > 1
+    # the same step without the copy: torch's graphs overwrite the loss it returned (what the copy guards against)
+    step.stepper.graphs = False
+    first = step(batches[10])
+    step(batches[11])
+    with pytest.raises(RuntimeError, match="overwritten"):
+        float(first)
+
+
+def test_under_reduce_overhead_evaluate_neither_compiles_nor_records_graphs(monkeypatch):
+    import math
+
+    from torch._dynamo.utils import counters
+    from torch._inductor import cudagraph_trees
+
+    recorded: list[int] = []
+    original = cudagraph_trees.CUDAGraphTreeManager.record_function
+
+    def counting(self, *args, **kwargs):
+        recorded.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(cudagraph_trees.CUDAGraphTreeManager, "record_function", counting)
+    model, step, batches = graphs_step()
+    for batch in batches[:5]:
+        step(batch)
+    torch.cuda.synchronize()
+    graphs, compiled = len(recorded), counters["stats"]["unique_graphs"]
+    assert graphs >= 2, recorded  # the training's forward and backward were recorded: the count sees a recording
+    val = step.evaluate(batches[5:9])
+    assert math.isfinite(val) and model.training
+    for batch in batches[9:12]:  # training goes on replaying the graphs it had
+        step(batch)
+    torch.cuda.synchronize()
+    assert len(recorded) == graphs and counters["stats"]["unique_graphs"] == compiled
+
+
+def test_an_out_of_memory_under_cuda_graphs_is_typed():
+    """What the ceiling's graphs probes step down on: an OOM while compiling, recording or replaying is an OOM."""
+    res = Runner(WorkloadSpec("autotune.examples:transformer"), device="cuda:0").measure(
+        {"batch_size": 65536, "compile": "reduce-overhead"})
+    assert res.outcome == R.OOM, res.error
+
+
+def test_the_ceiling_is_probed_with_the_graphs_where_the_search_tries_them():
+    from autotune.evidence.ceiling import SPACE, Ceiling
+    from autotune.knobs.space import Dimension
+    from autotune.tuning import ceiling_probe
+
+    runner = Runner(WorkloadSpec("autotune.examples:cnn"), device="cuda:0")
+    search = {"batch_size": Dimension("batch_size", (32, 64)),
+              "compile": Dimension("compile", ("off", "reduce-overhead"))}
+    base = knobs.resolve({"batch_size": 32}, CUDA).config
+    eager = Ceiling(64, SPACE, None, [(64, R.OK, 1)], 1.0)
+    found = ceiling_probe.probe_graphs(runner, "cuda:0", base, search, eager, None)
+    assert [(b, o) for b, o, _ in found.graphs] == [(64, R.OK)] and found.graphs[0][2] > 0
+    assert found.batch_size == 64 and "with CUDA graphs too" in found.text()
+
+
+def test_under_reduce_overhead_accumulated_gradients_add_up():
+    """Gradient accumulation across graph replays: the weights after a few optimizer steps of 2 micro-batches are
+    those of the same training without compile (torch's graph trees alone would leave the last micro-batch's)."""
+    from autotune.export.config import Config
+
+    batches = [(torch.randn(8, 16), torch.randint(0, 4, (8,))) for _ in range(12)]
+    trained = []
+    for mode in ("off", "reduce-overhead"):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+        cfg = Config(knobs={"compile": mode, "batch_size": 8}, device="cuda:0", global_batch=16)
+        model, _, step = cfg.apply(model, None, torch.optim.SGD(model.parameters(), lr=0.5), report_speed=False)
+        assert step.plan.accumulation == 2 and step.stepper.graphs is (mode != "off")
+        for batch in batches:
+            step(batch)
+        trained.append([p.detach().cpu() for p in model.parameters()])
+    assert all(torch.allclose(a, b, rtol=1e-3, atol=1e-4) for a, b in zip(*trained))

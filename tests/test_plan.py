@@ -8,8 +8,11 @@ from autotune import knobs
 from autotune.errors import KnobError
 from autotune.workloads.examples import SmallResNet, TinyLM
 from autotune.knobs import effects as fx
+from autotune.knobs import registry
+from autotune.testing.graphs import InGraphLoss
+from autotune.testing.graphs import batches as graph_batches
 from autotune.trial.plan import (CARRIED_OUT, NotApplicableAtRuntime, Plan, checkpoint_blocks, declared,
-                                 fp32_precision_api, infinite, optimizer_switches)
+                                 fp32_precision_api, infinite, optimizer_switches, uncompiled)
 
 CPU = knobs.Context(device_type="cpu", task="train", input_rank=4)
 
@@ -208,3 +211,88 @@ def test_a_knob_absent_from_the_configuration_is_not_applied():
     model = nn.Linear(2, 2)
     assert p.compile_model(model) is model
     assert Plan({"pin_memory": True, "batch_size": 8}, torch.device("cpu")).loader_kwargs()["pin_memory"] is False
+
+
+# ---------------------------------------------------------------- CUDA graphs
+
+
+def graphs_plan(mode: str, device: str = "cuda") -> Plan:
+    return Plan({registry.COMPILE.name: mode, knobs.BATCH_KNOB: 4}, torch.device(device))
+
+
+def test_cuda_graphs_are_the_compile_modes_that_capture_them_on_a_cuda_device():
+    """The registry's declaration agrees with torch's own modes (the ones that turn on triton.cudagraphs)."""
+    import torch._inductor
+
+    effect = next(e for e in registry.COMPILE.effects if isinstance(e, fx.Compile))
+    for mode in registry.COMPILE.choices:
+        torch_says = (mode not in (effect.off, effect.plain)
+                      and bool(torch._inductor.list_mode_options(mode).get("triton.cudagraphs")))
+        assert graphs_plan(mode).cuda_graphs is torch_says, mode
+        assert graphs_plan(mode, "cpu").cuda_graphs is False  # no CUDA graphs without CUDA
+    assert graphs_plan("reduce-overhead").cuda_graphs and not graphs_plan("default").cuda_graphs
+    # and what a by-hand export says of them: keep a loss as a copy
+    assert all(("clone()" in registry.COMPILE.how_to(mode)) is (mode in effect.graphs)
+               for mode in registry.COMPILE.choices if mode != effect.off)
+
+
+def test_only_a_compiled_model_under_cuda_graphs_has_its_step_copied():
+    model = nn.Linear(4, 1)
+    compiled = torch.compile(model, backend="eager")  # compiled lazily: nothing runs here
+    assert uncompiled(compiled) is model and uncompiled(model) is model
+    assert graphs_plan("reduce-overhead").stepper(compiled, None).graphs
+    assert not graphs_plan("reduce-overhead").stepper(model, None).graphs  # the eager twin (FLOPs are counted on it)
+    assert not graphs_plan("default").stepper(compiled, None).graphs
+    assert not graphs_plan("reduce-overhead", "cpu").stepper(compiled, None).graphs
+    assert graphs_plan("reduce-overhead").stepper(compiled, None).eval_model is model
+    assert graphs_plan("default").stepper(compiled, None).eval_model is compiled
+    out = torch.ones(3)
+    assert plan().stepper(model, None).kept(out).data_ptr() == out.data_ptr()  # no copy where there are no graphs
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+def test_under_cuda_graphs_a_loss_outlives_the_next_replay(graphs):
+    """The loss of step k, kept, reads the same after step k+1 with CUDA graphs (a copy out of their memory); the
+    same model without the copy shows the overwrite this guards against."""
+    torch.manual_seed(0)
+    model = InGraphLoss()
+    p = plan()
+    stepper = p.stepper(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    stepper.graphs = graphs
+    kept, read_then = [], []
+    for batch in graph_batches(4):
+        loss = stepper.micro(batch)
+        stepper.finish()
+        kept.append(loss)
+        read_then.append(float(loss))
+    assert len(set(read_then)) == 4
+    assert ([float(v) for v in kept] == read_then) is graphs
+    p.task = "infer"
+    outputs = [stepper.infer([b]) for b in graph_batches(2)]
+    assert (float(outputs[0]) != float(outputs[1])) is graphs
+
+
+def test_under_cuda_graphs_accumulated_gradients_live_in_their_own_memory():
+    """With gradient accumulation the gradients are allocated before the first backward and zeroed, not dropped,
+    after each optimizer step (one buffer all along: a backward graph's output is never the .grad); they add up to
+    the reference's. Without CUDA graphs, set to None as before."""
+    p = Plan.from_config(knobs.resolve({"batch_size": 4}, CPU).config, "cpu", "train", global_batch=8)
+    assert p.accumulation == 2
+    torch.manual_seed(0)
+    model, reference = nn.Linear(4, 1), nn.Linear(4, 1)
+    reference.load_state_dict(model.state_dict())
+    stepper = p.stepper(model, torch.optim.SGD(model.parameters(), lr=0.0))
+    stepper.graphs = True
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    nn.functional.mse_loss(reference(x), y).backward()  # the whole batch at once: the mean of the two halves
+    stepper.micro((x[:4], y[:4]))
+    buffers = [q.grad.data_ptr() for q in model.parameters()]
+    stepper.micro((x[4:], y[4:]))
+    assert all(torch.allclose(q.grad, r.grad, atol=1e-6) for q, r in zip(model.parameters(), reference.parameters()))
+    stepper.finish()
+    assert all(q.grad is not None and not q.grad.any() for q in model.parameters())
+    stepper.micro((x[:4], y[:4]))
+    assert [q.grad.data_ptr() for q in model.parameters()] == buffers
+    stepper.graphs = False
+    stepper.finish()
+    assert all(q.grad is None for q in model.parameters())

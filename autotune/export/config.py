@@ -122,6 +122,9 @@ class TrainStep:
         return self.stepper.model
 
     def __call__(self, batch: Any) -> torch.Tensor:
+        """One training step on ``batch``; returns its loss (detached), which stays as it is after later steps:
+        under CUDA graphs the step's own copy out of the graphs' memory (:meth:`Stepper.kept
+        <autotune.trial.plan.Stepper.kept>`), the trial's step too."""
         if self.meter is not None:
             self.meter.begin()
         loss = self.stepper.micro(self.plan.to_device(batch))
@@ -145,7 +148,7 @@ class TrainStep:
             scaler.update()
         else:
             optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        self.stepper.zero_grad()
         if self.scheduler is not None:
             self.scheduler.step()
 
@@ -155,8 +158,13 @@ class TrainStep:
     def evaluating(self) -> Iterator[nn.Module]:
         """``with step.evaluating() as model:`` the model in eval mode (dropout off, batch norm's running
         statistics used) under ``torch.no_grad()``; afterwards every module's training mode is back as it was.
-        The time inside is left out of the training's samples/s line."""
-        model = self.stepper.model
+        The time inside is left out of the training's samples/s line.
+
+        Under CUDA graphs (``compile=reduce-overhead`` or ``max-autotune`` on a GPU) the model given is the
+        uncompiled module (the same weights): the compiled one would compile its eval forward and record graphs
+        for it beside the training's, in their memory, at the first evaluation; the training's graphs are left as
+        they are and replay at the next step."""
+        model = self.stepper.eval_model
         modes = [(m, m.training) for m in model.modules()]
         clock = self.meter.clock if self.meter is not None else time.perf_counter
         started = clock()
@@ -210,6 +218,9 @@ def _pause(meter: Meter | None, seconds: float) -> None:
 
 @dataclass
 class InferStep:
+    """One call per batch: the model's output (its main tensor) under the configured precision, without gradients;
+    under CUDA graphs a copy out of the graphs' memory, so that it stays as it is after the next call."""
+
     plan: Plan
     stepper: Stepper
     meter: Meter | None = None
@@ -284,6 +295,11 @@ class Config:
         ``step.eval(batch)`` (the loss of one batch), ``step.evaluate(batches)`` (the mean loss of a
         validation loader) and ``with step.evaluating() as model:`` (your own metrics) run in eval mode
         without gradients and put every module's training mode back as it was.
+
+        Under CUDA graphs (``compile=reduce-overhead`` or ``max-autotune`` on a GPU) ``step(batch)`` returns its loss
+        (or output) copied out of the graphs' memory, which the next step's replay overwrites, so a loss kept in a
+        list stays as it was (the study's trials timed that copy too); evaluation runs the uncompiled module, so the
+        training's graphs are neither recompiled nor recorded again for it.
 
         Once warm, the step says once, on standard error, the samples/s this
         training reaches beside what the study measured (:mod:`autotune.export.training_speed`; the figure stays as

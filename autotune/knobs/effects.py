@@ -125,10 +125,12 @@ class CheckpointBlocks(Effect):
 @dataclass(frozen=True)
 class Compile(Effect):
     """``torch.compile`` the model last: no compile at value ``off``, no ``mode=`` at value ``plain``, else the
-    value is the mode."""
+    value is the mode. ``graphs``: the modes that capture the step in CUDA graphs on a CUDA device (torch's
+    CUDA graph trees), whose outputs live in the graphs' memory until the next replay."""
 
     off: Any
     plain: Any
+    graphs: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -126,8 +126,18 @@ PRECISION = Knob(
 # ---------------------------------------------------------------- compile
 
 
+#: the compile modes that capture the step in CUDA graphs (on a CUDA device; torch's own mode options say so)
+GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
 def _compile_how(value: Any) -> str:
-    return "model = torch.compile(model)" if value == "default" else f"model = torch.compile(model, mode={value!r})"
+    if value == "default":
+        return "model = torch.compile(model)"
+    how = f"model = torch.compile(model, mode={value!r})"
+    if value in GRAPH_MODES:
+        how += ("; under its CUDA graphs the next step overwrites a step's outputs: keep a loss as "
+                "loss.detach().clone()")
+    return how
 
 
 def _hf_compile(job: Job, name: str, value: Any) -> None:
@@ -166,7 +176,7 @@ COMPILE = Knob(
     },
     torch_default="eager",
     recipe="default",
-    effects=(Compile(off="off", plain="default"),),
+    effects=(Compile(off="off", plain="default", graphs=GRAPH_MODES),),
     in_process=ALONE,  # dynamo's caches are the process's: a second arm would recompile (other shapes) or reuse
     starts_processes=True,  # inductor's compile workers
     how=_compile_how,

@@ -243,6 +243,16 @@ class Plan:
             model = self.compile_model(model)
         return model
 
+    @property
+    def cuda_graphs(self) -> bool:
+        """Whether the step runs in CUDA graphs: a compile mode that captures them (torch's CUDA graph trees), on a
+        CUDA device. Its outputs (a loss the model computes, an inference output) live in the graphs' memory and
+        are overwritten by the next replay, and a forward in another mode (eval, no grad) records graphs of its own:
+        the :class:`Stepper` clones what it returns, and evaluation runs on the uncompiled module
+        (:func:`uncompiled`)."""
+        return self.device.type == "cuda" and any(
+            mode in effect.graphs for _, effect, mode in self.applied(fx.Compile))
+
     def compile_model(self, model: nn.Module) -> nn.Module:
         for _, effect, mode in self.applied(fx.Compile):
             if mode != effect.off:
@@ -338,7 +348,15 @@ class Plan:
         optimizer: torch.optim.Optimizer | None,
         loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
     ) -> Stepper:
-        return Stepper(self, model, optimizer, loss_fn or default_loss, self.make_scaler())
+        return Stepper(self, model, optimizer, loss_fn or default_loss, self.make_scaler(),
+                       graphs=self.cuda_graphs and uncompiled(model) is not model)
+
+
+def uncompiled(model: nn.Module) -> nn.Module:
+    """The module ``torch.compile`` wrapped (it shares the parameters and buffers), or ``model`` itself when it is
+    not compiled."""
+    inner = getattr(model, "_orig_mod", None)
+    return inner if isinstance(inner, nn.Module) else model
 
 
 @dataclass
@@ -350,6 +368,20 @@ class Stepper:
     optimizer: torch.optim.Optimizer | None
     loss_fn: Callable[[Any, Any], torch.Tensor]
     scaler: Any = None
+    #: the model runs in CUDA graphs (:attr:`Plan.cuda_graphs`): what a step returns is cloned out of the graphs'
+    #: memory, which the next replay overwrites; False: returned as computed, at no cost
+    graphs: bool = False
+
+    def kept(self, out: torch.Tensor) -> torch.Tensor:
+        """``out`` (detached) as a tensor that outlives the next step: a copy under CUDA graphs, else itself."""
+        return out.detach().clone() if self.graphs else out.detach()
+
+    @property
+    def eval_model(self) -> nn.Module:
+        """The module an evaluation runs: the compiled one, except under CUDA graphs, where a forward in eval mode
+        without gradients would compile and record graphs of its own beside the training's (in their one memory
+        pool) at the first evaluation: there the uncompiled module, which shares the weights and records nothing."""
+        return uncompiled(self.model) if self.graphs else self.model
 
     def __call__(self, batches: list[Any]) -> torch.Tensor:
         if self.plan.task == "train":
@@ -364,28 +396,49 @@ class Stepper:
         return loss
 
     def micro(self, batch: Any) -> torch.Tensor:
-        """Forward and backward of one micro-batch (already on the device); returns the detached loss."""
+        """Forward and backward of one micro-batch (already on the device); returns the detached loss, which
+        outlives the next step (:meth:`kept`)."""
         inputs, target = split_batch(batch)
         with self.plan.autocast():
             output = call_model(self.model, inputs)
             loss = self.loss_fn(output, target)
         if self.plan.accumulation > 1:
             loss = loss / self.plan.accumulation
+            if self.graphs:
+                self._own_grads()
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
         else:
             loss.backward()
-        return loss.detach()
+        return self.kept(loss)
 
     def finish(self) -> None:
-        """The optimizer step after the micro-batches of one step, then zero_grad(set_to_none=True)."""
+        """The optimizer step after the micro-batches of one step, then :meth:`zero_grad`."""
         assert self.optimizer is not None
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.zero_grad()
+
+    def zero_grad(self) -> None:
+        """The gradients cleared after an optimizer step: set to None (no memory between steps), except under CUDA
+        graphs with gradient accumulation, where they are zeroed in their own memory (:meth:`_own_grads`)."""
+        assert self.optimizer is not None
+        self.optimizer.zero_grad(set_to_none=not (self.graphs and self.plan.accumulation > 1))
+
+    def _own_grads(self) -> None:
+        """Under CUDA graphs with gradient accumulation, each parameter's ``.grad`` allocated (zeros) outside the
+        graphs' memory before a backward. A ``.grad`` that autograd finds unset is the backward graph's output
+        itself, which the next micro-batch's replay overwrites: torch's graph trees do not keep a backward's outputs
+        across a later replay, so the micro-batches' gradients would not add up. Allocated, autograd adds each
+        micro-batch's gradients into it."""
+        assert self.optimizer is not None
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is None and p.requires_grad:
+                    p.grad = torch.zeros_like(p)
 
     def infer(self, batches: list[Any]) -> torch.Tensor:
         out = torch.zeros(())
@@ -394,5 +447,5 @@ class Stepper:
                 inputs, _ = split_batch(batch)
                 with self.plan.autocast():
                     out = main_tensor(call_model(self.model, inputs))
-        return out
+            return self.kept(out)
 

@@ -258,7 +258,10 @@ def find_ceiling(config: TuneConfig, device: str, probed: Probed, fitted: spaces
     if config.time_budget_s is not None:
         deadline = (started if started is not None else clock.now()) + CEILING_SHARE * config.time_budget_s
     found = ceilings.probe(probed.runner, probed.base, dim, config.max_memory_bytes, on_probe, deadline=deadline)
-    return None if found.batch_size is None and found.limit == TIME else found
+    if found.batch_size is None and found.limit == TIME:
+        return None
+    return ceilings.probe_graphs(probed.runner, device, probed.base, fitted.space.search, found,
+                                 config.max_memory_bytes, on_probe, deadline=deadline)  # as CUDA graphs' memory allows
 
 
 @dataclass(frozen=True)
