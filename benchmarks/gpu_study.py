@@ -39,6 +39,16 @@ under a header naming the device, its driver, CUDA and torch), .json (every figu
 gpu_study_<device>-<date>/ (the study's SQLite file and log, rec.json, each loop process's log).
 With ``--device cpu`` (or without CUDA) every part runs on a much smaller model (2 layers 64 wide, 1,000 tokens, 32
 per sample), a 90 s study and 5 s windows: a few minutes in all.
+
+``--simulate`` runs the whole proof on the simulated H200 of :mod:`autotune.testing.simulated` (``--shape`` another of
+its machines), in simulated time, on the CPU: the study is the product's own preparation and loop against the
+simulated device (into the same SQLite file, read back by the same ``status --json`` and ``export`` commands), and the
+plain loop's processes are the simulated device's. Its report is the one a GPU gives, and its last line reads
+``simulated <device>: study <W> s of <B> s budget; claim <x> (<lo>-<hi>) from <n> processes; loop <r>: covered|not
+covered; MFU <m>% of <peak>; energy <j> J/sample``. A few seconds to a minute of CPU.
+
+The budget check is the study's wall time against its budget plus 5%: on a GPU from the command's start to its last
+line (importing torch included), the process's exit measured apart and named; simulated, in simulated time.
 """
 
 from __future__ import annotations
@@ -201,6 +211,16 @@ def device_slug(device: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name(device).lower()).strip("-")
 
 
+def claim_text(claim: dict[str, Any]) -> str:
+    """A claim as read back: ``2.54x (2.31-2.79)``, or ``2.54x (no interval: not confirmed)`` where it has none."""
+    est, low, high = claim.get("estimate"), claim.get("low"), claim.get("high")
+    if est is None:
+        return "none"
+    if low is None or high is None:
+        return f"{est:.2f}x (no interval: not confirmed)"
+    return f"{est:.2f}x ({low:.2f}-{high:.2f})"
+
+
 def geomean(values: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values))
 
@@ -278,26 +298,69 @@ def study_part(device: str, shape: dict[str, int], study_budget: float, trials: 
     timeout = max(30.0, min(study_budget * 1.3 + 60, left(budget) - RESERVE_S - least))
     log = folder / "study.log"
     start = time.monotonic()
-    try:
-        proc = cli("run", *args, timeout=timeout, cwd=folder)
-        wall = time.monotonic() - start
-        log.write_text(proc.stdout + ("\n--- stderr\n" + proc.stderr if proc.stderr else ""))
-        out.update(returncode=proc.returncode, wall_s=round(wall, 1))
-        if proc.returncode != 0:
-            out["error"] = last_line(proc.stderr) or last_line(proc.stdout)
-            say(f"   FAIL: exit {proc.returncode}: {out['error']} (log: {log.name})")
-    except subprocess.TimeoutExpired as exc:
-        wall = time.monotonic() - start
-        log.write_text(text_of(exc.stdout) + "\n--- stderr\n" + text_of(exc.stderr))
-        out.update(returncode=None, wall_s=round(wall, 1), error=f"stopped after {timeout:.0f} s")
+    code, stdout, stderr, done_at = timed_run(["run", *args], timeout, folder)
+    wall = time.monotonic() - start
+    log.write_text(stdout + ("\n--- stderr\n" + stderr if stderr else ""))
+    out.update(returncode=code, wall_s=round(wall, 1))
+    if code is None:
+        out["error"] = f"stopped after {timeout:.0f} s"
         say(f"   FAIL: stopped after {timeout:.0f} s (log: {log.name}); what it stored is read all the same")
-    limit = study_budget * 1.05 + 10
-    out["within_budget"] = wall <= limit
-    say(f"   wall time {format_duration(wall)} ({wall:.0f} s) against its --time-budget "
-        f"{format_duration(study_budget)}: "
-        + ("within" if out["within_budget"] else "OVER") + f" 5% + 10 s ({limit:.0f} s)")
+    elif code != 0:
+        out["error"] = last_line(stderr) or last_line(stdout)
+        say(f"   FAIL: exit {code}: {out['error']} (log: {log.name})")
+    # the study's time: from the command's start to its last line ("done: ..."); the process's exit (the status it
+    # prints, the interpreter's end) is measured apart
+    study_s = (done_at - start) if done_at is not None else wall
+    out.update(study_s=round(study_s, 1), exit_s=round(wall - study_s, 1))
+    budget_check(out, study_s, study_budget)
     out.update(read_study(folder, url))
     return out
+
+
+def budget_check(out: dict[str, Any], study_s: float, budget_s: float) -> None:
+    """The study's time against its budget plus 5% (the issue's bound), said in one line."""
+    limit = budget_s * 1.05
+    out["within_budget"] = study_s <= limit
+    exit_s = out.get("exit_s")
+    say(f"   study time {format_duration(study_s)} ({study_s:.0f} s) against its --time-budget "
+        f"{format_duration(budget_s)}: " + ("within" if out["within_budget"] else "OVER") + f" 5% ({limit:.0f} s)"
+        + (f"; the process's exit took {exit_s:.1f} s more" if exit_s is not None else ""))
+
+
+def timed_run(args: list[str], timeout: float, cwd: Path) -> tuple[int | None, str, str, float | None]:
+    """``autotune ARGS`` with its lines read as they come: (exit code or None when stopped at ``timeout``, its
+    output, its errors, when it printed its ``done:`` line on the monotonic clock, or None)."""
+    import threading
+
+    proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=cwd)
+    lines: list[str] = []
+    errors: list[str] = []
+    done_at: list[float] = []
+
+    def read_out() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("done: ") and not done_at:
+                done_at.append(time.monotonic())
+            lines.append(line)
+
+    def read_err() -> None:
+        assert proc.stderr is not None
+        errors.extend(proc.stderr)
+
+    readers = [threading.Thread(target=read_out, daemon=True), threading.Thread(target=read_err, daemon=True)]
+    for reader in readers:
+        reader.start()
+    try:
+        code: int | None = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        code = None
+    for reader in readers:
+        reader.join(timeout=10)
+    return code, "".join(lines), "".join(errors), done_at[0] if done_at else None
 
 
 def read_study(folder: Path, url: str) -> dict[str, Any]:
@@ -330,9 +393,9 @@ def read_study(folder: Path, url: str) -> dict[str, Any]:
     changes = ", ".join(f"{k}={v}" for k, v in (rec.get("changes") or {}).items()) or "the defaults"
     c = out["claim"]
     if c.get("estimate") is not None:
-        say(f"   claim (#{rec.get('trial')}: {changes}): {c['estimate']:.2f}x ({c['low']:.2f}-{c['high']:.2f}, "
-            f"{c.get('level') or 0.9:.0%}), {c.get('processes')} processes against {c.get('baseline_processes')} "
-            f"of the defaults; figure: {rec.get('figure')}")
+        say(f"   claim (#{rec.get('trial')}: {changes}): {claim_text(c)} ({c.get('level') or 0.9:.0%}), "
+            f"{c.get('processes')} processes against {c.get('baseline_processes')} of the defaults; "
+            f"figure: {rec.get('figure')}")
     else:
         say(f"   claim: none (#{rec.get('trial')}: {changes})")
     # MFU: what status --json reports (its fields may grow), and the recommended trial's own record in the store
@@ -351,7 +414,10 @@ def read_study(folder: Path, url: str) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001
         say(f"   the store: {one_line(exc)}")
         out["store_error"] = one_line(exc)
+    out["energy_per_sample"] = energy_of(status)
     say(f"   MFU in status --json: {mfu_text(out['mfu_reported'])}")
+    say("   energy in status --json: " + (f"{out['energy_per_sample']:.3f} J/sample" if out["energy_per_sample"]
+                                          is not None else "not reported"))
     trial_mfu = out.get("mfu_of_recommended_trial")
     say(f"   MFU of the recommended trial (its record): {trial_mfu:.1%}" if trial_mfu else
         "   MFU of the recommended trial (its record): not reported (a CPU, or a device without a known peak)")
@@ -451,6 +517,88 @@ def loop_part(device: str, shape: dict[str, int], rec: Path | None, args: Any, f
     return {"variants": {v: VARIANTS[v] for v in variants}, "runs": runs, "errors": errors, "skipped": skipped or None}
 
 
+# ---------------------------------------------------------------- --simulate: the same parts on the simulated GPU
+
+
+def simulated_study_part(shape: Any, study_budget: float, trials: int, folder: Path, url: str, seed: int
+                         ) -> dict[str, Any]:
+    """The study, as ``autotune run`` runs it, on the simulated device in simulated time (the same storage, read
+    back by the same commands)."""
+    from autotune.testing.simulated import run_study
+    from autotune.testing.simulated.study import spec_of
+
+    shown = (f"autotune run --model {spec_of(shape).model} --time-budget {study_budget:g}s --trials {trials} "
+             f"--device cuda:0 --study {STUDY} --storage sqlite:///{STUDY}.db")
+    say(f"1. the study: {shown} (simulated {shape.device.name}, {shape.name}, in simulated time)")
+    out: dict[str, Any] = {"command": shown, "budget_s": study_budget, "simulated": shape.name, "seed": seed}
+    began = time.monotonic()
+    study = run_study(shape, study_budget, seed, url, STUDY, trials=trials)
+    (folder / "study.log").write_text("\n".join(study.lines) + "\n")
+    exit_s = shape.workload.exit_s
+    out.update(returncode=0, wall_s=round(study.wall_s, 1), study_s=round(study.wall_s - exit_s, 1),
+               exit_s=exit_s, processes=study.processes, cpu_s=round(time.monotonic() - began, 1))
+    say(f"   {study.processes} simulated processes; {out['cpu_s']:.1f} s of this machine's time")
+    budget_check(out, out["study_s"], study_budget)
+    out.update(read_study(folder, url))
+    return out
+
+
+def simulated_loop_part(shape: Any, rec: Path | None, args: Any, seed: int) -> dict[str, Any]:
+    """The plain loop's variants as fresh processes of the simulated device: the defaults, the exported
+    recommendation's knobs, the guide's recipe (bf16, compile, 4 pinned workers, fused AdamW, the same batch)."""
+    from autotune.testing.simulated import SimulatedClock, SimulatedRunner
+    from autotune.trial.protocol import Settings
+
+    configs: dict[str, dict[str, Any]] = {"a": {"batch_size": args.batch}}
+    if rec is not None:
+        configs["b"] = dict(json.loads(rec.read_text()).get("knobs") or {})
+    configs["c"] = {"precision": "bf16", "compile": "default", "num_workers": 4, "pin_memory": True,
+                    "persistent_workers": False, "optimizer_impl": "fused", "batch_size": args.batch}
+    say(f"3. the plain loop: {', '.join(f'({v}) {VARIANTS[v]}' for v in configs)} in turns, {args.loops} rounds "
+        "(simulated processes)")
+    runner = SimulatedRunner(shape, SimulatedClock(), seed + 1000, settings=Settings().lean())
+    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in configs}
+    for r in range(args.loops):
+        line = []
+        for v, config in configs.items():
+            got = runner.measure(config)
+            if not got.ok:
+                line.append(f"({v}) FAIL {got.outcome}")
+                continue
+            runs[v].append({"variant": v, "round": r + 1, "samples_per_s": got.samples_per_s,
+                            "first_step_s": got.time_to_first_step_s, "wall_s": got.wall_s})
+            line.append(f"({v}) {got.samples_per_s:.0f} samples/s (first step {got.time_to_first_step_s:.1f} s)")
+        say(f"   round {r + 1}: " + "; ".join(line))
+    return {"variants": {v: VARIANTS[v] for v in configs}, "runs": runs, "errors": [], "skipped": None}
+
+
+def energy_of(status: dict[str, Any]) -> float | None:
+    """The recommendation's joules per sample as ``status --json`` reports it (None: not measured)."""
+    for key, value in found(status, ("joules_per_sample",)).items():
+        if isinstance(value, (int, float)) and ("recommended" in key or "efficiency" in key or "energy" in key):
+            return float(value)
+    return None
+
+
+def simulated_line(results: dict[str, Any], device_name: str) -> str:
+    """The run's last line under --simulate."""
+    study = results.get("study") or {}
+    claim = study.get("claim") or {}
+    covers = (results.get("summary") or {}).get("claim_covers_loop")
+    b_over_a = (results.get("summary") or {}).get("b_over_a")
+    mfu = study.get("mfu_reported") or {}
+    peak = mfu.get("peak_text") or "no peak"
+    mfu_figure = mfu.get("recommended_mfu") if mfu.get("recommended_mfu") is not None else mfu.get("mfu")
+    energy = study.get("energy_per_sample")
+    return (f"simulated {device_name}: study {study.get('study_s', 0):.0f} s of {study.get('budget_s', 0):.0f} s "
+            f"budget; claim {claim_text(claim)} from {claim.get('processes')} processes; loop "
+            + (f"{b_over_a:.2f}x" if b_over_a else "not measured") + ": "
+            + ("covered" if covers else "not covered" if covers is False else "no interval to cover it")
+            + "; MFU " + (f"{100 * mfu_figure:.0f}% of {peak.split(' of ', 1)[-1]}" if mfu_figure is not None
+                          else "not reported")
+            + "; energy " + (f"{energy:.3f} J/sample" if energy is not None else "not reported"))
+
+
 # ---------------------------------------------------------------- 4. the summary
 
 
@@ -464,10 +612,10 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
     say("4. summary")
     out: dict[str, Any] = {}
     study = results.get("study") or {}
-    if "wall_s" in study:
-        say(f"   study: {study['wall_s']:.0f} s against its {study['budget_s']:.0f} s budget "
-            f"({study['wall_s'] / study['budget_s']:.2f}x; " + ("within" if study.get("within_budget") else "OVER")
-            + " 5% + 10 s)")
+    if "study_s" in study:
+        say(f"   study: {study['study_s']:.0f} s against its {study['budget_s']:.0f} s budget "
+            f"({study['study_s'] / study['budget_s']:.2f}x; " + ("within" if study.get("within_budget") else "OVER")
+            + " 5%)")
     else:
         say("   study: not run")
     runs = (results.get("loop") or {}).get("runs") or {}
@@ -486,12 +634,15 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
     if (results.get("export") or {}).get("changes") == {}:
         say("   the recommendation is the defaults: (b) runs the defaults through load_config().apply")
     if claim.get("estimate") is not None:
-        line = f"   claim {claim['estimate']:.2f}x ({claim['low']:.2f}-{claim['high']:.2f})"
-        if out["b_over_a"] is not None:
+        line = f"   claim {claim_text(claim)}"
+        if out["b_over_a"] is not None and claim.get("low") is not None and claim.get("high") is not None:
             covered = claim["low"] <= out["b_over_a"] <= claim["high"]
             out["claim_covers_loop"] = covered
             line += (f" against the plain loop's (b)/(a) {out['b_over_a']:.2f}x: "
                      + ("covered" if covered else "not covered"))
+        elif out["b_over_a"] is not None:
+            out["claim_covers_loop"] = None
+            line += f"; the plain loop's (b)/(a) {out['b_over_a']:.2f}x (no interval to cover it)"
         else:
             line += "; the plain loop's (b)/(a): not measured"
         say(line)
@@ -530,16 +681,31 @@ def main() -> int:
                         "(default 20 on a GPU, 5 on cpu; shortened when the rounds would not fit the budget)")
     parser.add_argument("--batch", type=int, default=32, help="the batch of the defaults and the recipe (default 32)")
     parser.add_argument("--parts", default="study,export,loop", help="which parts, in order (default: all three)")
+    parser.add_argument("--simulate", action="store_true",
+                        help="run the proof on the simulated GPU (autotune.testing.simulated), in simulated time")
+    parser.add_argument("--shape", default="lm-h200", help="--simulate's machine (default lm-h200, the H200 study's)")
+    parser.add_argument("--seed", type=int, default=0, help="--simulate's seed (default 0)")
     args = parser.parse_args()
-    device = hardware.check_device(args.device) if args.device else hardware.default_device()
+    shape = None
+    if args.simulate:
+        from autotune.testing.simulated import SHAPES as MACHINES
+
+        if args.shape not in MACHINES:
+            parser.error(f"--shape {args.shape!r}: one of {', '.join(MACHINES)}")
+        shape = MACHINES[args.shape]
+        device = "cuda:0"
+    else:
+        device = hardware.check_device(args.device) if args.device else hardware.default_device()
     kind = "cpu" if device == "cpu" else "cuda"
     d = DEFAULTS[kind]
     budget = parse_duration(args.budget or d["budget"])
     study_budget = parse_duration(args.study_budget or d["study_budget"])
     args.window = args.window if args.window is not None else d["window"]
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    shape = SHAPES[kind]
-    name = f"gpu_study_{device_slug(device)}"
+    model_shape = SHAPES[kind]
+    slug = (re.sub(r"[^a-z0-9]+", "-", f"simulated {shape.device.name}".lower()).strip("-") if shape is not None
+            else device_slug(device))
+    name = f"gpu_study_{slug}"
     if args.no_write:
         folder = Path(tempfile.mkdtemp(prefix="gpu_study-"))
     else:
@@ -550,9 +716,11 @@ def main() -> int:
     have, _ = harness.cpu_flags()
     cpu_bf16 = bool({"avx512_bf16", "amx_bf16", "bf16"} & set(have))
     head = harness.header()
-    say(f"device {device}: {head.get('gpu') or 'no GPU'}; torch {head['torch']}; budget {format_duration(budget)}; "
-        f"model hf:gpt2 " + " ".join(f"{k}={v}" for k, v in shape.items()) + f"; results in {folder}")
-    results: dict[str, Any] = {"device": device, "budget_s": budget, "study_budget_s": study_budget, "shape": shape,
+    gpu = f"simulated {shape.device.name} ({shape.name}: {shape.why})" if shape is not None else head.get('gpu')
+    say(f"device {device}: {gpu or 'no GPU'}; torch {head['torch']}; budget {format_duration(budget)}; "
+        f"model hf:gpt2 " + " ".join(f"{k}={v}" for k, v in model_shape.items()) + f"; results in {folder}")
+    results: dict[str, Any] = {"device": device, "budget_s": budget, "study_budget_s": study_budget,
+                               "shape": model_shape, "simulated": shape.name if shape is not None else None,
                                "batch": args.batch, "loops": args.loops, "window_s": args.window, "folder": str(folder)}
 
     def keep() -> None:  # after each part: a run stopped from outside still leaves what it found
@@ -569,7 +737,9 @@ def main() -> int:
             results["study"] = {"skipped": "out of time"}
         else:
             try:
-                results["study"] = study_part(device, shape, study_budget, args.trials, folder, url, budget)
+                results["study"] = (simulated_study_part(shape, study_budget, args.trials, folder, url, args.seed)
+                                    if shape is not None else
+                                    study_part(device, model_shape, study_budget, args.trials, folder, url, budget))
             except Exception as exc:  # noqa: BLE001
                 say(f"1. the study: FAIL {one_line(exc)}")
                 results["study"] = {"error": one_line(exc)}
@@ -596,7 +766,8 @@ def main() -> int:
             results["loop"] = {"skipped": "out of time"}
         else:
             try:
-                results["loop"] = loop_part(device, shape, rec, args, folder, budget, cpu_bf16)
+                results["loop"] = (simulated_loop_part(shape, rec, args, args.seed) if shape is not None else
+                                   loop_part(device, model_shape, rec, args, folder, budget, cpu_bf16))
             except Exception as exc:  # noqa: BLE001
                 say(f"3. the plain loop: FAIL {one_line(exc)}")
                 results["loop"] = {"error": one_line(exc)}
@@ -606,6 +777,8 @@ def main() -> int:
     except Exception as exc:  # noqa: BLE001
         say(f"4. summary: FAIL {one_line(exc)}")
     say(f"done in {time.monotonic() - STARTED:.0f} s")
+    if shape is not None:
+        say(simulated_line(results, shape.device.name))
     keep()
     return 0
 

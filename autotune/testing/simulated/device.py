@@ -165,7 +165,7 @@ def step(workload: Workload, config: Mapping[str, Any]) -> Step:
             wait += 0.02 * core  # workers started again every epoch
     ms = core + wait + copy
     launch_share = min(1.0, cpu / core)
-    sigma = 0.01 + (0.30 if mode != "off" else 0.12) * launch_share ** 1.5
+    sigma = 0.01 + (0.60 if mode != "off" else 0.25) * launch_share ** 3  # GPU-bound ±1%; launch-bound, compiled ±25%
     return Step(ms, gpu, cpu, batch, sigma)
 
 
