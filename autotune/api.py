@@ -40,6 +40,7 @@ from autotune.tuning import preparation
 from autotune.tuning import loop
 from autotune.errors import AutotuneError, KnobError, SpecError, WorkloadError, in_words, said
 from autotune.evidence import Verdict, evidence_of
+from autotune.evidence.efficiency import Efficiency, efficiency, hardware_line, rated
 from autotune.request import (DEFAULT_COMPILE_LIMIT_S, DEFAULT_CONFIRM, DEFAULT_NUMERICS, DEFAULT_PICK, DEFAULT_SAMPLER,
                               DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS)
 from autotune.request import VERIFY_ROUNDS
@@ -191,14 +192,14 @@ def _in_python_words(func: Callable[..., Any]) -> Callable[..., Any]:
 class TuneResult:
     """What :func:`tune` returns: the study and the figures derived from it (read when the result is made).
 
-    ``study``: the Optuna study; ``front``: the Pareto front, fastest first, as rows
-    (trial, changes, samples/s, processes, peak memory, speed-up); ``verdict``: the
-    :class:`autotune.evidence.Verdict`; ``winner``: the verdict's trial number (the
-    baseline's when nothing beats PyTorch's defaults; None before any result);
-    ``speedup``: the verdict's :class:`autotune.evidence.stats.Ratio` over the defaults, with its
-    interval; ``noise``: the noise between processes; ``numerics``: the recommendation's numerics check
-    (:class:`autotune.evidence.numerics_answer.Check`: ``state`` hold, differ or not_checked, ``text()``; None when none
-    ran); ``summary``: what this run did (:class:`autotune.tuning.loop.Summary`).
+    ``study``: the Optuna study; ``front``: the Pareto front, fastest first, as rows (trial, changes, samples/s,
+    processes, peak memory, speed-up); ``verdict``: the :class:`autotune.evidence.Verdict`; ``winner``: the verdict's
+    trial number (the baseline's when nothing beats PyTorch's defaults; None before any result); ``speedup``: the
+    verdict's :class:`autotune.evidence.stats.Ratio` over the defaults, with its interval; ``noise``: the noise between
+    processes; ``numerics``: the recommendation's numerics check (:class:`autotune.evidence.numerics_answer.Check`:
+    ``state`` hold, differ or not_checked, ``text()``; None when none ran); ``summary``: what this run did
+    (:class:`autotune.tuning.loop.Summary`); ``mfu`` of ``peak`` (``device``, ``precision``, ``flops``),
+    ``joules_per_sample`` and ``energy``: as ``status --json`` and the verdict carry them.
     """
 
     def __init__(self, study: optuna.Study, store: Store, summary: loop.Summary | None = None) -> None:
@@ -208,13 +209,15 @@ class TuneResult:
         self.view = StoredStudy.of(study)  # read once: the figures below and export() read this view, as the CLI's do
         evidence = evidence_of(self.view)
         self.front: list[dict[str, Any]] = [evidence.row(n) for n in evidence.front()]
-        self.verdict: Verdict = in_python_text(evidence.verdict())
+        self.verdict: Verdict = in_python_text(rated(self.view, evidence.verdict()))
         self.noise: Noise = evidence.noise
         self.numerics = evidence.numerics()
         self.recommended: int | None = evidence.recommended()
         self._speedup = evidence.speedup(self.recommended) if self.recommended is not None else None
         self._changes = evidence.configs[self.recommended].changes if self.recommended is not None else {}
         self.measured = sum(1 for t in self.view.trials if t.measured)
+        self.efficiency: Efficiency = (e := efficiency(self.view))  # the recommendation's MFU, its peak, its energy
+        self.mfu, self.peak, self.energy, self.joules_per_sample = e.mfu, e.peak, e.energy, e.joules_per_sample
 
     @property
     def name(self) -> str:
@@ -264,7 +267,7 @@ class TuneResult:
         speed = f", speed-up {self.speedup.text()}" if self.speedup else ""
         return (f"TuneResult(study={self.name!r}, measured={self.measured}, "
                 f"recommended=#{self.recommended} ({what}){speed})\n"
-                + "\n".join(shown(self.verdict.to_dict())))
+                + "\n".join([*shown(self.verdict.to_dict()), f"hardware: {hardware_line(self.efficiency)}"]))
 
 
 # ---------------------------------------------------------------- tune

@@ -99,7 +99,7 @@ def print_status(doc: dict[str, Any], store: Any) -> None:
     for line in shown(doc["verdict"]):  # what to do and the claim; the numerics and the machine; the knobs left
         out.print(line, markup=False)
     if doc.get("efficiency"):  # (views kept before it was computed have none)
-        out.print(f"hardware: {doc['efficiency']['text']}", markup=False)
+        out.print(f"hardware: {doc.get('hardware_text') or doc['efficiency']['text']}", markup=False)
 
 
 def _print_ablation(out: Any, ablation: dict[str, Any] | None) -> None:

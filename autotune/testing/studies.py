@@ -101,6 +101,7 @@ def make_study(
     max_memory_bytes: int | None = None,
     speed: Callable[[dict[str, Any]], float] | None = None,
     data_wait_share: float | None = None,
+    power: Callable[[dict[str, Any]], float] | None = None,
 ) -> optuna.Study:
     """Write a fake study of ``n_trials`` trials (baseline and recipe included) and return it.
 
@@ -111,7 +112,10 @@ def make_study(
     when there are at least 6 trials. ``max_memory_bytes`` is stored as the
     ``--max-memory`` budget and makes bigger trials infeasible. ``speed`` replaces the
     made-up model's samples/s of a configuration (3% noise is added); ``data_wait_share``
-    replaces its share of the step spent waiting for data.
+    replaces its share of the step spent waiting for data. ``power(config)``: the made-up watts a configuration draws,
+    for a study as if on a GPU with an energy counter (each ok trial records its energy over :data:`TIMED_S` of
+    windows: ``power x TIMED_S`` joules over ``speed x TIMED_S`` samples); without it each records the CPU's
+    "no energy counter: CPU", as a CPU trial does.
     """
     rng = random.Random(seed)
     # Trials are asked and told in memory, the way autotune records them, then copied
@@ -128,7 +132,7 @@ def make_study(
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(["samples_per_s", "peak_memory_bytes"])
     writing.save(study, **_description(max_memory_bytes))
-    _record_trials(study, n_trials, rng, with_failures, max_memory_bytes, speed, data_wait_share)
+    _record_trials(study, n_trials, rng, with_failures, max_memory_bytes, speed, data_wait_share, power)
     target = path_or_url if isinstance(path_or_url, optuna.storages.BaseStorage) else storage_url(path_or_url)
     optuna.copy_study(from_study_name=name, from_storage=memory, to_storage=target)
     return optuna.load_study(study_name=name, storage=target)
@@ -142,6 +146,7 @@ def _record_trials(
     max_memory_bytes: int | None,
     speed_of: Callable[[dict[str, Any]], float] | None = None,
     data_wait_share: float | None = None,
+    power: Callable[[dict[str, Any]], float] | None = None,
 ) -> None:
     """Ask and tell ``n_trials`` trials the way autotune's study loop records them."""
     dists = distributions()
@@ -199,6 +204,7 @@ def _record_trials(
         result = _result(resolved.config, speed, peak, duration, rng)
         if data_wait_share is not None:
             result["profile"]["data_wait_share"] = data_wait_share
+        result.update(made_up_energy(power(resolved.config) if power is not None else None, result["samples_per_s"]))
         writing.mark(trial, result=result)
         _constrain(trial, ok=True, peak=peak, budget=max_memory_bytes)
         values = [result["samples_per_s"], float(peak)]
@@ -369,6 +375,21 @@ def _model(config: dict[str, Any], rng: random.Random) -> tuple[float, int]:
     act *= 0.4 if config["activation_checkpointing"] else 1.0
     peak = 260 * MiB + act + (60 * MiB if config["compile"] != "off" else 0) + config["num_workers"] * 70 * MiB
     return max(speed, 1.0), int(peak * rng.gauss(1.0, 0.01))
+
+
+#: The seconds of timed windows a made-up trial read the energy counter over.
+TIMED_S = 2.5
+
+
+def made_up_energy(watts: float | None, samples_per_s: float) -> dict[str, Any]:
+    """A made-up trial's ``energy`` and ``joules_per_sample`` (autotune.result.TrialResult): ``watts`` over
+    :data:`TIMED_S` of windows at its speed; None: a CPU's (no counter)."""
+    if watts is None:
+        return {"energy": {"unreadable": "no energy counter: CPU"}, "joules_per_sample": None}
+    samples = max(1, round(samples_per_s * TIMED_S))
+    joules = watts * TIMED_S
+    return {"energy": {"joules": joules, "seconds": TIMED_S, "samples": samples, "source": "nvml"},
+            "joules_per_sample": joules / samples}
 
 
 def _result(config: dict[str, Any], speed: float, peak: int, duration: float, rng: random.Random) -> dict[str, Any]:
