@@ -42,7 +42,7 @@ from autotune.errors import AutotuneError, KnobError, SpecError, WorkloadError, 
 from autotune.evidence import Verdict, evidence_of
 from autotune.evidence.efficiency import Efficiency, efficiency, hardware_line, rated
 from autotune.request import (DEFAULT_COMPILE_LIMIT_S, DEFAULT_CONFIRM, DEFAULT_NUMERICS, DEFAULT_PICK, DEFAULT_SAMPLER,
-                              DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS)
+                              DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS, DEFAULT_OBJECTIVES)
 from autotune.request import VERIFY_ROUNDS
 from autotune.request import MeasureConfig, TuneConfig, WorkloadSpec, declared
 from autotune.request import parse_model_args, parse_shape, with_seq_len
@@ -301,6 +301,7 @@ def tune(
     warm_start: bool = False,
     early_stop: bool = True,
     compile_limit: float | str = DEFAULT_COMPILE_LIMIT_S,
+    objectives: str = DEFAULT_OBJECTIVES,
     workers: int = 1,
     devices: str | Sequence[int] | None = None,
     progress: bool = True,
@@ -324,9 +325,9 @@ def tune(
     ``compile_limit`` (seconds or ``"3m"``): a compiled configuration whose first step (the compilation) runs longer
     is stopped and recorded as too slow. ``workers``: trials at once on this machine, each worker pinned to its share
     of the cores (as ``run --workers``); ``devices``: GPUs to use at once (``[0, 1]`` or ``"0,1"``), one trial each
-    (as ``run --devices``).
-    ``seq_len``: tokens per synthetic sample of an ``hf:`` model (as ``model_args={"seq_len": N}``; as ``--seq-len``).
-    ``progress``: a progress bar and one line per trial (False: silent).
+    (as ``run --devices``). ``objectives``: the front's axes, ``"speed,memory"`` or ``"speed,energy"`` (joules per
+    sample from an NVIDIA GPU's energy counter), fixed with the study. ``seq_len``: tokens per synthetic sample of an
+    ``hf:`` model (as ``model_args={"seq_len": N}``). ``progress``: a progress bar, a line per trial (False: silent).
 
     Ctrl-C (a notebook's interrupt) stops the running trial, records it as interrupted
     (the next call measures it again) and raises KeyboardInterrupt.
@@ -345,9 +346,8 @@ def tune(
     job = TuneConfig.from_keywords(
         spec, space=space, trials=trials, time_budget=time_budget, max_memory=max_memory, global_batch=global_batch,
         sampler=sampler, seed=seed, quick=quick, early_stop=early_stop, confirm=confirm, numerics=numerics,
-        trial_timeout=trial_timeout,
-        batch_ceiling=batch_ceiling, warm_start=warm_start, compile_limit=compile_limit,
-    )
+        trial_timeout=trial_timeout, batch_ceiling=batch_ceiling, warm_start=warm_start, compile_limit=compile_limit,
+        objectives=objectives)
     name = study or default_study(spec)
     store = _store(storage, name)
     from autotune.tuning.progress import Progress

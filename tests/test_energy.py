@@ -217,3 +217,104 @@ def test_a_cpu_study_says_no_energy_counter_everywhere(tmp_path):
     assert f"energy {meter.CPU}" in " ".join(invoke("status", "cpu", "--storage", url).output.split())
     exported = json.loads(invoke("export", "cpu", "--storage", url).output)["measured"]
     assert exported["joules_per_sample"] is None and exported["energy"]["missing"] == meter.CPU
+
+
+# ---------------------------------------------------------------- --objectives speed,energy
+
+
+def energy_study(storage, name="e"):
+    """A made-up GPU study whose front's second axis is energy: bf16 draws more power but runs 3x as fast."""
+    live = make_study(storage, n_trials=16, seed=0, with_failures=False, name=name, objectives="speed,energy",
+                      power=lambda c: 400.0 if c["precision"] == "bf16" else 300.0)
+    fingerprint = {**StoredStudy.of(live).fingerprint, "device_type": "cuda", "device_name": H200}
+    writing.save(live, fingerprint=fingerprint, device="cuda:0")
+    return live
+
+
+def test_a_speed_energy_study_keeps_joules_per_sample_as_its_second_value_and_its_front_follows():
+    from autotune.evidence import evidence_of
+
+    study = StoredStudy.of(energy_study(optuna.storages.InMemoryStorage()))
+    assert study.objectives == "speed,energy" and study.second == "energy"
+    ev = evidence_of(study)
+    front = ev.front()
+    for n, c in ev.configs.items():
+        t = study.trial(n)
+        assert c.second == pytest.approx(t.result["joules_per_sample"])  # the told value: joules per sample
+        assert c.peak_memory_bytes == t.result["peak_memory_bytes"] == study.peak_memory_of(t)
+    # the front: no configuration beats a point on both speed and energy (memory plays no part)
+    for n in front:
+        assert not any(o.samples_per_s > ev.configs[n].samples_per_s and o.second < ev.configs[n].second
+                       for o in ev.ok())
+    dominated = [c for c in ev.ok() if c.number not in front]
+    assert dominated and all(any(o.samples_per_s >= c.samples_per_s and o.second <= c.second and o is not c
+                                 for o in ev.ok()) for c in dominated)
+    assert ev.row(front[0])["joules_per_sample"] == pytest.approx(ev.configs[front[0]].second)
+    # a trial whose counter could not be read is off an energy front, not on it at zero
+    blind = study.with_trials([dataclasses.replace(t, result={**t.result, "energy": {"unreadable": "NVML: off"}})
+                               if t.number == front[0] else t for t in study.trials])
+    assert front[0] not in evidence_of(blind).front()
+
+
+def test_status_shows_the_energy_axis_of_a_speed_energy_study(tmp_path):
+    url = f"sqlite:///{tmp_path}/e.db"
+    energy_study(url)
+    doc = json.loads(invoke("status", "e", "--storage", url, "--json").output)
+    assert doc["objectives"] == "speed,energy"
+    assert all(row["joules_per_sample"] is not None for row in doc["front"])
+    text = " ".join(invoke("status", "e", "--storage", url).output.split())
+    assert "throughput vs energy" in text and "J/sample" in text
+
+
+def test_a_study_resumed_with_other_objectives_is_refused_in_one_line(tmp_path):
+    from autotune.errors import StudyError
+    from autotune.store import Store
+    from autotune.testing.studies import description, space_of_one
+
+    url = f"sqlite:///{tmp_path}/o.db"
+    attrs = description(space_of_one(), knobs.Context(), objectives="speed,energy")
+    study, created = Store(url).create_or_check("o", attrs)
+    assert created and StoredStudy.of(study).objectives == "speed,energy"
+    assert study.metric_names == ["samples_per_s", "joules_per_sample"]
+    assert Store(url).create_or_check("o", attrs)[1] is False  # the same objectives: resumed
+    with pytest.raises(StudyError, match=r"the objectives differ: speed,energy \(stored\) vs speed,memory \(this run"):
+        Store(url).create_or_check("o", {**attrs, "objectives": "speed,memory"})
+    # a study made before the objectives were stored is speed,memory
+    old = description(space_of_one(), knobs.Context())
+    Store(url).create_or_check("old", old)
+    assert Store(url).create_or_check("old", {**old, "objectives": "speed,memory"})[1] is False
+    with pytest.raises(StudyError, match="the objectives differ: speed,memory"):
+        Store(url).create_or_check("old", {**old, "objectives": "speed,energy"})
+
+
+def test_the_search_tells_optuna_joules_per_sample_in_a_speed_energy_study(tmp_path):
+    from autotune.knobs import space
+    from autotune.testing import fake as M
+    from autotune.testing import studies as made_up
+    from autotune.tuning import loop
+    from autotune.tuning.phases import Bench
+    from autotune.tuning.phases.seeds import Seeds
+
+    ctx = knobs.Context()
+    sp = space.parse({"search": {"precision": ["fp32", "bf16"], "batch_size": [16, 32, 64]}}, "e.toml", "e")
+    live = made_up.live_study(f"sqlite:///{tmp_path}/e.db", "e", sp, ctx, seed=0, grace_s=None,
+                              objectives="speed,energy")
+    measure = M.lognormal(lambda c: (2.0 if c["precision"] == "bf16" else 1.0) * c["batch_size"] / 16, 0, 0.0)
+
+    def evaluate(config, *args, **kw):
+        res = measure(config, *args, **kw)
+        watts = 400.0 if config["precision"] == "bf16" else 300.0
+        res.energy = {"joules": watts * 2.0, "seconds": 2.0, "samples": round(2 * res.samples_per_s),
+                      "source": "nvml"}
+        res.joules_per_sample = res.energy["joules"] / res.energy["samples"]
+        return res
+
+    base = loop.base_config(ctx, sp.fixed, None)
+    eff = space.effective(sp, ctx, base)
+    loop.Tuner(live, Seeds(eff, ctx, base, []), Bench(evaluate), loop.Options(trials=5, race_rounds=0)).run()
+    view = live.view()
+    ok = [t for t in view.trials if t.ok and t.duplicate_of is None]
+    assert len(ok) >= 4
+    for t in ok:  # the second value is the trial's joules per sample; its peak memory stays in its result
+        assert t.values[1] == pytest.approx(t.result["joules_per_sample"])
+        assert view.peak_memory_of(t) == t.result["peak_memory_bytes"] == 10**8

@@ -100,6 +100,7 @@ def status(study: StoredStudy) -> dict[str, Any]:
         entry["trials"].append(t.number)
         entry["example"] = entry["example"] or t.error_message
     doc.update({"failures": failures, "device": study.device, "time_spent_s": ev.time_spent()["wall_s"],
+                "objectives": study.objectives,  # the front's axes (--objectives)
                 "max_memory_bytes": study.max_memory_bytes, "space": study.space.get("name")})
     return doc
 
