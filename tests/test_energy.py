@@ -214,7 +214,7 @@ def test_a_cpu_study_says_no_energy_counter_everywhere(tmp_path):
     doc = json.loads(invoke("status", "cpu", "--storage", url, "--json").output)
     assert doc["energy"]["joules_per_sample"] is None and doc["energy"]["missing"] == meter.CPU
     assert doc["verdict"]["energy"]["missing"] == meter.CPU
-    assert f"energy {meter.CPU}" in " ".join(invoke("status", "cpu", "--storage", url).output.split())
+    assert f"; no energy figure ({meter.CPU})" in " ".join(invoke("status", "cpu", "--storage", url).output.split())
     exported = json.loads(invoke("export", "cpu", "--storage", url).output)["measured"]
     assert exported["joules_per_sample"] is None and exported["energy"]["missing"] == meter.CPU
 

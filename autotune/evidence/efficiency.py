@@ -224,10 +224,13 @@ def mfu_of(f: Figure) -> dict[str, Any]:
 
 
 def hardware_line(eff: Efficiency) -> str:
-    """The line ``status`` and ``run`` print after the verdict: the MFU's words, then the energy beside it."""
+    """The line ``status`` and ``run`` print after the verdict: the MFU's words, then the energy beside them
+    (``energy 0.42 J/sample (...)``, or ``no energy figure (no energy counter: CPU)``)."""
     if eff.energy is None:
         return eff.text
-    return f"{eff.text}; energy {eff.energy.text}" if eff.text else f"energy {eff.energy.text}"
+    used = (f"energy {eff.energy.text}" if eff.energy.joules_per_sample is not None
+            else f"no energy figure ({eff.energy.text})")
+    return f"{eff.text}; {used}" if eff.text else used
 
 
 def figure(study: StoredStudy, number: int) -> Figure | None:
