@@ -318,3 +318,19 @@ def test_the_search_tells_optuna_joules_per_sample_in_a_speed_energy_study(tmp_p
     for t in ok:  # the second value is the trial's joules per sample; its peak memory stays in its result
         assert t.values[1] == pytest.approx(t.result["joules_per_sample"])
         assert view.peak_memory_of(t) == t.result["peak_memory_bytes"] == 10**8
+
+
+def test_the_dashboards_front_table_shows_energy_beside_mfu():
+    from autotune.reports import dashboard
+    from autotune.reports.dashboard.front import front_table_info
+
+    study = StoredStudy.of(gpu_study())
+    info = front_table_info(study)
+    assert info["has_energy"] and info["has_mfu"]
+    for row in info["rows"]:
+        assert row["joules_per_sample"] == pytest.approx(energy(study, row["number"]).joules_per_sample)
+    page = dashboard.draw(study).text
+    first = info["rows"][0]
+    assert f"{joules(first['joules_per_sample'])}/sample" in page
+    cpu = front_table_info(StoredStudy.of(make_study(optuna.storages.InMemoryStorage(), n_trials=8, seed=0)))
+    assert not cpu["has_energy"]
