@@ -22,7 +22,8 @@ from autotune.evidence.energy import NOT_RECORDED, energy, joules
 from autotune.machine import energy as meter
 from autotune.result import TrialResult
 from autotune.store import StoredStudy, writing
-from autotune.testing.studies import TIMED_S, add_race, make_study
+from autotune.testing.fake import TIMED_S
+from autotune.testing.studies import add_race, make_study
 from autotune.trial.plan import Plan, infinite
 from autotune.trial.protocol import Settings, StepLoop, run_protocol
 
@@ -299,15 +300,9 @@ def test_the_search_tells_optuna_joules_per_sample_in_a_speed_energy_study(tmp_p
     sp = space.parse({"search": {"precision": ["fp32", "bf16"], "batch_size": [16, 32, 64]}}, "e.toml", "e")
     live = made_up.live_study(f"sqlite:///{tmp_path}/e.db", "e", sp, ctx, seed=0, grace_s=None,
                               objectives="speed,energy")
-    measure = M.lognormal(lambda c: (2.0 if c["precision"] == "bf16" else 1.0) * c["batch_size"] / 16, 0, 0.0)
-
-    def evaluate(config, *args, **kw):
-        res = measure(config, *args, **kw)
-        watts = 400.0 if config["precision"] == "bf16" else 300.0
-        res.energy = {"joules": watts * 2.0, "seconds": 2.0, "samples": round(2 * res.samples_per_s),
-                      "source": "nvml"}
-        res.joules_per_sample = res.energy["joules"] / res.energy["samples"]
-        return res
+    def evaluate(config, *args, **kw):  # bf16 twice as fast at 400 W, fp32 at 300 W (fake.result's made-up energy)
+        rate = 100.0 * (2.0 if config["precision"] == "bf16" else 1.0) * config["batch_size"] / 16
+        return M.result(rate, config=config, watts=400.0 if config["precision"] == "bf16" else 300.0)
 
     base = loop.base_config(ctx, sp.fixed, None)
     eff = space.effective(sp, ctx, base)

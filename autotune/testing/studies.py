@@ -34,6 +34,7 @@ from autotune.store import StoredStudy, StoredTrial
 from autotune.store import writing
 from autotune.store.plans import RaceRecord, RaceStop, RoundId
 from autotune.store.records import Role
+from autotune.testing.fake import made_up_energy
 
 MiB = 1024**2
 GiB = 1024**3
@@ -114,7 +115,7 @@ def make_study(
     ``--max-memory`` budget and makes bigger trials infeasible. ``speed`` replaces the
     made-up model's samples/s of a configuration (3% noise is added); ``data_wait_share``
     replaces its share of the step spent waiting for data. ``power(config)``: the made-up watts a configuration draws,
-    for a study as if on a GPU with an energy counter (each ok trial records its energy over :data:`TIMED_S` of
+    for a study as if on a GPU with an energy counter (each ok trial records its energy over ``fake.TIMED_S`` of
     windows: ``power x TIMED_S`` joules over ``speed x TIMED_S`` samples); without it each records the CPU's
     "no energy counter: CPU", as a CPU trial does. ``objectives="speed,energy"`` (with ``power``): the trials' second
     value is their joules per sample, as a study made with ``--objectives speed,energy`` stores it.
@@ -383,21 +384,6 @@ def _model(config: dict[str, Any], rng: random.Random) -> tuple[float, int]:
     act *= 0.4 if config["activation_checkpointing"] else 1.0
     peak = 260 * MiB + act + (60 * MiB if config["compile"] != "off" else 0) + config["num_workers"] * 70 * MiB
     return max(speed, 1.0), int(peak * rng.gauss(1.0, 0.01))
-
-
-#: The seconds of timed windows a made-up trial read the energy counter over.
-TIMED_S = 2.5
-
-
-def made_up_energy(watts: float | None, samples_per_s: float) -> dict[str, Any]:
-    """A made-up trial's ``energy`` and ``joules_per_sample`` (autotune.result.TrialResult): ``watts`` over
-    :data:`TIMED_S` of windows at its speed; None: a CPU's (no counter)."""
-    if watts is None:
-        return {"energy": {"unreadable": "no energy counter: CPU"}, "joules_per_sample": None}
-    samples = max(1, round(samples_per_s * TIMED_S))
-    joules = watts * TIMED_S
-    return {"energy": {"joules": joules, "seconds": TIMED_S, "samples": samples, "source": "nvml"},
-            "joules_per_sample": joules / samples}
 
 
 def _result(config: dict[str, Any], speed: float, peak: int, duration: float, rng: random.Random) -> dict[str, Any]:
