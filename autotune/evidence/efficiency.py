@@ -17,9 +17,12 @@ beside it, from the study alone:
   in), what usually closes the gap, naming only what the study did not try (read from its trials' configurations): a
   larger batch, CUDA graphs, 16-bit autocast.
 
-``status`` (and ``--json``), the end of ``run``, ``export`` and the dashboard's header show this one figure
-(:mod:`autotune.reports.view`, :mod:`autotune.export.document`, :mod:`autotune.reports.dashboard.header`), so a
-configuration never shows two MFUs. Pure computation over the stored study: no torch, no trial side.
+``status`` (and ``--json``), the end of ``run``, ``export``, the dashboard's header, the verdict object (:func:`rated`:
+its recommendation's MFU with the peak's device, precision and FLOP/s, and its energy per sample) and ``tune()``'s
+result show this one figure (:mod:`autotune.reports.view`, :mod:`autotune.export.document`,
+:mod:`autotune.reports.dashboard.header`, :mod:`autotune.api`), and ``autotune measure`` the same computation on one
+result (:func:`of_result`), so a configuration never shows two MFUs. Pure computation over the stored study: no
+torch, no trial side.
 """
 
 from __future__ import annotations
@@ -99,8 +102,9 @@ class Figure:
     def higher_text(self) -> str | None:
         """``bf16's dense peak is 15x higher``, where the device offers a higher peak than this figure's."""
         h = self.higher
-        return f"{h.precision}'s {h.name.removesuffix(h.precision + ' peak')}peak is {peaks.times(h, self.peak)} " \
-               f"higher" if h is not None and self.peak is not None else None
+        if h is None or self.peak is None:
+            return None
+        return f"{h.precision}'s {h.name.removesuffix(h.precision + ' peak')}peak is {peaks.times(h, self.peak)} higher"
 
     @property
     def peak_named(self) -> str | None:
