@@ -9,7 +9,9 @@ trial asks for a counter, never when the package is imported. Everything that re
 A counter that cannot be read says so in one line (``{"unreadable": why}``), never as a zero: a CPU has none
 (:data:`CPU`), the binding may be missing, the GPU may not support the call, and a counter that did not move over
 the windows measured nothing. The counter is the whole GPU's: another process on the same GPU meanwhile is counted
-too (the trial's ``load`` says whether there was one).
+too (the trial's ``load`` says whether there was one). How often the driver updates the counter, and so how closely a
+0.5 s window's reading follows the window, is not measured yet: only the CPU side has run (the binding's calls, a
+missing library said in one line); a GPU has yet to show the readings.
 """
 
 from __future__ import annotations
