@@ -40,8 +40,9 @@ from autotune.tuning import preparation
 from autotune.tuning import loop
 from autotune.errors import AutotuneError, KnobError, SpecError, WorkloadError, in_words, said
 from autotune.evidence import Verdict, evidence_of
+from autotune.evidence.efficiency import Efficiency, efficiency, hardware_line, rated
 from autotune.request import (DEFAULT_COMPILE_LIMIT_S, DEFAULT_CONFIRM, DEFAULT_NUMERICS, DEFAULT_PICK, DEFAULT_SAMPLER,
-                              DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS)
+                              DEFAULT_TRIAL_TIMEOUT_S, DEFAULT_TRIALS, DEFAULT_OBJECTIVES)
 from autotune.request import VERIFY_ROUNDS
 from autotune.request import MeasureConfig, TuneConfig, WorkloadSpec, declared
 from autotune.request import parse_model_args, parse_shape, with_seq_len
@@ -191,14 +192,14 @@ def _in_python_words(func: Callable[..., Any]) -> Callable[..., Any]:
 class TuneResult:
     """What :func:`tune` returns: the study and the figures derived from it (read when the result is made).
 
-    ``study``: the Optuna study; ``front``: the Pareto front, fastest first, as rows
-    (trial, changes, samples/s, processes, peak memory, speed-up); ``verdict``: the
-    :class:`autotune.evidence.Verdict`; ``winner``: the verdict's trial number (the
-    baseline's when nothing beats PyTorch's defaults; None before any result);
-    ``speedup``: the verdict's :class:`autotune.evidence.stats.Ratio` over the defaults, with its
-    interval; ``noise``: the noise between processes; ``numerics``: the recommendation's numerics check
-    (:class:`autotune.evidence.numerics_answer.Check`: ``state`` hold, differ or not_checked, ``text()``; None when none
-    ran); ``summary``: what this run did (:class:`autotune.tuning.loop.Summary`).
+    ``study``: the Optuna study; ``front``: the Pareto front, fastest first, as rows (trial, changes, samples/s,
+    processes, peak memory, speed-up); ``verdict``: the :class:`autotune.evidence.Verdict`; ``winner``: the verdict's
+    trial number (the baseline's when nothing beats PyTorch's defaults; None before any result); ``speedup``: the
+    verdict's :class:`autotune.evidence.stats.Ratio` over the defaults, with its interval; ``noise``: the noise between
+    processes; ``numerics``: the recommendation's numerics check (:class:`autotune.evidence.numerics_answer.Check`:
+    ``state`` hold, differ or not_checked, ``text()``; None when none ran); ``summary``: what this run did
+    (:class:`autotune.tuning.loop.Summary`); ``mfu`` of ``peak`` (``device``, ``precision``, ``flops``),
+    ``joules_per_sample`` and ``energy``: as ``status --json`` and the verdict carry them.
     """
 
     def __init__(self, study: optuna.Study, store: Store, summary: loop.Summary | None = None) -> None:
@@ -208,13 +209,15 @@ class TuneResult:
         self.view = StoredStudy.of(study)  # read once: the figures below and export() read this view, as the CLI's do
         evidence = evidence_of(self.view)
         self.front: list[dict[str, Any]] = [evidence.row(n) for n in evidence.front()]
-        self.verdict: Verdict = in_python_text(evidence.verdict())
+        self.verdict: Verdict = in_python_text(rated(self.view, evidence.verdict()))
         self.noise: Noise = evidence.noise
         self.numerics = evidence.numerics()
         self.recommended: int | None = evidence.recommended()
         self._speedup = evidence.speedup(self.recommended) if self.recommended is not None else None
         self._changes = evidence.configs[self.recommended].changes if self.recommended is not None else {}
         self.measured = sum(1 for t in self.view.trials if t.measured)
+        self.efficiency: Efficiency = (e := efficiency(self.view))  # the recommendation's MFU, its peak, its energy
+        self.mfu, self.peak, self.energy, self.joules_per_sample = e.mfu, e.peak, e.energy, e.joules_per_sample
 
     @property
     def name(self) -> str:
@@ -264,7 +267,7 @@ class TuneResult:
         speed = f", speed-up {self.speedup.text()}" if self.speedup else ""
         return (f"TuneResult(study={self.name!r}, measured={self.measured}, "
                 f"recommended=#{self.recommended} ({what}){speed})\n"
-                + "\n".join(shown(self.verdict.to_dict())))
+                + "\n".join([*shown(self.verdict.to_dict()), f"hardware: {hardware_line(self.efficiency)}"]))
 
 
 # ---------------------------------------------------------------- tune
@@ -298,6 +301,7 @@ def tune(
     warm_start: bool = False,
     early_stop: bool = True,
     compile_limit: float | str = DEFAULT_COMPILE_LIMIT_S,
+    objectives: str = DEFAULT_OBJECTIVES,
     workers: int = 1,
     devices: str | Sequence[int] | None = None,
     progress: bool = True,
@@ -321,9 +325,9 @@ def tune(
     ``compile_limit`` (seconds or ``"3m"``): a compiled configuration whose first step (the compilation) runs longer
     is stopped and recorded as too slow. ``workers``: trials at once on this machine, each worker pinned to its share
     of the cores (as ``run --workers``); ``devices``: GPUs to use at once (``[0, 1]`` or ``"0,1"``), one trial each
-    (as ``run --devices``).
-    ``seq_len``: tokens per synthetic sample of an ``hf:`` model (as ``model_args={"seq_len": N}``; as ``--seq-len``).
-    ``progress``: a progress bar and one line per trial (False: silent).
+    (as ``run --devices``). ``objectives``: the front's axes, ``"speed,memory"`` or ``"speed,energy"`` (joules per
+    sample from an NVIDIA GPU's energy counter), fixed with the study. ``seq_len``: tokens per synthetic sample of an
+    ``hf:`` model (as ``model_args={"seq_len": N}``). ``progress``: a progress bar, a line per trial (False: silent).
 
     Ctrl-C (a notebook's interrupt) stops the running trial, records it as interrupted
     (the next call measures it again) and raises KeyboardInterrupt.
@@ -342,9 +346,8 @@ def tune(
     job = TuneConfig.from_keywords(
         spec, space=space, trials=trials, time_budget=time_budget, max_memory=max_memory, global_batch=global_batch,
         sampler=sampler, seed=seed, quick=quick, early_stop=early_stop, confirm=confirm, numerics=numerics,
-        trial_timeout=trial_timeout,
-        batch_ceiling=batch_ceiling, warm_start=warm_start, compile_limit=compile_limit,
-    )
+        trial_timeout=trial_timeout, batch_ceiling=batch_ceiling, warm_start=warm_start, compile_limit=compile_limit,
+        objectives=objectives)
     name = study or default_study(spec)
     store = _store(storage, name)
     from autotune.tuning.progress import Progress

@@ -60,6 +60,17 @@ CUT_MARGIN = 0.25  # early stopping: a trial is cut when a front point is this m
 #: beyond the noise), the fastest-looking point of the front, the smallest, or the balance of the two.
 PICKS = ("recommended", "fastest", "smallest", "balanced")
 DEFAULT_PICK = "recommended"
+#: The Pareto front's axes (the study's two objectives): samples/s against peak memory, or against joules per sample
+#: (an NVIDIA GPU's energy counter, autotune.machine.energy). Fixed when the study is made: a resume with others is
+#: refused, as a changed space is.
+OBJECTIVES = ("speed,memory", "speed,energy")
+DEFAULT_OBJECTIVES = "speed,memory"
+
+
+def second_objective(objectives: str | None) -> str:
+    """The front's second axis of a study's ``objectives`` (``memory`` or ``energy``; ``memory`` for a study made
+    before they were declared)."""
+    return (objectives or DEFAULT_OBJECTIVES).split(",")[1]
 
 
 # ---------------------------------------------------------------- the declaration (autotune.declaration), checked
@@ -272,6 +283,11 @@ class TuneConfig:
         None, flag="--batch-ceiling/--no-batch-ceiling", rule=Switch(maybe=True),
         help="First find the largest batch that fits (doubling, then bisection, in isolated trials) and search no "
              "batch above it (default: on a GPU, or with --max-memory).")
+    objectives: str = declare(  # the front's axes, fixed with the study (autotune.store.matching refuses a change)
+        DEFAULT_OBJECTIVES, what="the objectives", flag="--objectives", rule=OneOf(OBJECTIVES), show_default=True,
+        help="The Pareto front's axes, fixed when the study is made: speed,memory (samples/s against peak memory) or "
+             "speed,energy (against joules per sample, read from an NVIDIA GPU's energy counter; pip install "
+             "'autotune[gpu]').")
     warm_start: bool = declare(  # a new study first measures earlier studies' winners on this kind of machine
         False, flag="--warm-start/--no-warm-start", rule=Switch(), show_default=True,
         help="A new study first measures the winners of earlier studies in the same storage on this kind of machine "
@@ -296,6 +312,12 @@ class TuneConfig:
 
     def space_name(self, device: str) -> str:
         return self.space or ("cpu" if device == "cpu" else "default")
+
+    def check_objectives(self, device: str) -> None:
+        """Refuse ``speed,energy`` where no energy counter is read (a CPU): its front would have no second axis."""
+        if second_objective(self.objectives) == "energy" and not device.startswith("cuda"):
+            raise FIELDS["objectives"].error(f"needs an NVIDIA GPU's energy counter, and this run is on {device} "
+                                             "(use speed,memory)", self.objectives, valued=True)
 
     def probes_ceiling(self, device: str) -> bool:
         """Whether to find the batch ceiling before searching batch sizes (see :mod:`autotune.tuning.ceiling_probe`)."""

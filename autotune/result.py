@@ -59,6 +59,10 @@ class TrialResult:
     flops_per_sample: float | None = None
     achieved_flops: float | None = None
     mfu: float | None = None
+    # the device's energy over the timed windows (autotune.machine.energy): joules per sample, and the record it comes
+    # from: {"joules", "seconds", "samples", "source": "nvml"}, or {"unreadable": why} (a CPU: "no energy counter: CPU")
+    joules_per_sample: float | None = None
+    energy: dict[str, Any] = field(default_factory=dict)
     profile: dict[str, Any] = field(default_factory=dict)
     phases_s: dict[str, float] = field(default_factory=dict)
     wall_s: float | None = None

@@ -450,3 +450,28 @@ def test_the_verdict_names_options_and_commands_in_pythons_words():
     assert "autotune.measure('autotune.examples:cnn', config={'threads': 1}, repeat=5) against " \
            "autotune.measure('autotune.examples:cnn', repeat=5)" in python.text
     assert "--" not in python.text and python.state == verdict.state and python.winner == verdict.winner
+
+
+def test_the_result_carries_mfu_with_its_peak_named_and_energy_as_status_json_does(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from autotune.cli import main
+    from autotune.store import Store, StoredStudy, writing
+    from autotune.testing.studies import make_study
+
+    url = f"sqlite:///{tmp_path}/g.db"
+    study = make_study(url, n_trials=12, name="g", with_failures=False, power=lambda c: 300.0)
+    fingerprint = {**StoredStudy.of(study).fingerprint, "device_type": "cuda", "device_name": "NVIDIA H200"}
+    writing.save(study, fingerprint=fingerprint, device="cuda:0")
+    result = api.TuneResult(study, Store(url))
+    status = json.loads(CliRunner().invoke(main, ["status", "g", "--storage", url, "--json"]).output)
+    assert result.mfu is not None and result.mfu == pytest.approx(status["verdict"]["mfu"]["mfu"])
+    assert (result.peak.device, result.peak.precision, result.peak.flops) == (
+        status["verdict"]["mfu"]["device"], status["verdict"]["mfu"]["precision"],
+        status["verdict"]["mfu"]["peak_flops"])
+    assert result.verdict.mfu["peak"] == status["verdict"]["mfu"]["peak"] == result.peak.text()
+    assert result.joules_per_sample == pytest.approx(status["energy"]["joules_per_sample"])
+    assert result.verdict.energy["text"] == status["verdict"]["energy"]["text"] == result.energy.text
+    assert f"hardware: {result.efficiency.text}; energy {result.energy.text}" in repr(result)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -308,6 +309,26 @@ def test_measure_says_compilation_only_when_it_compiled():
     assert dict(result_lines(TrialResult(**{**res.__dict__, "config": {"compile": "default"}})))["first step"].endswith(
         "(includes compilation)")
     assert lines["top ops"] == "compiled graph 50%"
+
+
+def test_measure_names_the_peak_its_mfu_is_a_fraction_of_and_its_energy():
+    from autotune.cli import result_lines
+    from autotune.machine import peaks
+    from autotune.result import OK, TrialResult
+
+    fp32 = peaks.peak("NVIDIA H200", "fp32")
+    rate, flops = 1000.0, 0.55 * fp32.flops / 1000.0  # 55% of the H200's fp32 peak
+    res = TrialResult(outcome=OK, config={"precision": "fp32"}, samples_per_s=rate, window_samples_per_s=[rate],
+                      step_time_s=0.032, samples_per_step=32, time_to_first_step_s=1.0, peak_memory_bytes=1,
+                      flops_per_sample=flops, achieved_flops=flops * rate, mfu=0.55, device="cuda:0",
+                      notes={"device_name": "NVIDIA H200"}, joules_per_sample=0.3,
+                      energy={"joules": 300.0, "seconds": 2.5, "samples": 1000, "source": "nvml"})
+    lines = dict(result_lines(res))
+    assert lines["MFU"] == "55% of this H200's fp32 peak, 66.9 TFLOP/s (bf16's dense peak is 15x higher)"
+    assert lines["energy"] == "0.3 J/sample (120 W over 2.5 s of timed windows, NVML)"
+    cpu = dict(result_lines(dataclasses.replace(res, device="cpu", notes={}, joules_per_sample=None,
+                                                energy={"unreadable": "no energy counter: CPU"})))
+    assert cpu["MFU"].startswith("peak unknown for ") and cpu["energy"] == "no energy counter: CPU"
 
 
 @pytest.mark.slow  # 2 s: the quick loop (-m 'not slow') has a test of this part that takes less

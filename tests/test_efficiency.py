@@ -236,12 +236,36 @@ def test_a_larger_batch_is_hinted_at_the_top_of_what_was_tried_unless_the_ceilin
     assert "batch_size" not in hinted(capped, top)
 
 
-def test_no_hint_near_the_peak_nor_without_an_mfu():
+def test_fp32_near_its_own_peak_is_far_from_the_best_the_device_offers():
     live = on(make_study(optuna.storages.InMemoryStorage(), n_trials=8, seed=0, with_failures=False,
-                         speed=lambda c: 10000.0))  # 36 TFLOP/s: 54% of the H200's fp32 peak
+                         speed=lambda c: 10000.0))  # 36 TFLOP/s: 54% of the H200's fp32 peak, 3.6% of its bf16 one
     study = rewritten(StoredStudy.of(live), precision="fp32", compile="off", batch_size=16)
     eff = efficiency(study)
-    assert eff.mfu > HINT_BELOW and eff.hints == [] and "usually closes" not in eff.text
+    ratio = peaks.peak(H200, "bf16").flops / peaks.peak(H200, "fp32").flops  # from the table: 14.8
+    assert eff.mfu > HINT_BELOW and eff.figure.far and eff.figure.of_best < HINT_BELOW
+    assert eff.figure.higher == peaks.best(H200) == peaks.peak(H200, "bf16")
+    assert f"{ratio:.0f}x" == "15x"
+    assert eff.text.startswith(f"the defaults (#0) run at {percent(eff.mfu)} of this H200's fp32 peak "
+                               "(66.9 TFLOP/s; bf16's dense peak is 15x higher)")
+    assert hinted(study)["precision"] == "bf16" and "bf16's dense peak is 15x higher (989 TFLOP/s)" in eff.text
+    # where bf16 was tried (and did not win), the distance is said, the autocast not hinted
+    tried = study.with_trials([dataclasses.replace(t, config={**t.config, "precision": "bf16"})
+                               if t.number == 2 else t for t in study.trials])
+    assert "precision" not in hinted(tried) and "bf16's dense peak is 15x higher" in efficiency(tried).text
+    # on a T4 (no bf16) the 16-bit peak it has, its ratio from the table
+    t4 = efficiency(rewritten(slow("Tesla T4"), precision="fp32"))
+    assert "fp16's dense peak is 8.0x higher" in t4.text
+
+
+def test_no_hint_near_the_best_peak_nor_without_an_mfu():
+    live = on(make_study(optuna.storages.InMemoryStorage(), n_trials=8, seed=0, with_failures=False,
+                         speed=lambda c: 150000.0))  # 540 TFLOP/s: 55% of the H200's dense bf16 peak
+    study = rewritten(StoredStudy.of(live), precision="bf16", compile="off", batch_size=16)
+    bf16 = next(t.number for t in study.trials if t.role != "baseline" and t.ok)
+    eff = efficiency(study, bf16)
+    assert eff.figure.number == bf16 and eff.figure.peak == peaks.peak(H200, "bf16")
+    assert eff.mfu > HINT_BELOW and eff.figure.higher is None and eff.hints == []
+    assert "usually closes" not in eff.text and "higher" not in eff.text
     cpu = rewritten(StoredStudy.of(make_study(optuna.storages.InMemoryStorage(), n_trials=8, seed=0)), batch_size=16)
     assert efficiency(cpu).hints == []
 

@@ -192,11 +192,11 @@ def test_every_field_of_a_request_is_declared_or_internal():
 
 SPECIFIC = {"global_batch": 64, "seed": 3, "space": "cpu", "sampler": "tpe", "confirm": 0, "trials": 5, "quick": True,
             "early_stop": False, "warm_start": True, "batch_ceiling": True, "time_budget": "2h", "max_memory": "1GiB",
-            "trial_timeout": "5m", "compile_limit": "90s", "numerics": "strict"}
+            "trial_timeout": "5m", "compile_limit": "90s", "numerics": "strict", "objectives": "speed,energy"}
 SPECIFIC_FLAGS = ["--global-batch", "64", "--seed", "3", "--space", "cpu", "--sampler", "tpe", "--confirm", "0",
                   "--trials", "5", "--quick", "--no-early-stop", "--warm-start", "--batch-ceiling", "--time-budget",
                   "2h", "--max-memory", "1GiB", "--trial-timeout", "5m", "--compile-limit", "90s", "--numerics",
-                  "strict"]
+                  "strict", "--objectives", "speed,energy"]
 
 
 def test_the_command_line_and_tune_build_the_same_job(tmp_path, monkeypatch):
@@ -326,3 +326,19 @@ def test_the_named_arguments_are_the_commands_own_options():
         knobs.parse_assignments(["precision"])
     assert str(info.value) == f"{config.cli} 'precision': expected name=value"
     assert str(api.in_python_words(info.value)) == f"{config.word}='precision': expected name=value"
+
+
+def test_the_objectives_are_the_fronts_axes_and_a_cpu_has_no_energy_axis():
+    from autotune.errors import FieldError
+    from autotune.request import second_objective
+
+    assert TuneConfig(SPEC).objectives == "speed,memory" and second_objective(None) == "memory"
+    job = TuneConfig.from_keywords(SPEC, objectives="speed,energy")
+    assert second_objective(job.objectives) == "energy"
+    job.check_objectives("cuda:0")
+    with pytest.raises(FieldError, match=r"needs an NVIDIA GPU's energy counter, and this run is on cpu"):
+        job.check_objectives("cpu")
+    with pytest.raises(FieldError, match=r"speed,power"):
+        TuneConfig.from_keywords(SPEC, objectives="speed,power")
+    out = CliRunner().invoke(cli.main, ["run", "--model", SPEC.model, "--objectives", "speed,power"])
+    assert out.exit_code != 0 and "(--objectives) must be one of" in out.output and "Traceback" not in out.output

@@ -85,9 +85,10 @@ def result_lines(res: Any) -> list[tuple[str, str]]:
              + (" (CUDA reserved)" if res.device and res.device.startswith("cuda") else " (process tree RSS)")),
         ]
         if res.flops_per_sample:
-            mfu = f", MFU {100 * res.mfu:.1f}%" if res.mfu is not None else ", MFU n/a (device peak unknown)"
             lines.append(("compute",
-                          f"{format_flops(res.flops_per_sample)}/sample, {format_flops(res.achieved_flops)}/s{mfu}"))
+                          f"{format_flops(res.flops_per_sample)}/sample, {format_flops(res.achieved_flops)}/s"))
+            lines.append(("MFU", mfu_text(res)))
+        lines.append(("energy", energy_text(res)))
         prof = res.profile or {}
         lines.append(("data wait", f"{100 * prof.get('data_wait_share', 0):.1f}% of step time"))
         top = prof.get("top_ops") or []
@@ -101,6 +102,25 @@ def result_lines(res: Any) -> list[tuple[str, str]]:
         if tail:
             lines.append(("stderr", tail[-1]))
     return lines
+
+
+def mfu_text(res: Any) -> str:
+    """``55% of this H200's fp32 peak, 66.9 TFLOP/s (bf16's dense peak is 15x higher)``, or why there is none: the
+    figure every view computes (:func:`autotune.evidence.efficiency.of_result`), its peak named."""
+    from autotune.evidence.efficiency import of_result
+
+    f = of_result(res.to_dict(), (res.notes or {}).get("device_name"))
+    return f"{f.peak_text} ({f.higher_text})" if f.mfu is not None and f.higher_text else f.peak_text
+
+
+def energy_text(res: Any) -> str:
+    """``0.42 J/sample (310 W over 2.5 s of timed windows, NVML)``, or why there is none (a CPU: no energy counter)."""
+    from autotune.evidence.energy import Energy
+
+    rec = res.energy or {}
+    if "joules" in rec:
+        return Energy(-1, rec["joules"], rec["seconds"], rec["samples"], rec.get("source")).text
+    return str(rec.get("unreadable") or "not measured")
 
 
 def _print_result(res: Any) -> None:

@@ -139,7 +139,7 @@ WORKLOAD = ("model", "data", "model_args", SEQ_LEN, "input_shape", "num_classes"
 #: The options that say how to tune a workload, shared by run and submit (with the trial timeout: every field of the
 #: job).
 JOB = ("space", "trials", "time_budget_s", "max_memory_bytes", "global_batch", "sampler", "seed", "quick", "early_stop",
-       "confirm", "numerics", "warm_start", "batch_ceiling", "compile_limit_s")
+       "confirm", "numerics", "warm_start", "batch_ceiling", "compile_limit_s", "objectives")
 
 
 def make_spec(model: str, data: str | None, model_args: tuple[str, ...], input_shape: str | None,

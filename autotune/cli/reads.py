@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from autotune.evidence.energy import joules
 from autotune.evidence.verdict import shown
 from autotune import knobs
 from autotune.cli.edge import open_store, study_store
@@ -74,18 +75,23 @@ def print_status(doc: dict[str, Any], store: Any) -> None:
     out.print(doc["load"]["text"], markup=False)
     if doc["batch_ceiling"]:
         out.print(f"batch ceiling: {doc['batch_ceiling']['text']}", markup=False)
-    table = Table(title="Recommended, then the Pareto front: throughput vs peak memory "
+    energy = doc.get("objectives") == "speed,energy"  # the front's second axis: energy per sample, not peak memory
+    table = Table(title=f"Recommended, then the Pareto front: throughput vs {'energy' if energy else 'peak memory'} "
                         "(speed-up over the defaults, 90% interval)",
                   title_justify="left")
-    for col in ("trial", "knobs that differ from the defaults", "samples/s", "processes", "peak memory", "speed-up"):
+    for col in ("trial", "knobs that differ from the defaults", "samples/s", "processes", "peak memory",
+                *(("energy",) if energy else ()), "speed-up"):
         table.add_column(col, overflow="fold")
     for row, mark in front_rows(doc):
         changes = " ".join(f"{k}={knobs.KNOBS[k].format(v)}" for k, v in row["changes"].items()) or "defaults"
         speed = row["speedup"]["text"] if row["speedup"] else "-"
         if doc.get("claim") and row["speedup"] and row["changes"]:
             speed += " *" if row.get("figure") == "claim" else " (selection)"
+        per_sample = row.get("joules_per_sample")
         table.add_row(f"#{row['trial']}{mark}", changes, format_rate(row["samples_per_s"]), str(row["processes"]),
-                      format_bytes(row["peak_memory_bytes"]), speed)
+                      format_bytes(row["peak_memory_bytes"]),
+                      *((f"{joules(per_sample)}/sample" if per_sample is not None else "-",) if energy else ()),
+                      speed)
     out.print(table)
     if doc.get("claim"):
         out.print("* the claim, measured apart from the search that chose it; (selection): as the search and the race "
@@ -99,7 +105,7 @@ def print_status(doc: dict[str, Any], store: Any) -> None:
     for line in shown(doc["verdict"]):  # what to do and the claim; the numerics and the machine; the knobs left
         out.print(line, markup=False)
     if doc.get("efficiency"):  # (views kept before it was computed have none)
-        out.print(f"hardware: {doc['efficiency']['text']}", markup=False)
+        out.print(f"hardware: {doc.get('hardware_text') or doc['efficiency']['text']}", markup=False)
 
 
 def _print_ablation(out: Any, ablation: dict[str, Any] | None) -> None:

@@ -52,6 +52,9 @@ class Measured:
     figure: float | None = None  # samples/s from a within-process speed-up over the baseline (Evidence sets it)
     # the raced configuration its figure rests on, when it shared processes with it, not the baseline
     via: int | None = None
+    # the front's second axis, the trial's second value (the study's objectives): its peak memory, or its joules per
+    # sample (None where its energy counter could not be read: off a speed,energy front)
+    second: float | None = None
     # (claim, samples/s) once Evidence has set every field above (seal): a view of a large study asks for them
     # millions of times
     sealed: tuple[list[Measurement], float] | None = field(default=None, repr=False, compare=False)
@@ -105,7 +108,9 @@ def measured(study: StoredStudy, max_memory_bytes: int | None) -> dict[int, Meas
     for t in study.trials:
         if not t.ok:
             continue
-        peak = int(t.values[1])  # type: ignore[index]
+        energy = study.second == "energy"
+        peak = (study.peak_memory_of(t) or 0) if energy else int(t.values[1])  # type: ignore[index]
+        counted = not energy or "joules" in ((t.result.get("energy") if t.result else None) or {})
         feasible = all(v <= 0 for v in t.constraints.values())
         if max_memory_bytes:
             feasible = feasible and peak <= max_memory_bytes
@@ -121,6 +126,7 @@ def measured(study: StoredStudy, max_memory_bytes: int | None) -> dict[int, Meas
             loads=_first_load(t) | loads.get(t.number, {}),
             slices=_first_slice(t) | slices.get(t.number, {}),
             key=str(t.config_key or ""),
+            second=float(t.values[1]) if counted else None,  # type: ignore[index]
         )
     return configs
 

@@ -11,23 +11,31 @@ beside it, from the study alone:
 - the peak is always named (``this H200's dense bf16 peak, 989 TFLOP/s``): an MFU of 55% against the fp32 peak and
   one of 17% against the bf16 peak are not the same distance from the limit, and a reader cannot tell which is which
   from the two numbers;
-- far from the peak (under :data:`HINT_BELOW`), what usually closes the gap, naming only what the study did not try
-  (read from its trials' configurations): a larger batch, CUDA graphs, 16-bit autocast.
+- against a peak below the best the device offers, how much higher that one is (fp32 defaults at 55% of an H200's
+  fp32 peak: "bf16's dense peak is 15x higher", the ratio from the table);
+- far from the peak (under :data:`HINT_BELOW` of the best peak the device offers, whatever the precision the step ran
+  in), what usually closes the gap, naming only what the study did not try (read from its trials' configurations): a
+  larger batch, CUDA graphs, 16-bit autocast.
 
-``status`` (and ``--json``), the end of ``run``, ``export`` and the dashboard's header show this one figure
-(:mod:`autotune.reports.view`, :mod:`autotune.export.document`, :mod:`autotune.reports.dashboard.header`), so a
-configuration never shows two MFUs. Pure computation over the stored study: no torch, no trial side.
+``status`` (and ``--json``), the end of ``run``, ``export``, the dashboard's header, the verdict object (:func:`rated`:
+its recommendation's MFU with the peak's device, precision and FLOP/s, and its energy per sample) and ``tune()``'s
+result show this one figure (:mod:`autotune.reports.view`, :mod:`autotune.export.document`,
+:mod:`autotune.reports.dashboard.header`, :mod:`autotune.api`), and ``autotune measure`` the same computation on one
+result (:func:`of_result`), so a configuration never shows two MFUs. Pure computation over the stored study: no
+torch, no trial side.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 from autotune import knobs
 from autotune.knobs import registry
 from autotune.evidence import evidence_of
 from autotune.evidence.ceiling import MAX_MEMORY
+from autotune.evidence.energy import Energy, energy
+from autotune.evidence.verdict import Verdict
 from autotune.result import Outcome
 from autotune.machine import peaks
 from autotune.machine.peaks import Peak
@@ -54,6 +62,7 @@ class Figure:
     samples_per_s: float | None
     peak: Peak | None
     missing: str | None = None
+    best: Peak | None = None  # the highest peak the device offers, whatever the precision (peaks.best)
 
     @property
     def achieved_flops(self) -> float | None:
@@ -69,6 +78,33 @@ class Figure:
     def mfu(self) -> float | None:
         achieved = self.achieved_flops
         return achieved / self.peak.flops if achieved is not None and self.peak else None
+
+    @property
+    def higher(self) -> Peak | None:
+        """The device's best peak where it is above the one this figure is divided by (an fp32 step on an H200: its
+        dense bf16 peak, 15x higher), else None."""
+        return self.best if self.best is not None and self.peak is not None and self.best.flops > self.peak.flops \
+            else None
+
+    @property
+    def of_best(self) -> float | None:
+        """The achieved FLOP/s over the device's best peak: how far from the limit, whatever the precision."""
+        achieved = self.achieved_flops
+        top = self.best or self.peak
+        return achieved / top.flops if achieved is not None and top is not None else None
+
+    @property
+    def far(self) -> bool:
+        """Under :data:`HINT_BELOW` of the best peak the device offers (55% of an H200's fp32 peak is far)."""
+        return self.of_best is not None and self.of_best < HINT_BELOW
+
+    @property
+    def higher_text(self) -> str | None:
+        """``bf16's dense peak is 15x higher``, where the device offers a higher peak than this figure's."""
+        h = self.higher
+        if h is None or self.peak is None:
+            return None
+        return f"{h.precision}'s {h.name.removesuffix(h.precision + ' peak')}peak is {peaks.times(h, self.peak)} higher"
 
     @property
     def peak_named(self) -> str | None:
@@ -87,7 +123,10 @@ class Figure:
                 "flops_per_sample": self.flops_per_sample, "samples_per_s": self.samples_per_s,
                 "achieved_flops": self.achieved_flops, "peak_flops": self.peak_flops,
                 "peak": self.peak.to_dict() if self.peak else None, "mfu": self.mfu, "missing": self.missing,
-                "text": self.peak_text}
+                "text": self.peak_text,
+                # the device's best peak where it is higher (an fp32 step: the 16-bit one), and the share of it
+                "higher_peak": self.higher.to_dict() if self.higher else None, "higher_text": self.higher_text,
+                "mfu_of_best_peak": self.of_best if self.mfu is not None else None}
 
 
 @dataclass(frozen=True)
@@ -105,13 +144,15 @@ class Hint:
 @dataclass(frozen=True)
 class Efficiency:
     """A configuration's MFU and the defaults' (each against its own, named peak), the words every view shows, and
-    the hints (empty unless the configuration is under :data:`HINT_BELOW` of its peak)."""
+    the hints (empty unless the configuration is under :data:`HINT_BELOW` of the best peak its device offers)."""
 
     device: str | None
     figure: Figure | None  # the configuration rated (the recommendation unless another was asked for)
     baseline: Figure | None
     hints: list[Hint] = field(default_factory=list)
     text: str = ""
+    #: the rated configuration's energy per sample (:func:`autotune.evidence.energy.energy`), shown beside its MFU
+    energy: Energy | None = None
 
     @property
     def mfu(self) -> float | None:
@@ -124,6 +165,15 @@ class Efficiency:
     @property
     def peak_flops(self) -> float | None:
         return self.figure.peak_flops if self.figure else None
+
+    @property
+    def joules_per_sample(self) -> float | None:
+        return self.energy.joules_per_sample if self.energy else None
+
+    @property
+    def peak(self) -> Peak | None:
+        """The peak :attr:`mfu` is a fraction of (device, precision, FLOP/s), None where there is none."""
+        return self.figure.peak if self.figure else None
 
     @property
     def peak_text(self) -> str:
@@ -152,8 +202,39 @@ def efficiency(study: StoredStudy, number: int | None = None) -> Efficiency:
                           text="no recommendation (yet) to set against the hardware's peak")
     base = figure(study, ev.baseline.number) if ev.baseline is not None else None
     name = _device(study)[0]
-    hints = _hints(study, rated, name) if rated.mfu is not None and rated.mfu < HINT_BELOW else []
-    return Efficiency(name, rated, base, hints, _text(rated, base, hints))
+    hints = _hints(study, rated, name) if rated.mfu is not None and rated.far else []
+    return Efficiency(name, rated, base, hints, _text(rated, base, hints), energy(study, rated.number))
+
+
+def rated(study: StoredStudy, verdict: Verdict | None = None) -> Verdict:
+    """The verdict (``verdict``, default the study's) with its recommendation's MFU, the peak it is a fraction of named
+    (device, precision, FLOP/s), and its energy per sample: what ``status --json``, the export and ``tune()``'s result
+    carry as the verdict, the figures :func:`efficiency` and :func:`autotune.evidence.energy.energy` compute."""
+    verdict = evidence_of(study).verdict() if verdict is None else verdict
+    eff = efficiency(study)
+    if eff.figure is None:
+        return verdict
+    return replace(verdict, mfu=mfu_of(eff.figure), energy=eff.energy.to_dict() if eff.energy else None)
+
+
+def mfu_of(f: Figure) -> dict[str, Any]:
+    """A configuration's MFU as the verdict and the export carry it: the figure, the peak named (device, precision,
+    FLOP/s) or why there is none, and the device's higher peak where there is one."""
+    return {"trial": f.number, "mfu": f.mfu, "achieved_flops": f.achieved_flops,
+            "device": f.peak.device if f.peak else None, "precision": f.precision,
+            "peak_flops": f.peak_flops, "peak": f.peak_named, "text": f.peak_text,
+            "higher_peak": f.higher.to_dict() if f.higher else None, "higher_text": f.higher_text,
+            "missing": f.missing}
+
+
+def hardware_line(eff: Efficiency) -> str:
+    """The line ``status`` and ``run`` print after the verdict: the MFU's words, then the energy beside them
+    (``energy 0.42 J/sample (...)``, or ``no energy figure (no energy counter: CPU)``)."""
+    if eff.energy is None:
+        return eff.text
+    used = (f"energy {eff.energy.text}" if eff.energy.joules_per_sample is not None
+            else f"no energy figure ({eff.energy.text})")
+    return f"{eff.text}; {used}" if eff.text else used
 
 
 def figure(study: StoredStudy, number: int) -> Figure | None:
@@ -165,15 +246,32 @@ def figure(study: StoredStudy, number: int) -> Figure | None:
         return None
     name, cpu = _device(study)
     trial = study.trial(number)
-    flops = _positive((trial.result if trial is not None else {}).get("flops_per_sample"))
-    cls = peaks.precision_class(c.config.get(PRECISION))
+    return _figure(number, c.is_baseline, c.config.get(PRECISION),
+                   (trial.result if trial is not None else {}).get("flops_per_sample"), ev.samples_per_s(number),
+                   name, cpu)
+
+
+def of_result(result: Mapping[str, Any], device_name: str | None) -> Figure:
+    """One measurement's MFU against its named peak, from a trial's result alone (``autotune measure``, which has no
+    study): the same computation as :func:`figure`, on the result's own samples/s."""
+    cpu = str(result.get("device") or "cpu").split(":")[0] == "cpu"
+    config = result.get("config") or {}
+    return _figure(-1, False, config.get(PRECISION), result.get("flops_per_sample"), result.get("samples_per_s"),
+                   device_name, cpu)
+
+
+def _figure(number: int, defaults: bool, precision: Any, flops_per_sample: Any, samples_per_s: float | None,
+            name: str | None, cpu: bool) -> Figure:
+    flops = _positive(flops_per_sample)
+    cls = peaks.precision_class(precision)
     peak = None if cpu else peaks.peak(name, cls)
     missing = None
     if flops is None:
-        missing = f"no FLOP count stored for #{number} (its trial counted none)"
+        missing = (f"no FLOP count stored for #{number} (its trial counted none)" if number >= 0
+                   else "no FLOP count (the trial counted none)")
     elif peak is None:
         missing = peaks.missing(name, cls, cpu=cpu)
-    return Figure(number, c.is_baseline, cls, flops, ev.samples_per_s(number), peak, missing)
+    return Figure(number, defaults, cls, flops, samples_per_s, peak, missing, None if cpu else peaks.best(name))
 
 
 def _device(study: StoredStudy) -> tuple[str | None, bool]:
@@ -193,13 +291,18 @@ def percent(mfu: float) -> str:
 
 def _at(f: Figure, same_peak_as: Figure | None = None) -> str:
     """``17% of this H200's dense bf16 peak (989 TFLOP/s)``; against the peak already named: ``55% of the same
-    peak``, or ``55% of its fp32 peak (66.9 TFLOP/s)``."""
+    peak``, or ``55% of its fp32 peak (66.9 TFLOP/s)``. Against a peak below the best the device offers, and no
+    figure before it named that one: ``55% of this H200's fp32 peak (66.9 TFLOP/s; bf16's dense peak is 15x
+    higher)``."""
     assert f.mfu is not None and f.peak is not None
+    named_best = same_peak_as is not None and same_peak_as.peak is not None and same_peak_as.higher is None
+    higher = f"; {f.higher_text}" if f.higher_text and not named_best else ""
     if same_peak_as is not None and same_peak_as.peak is not None:
-        whose = "the same peak" if same_peak_as.peak == f.peak else f"its {f.peak.name} ({peaks.tflops(f.peak.flops)})"
+        whose = ("the same peak" if same_peak_as.peak == f.peak
+                 else f"its {f.peak.name} ({peaks.tflops(f.peak.flops)}{higher})")
     else:
         source = f"; {f.peak.source}" if f.peak.source else ""
-        whose = f"this {f.peak.device}'s {f.peak.name} ({peaks.tflops(f.peak.flops)}{source})"
+        whose = f"this {f.peak.device}'s {f.peak.name} ({peaks.tflops(f.peak.flops)}{source}{higher})"
     over = (" (over 100%: PyTorch's fp32 defaults run cuDNN's convolutions in TF32)"
             if f.mfu > 1 and f.precision == "fp32" else "")
     return f"{percent(f.mfu)} of {whose}{over}"
@@ -229,7 +332,8 @@ def _text(rated: Figure, base: Figure | None, hints: list[Hint]) -> str:
             text += f", the defaults {format_flops(base.achieved_flops)}/s"
         text += f"; no MFU: {rated.missing}"
     if hints:
-        text += (f"; under {percent(HINT_BELOW)} of the peak, what usually closes the gap and this study did not try: "
+        text += (f"; under {percent(HINT_BELOW)} of the best peak, what usually closes the gap and this study did not "
+                 "try: "
                  + "; ".join(h.text for h in hints))
     return text
 
@@ -252,8 +356,10 @@ def _hints(study: StoredStudy, rated: Figure, device_name: str | None) -> list[H
     sixteen = peaks.sixteen_bit(device_name)
     if (sixteen and rated.precision in ("fp32", "tf32") and not _values(tried, PRECISION) & {"bf16", "fp16"}
             and (p16 := peaks.peak(device_name, sixteen)) is not None):
-        out.append(Hint(PRECISION, sixteen, f"{sixteen} autocast (precision={sixteen}): this {p16.device}'s "
-                                            f"{p16.name} is {peaks.tflops(p16.flops)}"))
+        out.append(Hint(PRECISION, sixteen, f"{sixteen} autocast (precision={sixteen}): {sixteen}'s "
+                                            f"{p16.name.removesuffix(sixteen + ' peak')}peak is "
+                                            f"{peaks.times(p16, rated.peak)} higher ({peaks.tflops(p16.flops)})"
+                        if rated.peak is not None else f"{sixteen} autocast (precision={sixteen})"))
     return out
 
 

@@ -55,6 +55,8 @@ class Evidence(Choices):
             "processes": c.processes,
             "confirmed": c.confirmed,
             "peak_memory_bytes": c.peak_memory_bytes,
+            # the front's second axis in a speed,energy study (None in a speed,memory one: peak memory is the axis)
+            "joules_per_sample": c.second if self.study.second == "energy" else None,
             "feasible": c.feasible,
             "speedup": s.to_dict() if s else None,
             # which figure: the claim measured apart from the search (the recommendation's, once measured), or the
@@ -64,17 +66,18 @@ class Evidence(Choices):
         }
 
     def front(self) -> list[int]:
-        """Feasible configurations no other beats on both figure and memory, fastest first."""
+        """Feasible configurations no other beats on both figure and the study's second objective (peak memory, or
+        joules per sample: ``--objectives``), fastest first."""
         # One sweep, fastest first: a point is dominated by a faster one using no more memory, or by one as
         # fast using less (O(n log n): a study of 10,000 trials has millions of pairs).
-        points = sorted(self.ok(), key=lambda c: (-c.samples_per_s, c.peak_memory_bytes))
+        points = sorted((c for c in self.ok() if c.second is not None), key=lambda c: (-c.samples_per_s, c.second))
         out: list[int] = []
-        least_faster = math.inf  # the least memory among the points strictly faster than the current group
+        least_faster = math.inf  # the least memory (energy) among the points strictly faster than the current group
         for _, same in itertools.groupby(points, key=lambda c: c.samples_per_s):
             group = list(same)
-            least_here = group[0].peak_memory_bytes  # sorted by memory within the group
-            out.extend(c.number for c in group if least_here == c.peak_memory_bytes < least_faster)
-            least_faster = min(least_faster, least_here)
+            least_here = group[0].second  # sorted by memory (energy) within the group
+            out.extend(c.number for c in group if least_here == c.second < least_faster)
+            least_faster = min(least_faster, least_here)  # type: ignore[type-var]
         return out
 
     def verdict(self, ablated: bool = True) -> Verdict:

@@ -49,6 +49,10 @@ class Verdict:
     #: together: shown below the verdict
     left: tuple[str, ...] = ()
     left_bought: str | None = None
+    #: the recommendation's MFU with the peak it is a fraction of, and its energy per sample, as every view shows them
+    #: (autotune.evidence.efficiency.rated: added where a view shows the verdict; None until then)
+    mfu: Mapping[str, Any] | None = None
+    energy: Mapping[str, Any] | None = None
 
     @property
     def significant(self) -> bool:
@@ -79,6 +83,8 @@ class Verdict:
             "left_bought": self.left_bought,
             "simpler_preferred": self.simpler_preferred,
             "text": self.text,
+            "mfu": dict(self.mfu) if self.mfu is not None else None,
+            "energy": dict(self.energy) if self.energy is not None else None,
         }
 
 

@@ -20,7 +20,8 @@ from autotune import files, knobs, units
 from autotune._version import __version__
 from autotune.errors import ConfigError, StudyError, plain, said
 from autotune.evidence import Evidence, evidence_of
-from autotune.evidence.efficiency import efficiency
+from autotune.evidence.efficiency import efficiency, mfu_of, rated
+from autotune.evidence.energy import energy
 from autotune.request import DEFAULT_PICK, PICKS, option
 from autotune.store import StoredStudy, StoredTrial
 
@@ -112,8 +113,9 @@ def export(
     base = ev.baseline
     speedup = ev.speedup(trial.number)
     mfu = efficiency(study, trial.number).figure
+    used = energy(study, trial.number)
     described = study.description()  # as stored: a key a study lacks is null in the document
-    verdict = ev.verdict()
+    verdict = rated(study, ev.verdict())  # with the recommendation's MFU and energy, as status --json shows it
     return plain({  # every text in the command line's words: no marker leaves in a document
         "schema": SCHEMA,
         "autotune_version": __version__,
@@ -130,7 +132,7 @@ def export(
             "within_process_measurements": len(c.together),
             "first_measurement_samples_per_s": trial.values[0],  # type: ignore[index]
             "samples_per_s_cv_within_process": res.get("samples_per_s_cv"),
-            "peak_memory_bytes": int(trial.values[1]),  # type: ignore[index]
+            "peak_memory_bytes": c.peak_memory_bytes,  # (the trial's second value in a speed,memory study)
             "time_to_first_step_s": res.get("time_to_first_step_s"),
             "step_time_s": res.get("step_time_s"),
             "samples_per_step": res.get("samples_per_step"),
@@ -138,6 +140,10 @@ def export(
             "mfu": mfu.mfu if mfu else None,
             "mfu_peak": mfu.peak_named if mfu else None,  # "this H200's dense bf16 peak, 989 TFLOP/s", or why none
             "mfu_peak_flops": mfu.peak_flops if mfu else None,
+            "mfu_figure": mfu_of(mfu) if mfu else None,  # the same figure with its peak's device and precision
+            # the device's energy over the timed windows, or why none (autotune.evidence.energy: as status shows it)
+            "joules_per_sample": used.joules_per_sample,
+            "energy": used.to_dict(),
         },
         "baseline": {
             "trial": base.number if base else None,

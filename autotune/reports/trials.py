@@ -71,7 +71,7 @@ def _row(t: StoredTrial, ev: Any, reference: Mapping[str, Any], numerics: str | 
         samples_per_s=config.samples_per_s if config is not None else None,
         processes=config.processes if config is not None else None,
         measured_samples_per_s=own,
-        peak_memory_bytes=t.peak_memory_bytes,
+        peak_memory_bytes=ev.study.peak_memory_of(t),
         duration_s=t.duration_s,
         repeat_of=t.duplicate_of,
         requeued_from=t.requeued_from,

@@ -80,13 +80,17 @@ def status(study: StoredStudy) -> dict[str, Any]:
     """Everything ``autotune status`` shows: the summary, the evidence's figures, failures by outcome, and how close
     the recommendation runs to the hardware's peak (:func:`autotune.evidence.efficiency.efficiency`)."""
     from autotune.evidence import ceiling
-    from autotune.evidence.efficiency import efficiency
+    from autotune.evidence.efficiency import efficiency, hardware_line, rated
 
     ev = evidence_of(study)
     doc = summary(study)
     doc.update(ev.to_dict())
+    doc["verdict"] = rated(study, ev.verdict()).to_dict()  # with the recommendation's MFU (its peak named) and energy
     doc["batch_ceiling"] = ceiling.describe(study.batch_ceiling)
-    doc["efficiency"] = efficiency(study).to_dict()
+    eff = efficiency(study)
+    doc["efficiency"] = eff.to_dict()
+    doc["energy"] = eff.energy.to_dict() if eff.energy is not None else None
+    doc["hardware_text"] = hardware_line(eff)  # the MFU's words, the energy beside them
     failures: dict[str, dict[str, Any]] = {}
     for t in study.trials:
         if t.outcome in (None, Outcome.OK, Outcome.SKIPPED) or t.duplicate_of is not None:
@@ -96,6 +100,7 @@ def status(study: StoredStudy) -> dict[str, Any]:
         entry["trials"].append(t.number)
         entry["example"] = entry["example"] or t.error_message
     doc.update({"failures": failures, "device": study.device, "time_spent_s": ev.time_spent()["wall_s"],
+                "objectives": study.objectives,  # the front's axes (--objectives)
                 "max_memory_bytes": study.max_memory_bytes, "space": study.space.get("name")})
     return doc
 

@@ -12,7 +12,7 @@ from typing import Any, Iterator, Mapping
 
 #: What every view reads of a trial's result (the busy-machine judgement, autotune.evidence): read with the trial;
 #: the rest of the result (its profile, memory, windows: ~1 KB a trial) only when a view shows it (:class:`LazyResult`).
-RESULT_READ_WITH_TRIAL = ("load", "flops_per_sample")  # and the FLOP count: the recommendation's MFU
+RESULT_READ_WITH_TRIAL = ("load", "flops_per_sample", "energy")  # and the FLOP count and the energy: MFU, J/sample
 
 
 class LazyResult(Mapping[str, Any]):

@@ -29,6 +29,9 @@ def check_matches(study: optuna.Study, attrs: Mapping[str, Any], shown: str) -> 
     problems: list[str] = []
     if view.space_hash != attrs.get("space_hash"):
         problems.append(f"the search space differs from the study's ({view.space.get('path')})")
+    if view.objectives != (attrs.get("objectives") or view.objectives):
+        problems.append(f"the objectives differ: {view.objectives} (stored) vs {attrs.get('objectives')} (this run; "
+                        f"{option('objectives')} is fixed when a study is made)")
     diffs = identity.differences(view.fingerprint, attrs["fingerprint"])
     if diffs:
         problems.append("the hardware/software differ: " + "; ".join(diffs))

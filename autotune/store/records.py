@@ -41,6 +41,9 @@ FINGERPRINT = "fingerprint"
 DEVICE = "device"
 CONTEXT = "context"
 GLOBAL_BATCH = "global_batch"
+#: the study's two objectives, the front's axes (autotune.request.OBJECTIVES): the trials' second value is peak memory
+#: (``speed,memory``, and every study made before this was stored) or joules per sample (``speed,energy``)
+OBJECTIVES = "objectives"
 MAX_MEMORY = "max_memory_bytes"
 CREATED_AT = "created_at"  # written last: a study without it is still being described
 VERSION = "autotune_version"
@@ -200,6 +203,8 @@ class StoredTrial:
 
     @property
     def peak_memory_bytes(self) -> int | None:
+        """The second value: the peak memory of a ``speed,memory`` study (of any study:
+        :meth:`StoredStudy.peak_memory_of`)."""
         return int(self.values[1]) if self.values and self.outcome == OK else None
 
     @property
@@ -325,6 +330,24 @@ class StoredStudy:
         return self._get(MAX_MEMORY)
 
     @property
+    def objectives(self) -> str:
+        """The front's axes: ``speed,memory`` (a study made before they were stored too) or ``speed,energy``."""
+        return self._get(OBJECTIVES, "speed,memory")
+
+    @property
+    def second(self) -> str:
+        """The second objective, the trials' second value: ``memory`` or ``energy``."""
+        return self.objectives.split(",")[1]
+
+    def peak_memory_of(self, trial: StoredTrial) -> int | None:
+        """A trial's peak memory: its second value in a ``speed,memory`` study, its result's in a ``speed,energy``
+        one."""
+        if self.second == "memory" or trial.outcome != OK:
+            return trial.peak_memory_bytes
+        peak = trial.result.get("peak_memory_bytes") if trial.result else None
+        return int(peak) if isinstance(peak, (int, float)) else None
+
+    @property
     def created_at(self) -> str | None:
         return self._get(CREATED_AT)
 
@@ -372,7 +395,7 @@ class StoredStudy:
     def description(self) -> dict[str, Any]:
         """The study's description as stored (what ``autotune status --json`` and an export carry)."""
         return {k: self._attrs[k] for k in (WORKLOAD, SPACE, SPACE_HASH, FINGERPRINT, DEVICE, CONTEXT, GLOBAL_BATCH,
-                                              MAX_MEMORY, CREATED_AT, VERSION) if k in self._attrs}
+                                              MAX_MEMORY, OBJECTIVES, CREATED_AT, VERSION) if k in self._attrs}
 
     # ------------------------------------------------------------ the records
 

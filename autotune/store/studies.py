@@ -17,6 +17,7 @@ from autotune.errors import AutotuneError, StorageError, StudyError
 from autotune.request import option
 from autotune.store import reading, writing
 from autotune.store.faults import first_line
+from autotune.request import second_objective
 from autotune.store.names import check_name
 from autotune.store.records import StoredStudy
 from autotune.store.secrets import redact_message
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     import optuna
 
 METRICS = ["samples_per_s", "peak_memory_bytes"]
+#: the trials' second value by the study's second objective (autotune.request.second_objective)
+SECOND_METRIC = {"memory": "peak_memory_bytes", "energy": "joules_per_sample"}
 DESCRIBE_WAIT_S = 15.0  # how long a study just created by another process may take to get its attributes
 
 
@@ -162,7 +165,7 @@ class Studies(Connection):
         else:
             study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
         if created:
-            study.set_metric_names(METRICS)
+            study.set_metric_names([METRICS[0], SECOND_METRIC[second_objective(attrs.get("objectives"))]])
             writing.save(study, **attrs)
             writing.save(study, version=__version__)
             # written last

@@ -15,8 +15,8 @@ from autotune.errors import plain
 from autotune.store.plans import ConfirmRecord, RaceRecord
 from autotune.store.records import (ABLATION, BATCH_CEILING, CONFIRM, CONTEXT, CREATED_AT, DEADLINE, DEVICE,
                                     FINGERPRINT, GLOBAL_BATCH, JOB, JOB_OF, JOB_RECORD, MAX_MEMORY, MEASUREMENT,
-                                    NUMERICS, OWNER, PAIRED, RACE, ROLE, SAMPLER_SWITCH, SESSION, SPACE, SPACE_HASH,
-                                    STATES, TRIAL_MARKS, VERSION, WARM_START, WORKLOAD, StoredTrial)
+                                    NUMERICS, OBJECTIVES, OWNER, PAIRED, RACE, ROLE, SAMPLER_SWITCH, SESSION, SPACE,
+                                    SPACE_HASH, STATES, TRIAL_MARKS, VERSION, WARM_START, WORKLOAD, StoredTrial)
 from autotune.units import now
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def save(study: optuna.Study, **attrs: Any) -> None:
             "device": DEVICE, "context": CONTEXT, "global_batch": GLOBAL_BATCH, "max_memory_bytes": MAX_MEMORY,
             "job": JOB, "job_record": JOB_RECORD, "job_of": JOB_OF, "deadline": DEADLINE, "warm_start": WARM_START,
             "batch_ceiling": BATCH_CEILING, "sampler_switch": SAMPLER_SWITCH, "created_at": CREATED_AT,
-            "version": VERSION}
+            "version": VERSION, "objectives": OBJECTIVES}
     for name, value in attrs.items():
         if name not in keys:
             raise TypeError(f"no study attribute {name!r} in the stored format")

@@ -39,13 +39,30 @@ ORDER = 0.9  # the second process of a round runs 10% slower (what the first lef
 FAILURES = {R.OOM: "out of memory (made up)"}  # what a made-up failure says
 
 
-def result(rate: float, peak: int = 10**8, other_cores: float | None = None, config: Mapping[str, Any] | None = None
-           ) -> R.TrialResult:
+def result(rate: float, peak: int = 10**8, other_cores: float | None = None, config: Mapping[str, Any] | None = None,
+           watts: float | None = None) -> R.TrialResult:
     """A successful measurement of ``rate`` samples/s (``peak``: its peak memory; ``other_cores``: what other processes
-    used meanwhile, on a machine of 2 cores)."""
+    used meanwhile, on a machine of 2 cores; ``watts``: the made-up power a GPU's energy counter read over its
+    windows, :func:`made_up_energy`; None: a CPU's, no counter)."""
     load = {"other_cores": other_cores, "cores": 2} if other_cores is not None else {}
     return R.TrialResult(outcome=R.OK, config=dict(config or {}), samples_per_s=rate, samples_per_s_cv=0.01,
-                         peak_memory_bytes=peak, wall_s=0.01, load=load)
+                         peak_memory_bytes=peak, wall_s=0.01, load=load,
+                         **(made_up_energy(watts, rate) if watts is not None else {}))
+
+
+#: The seconds of timed windows a made-up trial read the energy counter over.
+TIMED_S = 2.5
+
+
+def made_up_energy(watts: float | None, samples_per_s: float) -> dict[str, Any]:
+    """A made-up trial's ``energy`` and ``joules_per_sample`` (autotune.result.TrialResult): ``watts`` over
+    :data:`TIMED_S` of windows at its speed; None: a CPU's (no counter, said as a CPU trial says it)."""
+    if watts is None:
+        return {"energy": {"unreadable": "no energy counter: CPU"}, "joules_per_sample": None}
+    samples = max(1, round(samples_per_s * TIMED_S))
+    joules = watts * TIMED_S
+    return {"energy": {"joules": joules, "seconds": TIMED_S, "samples": samples, "source": "nvml"},
+            "joules_per_sample": joules / samples}
 
 
 def lognormal(truth: Truth, seed: int, sigma: float = NOISE, calls: list | None = None, offset: int = 0, *,

@@ -34,6 +34,7 @@ from autotune.store import StoredStudy, StoredTrial
 from autotune.store import writing
 from autotune.store.plans import RaceRecord, RaceStop, RoundId
 from autotune.store.records import Role
+from autotune.testing.fake import made_up_energy
 
 MiB = 1024**2
 GiB = 1024**3
@@ -101,6 +102,8 @@ def make_study(
     max_memory_bytes: int | None = None,
     speed: Callable[[dict[str, Any]], float] | None = None,
     data_wait_share: float | None = None,
+    power: Callable[[dict[str, Any]], float] | None = None,
+    objectives: str = "speed,memory",
 ) -> optuna.Study:
     """Write a fake study of ``n_trials`` trials (baseline and recipe included) and return it.
 
@@ -111,7 +114,11 @@ def make_study(
     when there are at least 6 trials. ``max_memory_bytes`` is stored as the
     ``--max-memory`` budget and makes bigger trials infeasible. ``speed`` replaces the
     made-up model's samples/s of a configuration (3% noise is added); ``data_wait_share``
-    replaces its share of the step spent waiting for data.
+    replaces its share of the step spent waiting for data. ``power(config)``: the made-up watts a configuration draws,
+    for a study as if on a GPU with an energy counter (each ok trial records its energy over ``fake.TIMED_S`` of
+    windows: ``power x TIMED_S`` joules over ``speed x TIMED_S`` samples); without it each records the CPU's
+    "no energy counter: CPU", as a CPU trial does. ``objectives="speed,energy"`` (with ``power``): the trials' second
+    value is their joules per sample, as a study made with ``--objectives speed,energy`` stores it.
     """
     rng = random.Random(seed)
     # Trials are asked and told in memory, the way autotune records them, then copied
@@ -126,9 +133,13 @@ def make_study(
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names(["samples_per_s", "peak_memory_bytes"])
+        study.set_metric_names(["samples_per_s", "joules_per_sample" if objectives == "speed,energy"
+                                else "peak_memory_bytes"])
     writing.save(study, **_description(max_memory_bytes))
-    _record_trials(study, n_trials, rng, with_failures, max_memory_bytes, speed, data_wait_share)
+    if objectives != "speed,memory":
+        writing.save(study, objectives=objectives)
+    _record_trials(study, n_trials, rng, with_failures, max_memory_bytes, speed, data_wait_share, power,
+                   energy_second=objectives == "speed,energy")
     target = path_or_url if isinstance(path_or_url, optuna.storages.BaseStorage) else storage_url(path_or_url)
     optuna.copy_study(from_study_name=name, from_storage=memory, to_storage=target)
     return optuna.load_study(study_name=name, storage=target)
@@ -142,8 +153,11 @@ def _record_trials(
     max_memory_bytes: int | None,
     speed_of: Callable[[dict[str, Any]], float] | None = None,
     data_wait_share: float | None = None,
+    power: Callable[[dict[str, Any]], float] | None = None,
+    energy_second: bool = False,
 ) -> None:
-    """Ask and tell ``n_trials`` trials the way autotune's study loop records them."""
+    """Ask and tell ``n_trials`` trials the way autotune's study loop records them (``energy_second``: the second
+    value is joules per sample)."""
     dists = distributions()
     defaults = knobs.defaults(CONTEXT)
     baseline = {k: defaults[k] for k in SEARCH}
@@ -199,9 +213,10 @@ def _record_trials(
         result = _result(resolved.config, speed, peak, duration, rng)
         if data_wait_share is not None:
             result["profile"]["data_wait_share"] = data_wait_share
+        result.update(made_up_energy(power(resolved.config) if power is not None else None, result["samples_per_s"]))
         writing.mark(trial, result=result)
         _constrain(trial, ok=True, peak=peak, budget=max_memory_bytes)
-        values = [result["samples_per_s"], float(peak)]
+        values = [result["samples_per_s"], result["joules_per_sample"] if energy_second else float(peak)]
         study.tell(trial, values)
         measured[key] = (trial.number, {"outcome": Outcome.OK, "result": result}, values)
         if role == Role.SEARCH and first_search_ok is None:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from autotune import knobs
-from autotune.machine import hardware
+from autotune.machine import energy, hardware, peaks
 from autotune.machine import load
 from autotune import result as R
 from autotune.trial.arm import Arm, ended, error_record, start_process, write_atomic
@@ -85,7 +85,7 @@ def run(request: TrialRequest) -> R.TrialResult:
         m = run_protocol(
             loop, settings, eager=eager, on_memory_checkpoint=memory_checkpoint,
             dominated=dominated if dominators else None,
-            on_warm=warm,
+            on_warm=warm, meter=energy_meter(device),
         )
         result.load = meter.stop()
         if device.type == "cuda":
@@ -111,12 +111,18 @@ def run(request: TrialRequest) -> R.TrialResult:
         if m.cut_in_warmup:
             result.notes["cut_in_warmup"] = True
         result.notes["accumulation"] = plan.accumulation
+        result.energy = m.energy
+        if "joules" in m.energy:
+            result.joules_per_sample = m.energy["joules"] / m.energy["samples"]
         if m.flops_per_step:
             result.flops_per_sample = m.flops_per_step / samples
             result.achieved_flops = result.flops_per_sample * m.samples_per_s
             name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-            peak_flops = hardware.peak_flops(name, plan.precision)
-            result.mfu = result.achieved_flops / peak_flops if peak_flops else None
+            limit = peaks.peak(name, plan.precision) if name else None  # the table every view reads
+            result.mfu = result.achieved_flops / limit.flops if limit else None
+            result.notes["device_name"] = name  # the peak's device, for whoever names the peak (autotune measure)
+            result.notes["mfu_peak"] = (limit.to_dict() if limit else
+                                        peaks.missing(name, plan.precision, cpu=device.type == "cpu"))
         if device.type == "cuda":
             result.memory = {"peak_reserved_bytes": peak["reserved"], "peak_allocated_bytes": peak["allocated"]}
             if "steady_reserved" in peak:
@@ -143,6 +149,22 @@ def run(request: TrialRequest) -> R.TrialResult:
             result.peak_memory_bytes = host["peak_tree_rss_bytes"]
         result.wall_s = time.perf_counter() - start
     return result
+
+
+def energy_meter(device: torch.device, finder: energy.Finder | None = None) -> energy.Meter:
+    """The energy meter of the trial's device (:mod:`autotune.machine.energy`): NVML's counter on an NVIDIA GPU, found
+    by its UUID; on a CPU none, and the record says so."""
+    uuid = None
+    if device.type == "cuda":
+        try:
+            uuid = str(torch.cuda.get_device_properties(device).uuid)
+        except (AttributeError, RuntimeError):
+            uuid = None
+    return energy.Meter.of(device.type, device.index, uuid, finder or FINDER)
+
+
+#: How a trial finds its device's energy counter (a test replaces it with a made-up one).
+FINDER: energy.Finder = energy.find
 
 
 class ProgressFile:

@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable, Iterator
 import psutil
 import torch
 
+from autotune.machine.energy import Meter
 from autotune.trial.plan import Plan, Stepper
 from autotune.request import CUT_MARGIN
 
@@ -215,13 +216,20 @@ class StepLoop:
         if self._bad is not None and bool(self._bad):
             raise NonFinite("the loss became NaN or Inf")
 
-    def timed(self, n: int = 1, stepper: Stepper | None = None) -> float:
+    def timed(self, n: int = 1, stepper: Stepper | None = None, meter: Meter | None = None) -> float:
+        """Seconds for ``n`` steps, the device synchronised at both edges; ``meter``: the device's energy counter read
+        at those edges (:class:`autotune.machine.energy.Meter`)."""
         synchronize(self.plan.device)
+        if meter is not None:
+            meter.begin()
         t0 = time.perf_counter()
         for _ in range(n):
             self.one(stepper)
         synchronize(self.plan.device)
-        return time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0
+        if meter is not None:
+            meter.end(elapsed, n * self.plan.samples_per_step)
+        return elapsed
 
 
 def first_tensor(batch: Any) -> torch.Tensor | None:
@@ -345,6 +353,8 @@ class Measurement:
     profile: dict[str, Any] = field(default_factory=dict)
     cut_short: bool = False
     cut_in_warmup: bool = False
+    #: the energy over the timed windows (:meth:`autotune.machine.energy.Meter.record`), or why there is none
+    energy: dict[str, Any] = field(default_factory=dict)
 
     @property
     def samples_per_s(self) -> float:
@@ -374,6 +384,7 @@ def run_protocol(
     on_memory_checkpoint: Callable[[], None] | None = None,
     dominated: Callable[[float], bool] | None = None,
     on_warm: Callable[[], None] | None = None,
+    meter: Meter | None = None,
 ) -> Measurement:
     """First step, warm-up to steady, timed windows, memory, FLOP count, profile. Raises NonFinite.
 
@@ -386,6 +397,9 @@ def run_protocol(
     It is asked during warm-up too, of twice the warm-up rate (``WARMUP_CUT_FACTOR``): a
     configuration that a front point beats even then stops before its windows
     (``cut_in_warmup``; its figure is the warm-up rate).
+
+    ``meter`` reads the device's energy counter at the timed windows' edges (and nowhere else: not the warm-up, the
+    FLOP count nor the profile): the measurement's ``energy``.
     """
     phases: dict[str, float] = {}
     samples = loop.plan.samples_per_step
@@ -414,7 +428,8 @@ def run_protocol(
                     flops = count_flops(loop, eager)
                 return Measurement(time_to_first_step_s=first, warmup_steps=len(times), window_samples_per_s=[rate],
                                    window_steps=min(3, len(times)), data_wait_share=0.0, phases_s=phases,
-                                   flops_per_step=flops, profile={}, cut_short=True, cut_in_warmup=True)
+                                   flops_per_step=flops, profile={}, cut_short=True, cut_in_warmup=True,
+                                   energy=meter.record() if meter is not None else {})
     loop.check_finite()
     phases["warmup"] = time.perf_counter() - warm_start
     if on_warm is not None:
@@ -427,7 +442,7 @@ def run_protocol(
     wall = 0.0
     cut = False
     for _ in range(settings.windows):
-        elapsed = loop.timed(per_window)
+        elapsed = loop.timed(per_window) if meter is None else loop.timed(per_window, meter=meter)
         wall += elapsed
         windows.append(per_window * samples / elapsed)
         if dominated is not None and len(windows) >= settings.cut_after_windows and len(windows) < settings.windows:
@@ -462,4 +477,5 @@ def run_protocol(
         flops_per_step=flops,
         profile=profile,
         cut_short=cut,
+        energy=meter.record() if meter is not None else {},
     )

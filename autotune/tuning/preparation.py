@@ -279,6 +279,7 @@ def open_study(config: TuneConfig, store: Store, name: str, device: str, probed:
     """Create the study with its description, or check that the one stored was made for this setup (the space, the
     machine, the workload, the memory budget); save the budget, the ceiling and the job; keep the searched batch
     sizes to the stored ceiling."""
+    config.check_objectives(device)
     attrs = {
         "workload": config.spec.to_dict(payload=False),  # its name, never a pickled factory's bytes
         "space": probed.space.to_dict(),
@@ -287,6 +288,7 @@ def open_study(config: TuneConfig, store: Store, name: str, device: str, probed:
         "device": device,
         "context": probed.context,
         "global_batch": config.global_batch,
+        "objectives": config.objectives,  # the front's axes, fixed with the study (autotune.store.matching)
         **({"job_of": job_of} if job_of else {}),
     }
     live, created = open_live(config, store, name, attrs)

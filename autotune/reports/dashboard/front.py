@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Mapping
 
+from autotune.evidence.energy import energy
 from autotune.reports.dashboard.source import OK, Snapshot, finite, memory_unit
 from autotune.reports.dashboard.ticks import nice_ticks
 from autotune.result import op_name
@@ -123,6 +124,8 @@ def front_table_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
                 "speedup": r.get("speedup"),
                 "speedup_text": r.get("speedup_text", "-"),
                 "mfu": r["mfu"],
+                # beside MFU: the configuration's energy per sample, as status shows it (autotune.evidence.energy)
+                "joules_per_sample": energy(snap.study, n).joules_per_sample,
                 "data_wait_share": finite(profile.get("data_wait_share")),
                 "time_to_first_step_s": r["time_to_first_step_s"],
                 "changes": r["changes"],
@@ -131,6 +134,7 @@ def front_table_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
     return {
         "rows": rows,
         "has_mfu": any(r["mfu"] is not None for r in rows),
+        "has_energy": any(r["joules_per_sample"] is not None for r in rows),
         "baseline": baseline["number"] if baseline else None,
         "recommended": chosen["number"] if chosen else None,
     }

@@ -11,7 +11,8 @@ from collections import Counter
 from typing import Any, Mapping
 
 from autotune.evidence import ceiling
-from autotune.evidence.efficiency import efficiency
+from autotune.evidence.efficiency import efficiency, rated
+from autotune.evidence.energy import energy, joules
 from autotune.machine.peaks import tflops
 from autotune.reports.dashboard.history import remeasure_totals, remeasurements
 from autotune.reports.dashboard.source import OK, Snapshot, config_text, finite, join, jsonable
@@ -33,7 +34,7 @@ def header_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
     ev = snap.evidence
     # the recommendation's own figure, as every view shows it
     recommended = ev.speedup(best["number"]) if best else None
-    verdict = ev.verdict()
+    verdict = rated(study, ev.verdict())  # with the recommendation's MFU and energy, as status --json shows it
     # MFU as status and export show it (the configuration's samples/s over the peak of its precision, named)
     eff = efficiency(study, best["number"] if best else None)
 
@@ -41,6 +42,7 @@ def header_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
         if r is None:
             return None
         mfu = eff.of(r["number"])
+        used = energy(study, r["number"])  # beside the MFU, as status and export show it
         return {
             "number": r["number"],
             "role": r["role"],
@@ -49,6 +51,8 @@ def header_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
             "peak_memory_bytes": r["peak_memory_bytes"],
             "mfu": mfu.mfu if mfu else None,
             "mfu_peak": mfu.peak.to_dict() if mfu and mfu.peak and mfu.mfu is not None else None,
+            "joules_per_sample": used.joules_per_sample,
+            "energy": jsonable(used.to_dict()),
             "time_to_first_step_s": r["time_to_first_step_s"],
             "config_text": config_text(r["changes"]),
         }
@@ -108,8 +112,10 @@ def _figures_text(r: Mapping[str, Any] | None) -> str:
     peak = r.get("mfu_peak")
     of = f" of the {peak['name']} ({tflops(peak['flops'])})" if peak else ""
     mfu = f", MFU {format_percent(r['mfu'])}{of}" if r.get("mfu") is not None else ""
+    j = r.get("joules_per_sample")
+    used = f", {joules(j)}/sample" if j is not None else ""
     rate, memory = format_rate(r["samples_per_s"]), format_bytes(r["peak_memory_bytes"])
-    return f"{rate} samples/s{runs}, {memory}{mfu} (#{r['number']})"
+    return f"{rate} samples/s{runs}, {memory}{mfu}{used} (#{r['number']})"
 
 
 def header_texts(h: Mapping[str, Any]) -> dict[str, Any]:

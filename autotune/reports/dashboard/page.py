@@ -28,6 +28,7 @@ import plotly.offline
 
 from autotune import files
 from autotune.errors import AutotuneError
+from autotune.evidence.energy import joules
 from autotune.reports.dashboard.bought import ablation_info
 from autotune.reports.dashboard.failures import failures_info
 from autotune.reports.dashboard.front import front_table_info, pareto_info, profile_info
@@ -111,6 +112,8 @@ def _front_table_html(info: Mapping[str, Any]) -> str:
     ]
     if info["has_mfu"]:
         cols.append(("MFU", "num"))
+    if info.get("has_energy"):
+        cols.append(("energy", "num"))
     cols += [("data wait", "num"), ("first step", "num"), ("changes from PyTorch defaults", "text")]
     head = "".join(f'<th data-type="{kind}" title="sort">{html_text(name)}</th>' for name, kind in cols)
     body = []
@@ -125,6 +128,9 @@ def _front_table_html(info: Mapping[str, Any]) -> str:
         ]
         if info["has_mfu"]:
             cells.append((r["mfu"], format_percent(r["mfu"])))
+        if info.get("has_energy"):
+            per = r.get("joules_per_sample")
+            cells.append((per, f"{joules(per)}/sample" if per is not None else "-"))
         cells += [
             (r["data_wait_share"], format_percent(r["data_wait_share"])),
             (r["time_to_first_step_s"], format_duration(r["time_to_first_step_s"])),

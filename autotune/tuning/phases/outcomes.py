@@ -66,8 +66,18 @@ class Outcomes:
         return (peak - budget) / budget  # > 0 infeasible
 
     def _pessimistic_memory(self) -> float:
+        """A second value for a trial that has none: twice the worst measured (the study's second objective: peak
+        memory, or joules per sample), or a large one before any."""
         peaks = [t.values[1] for t in self.live.trials() if t.measured and t.outcome == R.OK and t.values]
         return 2.0 * max(peaks) if peaks else float(1 << 40)
+
+    def _second(self, result: R.TrialResult) -> float:
+        """The trial's second value, by the study's objectives: its peak memory, or its joules per sample (a trial
+        whose energy counter could not be read is told as the worst seen twice over: the evidence leaves it off the
+        front, autotune.evidence.configs)."""
+        if self.live.records().second != "energy":
+            return float(result.peak_memory_bytes or 0)
+        return float(result.joules_per_sample) if result.joules_per_sample else self._pessimistic_memory()
 
     def _tell(self, trial: optuna.Trial, ok: bool, values: list[float] | None, memory_violation: float) -> None:
         if not ok and self.options.failures_as == "fail":
@@ -99,7 +109,7 @@ class Outcomes:
             marks["error"] = error
         self.live.mark(trial, **marks)
         if ok:
-            values = [float(result.samples_per_s), float(result.peak_memory_bytes or 0)]  # type: ignore[arg-type]
+            values = [float(result.samples_per_s), self._second(result)]  # type: ignore[arg-type]
             self._tell(trial, True, values, self._memory_violation(result.peak_memory_bytes))
         else:
             self._tell(trial, False, [0.0, self._pessimistic_memory()], 0.0)
@@ -137,7 +147,7 @@ class Outcomes:
             config=resolved.config,
             outcome=hit.outcome or "?",
             samples_per_s=ev.samples_per_s(hit.number) if ok else None,
-            peak_memory_bytes=int(hit.values[1]) if ok and hit.values else None,
+            peak_memory_bytes=self.live.records().peak_memory_of(hit) if ok else None,
             speedup=ev.speedup(hit.number) if ok else None,
             duplicate_of=hit.number,
             over_budget=ok and hit.constraints.get("memory", 0.0) > 0,
