@@ -11,11 +11,15 @@ trial code: the request a study sends (:class:`autotune.trial.messages.TrialRequ
   of its own as the server's children have, the server's imports and nothing else run before the trial),
 
 alternately (forked first in even rounds, fresh first in odd ones), each configuration of a model one after the
-other within a round. It prints, per configuration, the fresh/forked ratio (the mean of the rounds' log-ratios, with
-a 90% t interval from their spread: :func:`autotune.evidence.stats.paired`) and, each way, the speed-up
-(configuration/defaults, paired by round the same way).
+other within a round; or, with ``--together``, both at the same moment (the fresh interpreter imports first, then
+both trials begin), so that each sees the same other work: on a machine shared with other work, two processes one
+after the other differ several-fold, which no few rounds average out. It prints, per configuration, the
+fresh/forked ratio (the mean of the rounds' log-ratios, with a 90% t interval from their spread:
+:func:`autotune.evidence.stats.paired`) and, each way, the speed-up (configuration/defaults, paired by round the same
+way).
 
-    python benchmarks/fork_vs_fresh.py [--rounds 4] [--models cnn,mlp] [--fresh-imports server|child] [--both threads=1]
+    python benchmarks/fork_vs_fresh.py [--rounds 4] [--models cnn,mlp] [--configs defaults,bf16,fast]
+                                       [--fresh-imports server|child] [--both threads=1] [--together]
 
 ``--fresh-imports child``: the fresh interpreter imports only what a trial needs (not ``torch._dynamo``, which the
 server imports so that a compiled trial finds it loaded). The machine's load (other processes' cores, measured by
@@ -63,29 +67,60 @@ from autotune.trial.child import main
 from autotune.trial.messages import from_wire
 with open(sys.argv[1]) as fh:
     request = from_wire(json.load(fh))
+print("ready", flush=True)
+sys.stdin.readline()  # the go: a trial measured together with a forked one starts when that one is spawned
 main(request, sys.argv[2], sys.argv[3])
 """
 
 
-def fresh_trial(request: Any, imports: str, timeout_s: float) -> dict[str, Any]:
-    """One trial in a freshly started interpreter, in a session of its own, with the fork server's environment."""
-    from autotune.trial import forkserver
+class FreshTrial:
+    """One trial in a freshly started interpreter, in a session of its own, with the fork server's environment:
+    :meth:`start` it (the interpreter imports what the server imported, then waits), :meth:`go`, then :meth:`result`."""
 
-    env = forkserver.server_environment(dict(os.environ))
-    root = str(harness.ROOT)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.getcwd(), env.get("PYTHONPATH")) if p)
-    with tempfile.TemporaryDirectory(prefix="autotune-fresh-") as tmp:
-        req = Path(tmp, "request.json")
-        result = Path(tmp, "result.json")
-        log = Path(tmp, "output.log")
+    def __init__(self, request: Any, imports: str, timeout_s: float) -> None:
+        from autotune.trial import forkserver
+
+        env = forkserver.server_environment(dict(os.environ))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(harness.ROOT), os.getcwd(), env.get("PYTHONPATH")) if p)
+        self.tmp = tempfile.TemporaryDirectory(prefix="autotune-fresh-")
+        self.result_path = Path(self.tmp.name, "result.json")
+        self.log = Path(self.tmp.name, "output.log")
+        req = Path(self.tmp.name, "request.json")
         request = dataclasses.replace(request, sys_path=tuple(sys.path), cwd=os.getcwd(), progress_path=None)
         req.write_text(json.dumps(request.to_wire()))
-        done = subprocess.run([sys.executable, "-c", FRESH, str(req), str(result), str(log), imports],
-                              env=env, start_new_session=True, timeout=timeout_s, capture_output=True, text=True)
-        if not result.exists():
-            tail = log.read_text()[-2000:] if log.exists() else done.stderr[-2000:]
-            raise RuntimeError(f"the fresh trial wrote no result (exit {done.returncode}): {tail}")
-        return json.loads(result.read_text())
+        self.timeout_s = timeout_s
+        self.proc = subprocess.Popen([sys.executable, "-c", FRESH, str(req), str(self.result_path), str(self.log),
+                                      imports], env=env, start_new_session=True, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def start(self) -> FreshTrial:
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the fresh interpreter did not start: {self.proc.communicate()[1][-2000:]}")
+        return self
+
+    def go(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()  # communicate() closes it
+
+    def result(self) -> dict[str, Any]:
+        try:
+            _, err = self.proc.communicate(timeout=self.timeout_s)
+            if not self.result_path.exists():
+                tail = self.log.read_text()[-2000:] if self.log.exists() else err[-2000:]
+                raise RuntimeError(f"the fresh trial wrote no result (exit {self.proc.returncode}): {tail}")
+            return json.loads(self.result_path.read_text())
+        finally:
+            self.proc.kill()
+            self.tmp.cleanup()
+
+
+def fresh_trial(request: Any, imports: str, timeout_s: float) -> dict[str, Any]:
+    """One trial in a freshly started interpreter (:class:`FreshTrial`), now."""
+    trial = FreshTrial(request, imports, timeout_s).start()
+    trial.go()
+    return trial.result()
 
 
 # ---------------------------------------------------------------- the state a trial starts in
@@ -174,7 +209,12 @@ def main() -> None:
     ap = harness.arguments(__doc__)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--models", default="cnn,mlp", help="comma-separated, of: " + ", ".join(MODELS))
+    ap.add_argument("--configs", default="defaults,bf16,fast",
+                    help="comma-separated, of: defaults (always measured: the speed-ups' reference), bf16, fast")
     ap.add_argument("--fresh-imports", choices=("server", "child"), default="server")
+    ap.add_argument("--together", action="store_true",
+                    help="measure each pair at the same time (two trials on the machine at once, each seeing the "
+                         "same other work: use with --both threads=1 on a machine of 2 cores or more)")
     ap.add_argument("--both", action="append", default=[],
                     help="A knob set in every configuration, the defaults included, NAME=VALUE (repeatable): "
                          "threads=1 makes each process less sensitive to other processes on a shared machine")
@@ -198,7 +238,9 @@ def main() -> None:
         f"bf16 in hardware: {'yes' if 'avx512_bf16' in flags or 'amx_bf16' in flags else 'no'} "
         f"({' '.join(f for f in flags if 'bf16' in f or 'amx' in f) or 'no bf16 flags'}); "
         f"{time.strftime('%Y-%m-%d %H:%M')}")
-    say(f"other processes used {before['other_cores']:.2f} cores before the run; {args.rounds} rounds; the fresh "
+    say(f"other processes used {before['other_cores']:.2f} cores before the run; {args.rounds} rounds"
+        + (", each pair measured at the same time (each trial's other processes include the other)"
+           if args.together else ", each pair one after the other") + "; the fresh "
         f"interpreter imports {'as the server does' if args.fresh_imports == 'server' else 'what a trial needs'}")
     seen = states(args.fresh_imports)
     differ = {key: {way: seen[way][key] for way in seen} for key in seen["forked"]
@@ -212,34 +254,43 @@ def main() -> None:
         say(f"every configuration, the defaults included, with {knobs.short({**knobs.defaults(), **both})}")
     settings = Settings().lean()
     data: dict[str, Any] = {"before_other_cores": before["other_cores"], "rounds": args.rounds,
-                            "fresh_imports": args.fresh_imports, "both": both, "state": seen, "models": {}}
+                            "fresh_imports": args.fresh_imports, "both": both, "together": args.together,
+                            "state": seen, "models": {}}
     # rates[model][config][way] = [(round id, samples/s)]; busy[...] = other processes' cores during each trial
     rates: dict[str, dict[str, dict[str, list[tuple[str, float]]]]] = {}
     busy: list[float] = []
     started = time.perf_counter()
     for model in models:
-        configs = {"defaults": both, **{name: {**both, **extra} for name, extra in CONFIGS[model].items()}}
+        configs = {"defaults": both, **{name: {**both, **extra} for name, extra in CONFIGS[model].items()
+                                         if name in args.configs.split(",")}}
         rates[model] = {name: {"forked": [], "fresh": []} for name in configs}
         runner = Runner(WorkloadSpec(MODELS[model]), settings=settings)
         for k in range(args.rounds):
             for j, (name, extra) in enumerate(configs.items()):
                 config = {**knobs.defaults(), **extra}
                 ways = ("forked", "fresh") if (k + j) % 2 == 0 else ("fresh", "forked")
+                request = TrialRequest(spec=runner.spec, device="cpu", config=dict(config), settings=settings)
+                results: dict[str, Any] = {}
+                if args.together:  # both at once: the fresh interpreter imports first, then both trials begin
+                    fresh = FreshTrial(request, args.fresh_imports, runner.timeout_s).start()
+                    fresh.go()
+                    results["forked"] = runner.measure(config)
+                    results["fresh"] = R.TrialResult.from_dict(fresh.result())
+                else:
+                    for way in ways:
+                        results[way] = (runner.measure(config) if way == "forked" else R.TrialResult.from_dict(
+                            fresh_trial(request, args.fresh_imports, runner.timeout_s)))
                 got = {}
                 for way in ways:
-                    if way == "forked":
-                        res = runner.measure(config)
-                    else:
-                        request = TrialRequest(spec=runner.spec, device="cpu", config=dict(config),
-                                               settings=settings)
-                        res = R.TrialResult.from_dict(fresh_trial(request, args.fresh_imports, runner.timeout_s))
+                    res = results[way]
                     if not res.ok:
                         raise SystemExit(f"{model} {name} {way}: {res.outcome}: {res.error}")
                     rates[model][name][way].append((f"r{k}", res.samples_per_s))
                     busy.append(float(res.load.get("other_cores", 0.0)))
                     got[way] = res.samples_per_s
+                order = "together" if args.together else f"{ways[0]} first"
                 say(f"{model} round {k + 1} {name:>8}: forked {got['forked']:7.0f}, fresh {got['fresh']:7.0f} "
-                    f"samples/s ({ways[0]} first): fresh/forked {got['fresh'] / got['forked']:.2f}; other processes "
+                    f"samples/s ({order}): fresh/forked {got['fresh'] / got['forked']:.2f}; other processes "
                     f"{busy[-2]:.2f}, {busy[-1]:.2f} cores")
     after = load.other_cores_now(2.0)
     loads = busy + [before["other_cores"], after["other_cores"]]
