@@ -20,6 +20,7 @@ way).
 
     python benchmarks/fork_vs_fresh.py [--rounds 4] [--models cnn,mlp] [--configs defaults,bf16,fast]
                                        [--fresh-imports server|child] [--both threads=1] [--together]
+    python benchmarks/fork_vs_fresh.py --pool benchmarks/results/fork_vs_fresh-DATE.json ... [--out NAME]
 
 ``--fresh-imports child``: the fresh interpreter imports only what a trial needs (not ``torch._dynamo``, which the
 server imports so that a compiled trial finds it loaded). The machine's load (other processes' cores, measured by
@@ -218,11 +219,14 @@ def main() -> None:
     ap.add_argument("--both", action="append", default=[],
                     help="A knob set in every configuration, the defaults included, NAME=VALUE (repeatable): "
                          "threads=1 makes each process less sensitive to other processes on a shared machine")
+    ap.add_argument("--pool", nargs="+", default=None, metavar="JSON",
+                    help="measure nothing: the summary over these earlier runs' results (same --both, --together)")
     args = ap.parse_args()
+    if args.pool:
+        return pool(args)
 
     from autotune import knobs
     from autotune import result as R
-    from autotune.evidence import stats
     from autotune.machine import hardware, identity, load
     from autotune.trial.messages import TrialRequest
     from autotune.trial.protocol import Settings
@@ -303,28 +307,62 @@ def main() -> None:
     data["after_other_cores"] = after["other_cores"]
     data["trial_other_cores"] = busy
     say()
-    say("fresh/forked: a fresh interpreter's samples/s over the forked trial's, paired by round (90% interval)")
-    say("speed-up: the configuration over the defaults, each way, paired by round (90% interval)")
     for model in models if args.rounds else ():
-        out: dict[str, Any] = {}
-        say()
-        for name, ways in rates[model].items():
-            entry: dict[str, Any] = {"rates": ways,
-                                     "fresh_over_forked": stats.paired(ways["fresh"], ways["forked"]).to_dict()}
-            shown = knobs.short({**knobs.defaults(), **both, **CONFIGS[model].get(name, {})}) or "the defaults"
-            line = (f"{model} {name:>8} ({shown}): forked {stats.geomean(v for _, v in ways['forked']):.0f}, "
-                    f"fresh {stats.geomean(v for _, v in ways['fresh']):.0f} samples/s; fresh/forked "
-                    f"{entry['fresh_over_forked']['text']}")
-            if name != "defaults":
-                for way in ("forked", "fresh"):
-                    entry[f"speedup_{way}"] = stats.paired(ways[way], rates[model]["defaults"][way]).to_dict()
-                line += (f"; speed-up forked {entry['speedup_forked']['text']}, "
-                         f"fresh {entry['speedup_fresh']['text']}")
-            say(line)
-            out[name] = entry
-        data["models"][model] = out
+        data["models"][model] = summary(model, rates[model], both)
     harness.write(args, data)
 
+
+def summary(model: str, rates: dict[str, dict[str, list[tuple[str, float]]]], both: dict[str, Any]) -> dict[str, Any]:
+    """Print and return, for each configuration of ``model``, fresh/forked, each way's speed-up, and the fresh
+    speed-up over the forked one (how much a claim made of forked trials would miss a fresh process's ratio)."""
+    from autotune import knobs
+    from autotune.evidence import stats
+
+    say()
+    say(f"{model}: fresh/forked is a fresh interpreter's samples/s over the forked trial's; speed-up the configuration "
+        "over the defaults each way; fresh/forked speed-up their ratio; each paired by round (90% interval)")
+    out: dict[str, Any] = {}
+    base = rates["defaults"]
+    for name, ways in rates.items():
+        entry: dict[str, Any] = {"rates": ways,
+                                 "fresh_over_forked": stats.paired(ways["fresh"], ways["forked"]).to_dict()}
+        shown = knobs.short({**knobs.defaults(), **both, **CONFIGS[model].get(name, {})}) or "the defaults"
+        line = (f"{model} {name:>8} ({shown}): forked {stats.geomean(v for _, v in ways['forked']):.0f}, "
+                f"fresh {stats.geomean(v for _, v in ways['fresh']):.0f} samples/s; fresh/forked "
+                f"{entry['fresh_over_forked']['text']}")
+        if name != "defaults":
+            for way in ("forked", "fresh"):
+                entry[f"speedup_{way}"] = stats.paired(ways[way], base[way]).to_dict()
+            per_round = {way: [(r, v / dict(base[way])[r]) for r, v in ways[way] if r in dict(base[way])]
+                         for way in ("forked", "fresh")}
+            entry["speedup_fresh_over_forked"] = stats.paired(per_round["fresh"], per_round["forked"]).to_dict()
+            line += (f"; speed-up forked {entry['speedup_forked']['text']}, fresh {entry['speedup_fresh']['text']}, "
+                     f"fresh/forked speed-up {entry['speedup_fresh_over_forked']['text']}")
+        say(line)
+        out[name] = entry
+    return out
+
+
+def pool(args: Any) -> None:
+    """``--pool FILE ...``: the summary over the rounds of earlier runs' results (their rounds kept apart by file), for
+    runs of the same settings; nothing is measured."""
+    runs = [json.loads(Path(f).read_text()) for f in args.pool]
+    settings = {(json.dumps(r["results"].get("both", {}), sort_keys=True), r["results"].get("together")) for r in runs}
+    if len(settings) != 1:
+        raise SystemExit(f"--pool: the runs differ in --both or --together ({sorted(settings)}): not one measurement")
+    both = runs[0]["results"].get("both", {})
+    say(f"pooled: {', '.join(args.pool)}")
+    data: dict[str, Any] = {"pooled": list(args.pool), "both": both, "models": {}}
+    merged: dict[str, dict[str, dict[str, list[tuple[str, float]]]]] = {}
+    for i, run in enumerate(runs):
+        for model, configs in run["results"]["models"].items():
+            for name, entry in configs.items():
+                for way, pairs in entry["rates"].items():
+                    merged.setdefault(model, {}).setdefault(name, {}).setdefault(way, []).extend(
+                        (f"f{i}-{r}", v) for r, v in pairs)
+    for model, rates in merged.items():
+        data["models"][model] = summary(model, {"defaults": rates.pop("defaults"), **rates}, both)
+    harness.write(args, data)
 
 if __name__ == "__main__":
     main()
