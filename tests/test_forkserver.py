@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -140,3 +141,38 @@ def test_the_server_asks_nvml_and_inherits_no_variable_a_knob_decides(server, mo
         env = dict(item.split(b"=", 1) for item in fh.read().split(b"\0") if b"=" in item)
     assert not {name.encode() for name in inherited} & set(env), env.keys()
     assert env[forkserver.NVML_CHECK.encode()] == b"1" and env[b"AUTOTUNE_UNRELATED_VARIABLE"] == b"kept"
+
+
+SIGNALS = ("SIGINT", "SIGTERM", "SIGPIPE", "SIGCHLD", "SIGXFSZ")
+#: Each signal's disposition, as a JSON object on one line: 'default', 'ignored' or the handler's name.
+DISPOSITIONS = ("import json, signal; "
+                "names = {signal.SIG_DFL: 'default', signal.SIG_IGN: 'ignored'}; "
+                "print(json.dumps({s: names.get(signal.getsignal(getattr(signal, s)), "
+                "getattr(signal.getsignal(getattr(signal, s)), '__name__', 'handler')) for s in %r}))" % (SIGNALS,))
+
+
+@pytest.mark.slow  # 4 s: a fresh interpreter, and a child of the server
+def test_a_forked_trial_starts_with_the_signals_of_a_fresh_interpreter(server, tmp_path):
+    """The server ignores SIGINT and reports SIGCHLD: a trial must start as a user's fresh process does, whose SIGINT
+    raises KeyboardInterrupt and whose write to a closed pipe raises (Python ignores SIGPIPE), for itself and the
+    DataLoader workers it forks. A child once started with SIGINT and SIGPIPE at the system's default."""
+    import subprocess
+
+    fresh = json.loads(subprocess.run([sys.executable, "-c", DISPOSITIONS], capture_output=True, text=True,
+                                      check=True).stdout)
+    (tmp_path / "signals_workload.py").write_text(
+        "import contextlib, io, os\n"
+        "def tiny():\n"
+        "    out = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(out):\n"
+        f"        exec({DISPOSITIONS!r}, {{}})\n"
+        "    open(os.path.join(os.path.dirname(__file__), 'signals.json'), 'w').write(out.getvalue())\n"
+        "    from failing_workloads import tiny\n"
+        "    return tiny()\n")
+    request = TrialRequest(spec=WorkloadSpec("signals_workload:tiny"), sys_path=(str(tmp_path), *sys.path), cwd=".")
+    child = server.spawn(request, str(tmp_path / "r.json"), str(tmp_path / "o.log"), 60)
+    assert child.wait() == forkserver.Ending(0)
+    forked = json.loads((tmp_path / "signals.json").read_text())
+    assert fresh == {"SIGINT": "default_int_handler", "SIGTERM": "default", "SIGPIPE": "ignored",
+                     "SIGCHLD": "default", "SIGXFSZ": "ignored"}  # Python's own start, where this test runs
+    assert forked == fresh

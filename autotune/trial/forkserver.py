@@ -81,11 +81,24 @@ def cuda_clean() -> str | None:
 # ---------------------------------------------------------------- server side (the warm interpreter)
 
 
+def signals_as_started() -> None:
+    """Leave the signals as a freshly started Python has them, whatever the server set: SIGINT raises
+    KeyboardInterrupt, SIGPIPE and SIGXFSZ are ignored (a write to a closed pipe, or past the file size limit, raises
+    an OSError instead of killing the process), SIGCHLD and SIGTERM do what the system does. A trial measures what a
+    user's process would, and its DataLoader workers inherit these."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for name in ("SIGPIPE", "SIGXFSZ"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+
+
 def _child(job: dict[str, Any], keep: set[int]) -> None:
-    """In the forked child: reset what the server set up, then run the trial."""
+    """In the forked child: undo what the server set up, so that the trial starts as in a fresh interpreter, then
+    run it."""
     signal.set_wakeup_fd(-1)
-    for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_DFL)
+    signals_as_started()
     for fd in keep:
         try:
             os.close(fd)
