@@ -111,6 +111,10 @@ def knob_literals(path: Path) -> list[tuple[int, str]]:
 KNOBS_AS_DATA = {
     "testing/studies.py": "made-up studies for the suite and the read benchmarks: a fake performance model over knob "
                           "values",
+    "testing/simulated/device.py": "the simulated GPU's performance model over knob values (speed, memory, compile "
+                                   "time by knob), as testing/studies.py's",
+    "testing/simulated/runner.py": "the simulated GPU's trials: the configurations its plain loop and probes run, as "
+                                   "data",
 }
 
 

@@ -221,7 +221,7 @@ def mfu_of(f: Figure) -> dict[str, Any]:
     """A configuration's MFU as the verdict and the export carry it: the figure, the peak named (device, precision,
     FLOP/s) or why there is none, and the device's higher peak where there is one."""
     return {"trial": f.number, "mfu": f.mfu, "achieved_flops": f.achieved_flops,
-            "device": f.peak.device if f.peak else None, "precision": f.precision,
+            "device": f.peak.device if f.peak else None, registry.PRECISION.name: f.precision,
             "peak_flops": f.peak_flops, "peak": f.peak_named, "text": f.peak_text,
             "higher_peak": f.higher.to_dict() if f.higher else None, "higher_text": f.higher_text,
             "missing": f.missing}

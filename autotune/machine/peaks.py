@@ -105,7 +105,7 @@ class Peak:
         return f"this {self.device}'s {self.name}, {tflops(self.flops)}{source}"
 
     def to_dict(self) -> dict[str, object]:
-        return {"device": self.device, "precision": self.precision, "precision_class": self.precision,
+        return {"device": self.device, "precision_class": self.precision,
                 "flops": self.flops, "name": self.name, "text": self.text()}
 
 

@@ -17,6 +17,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 
+from autotune import knobs
 from autotune.evidence import claim as CL
 from autotune.reports import view
 from autotune.store import Store
@@ -145,7 +146,7 @@ def check(study: SimulatedStudy) -> Checked:
     reports = study.summary.reports
     after = sum(int(getattr(reports.get(name), "processes", 0) or 0) for name in ("race", "ablation", "confirm"))
     sigma = (status.get("noise") or {}).get("sigma") if isinstance(status.get("noise"), Mapping) else None
-    wasted = sum(1 for t in trials.values() if t.config.get("compile", "off") != "off" and t.outcome == "skipped"
+    wasted = sum(1 for t in trials.values() if knobs.compiles(t.config) and t.outcome == "skipped"
                  and "ran out" in str(t.error_message or ""))
     return Checked(f"{study.shape.name} {study.budget_s:g}s seed {study.seed}", study.budget_s, study.wall_s,
                    study.wall_s <= study.budget_s * (1.0 + BUDGET_SLACK), claim, not problems, problems, truth,
