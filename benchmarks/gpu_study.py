@@ -230,11 +230,6 @@ def cli(*args: str, timeout: float, cwd: Path) -> subprocess.CompletedProcess[st
                           timeout=timeout, check=False)
 
 
-def text_of(output: bytes | str | None) -> str:
-    """What a stopped process printed (subprocess hands a timed-out one's output as bytes, text=True or not)."""
-    return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
-
-
 def last_line(text: str) -> str:
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
     return lines[-1][:400] if lines else ""

@@ -65,10 +65,14 @@ def width_target(sigma: float | None) -> float:
 def processes_needed(sigma: float | None, level: float = stats.LEVEL) -> int:
     """Processes of each side a claim needs to reach :func:`width_target` at this noise (a normal approximation,
     at least :data:`MIN_PROCESSES`, at most :data:`ROUNDS`): how much of a time budget it keeps."""
-    s = 0.15 if sigma is None else sigma
+    return min(ROUNDS, processes_for(width_target(sigma), 0.15 if sigma is None else sigma, level))
+
+
+def processes_for(width: float, sigma: float, level: float = stats.LEVEL) -> int:
+    """The least processes of each side a claim of ``width`` (high/low) needs at ``sigma`` between processes (a
+    normal approximation: width = exp(2 z sigma sqrt(2/n))), at least :data:`MIN_PROCESSES`."""
     z = statistics.NormalDist().inv_cdf(0.5 + level / 2.0)
-    n = 2.0 * (2.0 * z * s / math.log(width_target(sigma))) ** 2  # width = exp(2 z s sqrt(2/n))
-    return max(MIN_PROCESSES, min(ROUNDS, math.ceil(n)))
+    return max(MIN_PROCESSES, math.ceil(2.0 * (2.0 * z * sigma / math.log(width)) ** 2))
 
 
 def claim_ratio(fresh: Sequence[Measurement], defaults: Sequence[Measurement], noise: Noise,

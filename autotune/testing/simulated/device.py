@@ -26,7 +26,6 @@ reads a clock or draws a random number: :mod:`.runner` does, so a figure here is
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
@@ -245,7 +244,3 @@ SHAPES: dict[str, Shape] = {
                        "a step where nothing pays: every configuration runs at the defaults' speed"),
 }
 
-
-def lognormal_spread(sigma: float) -> float:
-    """A lognormal spread in percent, as people read it (±)."""
-    return 100.0 * (math.exp(sigma) - 1.0)

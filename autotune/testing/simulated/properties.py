@@ -11,7 +11,6 @@ of its configuration it must say it is not confirmed and give no interval, in ev
 
 from __future__ import annotations
 
-import math
 import re
 import statistics
 from dataclasses import asdict, dataclass, field
@@ -92,36 +91,25 @@ def _sound(views: Mapping[str, Mapping[str, Any] | None], verdict_text: str) -> 
 
 
 def contradictions(verdict: Mapping[str, Any]) -> list[str]:
-    """Where a verdict's words contradict its own figures (:func:`autotune.evidence.verdict.contradictions` where the
-    product has it)."""
-    try:
-        from autotune.evidence.verdict import contradictions as product
-    except ImportError:  # pragma: no cover - before the product had one
-        product = None
-    if product is not None:
-        return list(product(verdict))
-    out = []
+    """Where a verdict's words contradict its own figures: the knobs left at the user's setting said to have bought
+    nothing beyond the noise while their figure together (``left_bought``) excludes 1."""
     text = str(verdict.get("text") or "")
     bought = str(verdict.get("left_bought") or "")
     found = re.search(r"([0-9.]+)x \(([0-9.]+)-([0-9.]+)\)", bought)
     if "nothing beyond the noise" in text and found:
         low, high = float(found.group(2)), float(found.group(3))
         if low > 1.0 or high < 1.0:
-            out.append(f"says the knobs left out bought nothing beyond the noise, yet they measured {bought}")
-    return out
+            return [f"says the knobs left out bought nothing beyond the noise, yet they measured {bought}"]
+    return []
 
 
 def least_processes(claim: Mapping[str, Any], sigma: float | None) -> int | None:
-    """The least processes of each side a claim of this width needs at the noise seen (``sigma``: between processes)
-    (:func:`autotune.evidence.claim.least_processes` where the product has it)."""
+    """The least processes of each side a claim of this width needs at the noise seen (``sigma``: between processes),
+    as a claim's plan is sized (:func:`autotune.evidence.claim.processes_for`)."""
     low, high = claim.get("low"), claim.get("high")
     if low is None or high is None or not sigma or high <= low:
         return None
-    product = getattr(CL, "least_processes", None)
-    if product is not None:
-        return int(product(high / low, sigma))
-    z = statistics.NormalDist().inv_cdf(0.95)
-    return max(CL.MIN_PROCESSES, math.ceil(2.0 * (2.0 * z * sigma / math.log(high / low)) ** 2))
+    return CL.processes_for(high / low, sigma, claim.get("level") or 0.9)
 
 
 def check(study: SimulatedStudy) -> Checked:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from autotune import result as R
@@ -48,15 +47,6 @@ class SimulatedClock:
         self.at += max(0.0, float(seconds))
 
 
-@dataclass
-class Process:
-    """One simulated process's timeline (seconds from its start) and what ended it."""
-
-    wall_s: float
-    outcome: str = R.OK
-    why: str = ""
-
-
 class SimulatedRunner:
     """A runner of trials on a simulated GPU (see the module's docstring)."""
 
@@ -71,7 +61,6 @@ class SimulatedRunner:
         self.compile_limit_s = compile_limit_s
         self.level = 0.0  # the machine's drift (noise "drifting"), a random walk per process
         self.processes = 0
-        self.base: dict[str, Any] = {"batch_size": self.workload.batch}
 
     # ------------------------------------------------------------ what a process costs
 
@@ -176,13 +165,13 @@ class SimulatedRunner:
         rate = step.samples_per_s * self._noise(step.sigma)
         windows = [rate * math.exp(self.rng.normalvariate(0.0, 0.01))
                    for _ in range(settings.cut_after_windows if cut else settings.windows)]
-        return self._result(config, step, peak, rate, windows, t, wall, settings, cut)
+        return self._result(config, step, peak, windows, t, wall, settings, cut)
 
     def _dominated(self, step: D.Step, peak: int, dominators: Any, margin: float | None, settings: Settings) -> bool:
         margin = settings.cut_margin if margin is None else margin
         return any(rate >= step.samples_per_s * (1.0 + margin) and mem <= peak for rate, mem in dominators or ())
 
-    def _result(self, config: dict[str, Any], step: D.Step, peak: int, rate: float, windows: list[float],
+    def _result(self, config: dict[str, Any], step: D.Step, peak: int, windows: list[float],
                 t: Mapping[str, float], wall: float, settings: Settings, cut: bool) -> R.TrialResult:
         w = self.workload
         median = sorted(windows)[len(windows) // 2]
