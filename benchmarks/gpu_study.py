@@ -313,7 +313,7 @@ def study_part(device: str, shape: dict[str, int], study_budget: float, trials: 
 
 
 def budget_check(out: dict[str, Any], study_s: float, budget_s: float) -> None:
-    """The study's time against its budget plus 5% (the issue's bound), said in one line."""
+    """The study's time against its budget plus 5%, said in one line."""
     limit = budget_s * 1.05
     out["within_budget"] = study_s <= limit
     exit_s = out.get("exit_s")
