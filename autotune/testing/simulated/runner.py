@@ -50,7 +50,7 @@ class SimulatedClock:
 class SimulatedRunner:
     """A runner of trials on a simulated GPU (see the module's docstring)."""
 
-    def __init__(self, shape: D.Shape, clock: SimulatedClock, seed: int = 0, *, timeout_s: float =
+    def __init__(self, shape: D.Shape, clock: SimulatedClock, seed: int | str = 0, *, timeout_s: float =
                  DEFAULT_TRIAL_TIMEOUT_S, settings: Settings | None = None, compile_limit_s: float | None = None,
                  **_: Any) -> None:
         self.shape, self.device, self.workload = shape, shape.device, shape.workload
