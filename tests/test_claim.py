@@ -147,3 +147,37 @@ def test_the_path_shows_the_knobs_the_claim_left_out_and_the_verdict_quotes_thei
     assert left.text() == "host_allocator: default (host_allocator=retain bought 1.38x (0.96-1.97))"
     # the reduction refused: the recommendation is the choice, every step of it kept
     assert all(s.kept for s in A.as_recommended(path, {}).steps) and A.as_recommended(path, {}).dropped == {}
+
+
+def _evidence(defaults: list, fresh: list, race: list = ()):
+    """A study's evidence as claim_of reads it: the defaults (#0) and one configuration (#1), each with its repeats."""
+    from types import SimpleNamespace
+
+    from autotune.evidence.configs import Measured
+
+    base = Measured(0, "baseline", {}, 0, True, ("search-0", defaults[0][1]), repeats=list(defaults[1:]))
+    one = Measured(1, "search", {}, 0, True, ("search-1", 1.0), repeats=[*race, *fresh])
+    return SimpleNamespace(baseline=base, configs={0: base, 1: one})
+
+
+def test_a_claim_takes_each_sides_own_spread_with_no_pretest():
+    """Welch always: the configuration's 3 fresh processes spread about 20%, the defaults' 1%; the claim's interval
+    is its own spread's (about 2 degrees of freedom), whatever a test of the spreads would have said."""
+    defaults = [("search-0", 100.0), ("confirm-a-01", 101.0), ("confirm-a-02", 99.0), ("confirm-a-03", 100.0)]
+    fresh = [("confirm-a-01", 160.0), ("confirm-a-02", 200.0), ("confirm-a-03", 250.0)]
+    r = claim.claim_of(_evidence(defaults, fresh), 1)
+    assert r.processes == 3 and r.df == 2
+    assert r.low < 1.6 and r.high > 2.5  # t(2) 2.92 x 0.22 / sqrt(3): x/ 1.45 about 2.0
+
+
+def test_a_claim_rests_on_the_defaults_measured_in_its_own_rounds():
+    """On a machine that drifts, the defaults' processes from before the claim would carry the drift into it: the
+    claim's defaults are those of its own rounds (the race's, the noise floor's and their first are left out)."""
+    defaults = [("search-0", 50.0), ("floor-1-x", 50.0), ("race-r-01", 50.0), ("confirm-a-01", 100.0),
+                ("confirm-a-02", 101.0), ("confirm-a-03", 99.0)]
+    fresh = [("confirm-a-01", 150.0), ("confirm-a-02", 152.0), ("confirm-a-03", 148.0)]
+    ev = _evidence(defaults, fresh)
+    assert [r for r, _ in claim.defaults_pool(ev)] == ["confirm-a-01", "confirm-a-02", "confirm-a-03"]
+    r = claim.claim_of(ev, 1)
+    assert r.estimate == pytest.approx(1.5, rel=0.01) and r.reference_processes == 3
+    assert r.low < 1.5 < r.high

@@ -4,9 +4,8 @@ The search and the race *select*: the configuration they pick is the one whose m
 those measurements run high (the winner's curse: a true 1.5x quoted 1.82x). Its claim is measured again, in
 fresh processes interleaved with PyTorch's defaults, processes that chose nothing
 (:mod:`autotune.tuning.phases.confirm`): their ratio is an honest estimate of what the user's training will see. The
-defaults' earlier processes are pooled
-with their new ones, but for the race's (its stopping rule looked at them: :func:`defaults_pool`), so the claim is
-the configuration's fresh processes against those of the defaults, unpaired (:func:`claim_ratio`).
+claim is the configuration's fresh processes against the defaults' processes of the same rounds (:func:`defaults_pool`),
+unpaired, each side with its own spread (Welch, no test first of whether the spreads differ: :func:`claim_ratio`).
 
 Before that, the chosen configuration is reduced to the knobs that pay (:func:`propose`): a knob whose effect the
 search's own measurements cannot tell from the noise is proposed for reverting to the user's setting, the batch
@@ -223,31 +222,32 @@ def after_decision(record: ConfirmRecord, number: int) -> int:
 
 
 def claim_of(ev: Any, number: int, after: int = 0) -> Ratio | None:
-    """``number``'s claim: its fresh processes (after round ``after``) over every process of the defaults (None
+    """``number``'s claim: its fresh processes (after round ``after``) over the defaults' of the same rounds (None
     before it has one)."""
     if ev.baseline is None:
         return None
     taken = fresh(ev, number, after)
     if not taken:
         return None
-    # Once configurations spread unequally, the claim's own processes say its noise: the spread of the processes the
-    # plan looked at (to fix how many to measure) would make a claim planned short on a spread that came out small
-    # by chance narrow too, and it covered the truth in 81% of such claims instead of 90%.
-    noise = stats.own_noise(v for _, v in taken) if ev.unequal else ev.noise_of(number)
-    return claim_ratio(taken, defaults_pool(ev), noise, reference_noise=ev.noise_of(ev.baseline.number))
+    # Each side's noise is its own, always (Welch), with no test first of whether the spreads differ: a pretest that
+    # found them alike lent the defaults' spread (their processes outnumber the others', and on a GPU they spread 1%)
+    # to a configuration spreading 25%, and the claim's own processes, not those the plan looked at to fix how many
+    # to measure, say its spread (a claim planned short on a spread that came out small by chance would be narrow too).
+    pool = defaults_pool(ev, after)
+    return claim_ratio(taken, pool, stats.own_noise(v for _, v in taken),
+                       reference_noise=stats.own_noise(v for _, v in pool))
 
 
-
-
-def defaults_pool(ev: Any) -> list[Measurement]:
-    """The defaults' processes a claim pools: all but the race's. A race stops once its choice beats the defaults, so
-    when their processes there came out low it stops sooner: a decision looked at them, and a claim pooling them
-    would run high. Their first trial, the noise floor's and the claim's own rounds chose nothing. (On a machine
-    whose speed drifts over the study, the early ones carry the drift into the claim: tests/test_race.py measures
-    what that costs.)"""
+def defaults_pool(ev: Any, after: int = 0) -> list[Measurement]:
+    """The defaults' processes a claim rests on: those of the claim's own rounds (after round ``after``, as its
+    configuration's), measured beside the claimed configuration's. On a machine whose speed drifts over a study the
+    defaults' earlier processes (their first trial, the noise floor's) carried the drift into the claim; the race's
+    were never taken (its stopping rule looked at them). Before the claim has a round (the least change's own first
+    process, which chose nothing), the defaults' processes but the race's."""
     if ev.baseline is None:
         return []
-    return [m for m in ev.baseline.claim if not RoundId.is_of(RoundId.RACE, m[0])]
+    rounds = [m for m in ev.baseline.claim if RoundId.is_of(RoundId.CLAIM, m[0]) and RoundId.number(m[0]) > after]
+    return rounds or [m for m in ev.baseline.claim if not RoundId.is_of(RoundId.RACE, m[0])]
 
 
 def reduction_ratio(ev: Any, reduced: int, chosen: int) -> Ratio:
@@ -323,6 +323,13 @@ def confirmed(ev: Any) -> Confirmed | None:
     if bought is not None and not bought.has_interval and bought.estimate == 1.0 and not fresh(ev, reduced):
         bought = None
     holds = reduced is not None and record.reduction is not False and (not record.done or record.reduction is True)
+    # The reduction is decided on the search's processes of the chosen configuration (its fresh ones are its claim
+    # should the reduction fail); where the rounds that measured both then show the knobs it reverts buying a gain
+    # beyond the noise, the user would be told to leave a measured gain at their setting: the chosen one is claimed,
+    # where its fresh processes can confirm a claim (else the verdict says the gain showed after the decision).
+    if (holds and bought is not None and bought.above_one()
+            and len(fresh(ev, record.chosen)) >= MIN_PROCESSES):
+        holds = False
     number = reduced if holds else record.chosen
     reverted = dict(record.reverted) if holds else {}
     return Confirmed(confirm_id, record, number, claim_of(ev, number, after_decision(record, number)), reverted, bought,

@@ -27,6 +27,7 @@ from autotune import knobs
 from autotune.evidence import claim as CL
 from autotune.evidence import deciding as D
 from autotune.evidence import evidence_of
+from autotune.evidence.stats import Noise
 from autotune.store import LiveStudy
 from autotune.store.plans import ConfirmRecord, ConfirmStop, RoundId
 from autotune.store.writing import owner
@@ -184,10 +185,12 @@ def _plan(live: LiveStudy, ev: Any, chosen: int, race_id: str, deadline: float |
             reduced = same[0]
         if key is not None and key == c.key:
             reverted = {}
-    # How many fresh processes: what the chosen configuration's own noise asks (its spread, once configurations spread
-    # unequally), fixed now, before any of them is seen: a claim that stopped once its interval looked narrow enough
-    # would stop on processes that happened to agree, and cover the truth less often than it says.
-    noise = ev.noise_of(chosen)
+    # How many fresh processes: what the chosen configuration's noise asks, fixed now, before any of them is seen (a
+    # claim that stopped once its interval looked narrow enough would stop on processes that happened to agree, and
+    # cover the truth less often than it says). Its own spread where it has one, never below the study's pooled noise:
+    # no test of whether the spreads differ decides it, and a few processes that agreed by chance plan no shorter.
+    spreads = [n.sigma for n in (ev.spreads.get(chosen), ev.noise) if n is not None and n.sigma is not None]
+    noise = Noise(max(spreads), 1) if spreads else ev.noise
     processes = CL.processes_needed(noise.sigma)
     unreduced = None
     if (reverted and not measured
