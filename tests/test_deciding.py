@@ -115,6 +115,17 @@ def check(study_view, summary, where: str) -> None:
             s = row["speedup"]
             if row["trial"] != ev.baseline.number and s and s.get("low") is not None and s["low"] > 1.0:
                 assert row["trial"] in named, f"{where}: no gain, but #{row['trial']} is {s['text']}: {verdict.text}"
+    # a figure the verdict quotes from fewer than 3 processes has no interval and says it is not confirmed
+    s = verdict.speedup
+    if s is not None and s.processes < 3 and verdict.state in ("no_gain", "unconfirmed"):
+        assert not s.has_interval and "not confirmed" in verdict.text, f"{where}: {s.text()}: {verdict.text}"
+    # the knobs left at the user's setting are said to have bought what their figure shows
+    for bought in re.findall(r"bought ([0-9.]+x \([0-9.]+-[0-9.]+\))", verdict.left_bought or ""):
+        low, high = (float(x) for x in re.findall(r"\(([0-9.]+)-([0-9.]+)\)", bought)[0])
+        if high < 1.0:
+            assert "slower" in (verdict.left_why or ""), f"{where}: {verdict.left_why} beside {bought}"
+        elif low > 1.0:
+            assert "decided before" in (verdict.left_why or ""), f"{where}: {verdict.left_why} beside {bought}"
     # status --json, the export and the dashboard's header: one configuration, one speed-up
     if rec is not None:
         doc_export = document.export(study_view)

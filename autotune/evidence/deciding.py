@@ -35,6 +35,24 @@ from autotune.units import plural
 INDIFFERENCE = CL.INDIFFERENCE
 
 
+def quoted(s: stats.Ratio | None) -> stats.Ratio | None:
+    """A figure as a verdict may quote it: its interval only from :data:`autotune.evidence.claim.MIN_PROCESSES`
+    processes of its configuration or more; from fewer, the estimate alone (its spread is part of a claim)."""
+    if s is None or not s.has_interval or s.processes >= CL.MIN_PROCESSES:
+        return s
+    return replace(s, low=None, high=None)
+
+
+def quoted_text(s: stats.Ratio | None) -> str:
+    """``1.08x (1.02-1.15)`` from enough processes; ``1.02x in 1 process, not confirmed`` from fewer."""
+    q = quoted(s)
+    if q is None:
+        return "-"
+    if q.has_interval:
+        return q.text()
+    return f"{q.estimate:.2f}x in {plural(q.processes, 'process')}, not confirmed"
+
+
 def checked(ev: Any, verdict: Verdict, record: Any) -> Verdict:
     """The verdict once the numerics were checked: its text says how they compare; under ``--numerics strict`` a
     recommendation whose numerics differ gives way to the fastest configuration checked whose numerics hold (its
@@ -88,8 +106,9 @@ def confirmed(ev: Any, conf: CL.Confirmed) -> Verdict:
         text = f"use #{n} ({changes_text(c.changes)}): {s.text()} as fast as PyTorch's defaults ({behind})"
         verdict = Verdict(State.GAIN, n, conf.record.chosen, s, (), True, bool(conf.reverted), Said(text))
     else:
+        measured = f"{s.text()} ({behind})" if s.has_interval else quoted_text(s)
         text = (f"keep the defaults: no configuration beats PyTorch's defaults beyond the noise; #{n} "
-                f"({changes_text(c.changes) or 'defaults'}), chosen by the race, measured {s.text()} ({behind})")
+                f"({changes_text(c.changes) or 'defaults'}), chosen by the race, measured {measured}")
         verdict = Verdict(State.NO_GAIN, ev.baseline.number, n, s, (), True, False, Said(text))
     verdict = V.detailed(verdict, *details)
     if conf.reverted and verdict.recommends:
@@ -100,10 +119,11 @@ def confirmed(ev: Any, conf: CL.Confirmed) -> Verdict:
             if loaded:
                 verdict = V.detailed(verdict, "left at your setting as their gain depends on the load: "
                                      + ", ".join(line for x in loaded for line in x.lines()))
+        paid = any(x.bought is not None and x.bought.above_one() for x in lefts)
+        slower = any(x.bought is not None and x.bought.below_one() for x in lefts)
         verdict = V.leaving(verdict, tuple(line for x in lefts for line in x.lines()),
-                            "; ".join(x.bought_text() for x in lefts),
-                            "left at your setting, as they bought nothing beyond the noise: "
-                            + "; ".join(x.text() for x in lefts))
+                            "; ".join(x.bought_text() for x in lefts), "; ".join(x.text() for x in lefts),
+                            V.LEFT_DECIDED if paid else V.LEFT_SLOWER if slower else V.LEFT_WHY)
     return verdict
 
 
@@ -204,10 +224,10 @@ def by_noise(ev: Any, exclude_sensitive: bool = False) -> Verdict:
         return Verdict(State.NO_GAIN, base.number, None, None, (), False, False, f"keep PyTorch's defaults: {why}")
     if not ev.noise.known:
         leader = max(pool, key=lambda n: ev.configs[n].samples_per_s)
-        s = ev.speedup(leader)
+        s = quoted(ev.speedup(leader))
         return Verdict(State.NO_GAIN, base.number, leader, s, (leader,), ev.configs[leader].confirmed, False,
                        f"keep the defaults for now: the noise between processes is not measured yet, so no claim; the "
-                       f"fastest so far is #{leader} at {s.text() if s else '-'} the speed of the defaults")
+                       f"fastest so far is #{leader} at {quoted_text(s)} the speed of the defaults")
     # A figure is a claim only with an interval from enough processes of its own configuration; the others are
     # compared, but never claimed (the defaults' noise is not lent to them).
     decided = [n for n in pool if claimable(ev, n)]
@@ -224,12 +244,12 @@ def by_noise(ev: Any, exclude_sensitive: bool = False) -> Verdict:
         if hopeful is not None:
             return unconfirmed(ev, hopeful, tuple(int(k) for k in choice.tied))
         leader = max(pool, key=lambda n: ev.configs[n].samples_per_s)
-        s = ev.speedup(leader)
+        s = quoted(ev.speedup(leader))
         tied = tuple(int(k) for k in choice.tied) or (leader,)
         what = knobs.short(ev.configs[leader].config) if ev.configs[leader].changes else "defaults"
         return Verdict(State.NO_GAIN, base.number, leader, s, tied, ev.configs[leader].confirmed, False,
                        f"keep the defaults: no configuration beats PyTorch's defaults beyond the noise; the fastest, "
-                       f"#{leader} ({what}), measured {s.text() if s else '-'}")
+                       f"#{leader} ({what}), measured {quoted_text(s)}")
     leader = int(choice.leader)
     winner = int(choice.winner)
     tied = tuple(int(k) for k in choice.tied)

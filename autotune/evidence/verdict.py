@@ -49,6 +49,8 @@ class Verdict:
     #: together: shown below the verdict
     left: tuple[str, ...] = ()
     left_bought: str | None = None
+    #: why they are left there, as their figure says it (:data:`LEFT_WHY` unless they measured slower)
+    left_why: str | None = None
     #: the recommendation's MFU with the peak it is a fraction of, and its energy per sample, as every view shows them
     #: (autotune.evidence.efficiency.rated: added where a view shows the verdict; None until then)
     mfu: Mapping[str, Any] | None = None
@@ -81,6 +83,7 @@ class Verdict:
             "details": list(self.details),
             "left": list(self.left),
             "left_bought": self.left_bought,
+            "left_why": self.left_why,
             "simpler_preferred": self.simpler_preferred,
             "text": self.text,
             "mfu": dict(self.mfu) if self.mfu is not None else None,
@@ -113,13 +116,23 @@ def detailed(verdict: Verdict, *details: str) -> Verdict:
                    details=(*verdict.details, *(str(Said(said(d))) for d in details)))
 
 
-def leaving(verdict: Verdict, lines: tuple[str, ...], bought: str | None, text: str) -> Verdict:
+#: Why knobs of the race's choice are left at the user's setting: what they bought includes no gain.
+LEFT_WHY = "as they bought nothing beyond the noise"
+#: ... or they cost speed beyond the noise.
+LEFT_SLOWER = "as they were slower beyond the noise"
+#: ... or the least change was decided before the rounds that measured both showed what they bought.
+LEFT_DECIDED = ("as the least change was decided before the rounds that measured both showed a gain beyond the noise "
+                "(too few of them to claim the configuration with them)")
+
+
+def leaving(verdict: Verdict, lines: tuple[str, ...], bought: str | None, text: str, why: str = LEFT_WHY) -> Verdict:
     """The verdict with the knobs its recommendation leaves at the user's setting (``lines``: ``knob: your value``
-    each; ``bought``: what they bought together, in words; ``text``: all of it in one clause, for the one-line text)."""
+    each; ``bought``: what they bought together, in words; ``text``: the knobs with what they bought, for the
+    one-line text; ``why``: why they are left, as their figure says it)."""
     if not lines:
         return verdict
-    return replace(verdict, text=Said(f"{said(verdict.text)}; {said(text)}"), headline=verdict.headline or verdict.text,
-                   left=lines, left_bought=bought)
+    return replace(verdict, text=Said(f"{said(verdict.text)}; left at your setting, {why}: {said(text)}"),
+                   headline=verdict.headline or verdict.text, left=lines, left_bought=bought, left_why=why)
 
 
 def shown(verdict: Mapping[str, Any]) -> list[str]:
@@ -130,6 +143,6 @@ def shown(verdict: Mapping[str, Any]) -> list[str]:
     if verdict.get("details"):
         out.append("  " + "; ".join(verdict["details"]))
     if verdict.get("left"):
-        out.append(f"left at your setting, as they bought nothing beyond the noise ({verdict.get('left_bought')}):")
+        out.append(f"left at your setting, {verdict.get('left_why') or LEFT_WHY} ({verdict.get('left_bought')}):")
         out += [f"  {line}" for line in verdict["left"]]
     return out
