@@ -114,6 +114,8 @@ def main() -> int:
         f" {counts['intervals']} with an interval, {counts['covering']} covering the truth "
         f"({counts['covering'] / max(1, counts['intervals']):.0%}); median width "
         + (f"{widths[len(widths) // 2]:.3f}x" if widths else "-"))
+    by_noise = {n: [r["covered"] for r in rows if r["noise"] == n and r["covered"] is not None] for n in NOISES}
+    say("by noise: " + "; ".join(f"{n} {sum(c)} of {len(c)} covering" for n, c in by_noise.items()))
     say(f"pick: median {counts['median_pick_percent']:.1f}% of the best reachable")
     say("after the search: median " + (f"{counts['median_after_over_least']:.2f}x" if counts["median_after_over_least"]
                                        else "-") + " the least a claim of that width needs")
