@@ -746,6 +746,8 @@ def test_what_each_knob_bought_is_a_waterfall_from_the_defaults(make):
     assert [s["label"] for s in info["steps"]] == [s.label() for s in ab.steps]
     assert [s["speedup_text"] for s in info["steps"]] == [s.speedup.text() for s in ab.steps]
     assert [s["kept"] for s in info["steps"]] == [s.kept for s in ab.steps]
+    # why a step is left out, as its figure says it (a knob slower beyond the noise did not "buy nothing")
+    assert [s["why_left"] for s in info["steps"] if not s["kept"]] == [s.why_left for s in ab.steps if not s.kept]
     fig = dashboard.ablation_figure(info)
     (bars,) = fig.data
     assert bars.type == "waterfall" and list(bars.x)[0] == "the defaults" and len(bars.x) == len(ab.steps) + 1

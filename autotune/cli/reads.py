@@ -121,7 +121,7 @@ def _print_ablation(out: Any, ablation: dict[str, Any] | None) -> None:
     for step in ablation["steps"]:
         table.add_row(step["label"], step["bought"]["text"], step["speedup"]["text"],
                       "in one process" if step["within_process"] else "between processes",
-                      "yes" if step["kept"] else "no: bought nothing beyond the noise")
+                      "yes" if step["kept"] else f"no: {step.get('why_left') or 'bought nothing beyond the noise'}")
     out.print(table)
 
 

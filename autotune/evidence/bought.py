@@ -110,12 +110,19 @@ class Step:
     def pays(self) -> bool:
         return self.bought.above_one()
 
+    @property
+    def why_left(self) -> str | None:
+        """Why a step is left out of the recommendation, as its figure says it (None: kept)."""
+        if self.kept:
+            return None
+        return "slower beyond the noise" if self.bought.below_one() else "bought nothing beyond the noise"
+
     def label(self) -> str:
         return " ".join(f"{k}={knobs.KNOBS[k].format(v)}" for k, v in self.added.items() if k in knobs.KNOBS)
 
     def to_dict(self) -> dict[str, Any]:
         return {"added": dict(self.added), "label": self.label(), "speedup": self.speedup.to_dict(),
-                "bought": self.bought.to_dict(), "pays": self.pays, "kept": self.kept,
+                "bought": self.bought.to_dict(), "pays": self.pays, "kept": self.kept, "why_left": self.why_left,
                 "within_process": self.within_process}
 
 
@@ -140,7 +147,7 @@ class Ablation:
         out = []
         for s in self.steps:
             where = "in one process" if s.within_process else "between processes"
-            note = "" if s.kept else "  (left out: bought nothing beyond the noise)"
+            note = "" if s.kept else f"  (left out: {s.why_left})"
             out.append(f"+ {s.label():<40} {s.bought.text():<20} -> {s.speedup.text():<20} ({where}){note}")
         return out
 
@@ -148,7 +155,8 @@ class Ablation:
         bought = ", ".join(f"{s.label()} {s.bought.text()}" for s in self.steps)
         out = f"what each knob bought, from the defaults: {bought}"
         if self.dropped:
-            out += ("; left out, as they bought nothing beyond the noise: "
+            slower = any(not s.kept and s.bought.below_one() for s in self.steps)
+            out += (f"; left out, as they {'were slower beyond' if slower else 'bought nothing beyond'} the noise: "
                     + " ".join(f"{k}={knobs.KNOBS[k].format(v)}" for k, v in self.dropped.items() if k in knobs.KNOBS))
         return out
 

@@ -92,6 +92,8 @@ def confirmed(ev: Any, conf: CL.Confirmed) -> Verdict:
     details = []
     if conf.record.unreduced and n == conf.record.chosen:
         details.append(f"claimed with all its knobs: {conf.record.unreduced}")
+    elif s.has_interval and s.above_one():
+        details.append(kept_text(ev, conf))
     if ev.load.was_busy:
         details.append(ev.load.text())
     if not s.has_interval and beyond_steady_noise(ev, n):
@@ -125,6 +127,22 @@ def confirmed(ev: Any, conf: CL.Confirmed) -> Verdict:
                             "; ".join(x.bought_text() for x in lefts), "; ".join(x.text() for x in lefts),
                             V.LEFT_DECIDED if paid else V.LEFT_SLOWER if slower else V.LEFT_WHY)
     return verdict
+
+
+def kept_text(ev: Any, conf: CL.Confirmed) -> str:
+    """What stands behind each knob the recommendation keeps, apart from the selection: what each bought where that
+    was measured (in shared processes, a step at a time); the claim itself for a single knob; else that several were
+    kept on the search's figures, and only their gain together was measured apart ("" when nothing needs saying)."""
+    ab = ev.ablation()
+    kept = {k: v for k, v in ev.configs[conf.recommendation].changes.items() if k in knobs.KNOBS}
+    if ab is not None and ab.settled and ab.winner == conf.record.chosen:
+        steps = [st for st in ab.steps if st.kept and set(st.added) <= set(kept)]
+        return ("what each knob kept bought, from the defaults: "
+                + ", ".join(f"{st.label()} {st.bought.text()}" for st in steps)) if steps else ""
+    if len(kept) < 2:
+        return ""
+    return (f"kept on the search's figures, their gain measured apart only together: "
+            f"{' '.join(f'{k}={knobs.KNOBS[k].format(v)}' for k, v in kept.items())}")
 
 
 def ablated(ev: Any, verdict: Verdict) -> Verdict:

@@ -26,6 +26,7 @@ def ablation_info(study: StoredStudy | Snapshot) -> dict[str, Any]:
             "bought_text": s["bought"]["text"],
             "pays": s["pays"],
             "kept": s["kept"],
+            "why_left": s.get("why_left") or "bought nothing beyond the noise",
             "within_process": s["within_process"],
         }
         for s in doc["steps"]

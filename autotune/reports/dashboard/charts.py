@@ -404,7 +404,7 @@ def ablation_figure(info: Mapping[str, Any]) -> go.Figure:
         where = "in one process" if s["within_process"] else "between processes"
         hover.append(f"<b>+ {plotly_text(s['label'])}</b><br>bought {plotly_text(s['bought_text'])} ({where})"
                      f"<br>{plotly_text(s['speedup_text'])} the defaults"
-                     + ("" if s["kept"] else "<br>left out of the recommendation: bought nothing beyond the noise"))
+                     + ("" if s["kept"] else f"<br>left out of the recommendation: {s['why_left']}"))
         before = s["speedup"]
     fig = go.Figure(go.Waterfall(
         x=x, y=y, measure=measure, text=text, textposition="outside", hovertext=hover, hoverinfo="text",
