@@ -31,6 +31,7 @@ from autotune.knobs.core import (
     BATCH,
     CPUS,
     ENV,
+    LAUNCH,
     LOADER,
     MODEL,
     OPTIMIZER,
@@ -76,7 +77,8 @@ from autotune.knobs.registry import KNOBS, NAMES, REGISTRY
 __all__ = [
     "ALONE", "BATCH_KNOB", "PER_ARM", "SHARED", "apart", "compile_knobs", "compiles", "keeps_global_batch", "per_arm",
     "starts_processes",
-    "BACKEND", "BATCH", "CPUS", "ENV", "KNOBS", "LOADER", "MODEL", "NAMES", "OPTIMIZER", "REGISTRY", "STAGE_HELP",
+    "BACKEND", "BATCH", "CPUS", "ENV", "KNOBS", "LAUNCH", "LOADER", "MODEL", "NAMES", "OPTIMIZER", "REGISTRY",
+    "STAGE_HELP",
     "STEP", "CompileSupported", "Condition", "Context", "ForTask", "Glibc", "InputRank", "Knob", "KnobAbove",
     "KnobError",
     "NativeBF16", "OnDevice", "OptimizerSupports", "Resolved", "accumulation_steps", "defaults",

@@ -24,10 +24,12 @@ from autotune.knobs.core import (
     BATCH,
     CPUS,
     ENV,
+    LAUNCH,
     LOADER,
     MODEL,
     OPTIMIZER,
     PER_ARM,
+    RANK_SLOTS,
     STEP,
     CompileSupported,
     ForTask,
@@ -47,6 +49,7 @@ from autotune.knobs.effects import (
     ChannelsLast,
     CheckpointBlocks,
     Compile,
+    DDPArg,
     Env,
     Flag,
     GradScaler,
@@ -55,6 +58,7 @@ from autotune.knobs.effects import (
     NumThreads,
     OptimizerImpl,
     PinnedCopies,
+    Ranks,
 )
 from autotune.knobs.exports import ACCELERATE, HF_TRAINER, LIGHTNING, Job, arg, by_hand, callback
 
@@ -461,6 +465,79 @@ HOST_ALLOCATOR = Knob(
 )
 
 
+# ---------------------------------------------------------------- several ranks (DDP)
+
+RANKS = Knob(
+    "ranks",
+    LAUNCH,
+    1,
+    "processes training as one (DistributedDataParallel): gloo on a CPU, NCCL on GPUs; threads is per rank",
+    low=1,
+    high=RANK_SLOTS,
+    torch_default="1 (one process)",
+    effects=(Ranks(),),
+    how=lambda value: (f"torchrun --nproc-per-node {value} train.py, the model wrapped in "
+                       "DistributedDataParallel and the DataLoader given a DistributedSampler (torchrun sets "
+                       "OMP_NUM_THREADS=1 unless told: state threads too)" if value > 1 else "run one process"),
+    exports={HF_TRAINER: by_hand("TrainingArguments has no process count: the launcher starts the ranks"),
+             LIGHTNING: by_hand("start the ranks with Trainer(devices=..., strategy='ddp') or torchrun"),
+             ACCELERATE: by_hand("the process count is accelerate launch's --num_processes")},
+    in_process=ALONE,  # the ranks are processes of their own
+    starts_processes=True,
+    keyed_at_default=False,  # added after studies were stored
+)
+
+SEVERAL_RANKS = (KnobAbove(RANKS, 1),)
+DDP_BY_HAND = "DistributedDataParallel's own arguments: your script wraps the model"
+
+
+def _ddp_how(keyword: str) -> Any:
+    return lambda value: f"DistributedDataParallel(model, ..., {keyword}={value!r})"
+
+
+BUCKET_CAP_MB = Knob(
+    "bucket_cap_mb",
+    MODEL,
+    25,
+    "DDP's gradient bucket size in MiB: larger buckets, fewer all-reduces that start later",
+    choices=(5, 25, 100),
+    when=SEVERAL_RANKS,
+    torch_default="25",
+    effects=(DDPArg("bucket_cap_mb"),),
+    how=_ddp_how("bucket_cap_mb"),
+    exports={HF_TRAINER: by_hand(DDP_BY_HAND), LIGHTNING: by_hand(DDP_BY_HAND), ACCELERATE: by_hand(DDP_BY_HAND)},
+    keyed_at_default=False,
+)
+
+GRADIENT_AS_BUCKET_VIEW = Knob(
+    "gradient_as_bucket_view",
+    MODEL,
+    False,
+    "DDP's gradients as views into its all-reduce buckets: one copy and its memory fewer",
+    choices=(False, True),
+    when=SEVERAL_RANKS,
+    torch_default="off",
+    effects=(DDPArg("gradient_as_bucket_view"),),
+    how=_ddp_how("gradient_as_bucket_view"),
+    exports={HF_TRAINER: by_hand(DDP_BY_HAND), LIGHTNING: by_hand(DDP_BY_HAND), ACCELERATE: by_hand(DDP_BY_HAND)},
+    keyed_at_default=False,
+)
+
+STATIC_GRAPH = Knob(
+    "static_graph",
+    MODEL,
+    False,
+    "tell DDP the set of used parameters never changes: it plans its all-reduces once",
+    choices=(False, True),
+    when=SEVERAL_RANKS,
+    torch_default="off",
+    effects=(DDPArg("static_graph"),),
+    how=_ddp_how("static_graph"),
+    exports={HF_TRAINER: by_hand(DDP_BY_HAND), LIGHTNING: by_hand(DDP_BY_HAND), ACCELERATE: by_hand(DDP_BY_HAND)},
+    keyed_at_default=False,
+)
+
+
 # ---------------------------------------------------------------- the registry (its readers: autotune.knobs.reading)
 
 REGISTRY: tuple[Knob, ...] = (
@@ -478,6 +555,10 @@ REGISTRY: tuple[Knob, ...] = (
     THREADS,
     CUDA_ALLOCATOR,
     HOST_ALLOCATOR,
+    RANKS,
+    BUCKET_CAP_MB,
+    GRADIENT_AS_BUCKET_VIEW,
+    STATIC_GRAPH,
 )
 
 KNOBS: dict[str, Knob] = {k.name: k for k in REGISTRY}
