@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -97,20 +98,27 @@ def gathered(folder: str, n: int, failure: Any, result: R.TrialResult) -> R.Tria
         except (OSError, ValueError):
             continue
     failed = {rank: a for rank, a in answers.items() if a["result"]["outcome"] != R.OK}
-    if failed:
-        rank = min(failed, key=lambda r: failed[r]["ended_at"])  # the first to fail; the others failed after it
-        out = R.TrialResult.from_dict(failed[rank]["result"])
-        out.notes.update(rank=rank, world_size=n, failed_ranks=sorted(failed))
+    # a rank killed by a signal (the OOM killer's SIGKILL, a segfault) leaves no answer; SIGTERM is the agent's own,
+    # sent to the ranks left once one failed
+    killed = {f.local_rank: f for f in (failure.failures.values() if failure is not None else ())
+              if f.exitcode is not None and f.exitcode < 0 and f.exitcode != -signal.SIGTERM
+              and f.local_rank not in answers}
+    # the first to fail (a killed rank's time is in whole seconds, rounded down); the others failed after it
+    moments = [(float(f.timestamp), 0, rank) for rank, f in killed.items()]
+    moments += [(float(a["ended_at"]), 1, rank) for rank, a in failed.items()]
+    if moments:
+        _, _, rank = min(moments)
+        if rank in killed:
+            out = R.TrialResult.failure(R.CRASHED, f"rank {rank} of {n} was killed by {killed[rank].signal_name()}",
+                                        signal=-killed[rank].exitcode)
+        else:
+            out = R.TrialResult.from_dict(failed[rank]["result"])
+        out.notes.update(rank=rank, world_size=n, failed_ranks=sorted({*failed, *killed}))
         return out
     if failure is not None:
         first = min(failure.failures.values(), key=lambda f: f.timestamp)
-        code = first.exitcode
-        what = f"rank {first.local_rank} of {n}"
-        if code is not None and code < 0:
-            return R.TrialResult.failure(R.CRASHED, f"{what} was killed by {first.signal_name()}", signal=-code,
-                                         rank=first.local_rank)
-        return R.TrialResult.failure(R.ERROR, f"{what} exited with code {code} without an answer: {first.message}",
-                                     exitcode=code, rank=first.local_rank)
+        return R.TrialResult.failure(R.ERROR, f"rank {first.local_rank} of {n} exited with code {first.exitcode} "
+                                     f"without an answer: {first.message}", exitcode=first.exitcode)
     if 0 in answers:
         return R.TrialResult.from_dict(answers[0]["result"])
     result.error = {"type": "NoAnswer", "message": f"the {n} ranks ended without an answer", "user": False}
