@@ -100,7 +100,7 @@ def test_a_rank_that_raises_fails_the_trial_and_leaves_nothing(quick):
 
 
 def test_a_rank_that_hangs_is_a_timeout_and_its_group_is_killed(quick):
-    res, seen = measured("failing_workloads:rank_fails", quick, TWO, timeout=40, how="hang")
+    res, seen = measured("failing_workloads:rank_fails", quick, TWO, timeout=15, how="hang")
     assert res.outcome == R.TIMEOUT, res.error
     assert len(seen) >= 3
 

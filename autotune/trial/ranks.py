@@ -4,19 +4,19 @@ measured as one training.
 Why a module of its own: a configuration with ``ranks`` above 1 is not one process's step but a launch, as a user runs
 it with ``torchrun --nproc-per-node N``. The trial process (forked by the runner's fork server, in its own process
 group) becomes the launcher's agent: :func:`run` starts the ranks with PyTorch's own elastic launcher
-(``torch.distributed.launcher.api.elastic_launch``, what torchrun runs; a rendezvous on a free local port, no
-restarts), each a fresh interpreter started in the trial's process group, with the environment the configuration's
-environment-level knobs set. Each rank (:func:`rank_main`) joins the process group (gloo on a CPU, NCCL on GPUs, one
-device per rank) and measures the configuration with :func:`autotune.trial.measure_one.run` as a one-process trial
-does, under a :class:`~autotune.trial.collective.Group`: DDP wraps the model, a DistributedSampler gives the rank its
-shard of the data, the windows start after a barrier and end with the slowest rank, the warm-up's end and a cut are
-agreed, and the figures are the training's (samples/s of all ranks, the largest rank's memory).
+(``torch.distributed.launcher.api.elastic_launch``, what torchrun runs; a rendezvous on a free local port, no restarts),
+each forked from the trial process (:data:`START_METHOD`) into the trial's process group, with the environment the
+configuration's environment-level knobs set. Each rank (:func:`rank_main`) joins the process group (gloo on a CPU, NCCL
+on GPUs, one device per rank) and measures the configuration with :func:`autotune.trial.measure_one.run` as a
+one-process trial does, under a :class:`~autotune.trial.collective.Group`: DDP wraps the model, a DistributedSampler
+gives the rank its shard of the data, the windows start after a barrier and end with the slowest rank, the warm-up's end
+and a cut are agreed, and the figures are the training's (samples/s of all ranks, the largest rank's memory).
 
 Every rank writes its answer to a file of its own; the trial's is rank 0's when all succeeded, else that of the rank
 that failed first (its outcome: oom, nan, error; the others fail after it, when their peer is gone), and a rank killed
 by a signal without an answer makes the trial ``crashed``. A rank that fails ends with a non-zero exit, and the agent
-stops the others. A rank that hangs keeps the trial past its timeout: the runner kills the trial's process group,
-which the ranks are in, so nothing outlives the trial.
+stops the others. A rank that hangs keeps the trial past its timeout: the runner kills the trial's process group, which
+the ranks are in, so nothing outlives the trial.
 """
 
 from __future__ import annotations
@@ -40,9 +40,12 @@ from autotune.trial.collective import Group
 from autotune.trial.messages import TrialRequest, from_wire
 from autotune.trial.plan import Plan
 
-#: How the launcher starts a rank: a fresh interpreter, as torchrun's ranks are (an environment-level knob such as a
-#: preloaded allocator takes effect only in a process started with it).
-START_METHOD = "spawn"
+#: How the launcher starts a rank: forked from the trial process, itself a fork of the warm server that imported torch
+#: and never ran a torch op nor touched CUDA (:mod:`autotune.trial.forkserver`), so each rank starts as a one-process
+#: trial does and the two compare alike; a rank is running in 0.1 s where a fresh interpreter ("spawn", what torchrun
+#: starts) takes 7 s on a 2-core machine to import torch. What must be in a process from its start (a preloaded
+#: allocator) needs "spawn".
+START_METHOD = "fork"
 
 
 def ranks_of(request: TrialRequest) -> int:
