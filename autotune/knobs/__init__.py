@@ -14,7 +14,8 @@ The package's parts:
 - :mod:`~autotune.knobs.core`: the vocabulary (:class:`Knob`, :class:`Context`, the conditions);
 - :mod:`~autotune.knobs.effects`: what applying a knob does, as data that :mod:`autotune.trial.plan` carries out;
 - :mod:`~autotune.knobs.exports`: the :class:`~autotune.knobs.exports.Job` a knob's framework mapping writes into;
-- :mod:`~autotune.knobs.registry`: the declarations themselves;
+- :mod:`~autotune.knobs.registry`: the declarations themselves (a launch's, the ranks and DDP's arguments, in
+  :mod:`~autotune.knobs.launch`);
 - :mod:`~autotune.knobs.reading`: the functions that read them (a knob by name, resolving a configuration, ...);
 - :mod:`~autotune.knobs.space`: the search space a study searches, read from a TOML file and fitted to a workload.
 

@@ -5,8 +5,8 @@ Each declaration below holds everything about one knob: its values and PyTorch's
 default, where it applies, the tuning guides' recipe value, what applying it does
 (``effects``, carried out by :mod:`autotune.trial.plan`), what to write by hand (``how``), and
 how each framework export expresses it (``exports``, with the mapping functions written
-just above the knob). This is the only module that names knobs: adding one means adding
-its declaration here, to ``REGISTRY``, and its tests.
+just above the knob). This package is the only place that names knobs: adding one means adding
+its declaration here (or, for a launch's knobs, in :mod:`autotune.knobs.launch`), to ``REGISTRY``, and its tests.
 
 The order of ``REGISTRY`` matters: knobs are resolved in it (a knob that depends on
 another, ``prefetch_factor`` on ``num_workers``, comes after it) and exports list
@@ -24,12 +24,10 @@ from autotune.knobs.core import (
     BATCH,
     CPUS,
     ENV,
-    LAUNCH,
     LOADER,
     MODEL,
     OPTIMIZER,
     PER_ARM,
-    RANK_SLOTS,
     STEP,
     CompileSupported,
     ForTask,
@@ -49,7 +47,6 @@ from autotune.knobs.effects import (
     ChannelsLast,
     CheckpointBlocks,
     Compile,
-    DDPArg,
     Env,
     Flag,
     GradScaler,
@@ -58,9 +55,9 @@ from autotune.knobs.effects import (
     NumThreads,
     OptimizerImpl,
     PinnedCopies,
-    Ranks,
 )
 from autotune.knobs.exports import ACCELERATE, HF_TRAINER, LIGHTNING, Job, arg, by_hand, callback
+from autotune.knobs.launch import BUCKET_CAP_MB, GRADIENT_AS_BUCKET_VIEW, RANKS, STATIC_GRAPH
 
 # ---------------------------------------------------------------- precision
 
@@ -462,79 +459,6 @@ HOST_ALLOCATOR = Knob(
     shares_at=("retain",),
     why_apart="glibc's default heap carries one arm's allocations into the next arm's speed",
     keyed_at_default=False,  # added after studies were stored: their trials ran at the default heap, keys unchanged
-)
-
-
-# ---------------------------------------------------------------- several ranks (DDP)
-
-RANKS = Knob(
-    "ranks",
-    LAUNCH,
-    1,
-    "processes training as one (DistributedDataParallel): gloo on a CPU, NCCL on GPUs; threads is per rank",
-    low=1,
-    high=RANK_SLOTS,
-    torch_default="1 (one process)",
-    effects=(Ranks(),),
-    how=lambda value: (f"torchrun --nproc-per-node {value} train.py, the model wrapped in "
-                       "DistributedDataParallel and the DataLoader given a DistributedSampler (torchrun sets "
-                       "OMP_NUM_THREADS=1 unless told: state threads too)" if value > 1 else "run one process"),
-    exports={HF_TRAINER: by_hand("TrainingArguments has no process count: the launcher starts the ranks"),
-             LIGHTNING: by_hand("start the ranks with Trainer(devices=..., strategy='ddp') or torchrun"),
-             ACCELERATE: by_hand("the process count is accelerate launch's --num_processes")},
-    in_process=ALONE,  # the ranks are processes of their own
-    starts_processes=True,
-    keyed_at_default=False,  # added after studies were stored
-)
-
-SEVERAL_RANKS = (KnobAbove(RANKS, 1),)
-DDP_BY_HAND = "DistributedDataParallel's own arguments: your script wraps the model"
-
-
-def _ddp_how(keyword: str) -> Any:
-    return lambda value: f"DistributedDataParallel(model, ..., {keyword}={value!r})"
-
-
-BUCKET_CAP_MB = Knob(
-    "bucket_cap_mb",
-    MODEL,
-    25,
-    "DDP's gradient bucket size in MiB: larger buckets, fewer all-reduces that start later",
-    choices=(5, 25, 100),
-    when=SEVERAL_RANKS,
-    torch_default="25",
-    effects=(DDPArg("bucket_cap_mb"),),
-    how=_ddp_how("bucket_cap_mb"),
-    exports={HF_TRAINER: by_hand(DDP_BY_HAND), LIGHTNING: by_hand(DDP_BY_HAND), ACCELERATE: by_hand(DDP_BY_HAND)},
-    keyed_at_default=False,
-)
-
-GRADIENT_AS_BUCKET_VIEW = Knob(
-    "gradient_as_bucket_view",
-    MODEL,
-    False,
-    "DDP's gradients as views into its all-reduce buckets: one copy and its memory fewer",
-    choices=(False, True),
-    when=SEVERAL_RANKS,
-    torch_default="off",
-    effects=(DDPArg("gradient_as_bucket_view"),),
-    how=_ddp_how("gradient_as_bucket_view"),
-    exports={HF_TRAINER: by_hand(DDP_BY_HAND), LIGHTNING: by_hand(DDP_BY_HAND), ACCELERATE: by_hand(DDP_BY_HAND)},
-    keyed_at_default=False,
-)
-
-STATIC_GRAPH = Knob(
-    "static_graph",
-    MODEL,
-    False,
-    "tell DDP the set of used parameters never changes: it plans its all-reduces once",
-    choices=(False, True),
-    when=SEVERAL_RANKS,
-    torch_default="off",
-    effects=(DDPArg("static_graph"),),
-    how=_ddp_how("static_graph"),
-    exports={HF_TRAINER: by_hand(DDP_BY_HAND), LIGHTNING: by_hand(DDP_BY_HAND), ACCELERATE: by_hand(DDP_BY_HAND)},
-    keyed_at_default=False,
 )
 
 
