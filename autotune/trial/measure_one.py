@@ -89,7 +89,7 @@ def run(request: TrialRequest, group: Group | None = None) -> R.TrialResult:
                 used = float(monitor.peak_so_far())
             return any(t >= world * median_so_far * (1 + margin) and mem <= used for t, mem in dominators)
 
-        progress.loop = loop
+        progress.loop, progress.world = loop, world
         loop.sync = group
         meter = load.Meter().start()
         m = run_protocol(
@@ -198,6 +198,7 @@ class ProgressFile:
         self.path = path
         self.start = start
         self.loop: StepLoop | None = None
+        self.world = 1  # the ranks training as one: a rank's rate times these is the training's
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, name="autotune-progress", daemon=True)
         if path:
@@ -210,7 +211,9 @@ class ProgressFile:
         out: dict[str, Any] = {"elapsed_s": round(now - self.start, 3), "steps": 0, "first_step_s": None,
                                "in_first_step_s": None, "since_first_step_s": None, "samples_per_s": None}
         if loop is not None:
-            out.update(steps=loop.steps, first_step_s=loop.first_step_s, samples_per_s=loop.rate())
+            rate = loop.rate()
+            out.update(steps=loop.steps, first_step_s=loop.first_step_s,
+                       samples_per_s=rate * self.world if rate is not None else None)
             if loop.first_done_at is not None:
                 out["since_first_step_s"] = round(now - loop.first_done_at, 3)
             elif loop.started_at is not None:  # compiling, for a compiled configuration
