@@ -91,6 +91,12 @@ def test_two_ranks_train_as_one(quick):
     assert len(seen) >= 3  # the trial process (the launcher) and its two ranks
 
 
+def test_two_ranks_of_a_cnn_share_its_batch_norm_buffers(quick):
+    res, _ = measured("autotune.examples:cnn", quick, {**TWO, reg.BATCH_SIZE.name: 8})
+    assert res.outcome == R.OK, res.error
+    assert res.notes["world_size"] == 2 and res.samples_per_step == 16 and res.samples_per_s > 0
+
+
 def test_a_rank_that_raises_fails_the_trial_and_leaves_nothing(quick):
     res, seen = measured("failing_workloads:rank_fails", quick, TWO)
     assert res.outcome == R.ERROR, res.error
