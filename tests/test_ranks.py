@@ -21,7 +21,8 @@ from autotune.knobs import registry as reg
 from autotune.testing.suite import need, wait_until
 from autotune.trial import forkserver
 from autotune.trial.collective import Group
-from autotune.trial.plan import Plan
+from autotune.trial.measure_one import per_rank
+from autotune.trial.plan import NotApplicableAtRuntime, Plan
 from autotune.trial.runner import Runner
 from autotune.workloads.contract import WorkloadSpec
 
@@ -95,6 +96,16 @@ def test_two_ranks_of_a_cnn_share_its_batch_norm_buffers(quick):
     res, _ = measured("autotune.examples:cnn", quick, {**TWO, reg.BATCH_SIZE.name: 8})
     assert res.outcome == R.OK, res.error
     assert res.notes["world_size"] == 2 and res.samples_per_step == 16 and res.samples_per_s > 0
+
+
+def test_a_global_batch_is_shared_by_the_ranks(quick):
+    spec = WorkloadSpec("autotune.examples:mlp")
+    res = Runner(spec, timeout_s=120, settings=quick, global_batch=64).measure({**TWO, reg.BATCH_SIZE.name: 16})
+    assert res.outcome == R.OK, res.error
+    assert res.notes["accumulation"] == 2 and res.samples_per_step == 64  # 2 ranks x 2 micro-batches x 16
+    assert per_rank(64, 2) == 32 and per_rank(None, 2) is None and per_rank(7, 1) == 7
+    with pytest.raises(NotApplicableAtRuntime, match="2 ranks do not divide the global batch 25"):
+        per_rank(25, 2)
 
 
 def test_a_rank_that_raises_fails_the_trial_and_leaves_nothing(quick):
