@@ -135,6 +135,23 @@ def test_one_rank_is_a_trial_of_one_process(quick):
     assert reg.BUCKET_CAP_MB.name in res.not_applicable  # DDP's arguments only where there are ranks
 
 
+def test_the_launch_knobs_bounds_conditions_and_keys():
+    cpu = knobs.Context(device_type="cpu", cpu_count=4)
+    gpus = knobs.Context(device_type="cuda", cpu_count=16, devices=2)
+    assert reg.RANKS.bounds(cpu) == (1, 4) and reg.RANKS.bounds(gpus) == (1, 2)  # a rank per core, per GPU
+    assert knobs.Context.from_dict(gpus.to_dict()) == gpus and knobs.Context.from_dict({
+        k: v for k, v in cpu.to_dict().items() if k != "devices"}).devices == 1  # a study stored before it
+    ddp = {reg.BUCKET_CAP_MB.name: 100, reg.GRADIENT_AS_BUCKET_VIEW.name: True, reg.STATIC_GRAPH.name: True}
+    alone = knobs.resolve(ddp, cpu)
+    assert set(alone.not_applicable) == set(ddp)  # DDP's arguments only where there are ranks
+    together = knobs.resolve({**ddp, reg.RANKS.name: 2}, cpu)
+    assert not together.not_applicable and all(together.config[k] == v for k, v in ddp.items())
+    assert knobs.resolve({}, cpu).key() == alone.key()  # at their defaults the keys are those of stored studies
+    assert reg.RANKS.name not in knobs.resolve({}, cpu).key() and reg.RANKS.name in together.key()
+    assert knobs.apart([{}, {reg.RANKS.name: 2}])  # several ranks are processes of their own
+    assert "torchrun --nproc-per-node 2" in reg.RANKS.how_to(2)
+
+
 # ---------------------------------------------------------------- DDP's gradients are one process's
 
 SAMPLES, FEATURES, CLASSES = 8, 6, 3
