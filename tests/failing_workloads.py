@@ -189,3 +189,28 @@ class _SlowAbove(nn.Linear):
 
 def slow_above(batch: int = 32, delay: float = 1.0) -> nn.Module:
     return _SlowAbove(batch, delay)
+
+
+class _RankFails(_Tiny):
+    """On rank ``rank`` of a training of several (its ``RANK``), after ``after`` steps: raises (``how="raise"``),
+    sleeps forever (``"hang"``), or is killed by SIGKILL (``"kill"``, as the kernel's OOM killer would); the other
+    ranks run."""
+
+    def __init__(self, how: str, rank: int, after: int) -> None:
+        super().__init__("ok")
+        self.how, self.rank, self.after, self.calls = how, rank, after, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if os.environ.get("RANK") == str(self.rank) and self.calls > self.after:
+            if self.how == "raise":
+                raise RuntimeError(f"rank {self.rank} breaks")
+            if self.how == "hang":
+                time.sleep(3600)
+            if self.how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+        return super().forward(x)
+
+
+def rank_fails(how: str = "raise", rank: int = 1, after: int = 3) -> nn.Module:
+    return _RankFails(how, rank, after)

@@ -54,7 +54,16 @@ def other_values(knob: knobs.Knob) -> list:
     """Values of a knob other than its default, to render one at a time."""
     if knob.choices is not None:
         return [c for c in knob.choices if c != knob.default_for(CTX)]
-    return {"batch_size": [48], "num_workers": [3], "prefetch_factor": [4], "threads": [3]}[knob.name]
+    return {"batch_size": [48], "num_workers": [3], "prefetch_factor": [4], "threads": [3], "ranks": [2]}[knob.name]
+
+
+def depends_on(knob: knobs.Knob) -> dict:
+    """Other knobs' values a knob is in force only at (prefetching needs loader workers, DDP's arguments ranks)."""
+    if knob.name in ("prefetch_factor", "persistent_workers"):
+        return {"num_workers": 2}
+    if knob.name in ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph"):
+        return {"ranks": 2}
+    return {}
 
 
 # ---------------------------------------------------------------- every knob, every format
@@ -79,7 +88,7 @@ def test_every_registry_knob_has_a_handler_in_every_format():
 def test_no_knob_value_is_dropped_silently(fmt):
     """Each non-default value changes the arguments or is listed as not expressible."""
     for knob in knobs.REGISTRY:
-        extra = {"num_workers": 2} if knob.name in ("prefetch_factor", "persistent_workers") else {}
+        extra = depends_on(knob)
         base = F.render(make_doc("cuda:0", global_batch=None, **extra), fmt)
         for value in other_values(knob):
             out = F.render(make_doc("cuda:0", **{**extra, knob.name: value}), fmt)
@@ -426,7 +435,7 @@ def test_what_the_callback_is_given_it_can_carry_out(fmt):
     """A knob handed to the callback declares an effect a callback carries out; the rest are the framework's."""
     for device in ("cpu", "cuda:0"):
         for knob in knobs.REGISTRY:
-            extra = {"num_workers": 2} if knob.name in ("prefetch_factor", "persistent_workers") else {}
+            extra = depends_on(knob)
             for value in other_values(knob):
                 everything = {**other_than_default_everywhere(device), knob.name: value}
                 for values in ({**extra, knob.name: value}, everything):

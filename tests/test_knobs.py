@@ -21,6 +21,8 @@ def test_registry_has_every_knob_once():
         "optimizer_impl", "threads", "cuda_allocator",
         # beyond the knobs experts name first: glibc's heap (autotune.machine.heap), found by benchmarks/paths_agree.py
         "host_allocator",
+        # a launch: several ranks of one DDP training (autotune.trial.ranks), and DDP's own arguments
+        "ranks", "bucket_cap_mb", "gradient_as_bucket_view", "static_graph",
     }
     assert set(knobs.NAMES) == expected
     assert len(knobs.NAMES) == len(knobs.REGISTRY)

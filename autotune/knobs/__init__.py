@@ -14,7 +14,8 @@ The package's parts:
 - :mod:`~autotune.knobs.core`: the vocabulary (:class:`Knob`, :class:`Context`, the conditions);
 - :mod:`~autotune.knobs.effects`: what applying a knob does, as data that :mod:`autotune.trial.plan` carries out;
 - :mod:`~autotune.knobs.exports`: the :class:`~autotune.knobs.exports.Job` a knob's framework mapping writes into;
-- :mod:`~autotune.knobs.registry`: the declarations themselves;
+- :mod:`~autotune.knobs.registry`: the declarations themselves (a launch's, the ranks and DDP's arguments, in
+  :mod:`~autotune.knobs.launch`);
 - :mod:`~autotune.knobs.reading`: the functions that read them (a knob by name, resolving a configuration, ...);
 - :mod:`~autotune.knobs.space`: the search space a study searches, read from a TOML file and fitted to a workload.
 
@@ -31,6 +32,7 @@ from autotune.knobs.core import (
     BATCH,
     CPUS,
     ENV,
+    LAUNCH,
     LOADER,
     MODEL,
     OPTIMIZER,
@@ -76,7 +78,8 @@ from autotune.knobs.registry import KNOBS, NAMES, REGISTRY
 __all__ = [
     "ALONE", "BATCH_KNOB", "PER_ARM", "SHARED", "apart", "compile_knobs", "compiles", "keeps_global_batch", "per_arm",
     "starts_processes",
-    "BACKEND", "BATCH", "CPUS", "ENV", "KNOBS", "LOADER", "MODEL", "NAMES", "OPTIMIZER", "REGISTRY", "STAGE_HELP",
+    "BACKEND", "BATCH", "CPUS", "ENV", "KNOBS", "LAUNCH", "LOADER", "MODEL", "NAMES", "OPTIMIZER", "REGISTRY",
+    "STAGE_HELP",
     "STEP", "CompileSupported", "Condition", "Context", "ForTask", "Glibc", "InputRank", "Knob", "KnobAbove",
     "KnobError",
     "NativeBF16", "OnDevice", "OptimizerSupports", "Resolved", "accumulation_steps", "defaults",

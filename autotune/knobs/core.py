@@ -32,6 +32,7 @@ SHARED = "shared"  # it sets process-wide state: every arm of a process has the 
 ALONE = "alone"  # at any value but its default, a configuration is measured in a process of its own
 
 # Stages, in the order a trial applies them.
+LAUNCH = "launch"  # how many processes run the training, started before anything else
 ENV = "env"  # process environment, set before anything reads it
 BACKEND = "backend"  # global torch backend flags
 BATCH = "batch"  # batch size / accumulation
@@ -41,6 +42,7 @@ OPTIMIZER = "optimizer"  # optimizer constructor arguments
 STEP = "step"  # how the step itself runs (autocast, scaler)
 
 STAGE_HELP = {
+    LAUNCH: "launcher (torchrun)",
     ENV: "process environment",
     BACKEND: "backend flag",
     BATCH: "batch",
@@ -68,6 +70,8 @@ class Context:
     # The C library is glibc, whose malloc options the host_allocator knob sets (autotune.machine.heap). True where not
     # known.
     glibc: bool = True
+    # The CUDA devices a training of several ranks may use (one rank each); 1 where not known.
+    devices: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -80,6 +84,7 @@ class Context:
             "compile_supported": self.compile_supported,
             "cpu_bf16": self.cpu_bf16,
             "glibc": self.glibc,
+            "devices": self.devices,
         }
 
     @classmethod
@@ -94,6 +99,7 @@ class Context:
             compile_supported=bool(d.get("compile_supported", True)),
             cpu_bf16=bool(d.get("cpu_bf16", True)),
             glibc=bool(d.get("glibc", True)),
+            devices=int(d.get("devices", 1)),
         )
 
 
@@ -239,6 +245,7 @@ class Glibc(Condition):
 # ---------------------------------------------------------------- knobs
 
 CPUS = "cpus"  # a bound that stands for the number of usable CPUs
+RANK_SLOTS = "rank_slots"  # a bound that stands for the usable CPUs on a CPU, the CUDA devices on a GPU
 
 
 @dataclass(frozen=True)
@@ -304,6 +311,8 @@ class Knob:
         high = self.high
         if high == CPUS:  # without a context (a space file, say) any machine's count is allowed
             high = ctx.cpu_count if ctx else 1024
+        elif high == RANK_SLOTS:
+            high = (ctx.devices if ctx.device_type == "cuda" else ctx.cpu_count) if ctx else 1024
         return self.low, int(high)
 
     def default_for(self, ctx: Context | None = None) -> Any:
@@ -352,7 +361,7 @@ class Knob:
             return "off, on"
         if self.is_range:
             step = f" step {self.step}" if self.step != 1 else ""
-            high = "#cpus" if self.high == CPUS else self.high
+            high = {CPUS: "#cpus", RANK_SLOTS: "#cpus (#gpus on a GPU)"}.get(str(self.high), self.high)
             return f"{self.low}..{high}{step}"
         parts = []
         for choice in self.choices or ():

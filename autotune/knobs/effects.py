@@ -141,6 +141,23 @@ class OptimizerImpl(Effect):
     default: Any
 
 
+# ---------------------------------------------------------------- several ranks
+
+
+@dataclass(frozen=True)
+class Ranks(Effect):
+    """The training runs as this many ranks of one process group on this machine (one process each, started by
+    PyTorch's elastic launcher, what ``torchrun --nproc-per-node`` runs), the model wrapped in DistributedDataParallel
+    and each rank given its shard of the data: :mod:`autotune.trial.ranks`."""
+
+
+@dataclass(frozen=True)
+class DDPArg(Effect):
+    """A ``DistributedDataParallel`` keyword argument; left out where the knob is not in force (a single rank)."""
+
+    keyword: str
+
+
 # ---------------------------------------------------------------- the step
 
 

@@ -5,8 +5,8 @@ Each declaration below holds everything about one knob: its values and PyTorch's
 default, where it applies, the tuning guides' recipe value, what applying it does
 (``effects``, carried out by :mod:`autotune.trial.plan`), what to write by hand (``how``), and
 how each framework export expresses it (``exports``, with the mapping functions written
-just above the knob). This is the only module that names knobs: adding one means adding
-its declaration here, to ``REGISTRY``, and its tests.
+just above the knob). This package is the only place that names knobs: adding one means adding
+its declaration here (or, for a launch's knobs, in :mod:`autotune.knobs.launch`), to ``REGISTRY``, and its tests.
 
 The order of ``REGISTRY`` matters: knobs are resolved in it (a knob that depends on
 another, ``prefetch_factor`` on ``num_workers``, comes after it) and exports list
@@ -57,6 +57,7 @@ from autotune.knobs.effects import (
     PinnedCopies,
 )
 from autotune.knobs.exports import ACCELERATE, HF_TRAINER, LIGHTNING, Job, arg, by_hand, callback
+from autotune.knobs.launch import BUCKET_CAP_MB, GRADIENT_AS_BUCKET_VIEW, RANKS, STATIC_GRAPH
 
 # ---------------------------------------------------------------- precision
 
@@ -478,6 +479,10 @@ REGISTRY: tuple[Knob, ...] = (
     THREADS,
     CUDA_ALLOCATOR,
     HOST_ALLOCATOR,
+    RANKS,
+    BUCKET_CAP_MB,
+    GRADIENT_AS_BUCKET_VIEW,
+    STATIC_GRAPH,
 )
 
 KNOBS: dict[str, Knob] = {k.name: k for k in REGISTRY}

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import torch
+from torch.utils.data.distributed import DistributedSampler
 
 from autotune import knobs
 from autotune.machine import hardware
@@ -93,16 +94,22 @@ def context_for(workload: Workload, device: torch.device) -> knobs.Context:
         compile_supported=compile_ok,
         cpu_bf16=hardware.native_bf16(),
         glibc=heap.available(),
+        devices=torch.cuda.device_count() if device.type == "cuda" else 1,
     )
 
 
-def start_process(requested: Mapping[str, Any], device: torch.device) -> None:
-    """Environment-level knobs first, before the workload (or CUDA) can read them; then the device."""
+def environment(requested: Mapping[str, Any], device: torch.device) -> dict[str, str]:
+    """The variables the environment-level knobs of ``requested`` set on this device."""
     env_plan = Plan({k: v for k, v in requested.items() if knobs.KNOBS[k].stage == knobs.ENV}, device, "train")
     if device.type != "cuda":
         env_plan.config = {k: v for k, v in env_plan.config.items() if not knobs.KNOBS[k].not_applicable(
             v, knobs.Context(device_type=device.type), env_plan.config)}
-    os.environ.update(env_plan.environment())
+    return env_plan.environment()
+
+
+def start_process(requested: Mapping[str, Any], device: torch.device) -> None:
+    """Environment-level knobs first, before the workload (or CUDA) can read them; then the device."""
+    os.environ.update(environment(requested, device))
     if device.type == "cuda":
         device = cuda_device(device)
         torch.cuda.set_device(device)
@@ -130,9 +137,13 @@ class Arm:
 
     @classmethod
     def build(cls, spec: WorkloadSpec, requested: dict[str, Any], device: torch.device, global_batch: int | None,
-              on_resolved: Callable[[knobs.Resolved], Any] | None = None, process: bool = True) -> Arm:
+              on_resolved: Callable[[knobs.Resolved], Any] | None = None, process: bool = True,
+              distributed: bool = False) -> Arm:
         """Build the workload and apply the configuration (``process``: its process-wide part too, threads and
         backend flags, before the model is built; the environment is the caller's, set before anything starts).
+        ``distributed``: this process is one rank of a process group it has joined (:mod:`autotune.trial.ranks`):
+        the model is wrapped in DistributedDataParallel (before it is compiled) and the loader reads this rank's
+        shard of the dataset.
         ``requested`` gains the workload's own batch size when it fixes one; ``on_resolved(resolved)`` is told
         the configuration before anything can fail on it."""
         workload = build(spec)
@@ -145,10 +156,13 @@ class Arm:
         if process:
             plan.apply_process()
         model = plan.prepare_model(workload.model, compile=False)
+        if distributed:
+            model = plan.distribute(model)
         eager_model = model
         model = plan.compile_model(model)
         optimizer = plan.build_optimizer(model, workload.optimizer)
-        loader = plan.make_loader(workload.dataset, workload.collate_fn)  # type: ignore[arg-type]
+        shard = {"sampler": DistributedSampler(workload.dataset, shuffle=False, drop_last=True)} if distributed else {}
+        loader = plan.make_loader(workload.dataset, workload.collate_fn, **shard)  # type: ignore[arg-type]
         stepper = plan.stepper(model, optimizer, workload.loss_fn)
         eager = stepper if eager_model is model else plan.stepper(eager_model, optimizer, workload.loss_fn)
         eager.scaler = stepper.scaler

@@ -4,8 +4,8 @@ The fork server (:mod:`autotune.trial.forkserver`) forks a child for each reques
 sends and calls :func:`main` there. It makes the process the leader of a new process
 group, imports from where the parent runs, sends its output to the trial's log, and
 answers the request by its type (:mod:`autotune.trial.messages`): a probe here, a trial in
-:mod:`autotune.trial.measure_one`, a paired measurement in :mod:`autotune.trial.paired`, a numerics run in
-:mod:`autotune.trial.numerics_run`. The answer is
+:mod:`autotune.trial.measure_one` (a trial of several ranks in :mod:`autotune.trial.ranks`), a paired
+measurement in :mod:`autotune.trial.paired`, a numerics run in :mod:`autotune.trial.numerics_run`. The answer is
 written as JSON to the result file the runner reads once the process has ended.
 """
 
@@ -19,7 +19,7 @@ import torch
 from autotune import knobs
 from autotune.machine import hardware
 from autotune.trial import numerics_run, paired
-from autotune.trial import measure_one
+from autotune.trial import measure_one, ranks
 from autotune import result as R
 from autotune.trial.arm import context_for, error_record, write_atomic
 from autotune.errors import AutotuneError
@@ -61,7 +61,7 @@ def answer(request: Request) -> ProbeAnswer | R.TrialResult | R.PairedResult | R
         case PairedRequest():
             return paired.run_arms(request)
         case TrialRequest():
-            return measure_one.run(request)
+            return (ranks.run if ranks.ranks_of(request) > 1 else measure_one.run)(request)
         case NumericsRequest():
             return numerics_run.run(request)
     raise TypeError(f"a trial process answers no {type(request).__name__}")

@@ -26,13 +26,21 @@ from autotune.machine import load
 from autotune import result as R
 from autotune.trial.arm import Arm, ended, error_record, start_process, write_atomic
 from autotune.trial.messages import TrialRequest, from_wire
-from autotune.trial.plan import NotApplicableAtRuntime
+from autotune.knobs import effects as fx
+from autotune.trial.collective import Group
+from autotune.trial.plan import NotApplicableAtRuntime, declared
 from autotune.trial.protocol import MemoryMonitor, NonFinite, StepLoop, check_parameters, cv, run_protocol
 
 
-def run(request: TrialRequest) -> R.TrialResult:
-    """Measure one configuration. Never raises but for Ctrl-C: every ending is a TrialResult."""
+def run(request: TrialRequest, group: Group | None = None) -> R.TrialResult:
+    """Measure one configuration. Never raises but for Ctrl-C: every ending is a TrialResult.
+
+    ``group``: this process is one rank of a training of several (:mod:`autotune.trial.ranks`), whose process group
+    it has joined: the model is DDP's, the data this rank's shard, the windows are the ranks' together
+    (:mod:`autotune.trial.collective`); the figures are the training's (samples/s of all ranks, the largest rank's
+    memory), the same in every rank."""
     start = time.perf_counter()
+    world = group.world if group is not None else 1
     device = torch.device(request.device)
     settings = request.settings
     requested = dict(request.config)
@@ -44,9 +52,10 @@ def run(request: TrialRequest) -> R.TrialResult:
     try:
         start_process(requested, device)
 
-        arm = Arm.build(request.spec, requested, device, request.global_batch,
+        arm = Arm.build(request.spec, requested, device, per_rank(request.global_batch, world),
                         on_resolved=lambda r: (setattr(result, "config", r.config),
-                                               setattr(result, "not_applicable", dict(r.not_applicable))))
+                                               setattr(result, "not_applicable", dict(r.not_applicable))),
+                        distributed=group is not None)
         plan, loop, eager, eager_model = arm.plan, arm.loop, arm.eager, arm.eager_model
         peak: dict[str, int] = {}
 
@@ -78,9 +87,10 @@ def run(request: TrialRequest) -> R.TrialResult:
                 used = float(max(torch.cuda.max_memory_reserved(device), peak.get("startup_reserved", 0)))
             else:
                 used = float(monitor.peak_so_far())
-            return any(t >= median_so_far * (1 + margin) and mem <= used for t, mem in dominators)
+            return any(t >= world * median_so_far * (1 + margin) and mem <= used for t, mem in dominators)
 
-        progress.loop = loop
+        progress.loop, progress.world = loop, world
+        loop.sync = group
         meter = load.Meter().start()
         m = run_protocol(
             loop, settings, eager=eager, on_memory_checkpoint=memory_checkpoint,
@@ -94,11 +104,11 @@ def run(request: TrialRequest) -> R.TrialResult:
             check_parameters(eager_model)
         samples = plan.samples_per_step
         result.outcome = R.OK
-        result.samples_per_s = m.samples_per_s
+        result.samples_per_s = m.samples_per_s * world  # a window's time is its slowest rank's: the same in all
         result.samples_per_s_cv = cv(m.window_samples_per_s)
-        result.window_samples_per_s = m.window_samples_per_s
+        result.window_samples_per_s = [rate * world for rate in m.window_samples_per_s]
         result.step_time_s = samples / m.samples_per_s
-        result.samples_per_step = samples
+        result.samples_per_step = samples * world
         result.time_to_first_step_s = m.time_to_first_step_s
         result.warmup_steps = m.warmup_steps
         result.timed_steps = m.window_steps * len(m.window_samples_per_s)
@@ -130,6 +140,9 @@ def run(request: TrialRequest) -> R.TrialResult:
             result.peak_memory_bytes = peak["reserved"]
         else:
             result.peak_memory_bytes = peak.get("host")
+        if group is not None:
+            result.peak_memory_bytes = group.largest(result.peak_memory_bytes or 0)
+            result.notes["world_size"] = world
         del loop, eager, eager_model, arm
     except NotApplicableAtRuntime as exc:
         result.outcome = R.NOT_APPLICABLE
@@ -149,6 +162,16 @@ def run(request: TrialRequest) -> R.TrialResult:
             result.peak_memory_bytes = host["peak_tree_rss_bytes"]
         result.wall_s = time.perf_counter() - start
     return result
+
+
+def per_rank(global_batch: int | None, world: int) -> int | None:
+    """Each rank's share of the global batch (the ranks' gradients are averaged: their batches add up)."""
+    if global_batch is None or world == 1:
+        return global_batch
+    if global_batch % world:
+        name = next(knob.name for knob, _ in declared(fx.Ranks))
+        raise NotApplicableAtRuntime(name, f"{world} ranks do not divide the global batch {global_batch}")
+    return global_batch // world
 
 
 def energy_meter(device: torch.device, finder: energy.Finder | None = None) -> energy.Meter:
@@ -175,6 +198,7 @@ class ProgressFile:
         self.path = path
         self.start = start
         self.loop: StepLoop | None = None
+        self.world = 1  # the ranks training as one: a rank's rate times these is the training's
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, name="autotune-progress", daemon=True)
         if path:
@@ -187,7 +211,9 @@ class ProgressFile:
         out: dict[str, Any] = {"elapsed_s": round(now - self.start, 3), "steps": 0, "first_step_s": None,
                                "in_first_step_s": None, "since_first_step_s": None, "samples_per_s": None}
         if loop is not None:
-            out.update(steps=loop.steps, first_step_s=loop.first_step_s, samples_per_s=loop.rate())
+            rate = loop.rate()
+            out.update(steps=loop.steps, first_step_s=loop.first_step_s,
+                       samples_per_s=rate * self.world if rate is not None else None)
             if loop.first_done_at is not None:
                 out["since_first_step_s"] = round(now - loop.first_done_at, 3)
             elif loop.started_at is not None:  # compiling, for a compiled configuration

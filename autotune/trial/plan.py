@@ -37,7 +37,7 @@ E = TypeVar("E", bound=fx.Effect)
 # nothing, which tests/test_plan.py forbids.
 CARRIED_OUT: tuple[type[fx.Effect], ...] = (
     fx.Env, fx.NumThreads, fx.Mallopt, fx.Flag, fx.LoaderArg, fx.ChannelsLast, fx.CheckpointBlocks, fx.Compile,
-    fx.OptimizerImpl, fx.Autocast, fx.GradScaler,
+    fx.OptimizerImpl, fx.Autocast, fx.GradScaler, fx.Ranks, fx.DDPArg,
 )
 
 
@@ -173,6 +173,11 @@ class Plan:
     def samples_per_step(self) -> int:
         return self.batch_size * self.accumulation
 
+    @property
+    def ranks(self) -> int:
+        """The processes the training runs as (:mod:`autotune.trial.ranks` starts them; 1: this one)."""
+        return int(self.value(fx.Ranks) or 1)
+
     # ------------------------------------------------------------ process level
 
     def environment(self) -> dict[str, str]:
@@ -252,6 +257,16 @@ class Plan:
         (:func:`uncompiled`)."""
         return self.device.type == "cuda" and any(
             mode in effect.graphs for _, effect, mode in self.applied(fx.Compile))
+
+    def distribute(self, model: nn.Module) -> nn.Module:
+        """The model wrapped in DistributedDataParallel (in a rank of a process group already joined), with the DDP
+        arguments of the knobs in force."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        kwargs = {effect.keyword: knob.parse(value) for knob, effect, value in self.applied(fx.DDPArg)
+                  if knob.in_force(self.config, self.task)}
+        ids = [self.device.index] if self.device.type == "cuda" and self.device.index is not None else None
+        return DistributedDataParallel(model, device_ids=ids, **kwargs)
 
     def compile_model(self, model: nn.Module) -> nn.Module:
         for _, effect, mode in self.applied(fx.Compile):
@@ -390,8 +405,10 @@ class Stepper:
 
     def train(self, batches: list[Any]) -> torch.Tensor:
         loss = torch.zeros(())
-        for batch in batches:
-            loss = self.micro(batch)
+        no_sync = getattr(uncompiled(self.model), "no_sync", None)  # DDP: one all-reduce per optimizer step
+        for i, batch in enumerate(batches):
+            with no_sync() if no_sync is not None and i < len(batches) - 1 else contextlib.nullcontext():
+                loss = self.micro(batch)
         self.finish()
         return loss
 

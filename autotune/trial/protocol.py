@@ -186,6 +186,9 @@ class StepLoop:
     started_at: float | None = None  # perf_counter() when the first step began
     batch_samples: int | None = None  # the samples in the first batch the loader gave (its leading size)
     pinned_batches: bool | None = None  # whether that batch came in page-locked host memory
+    #: one rank of several (:class:`autotune.trial.collective.Group`): windows start together and end with the
+    #: slowest rank, and what decides the steps is agreed (:meth:`agree`); None: one process
+    sync: Any = None
     _bad: torch.Tensor | None = None
 
     def one(self, stepper: Stepper | None = None) -> None:
@@ -211,6 +214,10 @@ class StepLoop:
             return None
         return (self.steps - 1) * self.plan.samples_per_step / (self.step_s - self.first_step_s)
 
+    def agree(self, flag: bool) -> bool:
+        """A decision on the steps to run, the same in every rank (true in all where true in any)."""
+        return flag if self.sync is None else self.sync.agree(flag)
+
     def check_finite(self) -> None:
         """Raises NonFinite when any step so far produced a non-finite loss (synchronises)."""
         if self._bad is not None and bool(self._bad):
@@ -220,6 +227,8 @@ class StepLoop:
         """Seconds for ``n`` steps, the device synchronised at both edges; ``meter``: the device's energy counter read
         at those edges (:class:`autotune.machine.energy.Meter`)."""
         synchronize(self.plan.device)
+        if self.sync is not None:
+            self.sync.barrier()
         if meter is not None:
             meter.begin()
         t0 = time.perf_counter()
@@ -227,6 +236,8 @@ class StepLoop:
             self.one(stepper)
         synchronize(self.plan.device)
         elapsed = time.perf_counter() - t0
+        if self.sync is not None:
+            elapsed = self.sync.slowest(elapsed)
         if meter is not None:
             meter.end(elapsed, n * self.plan.samples_per_step)
         return elapsed
@@ -414,12 +425,12 @@ def run_protocol(
     times: list[float] = []
     while True:
         times.append(loop.timed(1))
-        if warmed_up(times, time.perf_counter() - warm_start, settings):
+        if loop.agree(warmed_up(times, time.perf_counter() - warm_start, settings)):
             break
         if dominated is not None and len(times) >= settings.min_warmup_steps:
             # Far below the front already: even twice as fast once warm, a front point would still beat it.
             rate = samples / statistics.median(times[-3:])
-            if dominated(WARMUP_CUT_FACTOR * rate):
+            if loop.agree(dominated(WARMUP_CUT_FACTOR * rate)):
                 loop.check_finite()
                 phases["warmup"] = time.perf_counter() - warm_start
                 if on_memory_checkpoint is not None:
@@ -446,7 +457,7 @@ def run_protocol(
         wall += elapsed
         windows.append(per_window * samples / elapsed)
         if dominated is not None and len(windows) >= settings.cut_after_windows and len(windows) < settings.windows:
-            if dominated(statistics.median(windows)):
+            if loop.agree(dominated(statistics.median(windows))):
                 cut = True
                 break
     loop.check_finite()

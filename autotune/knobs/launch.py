@@ -1,0 +1,87 @@
+"""The knobs of a launch: how many ranks train as one (DistributedDataParallel, started as ``torchrun
+--nproc-per-node N`` starts them) and DDP's own arguments, declared as the registry's knobs are.
+
+Why a module of its own: these four are one topic, the processes a training runs as rather than its step, and the
+registry's module holds no more (at most 500 lines). :mod:`autotune.knobs.registry` lists them in ``REGISTRY`` (after
+every knob of one process; DDP's arguments after ``ranks``, whose value they depend on), and a trial of several ranks
+(:mod:`autotune.trial.ranks`) carries them out. Each is keyed at its default as if it were not there: studies stored
+before these knobs keep their configurations' keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.knobs.core import ALONE, LAUNCH, MODEL, RANK_SLOTS, Knob, KnobAbove
+from autotune.knobs.effects import DDPArg, Ranks
+from autotune.knobs.exports import ACCELERATE, HF_TRAINER, LIGHTNING, by_hand
+
+RANKS = Knob(
+    "ranks",
+    LAUNCH,
+    1,
+    "processes training as one (DistributedDataParallel): gloo on a CPU, NCCL on GPUs; threads is per rank",
+    low=1,
+    high=RANK_SLOTS,
+    torch_default="1 (one process)",
+    effects=(Ranks(),),
+    how=lambda value: (f"torchrun --nproc-per-node {value} train.py, the model wrapped in "
+                       "DistributedDataParallel and the DataLoader given a DistributedSampler (torchrun sets "
+                       "OMP_NUM_THREADS=1 unless told: state threads too)" if value > 1 else "run one process"),
+    exports={HF_TRAINER: by_hand("TrainingArguments has no process count: the launcher starts the ranks"),
+             LIGHTNING: by_hand("start the ranks with Trainer(devices=..., strategy='ddp') or torchrun"),
+             ACCELERATE: by_hand("the process count is accelerate launch's --num_processes")},
+    in_process=ALONE,  # the ranks are processes of their own
+    starts_processes=True,
+    keyed_at_default=False,  # added after studies were stored
+)
+
+SEVERAL_RANKS = (KnobAbove(RANKS, 1),)
+DDP_BY_HAND = "DistributedDataParallel's own arguments: your script wraps the model"
+
+
+def _ddp_how(keyword: str) -> Any:
+    return lambda value: f"DistributedDataParallel(model, ..., {keyword}={value!r})"
+
+
+BUCKET_CAP_MB = Knob(
+    "bucket_cap_mb",
+    MODEL,
+    25,
+    "DDP's gradient bucket size in MiB: larger buckets, fewer all-reduces that start later",
+    choices=(5, 25, 100),
+    when=SEVERAL_RANKS,
+    torch_default="25",
+    effects=(DDPArg("bucket_cap_mb"),),
+    how=_ddp_how("bucket_cap_mb"),
+    exports={HF_TRAINER: by_hand(DDP_BY_HAND), LIGHTNING: by_hand(DDP_BY_HAND), ACCELERATE: by_hand(DDP_BY_HAND)},
+    keyed_at_default=False,
+)
+
+GRADIENT_AS_BUCKET_VIEW = Knob(
+    "gradient_as_bucket_view",
+    MODEL,
+    False,
+    "DDP's gradients as views into its all-reduce buckets: one copy and its memory fewer",
+    choices=(False, True),
+    when=SEVERAL_RANKS,
+    torch_default="off",
+    effects=(DDPArg("gradient_as_bucket_view"),),
+    how=_ddp_how("gradient_as_bucket_view"),
+    exports={HF_TRAINER: by_hand(DDP_BY_HAND), LIGHTNING: by_hand(DDP_BY_HAND), ACCELERATE: by_hand(DDP_BY_HAND)},
+    keyed_at_default=False,
+)
+
+STATIC_GRAPH = Knob(
+    "static_graph",
+    MODEL,
+    False,
+    "tell DDP the set of used parameters never changes: it plans its all-reduces once",
+    choices=(False, True),
+    when=SEVERAL_RANKS,
+    torch_default="off",
+    effects=(DDPArg("static_graph"),),
+    how=_ddp_how("static_graph"),
+    exports={HF_TRAINER: by_hand(DDP_BY_HAND), LIGHTNING: by_hand(DDP_BY_HAND), ACCELERATE: by_hand(DDP_BY_HAND)},
+    keyed_at_default=False,
+)
