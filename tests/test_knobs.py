@@ -21,6 +21,8 @@ def test_registry_has_every_knob_once():
         "optimizer_impl", "threads", "cuda_allocator",
         # beyond the knobs experts name first: glibc's heap (autotune.machine.heap), found by benchmarks/paths_agree.py
         "host_allocator",
+        # how a process is launched: its cores bound (autotune.machine.binding)
+        "core_binding",
     }
     assert set(knobs.NAMES) == expected
     assert len(knobs.NAMES) == len(knobs.REGISTRY)

@@ -24,6 +24,7 @@ from autotune import knobs
 from autotune.machine import energy, hardware, peaks
 from autotune.machine import load
 from autotune import result as R
+from autotune.trial import launch
 from autotune.trial.arm import Arm, ended, error_record, start_process, write_atomic
 from autotune.trial.messages import TrialRequest, from_wire
 from autotune.trial.plan import NotApplicableAtRuntime
@@ -42,9 +43,9 @@ def run(request: TrialRequest) -> R.TrialResult:
     result = R.TrialResult(outcome=R.ERROR, config=requested, device=str(device), notes={"pid": os.getpid()})
     progress = ProgressFile(request.progress_path, start)
     try:
-        start_process(requested, device)
+        result.notes.update(start_process(requested, device, request.bound_cpus))
 
-        arm = Arm.build(request.spec, requested, device, request.global_batch,
+        arm = Arm.build(request.spec, requested, device, request.global_batch, cpus=len(request.bound_cpus) or None,
                         on_resolved=lambda r: (setattr(result, "config", r.config),
                                                setattr(result, "not_applicable", dict(r.not_applicable))))
         plan, loop, eager, eager_model = arm.plan, arm.loop, arm.eager, arm.eager_model
@@ -111,6 +112,8 @@ def run(request: TrialRequest) -> R.TrialResult:
         if m.cut_in_warmup:
             result.notes["cut_in_warmup"] = True
         result.notes["accumulation"] = plan.accumulation
+        if "affinity" in result.notes:  # bound: where its threads (OpenMP's, started by the steps) may run
+            result.notes["thread_cpus"] = launch.thread_cpus()
         result.energy = m.energy
         if "joules" in m.energy:
             result.joules_per_sample = m.energy["joules"] / m.energy["samples"]
