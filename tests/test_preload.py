@@ -4,6 +4,7 @@ result proves, from its own /proc, that it ran as asked (autotune/trial/launch.p
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -190,3 +191,16 @@ def test_a_trial_bound_to_compact_cores_records_its_affinity(quick):
     assert res.notes["thread_cpus"] == [first]  # every thread of it, the steps' included
     launched = next(iter(forkserver._launched.values()))
     assert launched.command[:1] == [("numactl" if shutil.which("numactl") else "taskset")]
+
+
+def test_autotune_knobs_lists_both_with_where_each_applies():
+    from click.testing import CliRunner
+
+    from autotune.cli import main
+
+    res = CliRunner().invoke(main, ["knobs", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = {row["name"]: row for row in json.loads(res.output)}
+    assert rows[HOST_ALLOCATOR.name]["values"].startswith("default, retain, jemalloc (jemalloc installed), tcmalloc")
+    assert rows[HOST_ALLOCATOR.name]["applies"] == "glibc"
+    assert rows[CORE_BINDING.name]["values"] == "none, compact" and rows[CORE_BINDING.name]["applies"] == "CPU"
