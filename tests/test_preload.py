@@ -204,3 +204,11 @@ def test_autotune_knobs_lists_both_with_where_each_applies():
     assert rows[HOST_ALLOCATOR.name]["values"].startswith("default, retain, jemalloc (jemalloc installed), tcmalloc")
     assert rows[HOST_ALLOCATOR.name]["applies"] == "glibc"
     assert rows[CORE_BINDING.name]["values"] == "none, compact" and rows[CORE_BINDING.name]["applies"] == "CPU"
+
+
+def test_the_launch_space_is_the_cpu_space_with_both_launch_knobs():
+    cpu, launched = space.load("cpu"), space.load("launch")
+    assert set(launched.search) == set(cpu.search) | {HOST_ALLOCATOR.name, CORE_BINDING.name}
+    assert launched.search[HOST_ALLOCATOR.name].choices == HOST_ALLOCATOR.choices
+    assert launched.search[CORE_BINDING.name].choices == CORE_BINDING.choices
+    assert CORE_BINDING.name not in cpu.search and "jemalloc" not in cpu.search[HOST_ALLOCATOR.name].choices

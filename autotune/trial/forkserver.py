@@ -28,6 +28,11 @@ exported by the user's shell would otherwise shape the defaults' trials, which m
 PyTorch's defaults. glibc reads its ``MALLOC_*`` variables once, when a process starts, so
 they must be gone from the server itself, not only from its children.
 
+A preloaded library (``LD_PRELOAD``) or OpenMP's binding takes effect only in a process started
+with it, so a fork of this server cannot have it. A trial at such a value (:mod:`autotune.trial.launch`)
+is forked from a server of its own, started with that environment and bound to its cores
+(:func:`get` with a launch; one such server at a time besides the warm default one).
+
 Protocol, one JSON object per line: the parent sends
 ``{"id", "request", "result_path", "log_path"}`` (the request as
 :meth:`~autotune.trial.messages.Request.to_wire` writes it); the server answers

@@ -8,7 +8,9 @@ sets its environment-level knobs before anything reads them, and writes one JSON
 answer. The runner makes the request (:mod:`autotune.trial.messages`) and hands it to the
 fork server with the trial timeout, once; the whole group is killed at that deadline,
 when a trial runs slower than its limit, or on interrupt, so DataLoader workers never
-outlive their trial. Every ending (an answer, a crash, a signal, the timeout) becomes a
+outlive their trial. A configuration whose knobs take effect only in a process started with them (a
+preloaded allocator, bound cores: :mod:`autotune.trial.launch`) is forked from a server started that way.
+Every ending (an answer, a crash, a signal, the timeout) becomes a
 :class:`~autotune.result.TrialResult` (or a :class:`~autotune.result.PairedResult`).
 """
 
