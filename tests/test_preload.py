@@ -180,6 +180,15 @@ def test_a_trial_runs_on_the_preloaded_library_and_its_maps_say_so(quick, librar
     assert plain.outcome == R.OK and "preloaded" not in plain.notes
 
 
+def test_a_trial_that_asked_for_jemalloc_but_was_not_started_with_it_fails_typed(quick, monkeypatch):
+    installed("jemalloc")
+    monkeypatch.setattr(launch, "launch_for", lambda config, device_type: launch.Launch())  # forked from the warm one
+    res = trial(quick, {HOST_ALLOCATOR.name: "jemalloc"})
+    assert res.outcome == R.ERROR and res.error["type"] == "LaunchNotInForce"
+    assert "jemalloc is not in this trial process's memory map" in res.error["message"]
+    assert "preloaded" not in res.notes and res.samples_per_s is None
+
+
 def test_a_trial_bound_to_compact_cores_records_its_affinity(quick):
     if not (shutil.which("numactl") or shutil.which("taskset")):
         need("neither numactl nor taskset is installed: apt-get install numactl")
