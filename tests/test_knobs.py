@@ -23,6 +23,8 @@ def test_registry_has_every_knob_once():
         "host_allocator",
         # a launch: several ranks of one DDP training (autotune.trial.ranks), and DDP's own arguments
         "ranks", "bucket_cap_mb", "gradient_as_bucket_view", "static_graph",
+        # how a process is launched: its cores bound (autotune.machine.binding)
+        "core_binding",
     }
     assert set(knobs.NAMES) == expected
     assert len(knobs.NAMES) == len(knobs.REGISTRY)

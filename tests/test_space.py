@@ -14,7 +14,7 @@ SPACES_DIR_IN_PACKAGE = Path(autotune.__file__).resolve().parent / "search_space
 CPU4 = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=2)
 
 
-@pytest.mark.parametrize("name", ["default", "cnn", "transformer", "inference", "cpu"])
+@pytest.mark.parametrize("name", ["default", "cnn", "transformer", "inference", "cpu", "launch"])
 def test_builtin_spaces_load(name):
     s = space.load(name)
     assert s.search and s.name == name
@@ -95,7 +95,7 @@ def test_builtin_spaces_ship_inside_the_package(tmp_path, monkeypatch):
     assert SPACES_DIR_IN_PACKAGE == space.SPACES_DIR
     assert (Path(__file__).resolve().parent.parent / "search_spaces").resolve() == space.SPACES_DIR  # the repo's link
     assert sorted(p.stem for p in space.SPACES_DIR.glob("*.toml")) == ["cnn", "cpu", "default", "inference",
-                                                                       "transformer"]
+                                                                       "launch", "transformer"]
     monkeypatch.chdir(tmp_path)  # an empty working folder: the built-in space
     assert space.find("cpu") == space.SPACES_DIR / "cpu.toml"
     (tmp_path / "search_spaces").mkdir()  # the working folder's own search_spaces/NAME.toml comes first

@@ -18,6 +18,7 @@ from typing import Any, Callable, ClassVar, Mapping
 
 from autotune.errors import KnobError
 from autotune.knobs.effects import Effect, LoaderArg
+from autotune.machine import preload
 from autotune.machine.load import cpu_count
 
 # How a framework export expresses a knob: a function of (the rendering, a :class:`autotune.knobs.exports.Job`; the
@@ -72,6 +73,9 @@ class Context:
     glibc: bool = True
     # The CUDA devices a training of several ranks may use (one rank each); 1 where not known.
     devices: int = 1
+    # The allocator libraries a trial can preload here (autotune.machine.preload.found: jemalloc, tcmalloc). None where
+    # not known (a study stored before it was recorded): nothing is left out on a guess.
+    libraries: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -85,6 +89,7 @@ class Context:
             "cpu_bf16": self.cpu_bf16,
             "glibc": self.glibc,
             "devices": self.devices,
+            "libraries": None if self.libraries is None else list(self.libraries),
         }
 
     @classmethod
@@ -100,6 +105,7 @@ class Context:
             cpu_bf16=bool(d.get("cpu_bf16", True)),
             glibc=bool(d.get("glibc", True)),
             devices=int(d.get("devices", 1)),
+            libraries=None if d.get("libraries") is None else tuple(d["libraries"]),
         )
 
 
@@ -242,6 +248,22 @@ class Glibc(Condition):
         return "glibc"
 
 
+@dataclass(frozen=True)
+class Preloadable(Condition):
+    """An allocator library (a name of :data:`autotune.machine.preload.LIBRARIES`) is installed where the trial runs,
+    to be preloaded into its process; where it is not, the reason names the package to install."""
+
+    library: str
+
+    def check(self, ctx: Context, config: Mapping[str, Any]) -> str | None:
+        if ctx.libraries is not None and self.library not in ctx.libraries:
+            return preload.missing(self.library)
+        return None
+
+    def describe(self) -> str:
+        return f"{self.library} installed"
+
+
 # ---------------------------------------------------------------- knobs
 
 CPUS = "cpus"  # a bound that stands for the number of usable CPUs
@@ -297,6 +319,10 @@ class Knob:
     # At any value but its default a trial starts processes of its own (loader workers, compile workers): the
     # trial's memory is then that of its whole process tree, sampled (autotune.trial.protocol.MemoryMonitor).
     starts_processes: bool = False
+    # The values that take effect only in a process started with them (a preloaded library, OpenMP's binding, read
+    # when its library loads): a trial at one of them is forked from an interpreter started with the knob's
+    # environment (autotune.trial.launch), never from the warm one.
+    started_with: tuple[Any, ...] = ()
 
     @property
     def is_range(self) -> bool:

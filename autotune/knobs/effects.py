@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from autotune.machine import preload
+
 
 @dataclass(frozen=True)
 class Effect:
@@ -46,6 +48,31 @@ class Env(Effect):
         else:
             text = None if value is None or value is False else str(value)
         return {} if text is None else {name: text for name in self.names}
+
+
+@dataclass(frozen=True)
+class Preload(Env):
+    """A library preloaded into processes started afterwards: ``LD_PRELOAD=<path>``, the path of the library the
+    value names (``libraries``: knob value -> a name of :data:`autotune.machine.preload.LIBRARIES`) as installed here.
+    It takes effect only in a process started with it (the knob's ``started_with``), which proves it by its memory
+    map."""
+
+    names: tuple[str, ...] = ("LD_PRELOAD",)
+    libraries: Mapping[Any, str] = field(default_factory=dict)
+
+    def variables(self, value: Any) -> dict[str, str]:
+        library = self.libraries.get(value)
+        path = preload.find(library) if library is not None else None
+        return {} if path is None else {name: path for name in self.names}
+
+
+@dataclass(frozen=True)
+class BindCores(Effect):
+    """At value ``on``, the process and its threads bound to a compact set of cores, one a thread
+    (:mod:`autotune.machine.binding`): a trial's process is started bound (``numactl``/``taskset``); elsewhere the
+    process binds itself, unless it is bound within that set already."""
+
+    on: Any
 
 
 @dataclass(frozen=True)

@@ -113,3 +113,15 @@ def by_hand(why: str | None = None) -> Export:
         job.unless_default(name, why)
 
     return write
+
+
+def by_hand_at(values: Any, why: str, otherwise: Export) -> Export:
+    """A by-hand step (the knob's ``how``, for ``why``) at ``values``; ``otherwise``'s mapping at the others."""
+
+    def write(job: Job, name: str, value: Any) -> None:
+        if value in values:
+            job.by_hand(name, why)
+        else:
+            otherwise(job, name, value)
+
+    return write

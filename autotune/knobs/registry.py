@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune.machine import binding, preload
 from autotune.machine.heap import NEVER_TRIM
 from autotune.knobs.core import (
     ALONE,
@@ -38,12 +39,14 @@ from autotune.knobs.core import (
     NativeBF16,
     OnDevice,
     OptimizerSupports,
+    Preloadable,
 )
 from autotune.knobs.effects import (
     FP32_PRECISION,
     LEGACY_TF32,
     Autocast,
     BatchSize,
+    BindCores,
     ChannelsLast,
     CheckpointBlocks,
     Compile,
@@ -55,8 +58,10 @@ from autotune.knobs.effects import (
     NumThreads,
     OptimizerImpl,
     PinnedCopies,
+    Preload,
 )
-from autotune.knobs.exports import ACCELERATE, HF_TRAINER, LIGHTNING, Job, arg, by_hand, callback
+from autotune.knobs.exports import (ACCELERATE, CALLBACKS, FRAMEWORKS, HF_TRAINER, LIGHTNING, Job, arg, by_hand,
+                                    by_hand_at, callback)
 from autotune.knobs.launch import BUCKET_CAP_MB, GRADIENT_AS_BUCKET_VIEW, RANKS, STATIC_GRAPH
 
 # ---------------------------------------------------------------- precision
@@ -437,52 +442,58 @@ CUDA_ALLOCATOR = Knob(
 # ---------------------------------------------------------------- host_allocator
 
 RETAIN = {"M_MMAP_MAX": 0, "M_TRIM_THRESHOLD": NEVER_TRIM}  # autotune.machine.heap: no mmap'd blocks, no trimming
+PRELOADED = {"jemalloc": "jemalloc", "tcmalloc": "tcmalloc"}  # value -> autotune.machine.preload.LIBRARIES
+STARTED = "a library is preloaded only into a process started with it"
 
 HOST_ALLOCATOR = Knob(
-    "host_allocator",
-    ENV,
-    "default",
-    "host memory: glibc malloc as it comes, or retain freed memory for the next step (no mmap, no trim)",
-    choices=("default", "retain"),
+    "host_allocator", ENV, "default",
+    "host memory: glibc malloc as it comes, or retain freed memory for the next step (no mmap, no trim), or "
+    "jemalloc/tcmalloc preloaded (LD_PRELOAD)",
+    choices=("default", "retain", *PRELOADED),
     when=(Glibc(),),
+    value_when={value: (Preloadable(library),) for value, library in PRELOADED.items()},
     torch_default="default (large blocks mmap'd, the heap trimmed: fresh pages fault in every step)",
     effects=(Env(("MALLOC_MMAP_MAX_",), {"retain": str(RETAIN["M_MMAP_MAX"])}),
              Env(("MALLOC_TRIM_THRESHOLD_",), {"retain": str(RETAIN["M_TRIM_THRESHOLD"])}),
-             Mallopt({"retain": RETAIN})),
-    how=lambda value: (f"MALLOC_MMAP_MAX_={RETAIN['M_MMAP_MAX']} MALLOC_TRIM_THRESHOLD_={RETAIN['M_TRIM_THRESHOLD']} "
+             Mallopt({"retain": RETAIN}), Preload(libraries=PRELOADED)),
+    how=lambda value: (preload.how(PRELOADED[value]) if value in PRELOADED else
+                       f"MALLOC_MMAP_MAX_={RETAIN['M_MMAP_MAX']} MALLOC_TRIM_THRESHOLD_={RETAIN['M_TRIM_THRESHOLD']} "
                        "in the environment before Python starts (glibc)" if value == "retain"
-                       else "leave MALLOC_MMAP_MAX_ and MALLOC_TRIM_THRESHOLD_ unset"),
+                       else "leave MALLOC_MMAP_MAX_, MALLOC_TRIM_THRESHOLD_ and LD_PRELOAD unset"),
     # the callbacks call mallopt when training begins (it acts at once); Accelerate's launcher sets no environment
-    exports={HF_TRAINER: callback(), LIGHTNING: callback(), ACCELERATE: by_hand()},
+    exports={fmt: by_hand_at(PRELOADED, STARTED, callback() if fmt in CALLBACKS else by_hand()) for fmt in FRAMEWORKS},
     # benchmarks/paths_agree.py, the mlp's winner against the defaults: 6.58x in a shared process, 3.96x in processes
     # of their own, 4.43x in a user's loop; with retain in both, 4.52x, 4.47x and 4.34x
     shares_at=("retain",),
-    why_apart="glibc's default heap carries one arm's allocations into the next arm's speed",
+    why_apart="glibc's default heap carries one arm's allocations into the next arm's speed (a preloaded one: its own)",
     keyed_at_default=False,  # added after studies were stored: their trials ran at the default heap, keys unchanged
+    started_with=tuple(PRELOADED),
+)
+
+# ---------------------------------------------------------------- core_binding
+
+CORE_BINDING = Knob(
+    "core_binding", ENV, "none",
+    "bind the process and its threads to a compact set of cores, one a thread (numactl/taskset, OMP_PROC_BIND)",
+    choices=("none", "compact"),
+    when=(OnDevice("cpu"),),
+    torch_default="none (threads run on any core the process may use, and move between them)",
+    effects=(Env(("OMP_PROC_BIND",), {"compact": "close"}), Env(("OMP_PLACES",), {"compact": "cores"}),
+             BindCores("compact")),
+    how=lambda value: binding.HOW if value == "compact" else "start the process without numactl, taskset, OMP_PLACES",
+    exports={fmt: by_hand("a process is bound where it starts: its launcher's command") for fmt in FRAMEWORKS},
+    load_sensitive=True,  # bound cores are not shared with other processes' threads as the scheduler would
+    keyed_at_default=False,  # added after studies were stored: their trials ran unbound, keys unchanged
+    started_with=("compact",),
 )
 
 
 # ---------------------------------------------------------------- the registry (its readers: autotune.knobs.reading)
 
 REGISTRY: tuple[Knob, ...] = (
-    PRECISION,
-    COMPILE,
-    MEMORY_FORMAT,
-    BATCH_SIZE,
-    NUM_WORKERS,
-    PREFETCH_FACTOR,
-    PERSISTENT_WORKERS,
-    PIN_MEMORY,
-    ACTIVATION_CHECKPOINTING,
-    CUDNN_BENCHMARK,
-    OPTIMIZER_IMPL,
-    THREADS,
-    CUDA_ALLOCATOR,
-    HOST_ALLOCATOR,
-    RANKS,
-    BUCKET_CAP_MB,
-    GRADIENT_AS_BUCKET_VIEW,
-    STATIC_GRAPH,
+    PRECISION, COMPILE, MEMORY_FORMAT, BATCH_SIZE, NUM_WORKERS, PREFETCH_FACTOR, PERSISTENT_WORKERS, PIN_MEMORY,
+    ACTIVATION_CHECKPOINTING, CUDNN_BENCHMARK, OPTIMIZER_IMPL, THREADS, CUDA_ALLOCATOR, HOST_ALLOCATOR, CORE_BINDING,
+    RANKS, BUCKET_CAP_MB, GRADIENT_AS_BUCKET_VIEW, STATIC_GRAPH,
 )
 
 KNOBS: dict[str, Knob] = {k.name: k for k in REGISTRY}

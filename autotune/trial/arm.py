@@ -20,10 +20,11 @@ from torch.utils.data.distributed import DistributedSampler
 
 from autotune import knobs
 from autotune.machine import hardware
-from autotune.machine import heap
+from autotune.machine import heap, load, preload
 from autotune import files
 from autotune import result as R
 from autotune.errors import AutotuneError
+from autotune.trial import launch
 from autotune.trial.plan import Plan, infinite, optimizer_params
 from autotune.trial.protocol import StepLoop
 from autotune.workloads.specs import build
@@ -72,8 +73,9 @@ def ended(exc: BaseException) -> tuple[str, dict[str, Any]]:
     return (R.OOM if is_oom(exc) else R.ERROR), error_record(exc)
 
 
-def context_for(workload: Workload, device: torch.device) -> knobs.Context:
-    """What decides which knobs apply to this workload on this device."""
+def context_for(workload: Workload, device: torch.device, cpus: int | None = None) -> knobs.Context:
+    """What decides which knobs apply to this workload on this device; ``cpus``: the CPUs its process was started
+    bound to (OpenMP's binding has bound this thread to the first of them: its own affinity says 1), if any."""
     opt_params: frozenset[str] = frozenset()
     if workload.task == "train":
         params = [p for p in workload.model.parameters() if p.requires_grad]
@@ -86,6 +88,7 @@ def context_for(workload: Workload, device: torch.device) -> knobs.Context:
     except Exception:  # pragma: no cover - platforms without dynamo
         compile_ok = False
     return knobs.Context(
+        cpu_count=cpus or load.cpu_count(),
         device_type=device.type,
         task=workload.task,
         input_rank=input_rank(workload.example),
@@ -95,6 +98,7 @@ def context_for(workload: Workload, device: torch.device) -> knobs.Context:
         cpu_bf16=hardware.native_bf16(),
         glibc=heap.available(),
         devices=torch.cuda.device_count() if device.type == "cuda" else 1,
+        libraries=preload.found(),
     )
 
 
@@ -107,13 +111,18 @@ def environment(requested: Mapping[str, Any], device: torch.device) -> dict[str,
     return env_plan.environment()
 
 
-def start_process(requested: Mapping[str, Any], device: torch.device) -> None:
-    """Environment-level knobs first, before the workload (or CUDA) can read them; then the device."""
+def start_process(requested: Mapping[str, Any], device: torch.device, bound_cpus: tuple[int, ...] = ()
+                  ) -> dict[str, Any]:
+    """Environment-level knobs first, before the workload (or CUDA) can read them; then the device. Returns the proof
+    that what only a process's start can set (a preloaded library, bound cores: ``bound_cpus``) is in force, for the
+    result's notes (:func:`autotune.trial.launch.prove`, which raises where it is not)."""
+    proof = launch.prove(requested, device.type, tuple(bound_cpus))
     os.environ.update(environment(requested, device))
     if device.type == "cuda":
         device = cuda_device(device)
         torch.cuda.set_device(device)
         torch.cuda.reset_peak_memory_stats(device)
+    return proof
 
 
 def cuda_device(device: torch.device) -> torch.device:
@@ -138,18 +147,18 @@ class Arm:
     @classmethod
     def build(cls, spec: WorkloadSpec, requested: dict[str, Any], device: torch.device, global_batch: int | None,
               on_resolved: Callable[[knobs.Resolved], Any] | None = None, process: bool = True,
-              distributed: bool = False) -> Arm:
+              distributed: bool = False, cpus: int | None = None) -> Arm:
         """Build the workload and apply the configuration (``process``: its process-wide part too, threads and
         backend flags, before the model is built; the environment is the caller's, set before anything starts).
         ``distributed``: this process is one rank of a process group it has joined (:mod:`autotune.trial.ranks`):
         the model is wrapped in DistributedDataParallel (before it is compiled) and the loader reads this rank's
         shard of the dataset.
         ``requested`` gains the workload's own batch size when it fixes one; ``on_resolved(resolved)`` is told
-        the configuration before anything can fail on it."""
+        the configuration before anything can fail on it; ``cpus``: as :func:`context_for`'s."""
         workload = build(spec)
         if workload.batch_size and knobs.BATCH_KNOB not in requested:
             requested[knobs.BATCH_KNOB] = workload.batch_size
-        resolved = knobs.resolve(requested, context_for(workload, device))
+        resolved = knobs.resolve(requested, context_for(workload, device, cpus))
         if on_resolved is not None:
             on_resolved(resolved)
         plan = Plan.from_config(resolved.config, device, workload.task, global_batch)

@@ -28,6 +28,11 @@ exported by the user's shell would otherwise shape the defaults' trials, which m
 PyTorch's defaults. glibc reads its ``MALLOC_*`` variables once, when a process starts, so
 they must be gone from the server itself, not only from its children.
 
+A preloaded library (``LD_PRELOAD``) or OpenMP's binding takes effect only in a process started
+with it, so a fork of this server cannot have it. A trial at such a value (:mod:`autotune.trial.launch`)
+is forked from a server of its own, started with that environment and bound to its cores
+(:func:`get` with a launch; one such server at a time besides the warm default one).
+
 Protocol, one JSON object per line: the parent sends
 ``{"id", "request", "result_path", "log_path"}`` (the request as
 :meth:`~autotune.trial.messages.Request.to_wire` writes it); the server answers
@@ -53,6 +58,7 @@ from typing import Any, Callable
 
 from autotune.errors import TrialProcessError
 from autotune.knobs import owned_environment
+from autotune.trial.launch import Launch
 from autotune.trial.messages import Request, from_wire
 
 REAP_S = 30.0  # how long a killed trial's exit may take to be reported
@@ -228,9 +234,10 @@ class ForkServerError(TrialProcessError):
 class ForkServer:
     """Client of one fork-server process; thread-safe."""
 
-    def __init__(self, command: list[str] | None = None) -> None:
-        # the server's interpreter and module
-        self.command = command or [sys.executable, "-m", "autotune.trial.forkserver"]
+    def __init__(self, command: list[str] | None = None, launch: Launch = Launch()) -> None:
+        # the server's interpreter and module, started as ``launch`` says (its environment, bound cores)
+        self.command = [*launch.command(), *(command or [sys.executable, "-m", "autotune.trial.forkserver"])]
+        self.launch = launch
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._cond = threading.Condition()
@@ -251,7 +258,7 @@ class ForkServer:
         with self._lock:
             if self._proc is not None and self._proc.poll() is None and not self._dead:
                 return
-            env = server_environment(dict(os.environ))
+            env = {**server_environment(dict(os.environ)), **dict(self.launch.environment)}
             root = str(Path(__file__).resolve().parents[2])  # the folder autotune/ is in
             env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.getcwd(), env.get("PYTHONPATH")) if p)
             self._proc = subprocess.Popen(
@@ -397,11 +404,21 @@ def kill_group(pgid: int) -> None:
 
 
 _server: ForkServer | None = None
+_launched: dict[Launch, ForkServer] = {}
 
 
-def get() -> ForkServer:
-    """The process-wide fork server (started on first use, closed at exit)."""
+def get(launch: Launch = Launch()) -> ForkServer:
+    """The process-wide fork server (started on first use, closed at exit). With a ``launch`` (an environment that
+    takes effect only in a process started with it, bound cores: :mod:`autotune.trial.launch`), a server started that
+    way; one such server at a time: asking for another closes the last."""
     global _server
+    if launch:
+        if launch not in _launched:
+            for other in list(_launched):
+                _launched.pop(other).close()
+            _launched[launch] = ForkServer(launch=launch)
+            atexit.register(_launched[launch].close)
+        return _launched[launch]
     if _server is None:
         _server = ForkServer()
         atexit.register(_server.close)

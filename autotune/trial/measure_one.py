@@ -24,6 +24,7 @@ from autotune import knobs
 from autotune.machine import energy, hardware, peaks
 from autotune.machine import load
 from autotune import result as R
+from autotune.trial import launch
 from autotune.trial.arm import Arm, ended, error_record, start_process, write_atomic
 from autotune.trial.messages import TrialRequest, from_wire
 from autotune.knobs import effects as fx
@@ -50,9 +51,10 @@ def run(request: TrialRequest, group: Group | None = None) -> R.TrialResult:
     result = R.TrialResult(outcome=R.ERROR, config=requested, device=str(device), notes={"pid": os.getpid()})
     progress = ProgressFile(request.progress_path, start)
     try:
-        start_process(requested, device)
+        result.notes.update(start_process(requested, device, request.bound_cpus))
 
         arm = Arm.build(request.spec, requested, device, per_rank(request.global_batch, world),
+                        cpus=len(request.bound_cpus) or None,
                         on_resolved=lambda r: (setattr(result, "config", r.config),
                                                setattr(result, "not_applicable", dict(r.not_applicable))),
                         distributed=group is not None)
@@ -121,6 +123,8 @@ def run(request: TrialRequest, group: Group | None = None) -> R.TrialResult:
         if m.cut_in_warmup:
             result.notes["cut_in_warmup"] = True
         result.notes["accumulation"] = plan.accumulation
+        if "affinity" in result.notes:  # bound: where its threads (OpenMP's, started by the steps) may run
+            result.notes["thread_cpus"] = launch.thread_cpus()
         result.energy = m.energy
         if "joules" in m.energy:
             result.joules_per_sample = m.energy["joules"] / m.energy["samples"]

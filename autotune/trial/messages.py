@@ -36,6 +36,7 @@ class Request:
     sys_path: tuple[str, ...] = ()
     cwd: str | None = None
     progress_path: str | None = None
+    bound_cpus: tuple[int, ...] = ()  # the cores its process was started bound to (autotune.trial.launch), if any
 
     def to_wire(self) -> dict[str, Any]:
         """The request as JSON-ready data, its kind included."""
@@ -113,6 +114,8 @@ def from_wire(data: Mapping[str, Any]) -> Request:
         values["settings"] = Settings(**(values["settings"] or {}))
     if "sys_path" in values:
         values["sys_path"] = tuple(values["sys_path"] or ())
+    if "bound_cpus" in values:
+        values["bound_cpus"] = tuple(int(cpu) for cpu in values["bound_cpus"] or ())
     if "dominators" in values:
         values["dominators"] = tuple((float(t), float(mem)) for t, mem in values["dominators"] or ())
     if "references" in values:

@@ -107,14 +107,14 @@ def run(request: NumericsRequest) -> R.NumericsResult:
     requested = dict(request.config)
     result = R.NumericsResult(outcome=R.ERROR, config=requested, device=str(device))
     try:
-        start_process(requested, device)
+        start_process(requested, device, request.bound_cpus)
         seed_all(request.seed)
         workload = build(request.spec)
         if workload.task != "train":
             raise NotApplicableAtRuntime("task", f"the task is {workload.task}: no training to compare")
         if workload.batch_size and knobs.BATCH_KNOB not in requested:
             requested[knobs.BATCH_KNOB] = workload.batch_size
-        resolved = knobs.resolve(requested, context_for(workload, device))
+        resolved = knobs.resolve(requested, context_for(workload, device, len(request.bound_cpus) or None))
         result.config = dict(resolved.config)
         plan = Plan.from_config(resolved.config, device, workload.task, request.samples_per_step)
         plan.apply_process()

@@ -76,10 +76,11 @@ def run_arms(request: PairedRequest) -> R.PairedResult:
         return result
     arms: dict[int, Arm] = {}
     try:
-        start_process(requested[0], device)
+        result.notes.update(start_process(requested[0], device, request.bound_cpus))
         for i, config in enumerate(requested):
             try:
-                arm = Arm.build(request.spec, config, device, request.global_batch, process=(i == 0))
+                arm = Arm.build(request.spec, config, device, request.global_batch, process=(i == 0),
+                                cpus=len(request.bound_cpus) or None)
                 arms_out[i].update(config=arm.resolved.config, not_applicable=dict(arm.resolved.not_applicable))
                 arms[i] = arm
             except Exception as exc:  # noqa: BLE001 - an arm that cannot be built leaves the others measurable

@@ -26,7 +26,8 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from autotune import knobs
-from autotune.machine import heap
+from autotune.machine import binding, heap
+from autotune.trial import launch
 from autotune.errors import KnobError
 from autotune.knobs import effects as fx
 from autotune.workloads.contract import call_model, default_loss, default_optimizer, main_tensor, split_batch
@@ -37,7 +38,7 @@ E = TypeVar("E", bound=fx.Effect)
 # nothing, which tests/test_plan.py forbids.
 CARRIED_OUT: tuple[type[fx.Effect], ...] = (
     fx.Env, fx.NumThreads, fx.Mallopt, fx.Flag, fx.LoaderArg, fx.ChannelsLast, fx.CheckpointBlocks, fx.Compile,
-    fx.OptimizerImpl, fx.Autocast, fx.GradScaler, fx.Ranks, fx.DDPArg,
+    fx.OptimizerImpl, fx.Autocast, fx.GradScaler, fx.Ranks, fx.DDPArg, fx.BindCores,
 )
 
 
@@ -188,7 +189,8 @@ class Plan:
         return env
 
     def apply_process(self) -> None:
-        """Set environment variables, thread count, malloc options and global backend flags in this process."""
+        """Set environment variables, thread count, malloc options, the cores it runs on and global backend flags in
+        this process."""
         os.environ.update(self.environment())
         for _, _, threads in self.applied(fx.NumThreads):
             if threads and torch.get_num_threads() != int(threads):
@@ -196,6 +198,11 @@ class Plan:
         for _, effect, value in self.applied(fx.Mallopt):
             if value in effect.options:
                 heap.set_options(effect.options[value])
+        for _, effect, value in self.applied(fx.BindCores):
+            if value == effect.on and self.device.type == "cpu":
+                cpus = binding.compact_cpus(launch.threads_of(self.config))
+                if not set(os.sched_getaffinity(0)) <= set(cpus):  # a trial's process was started bound: left so
+                    binding.bind(cpus)
         self.apply_flags()
 
     def apply_flags(self) -> None:

@@ -8,7 +8,9 @@ sets its environment-level knobs before anything reads them, and writes one JSON
 answer. The runner makes the request (:mod:`autotune.trial.messages`) and hands it to the
 fork server with the trial timeout, once; the whole group is killed at that deadline,
 when a trial runs slower than its limit, or on interrupt, so DataLoader workers never
-outlive their trial. Every ending (an answer, a crash, a signal, the timeout) becomes a
+outlive their trial. A configuration whose knobs take effect only in a process started with them (a
+preloaded allocator, bound cores: :mod:`autotune.trial.launch`) is forked from a server started that way.
+Every ending (an answer, a crash, a signal, the timeout) becomes a
 :class:`~autotune.result.TrialResult` (or a :class:`~autotune.result.PairedResult`).
 """
 
@@ -25,7 +27,7 @@ from typing import Any, Mapping, Sequence
 
 from autotune import clock
 from autotune import knobs
-from autotune.trial import forkserver
+from autotune.trial import forkserver, launch
 from autotune import result as R
 from autotune.errors import Said, SpecError, WorkloadError
 from autotune.trial.forkserver import Ending, kill_group
@@ -98,13 +100,14 @@ class Runner:
         reported is then ``self.last_progress``. ``deadline`` (epoch seconds): stop it then, whatever it is doing
         (the end of the time its phase may take: :func:`out_of_time` tells such an ending).
         """
-        server = forkserver.get()
+        how = launch.launch_for(launch_config(request), self.device.split(":")[0])
+        server = forkserver.get(how)
         with tempfile.TemporaryDirectory(prefix="autotune-trial-") as tmp:
             result_path = os.path.join(tmp, "result.json")
             log_path = os.path.join(tmp, "output.log")
             progress_path = os.path.join(tmp, "progress.json")
             request = dataclasses.replace(request, sys_path=tuple(sys.path), cwd=os.getcwd(),
-                                          progress_path=progress_path)
+                                          progress_path=progress_path, bound_cpus=how.cpus)
             start = time.perf_counter()
             self.last_progress = {}
             if deadline is not None:
@@ -299,6 +302,15 @@ class Runner:
             result.config = dict(config)
         result.wall_s = wall
         return result
+
+
+def launch_config(request: Request) -> Mapping[str, Any]:
+    """The configuration that decides how a request's process is started (:mod:`autotune.trial.launch`): a trial's,
+    a numerics run's, a paired measurement's first arm (its arms share the process, so what only a process's start
+    sets is equal in all: :func:`autotune.knobs.apart`); none for a probe."""
+    if isinstance(request, PairedRequest):
+        return request.arms[0] if request.arms else {}
+    return getattr(request, "config", None) or {}
 
 
 def first_step_limit(config: Mapping[str, Any], compile_limit_s: float | None, deadline: float | None
