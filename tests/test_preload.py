@@ -138,6 +138,11 @@ def test_the_launch_is_the_configurations_start_only_environment_and_cores():
     assert bound.cpus == (binding.allowed()[0],)
     assert dict(bound.environment) == {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}
     assert bound.command()[-1].endswith(str(binding.allowed()[0]))
+    # several ranks: a core a thread of every rank
+    from autotune.knobs.launch import RANKS
+
+    ranked = launch.launch_for({CORE_BINDING.name: "compact", THREADS.name: 1, RANKS.name: 2}, "cpu")
+    assert ranked.cpus == tuple(binding.compact_cpus(2))
 
 
 def test_compact_cores_are_one_a_physical_core_first(monkeypatch):

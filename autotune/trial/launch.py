@@ -68,6 +68,14 @@ def threads_of(config: Mapping[str, Any]) -> int:
     return len(binding.allowed())
 
 
+def ranks_of(config: Mapping[str, Any]) -> int:
+    """The processes of one training ``config`` runs as (its knob's default: one)."""
+    for knob in knobs.REGISTRY:
+        if any(isinstance(e, fx.Ranks) for e in knob.effects):
+            return max(1, int(config.get(knob.name, knob.default_for())))
+    return 1
+
+
 def launch_for(config: Mapping[str, Any], device_type: str) -> Launch:
     """How a process measuring ``config`` on a device of ``device_type`` must be started."""
     env: dict[str, str] = {}
@@ -77,7 +85,8 @@ def launch_for(config: Mapping[str, Any], device_type: str) -> Launch:
             if isinstance(effect, fx.Env):
                 env.update(effect.variables(value))
             elif isinstance(effect, fx.BindCores) and value == effect.on:
-                cpus = tuple(binding.compact_cpus(threads_of(config)))
+                # a core a thread of every rank: the ranks' threads together stay on compact cores
+                cpus = tuple(binding.compact_cpus(threads_of(config) * ranks_of(config)))
     return Launch(tuple(sorted(env.items())), cpus)
 
 
