@@ -519,7 +519,7 @@ def simulated_study_part(shape: Any, study_budget: float, trials: int, folder: P
                          ) -> dict[str, Any]:
     """The study, as ``autotune run`` runs it, on the simulated device in simulated time (the same storage, read
     back by the same commands)."""
-    from autotune.testing.simulated import run_study
+    from autotune.testing.simulated import properties, run_study
     from autotune.testing.simulated.study import spec_of
 
     shown = (f"autotune run --model {spec_of(shape).model} --time-budget {study_budget:g}s --trials {trials} "
@@ -535,6 +535,11 @@ def simulated_study_part(shape: Any, study_budget: float, trials: int, folder: P
     say(f"   {study.processes} simulated processes; {out['cpu_s']:.1f} s of this machine's time")
     budget_check(out, out["study_s"], study_budget)
     out.update(read_study(folder, url))
+    checked = properties.check(study)  # what only a simulated device knows: the claimed configuration's truth
+    out.update(truth=checked.truth, claim_covers_truth=checked.covered)
+    if checked.truth is not None:
+        say(f"   the device's truth for the claimed configuration: {checked.truth:.2f}x; the claim "
+            + {True: "covers it", False: "does not cover it", None: "has no interval"}[checked.covered])
     return out
 
 
