@@ -13,6 +13,7 @@ from torch import nn
 from click.testing import CliRunner
 
 import autotune
+from autotune import knobs
 import autotune.examples
 import autotune.workloads.contract
 from autotune.export import config
@@ -56,6 +57,8 @@ def test_export_document(study):
     assert claim["low"] <= claim["estimate"] <= claim["high"] and claim["level"] == 0.9
     assert doc["verdict"]["state"] in ("gain", "no_gain") and doc["verdict"]["text"]
     assert doc["noise"]["df"] >= 2  # the baseline in 3 processes at least
+    # the launch, one rank included: torchrun's line with the environment the knobs set
+    assert doc["launch"] == knobs.launch_of(doc["knobs"]) and "torchrun" in doc["launch"]["command"]
     _, small = export(url, folder, "--pick", "smallest")
     assert small["measured"]["peak_memory_bytes"] <= doc["measured"]["peak_memory_bytes"]
     _, balanced = export(url, folder, "--pick", "balanced")

@@ -257,3 +257,21 @@ def test_the_registry_says_which_knob_sets_the_batch_and_which_start_processes()
     for name in starting:
         other = next(v for v in (knobs.KNOBS[name].choices or (1, 2)) if v != knobs.KNOBS[name].default_for(CPU))
         assert knobs.starts_processes({**base, name: other})
+
+
+def test_the_launch_of_a_configuration_is_the_line_a_user_types():
+    """The export's launch: torchrun's line (one rank included), the environment set before Python starts, DDP's
+    arguments with several ranks, the cores bound: read from the knobs' effects, as a trial starts it."""
+    from autotune.knobs.launch import BUCKET_CAP_MB, RANKS
+    from autotune.knobs.registry import CORE_BINDING, THREADS
+
+    one = knobs.launch_of({**knobs.defaults(), THREADS.name: 2})
+    assert one["ranks"] == 1 and one["ddp"] == {} and one["binding"] is None
+    assert one["environment"]["OMP_NUM_THREADS"] == "2"
+    assert one["command"].endswith("torchrun --standalone --nproc-per-node=1 train.py")
+    two = knobs.launch_of({**knobs.defaults(), THREADS.name: 1, RANKS.name: 2, BUCKET_CAP_MB.name: 5,
+                           CORE_BINDING.name: "compact"})
+    assert two["ranks"] == 2 and two["ddp"][BUCKET_CAP_MB.name] == 5
+    assert two["environment"]["OMP_PROC_BIND"] == "close" and two["binding"] == "taskset -c 0-1"
+    assert two["command"] == ("MKL_NUM_THREADS=1 OMP_NUM_THREADS=1 OMP_PLACES=cores OMP_PROC_BIND=close "
+                              "taskset -c 0-1 torchrun --standalone --nproc-per-node=2 train.py")

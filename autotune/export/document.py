@@ -124,6 +124,8 @@ def export(
         "pick_note": note,
         "knobs": trial.config,
         "not_applicable": trial.not_applicable,
+        # how the training is started: the environment, torchrun's line (one rank included), DDP's arguments, the cores
+        "launch": knobs.launch_of(trial.config),
         "measured": {
             "samples_per_s": c.samples_per_s,
             "processes": c.processes,

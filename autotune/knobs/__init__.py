@@ -64,6 +64,7 @@ from autotune.knobs.reading import (
     differs_from_default,
     get,
     inherited_environment,
+    launch_of,
     owned_environment,
     parse_assignments,
     per_arm,
@@ -83,7 +84,7 @@ __all__ = [
     "STEP", "CompileSupported", "Condition", "Context", "ForTask", "Glibc", "InputRank", "Knob", "KnobAbove",
     "KnobError",
     "NativeBF16", "OnDevice", "OptimizerSupports", "Resolved", "accumulation_steps", "defaults",
-    "differs_from_default", "effects", "exports", "get", "inherited_environment", "owned_environment",
+    "differs_from_default", "effects", "exports", "get", "inherited_environment", "launch_of", "owned_environment",
     "parse_assignments", "recipe", "resolve", "short",
     "validate_config",
 ]

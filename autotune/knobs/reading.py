@@ -8,12 +8,13 @@ functions give them meaning for the rest of the package. They name no knob: each
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from autotune.errors import KnobError, named
 from autotune.knobs.core import ALONE, PER_ARM, Context, Knob
-from autotune.knobs.effects import BatchSize, Compile, Env
+from autotune.knobs.effects import BatchSize, BindCores, Compile, DDPArg, Env, NumThreads, Ranks
 from autotune.knobs.registry import KNOBS, NAMES, REGISTRY
 
 
@@ -183,3 +184,31 @@ def compiles(config: Mapping[str, Any]) -> bool:
 def compile_knobs() -> tuple[str, ...]:
     """The knobs whose values compile the model."""
     return tuple(k.name for k in REGISTRY if any(isinstance(e, Compile) for e in k.effects))
+
+
+def launch_of(config: Mapping[str, Any], script: str = "train.py") -> dict[str, Any]:
+    """How a training of ``config`` (resolved: every knob at a value) is started, as a user types it: the environment
+    its knobs set before Python starts (``LD_PRELOAD``, ``OMP_NUM_THREADS``, ``OMP_PROC_BIND``...), the processes of
+    one training (torchrun's ``--nproc-per-node``, one included), DDP's keyword arguments (with several), the cores the
+    processes are bound to, and all of it as one ``command`` line running ``script``."""
+    env: dict[str, str] = {}
+    ranks, threads, ddp, bound = 1, None, {}, False
+    for knob in REGISTRY:
+        value = config.get(knob.name, knob.default_for())
+        for effect in knob.effects:
+            if isinstance(effect, Env):
+                env.update(effect.variables(value))
+            elif isinstance(effect, Ranks):
+                ranks = max(1, int(value or 1))
+            elif isinstance(effect, NumThreads):
+                threads = int(value) if value else None
+            elif isinstance(effect, DDPArg):
+                ddp[effect.keyword] = value
+            elif isinstance(effect, BindCores):
+                bound = bound or value == effect.on
+    cores = (threads or 1) * ranks
+    binding = f"taskset -c 0-{cores - 1}" if bound else None  # compact: a core a thread of every rank
+    words = [f"{name}={shlex.quote(text)}" for name, text in sorted(env.items())]
+    words += [*(binding.split() if binding else []), "torchrun", "--standalone", f"--nproc-per-node={ranks}", script]
+    return {"ranks": ranks, "environment": dict(sorted(env.items())), "ddp": ddp if ranks > 1 else {},
+            "binding": binding, "command": " ".join(words)}
