@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import torch
@@ -206,7 +207,7 @@ class _RankFails(_Tiny):
             if self.how == "raise":
                 raise RuntimeError(f"rank {self.rank} breaks")
             if self.how == "hang":
-                time.sleep(3600)
+                threading.Event().wait()  # a hang: until the trial's timeout kills the group
             if self.how == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
         return super().forward(x)

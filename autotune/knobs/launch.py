@@ -40,48 +40,29 @@ SEVERAL_RANKS = (KnobAbove(RANKS, 1),)
 DDP_BY_HAND = "DistributedDataParallel's own arguments: your script wraps the model"
 
 
-def _ddp_how(keyword: str) -> Any:
-    return lambda value: f"DistributedDataParallel(model, ..., {keyword}={value!r})"
+def _ddp_knob(keyword: str, default: Any, help: str, choices: tuple[Any, ...], torch_default: str) -> Knob:
+    """A DistributedDataParallel keyword argument as a knob: in force with several ranks only, exported by hand."""
+    return Knob(
+        keyword,
+        MODEL,
+        default,
+        help,
+        choices=choices,
+        when=SEVERAL_RANKS,
+        torch_default=torch_default,
+        effects=(DDPArg(keyword),),
+        how=lambda value: f"DistributedDataParallel(model, ..., {keyword}={value!r})",
+        exports={HF_TRAINER: by_hand(DDP_BY_HAND), LIGHTNING: by_hand(DDP_BY_HAND), ACCELERATE: by_hand(DDP_BY_HAND)},
+        keyed_at_default=False,
+    )
 
 
-BUCKET_CAP_MB = Knob(
-    "bucket_cap_mb",
-    MODEL,
-    25,
-    "DDP's gradient bucket size in MiB: larger buckets, fewer all-reduces that start later",
-    choices=(5, 25, 100),
-    when=SEVERAL_RANKS,
-    torch_default="25",
-    effects=(DDPArg("bucket_cap_mb"),),
-    how=_ddp_how("bucket_cap_mb"),
-    exports={HF_TRAINER: by_hand(DDP_BY_HAND), LIGHTNING: by_hand(DDP_BY_HAND), ACCELERATE: by_hand(DDP_BY_HAND)},
-    keyed_at_default=False,
-)
-
-GRADIENT_AS_BUCKET_VIEW = Knob(
-    "gradient_as_bucket_view",
-    MODEL,
-    False,
-    "DDP's gradients as views into its all-reduce buckets: one copy and its memory fewer",
-    choices=(False, True),
-    when=SEVERAL_RANKS,
-    torch_default="off",
-    effects=(DDPArg("gradient_as_bucket_view"),),
-    how=_ddp_how("gradient_as_bucket_view"),
-    exports={HF_TRAINER: by_hand(DDP_BY_HAND), LIGHTNING: by_hand(DDP_BY_HAND), ACCELERATE: by_hand(DDP_BY_HAND)},
-    keyed_at_default=False,
-)
-
-STATIC_GRAPH = Knob(
-    "static_graph",
-    MODEL,
-    False,
-    "tell DDP the set of used parameters never changes: it plans its all-reduces once",
-    choices=(False, True),
-    when=SEVERAL_RANKS,
-    torch_default="off",
-    effects=(DDPArg("static_graph"),),
-    how=_ddp_how("static_graph"),
-    exports={HF_TRAINER: by_hand(DDP_BY_HAND), LIGHTNING: by_hand(DDP_BY_HAND), ACCELERATE: by_hand(DDP_BY_HAND)},
-    keyed_at_default=False,
-)
+BUCKET_CAP_MB = _ddp_knob("bucket_cap_mb", 25,
+                          "DDP's gradient bucket size in MiB: larger buckets, fewer all-reduces that start later",
+                          (5, 25, 100), "25")
+GRADIENT_AS_BUCKET_VIEW = _ddp_knob(
+    "gradient_as_bucket_view", False,
+    "DDP's gradients as views into its all-reduce buckets: one copy and its memory fewer", (False, True), "off")
+STATIC_GRAPH = _ddp_knob("static_graph", False,
+                         "tell DDP the set of used parameters never changes: it plans its all-reduces once",
+                         (False, True), "off")
