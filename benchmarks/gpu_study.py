@@ -3,7 +3,7 @@ autotune's examples, run as a user types it, then its recommendation against PyT
 performance guide's recipe, each in a plain training loop in fresh processes.
 
     python benchmarks/gpu_study.py [--device cuda:0] [--study-budget 4m] [--loops 3] [--window 20] [--budget 9m]
-                                   [--results-dir DIR]
+                                   [--variants abc] [--results-dir DIR]
 
 Run it first whenever a GPU machine is lent (see benchmarks/README.md for the wheels). One call there, with
 ``.whl`` carried:
@@ -22,7 +22,8 @@ the results are written after each part (a run stopped from outside keeps what i
 2. the export: ``autotune export STUDY -o rec.json`` (the recommendation);
 3. the plain loop: the same model built with transformers (``GPT2LMHeadModel``), random tokens with labels = inputs,
    trained in a plain loop: a warm-up that covers compilation, then a timed window (--window: 20 s on a GPU, 5 s on a
-   CPU), printing its samples/s. Three variants take turns in fresh processes (ABCABCABC, --loops rounds):
+   CPU), printing its samples/s. Three variants take turns in fresh processes (ABCABCABC, --loops rounds;
+   --variants ab leaves the recipe out, for more rounds of the claim's check in the same minutes):
    (a) the defaults: fp32, batch 32, AdamW, a DataLoader without workers;
    (b) the recommendation, applied as the docs tell a user: ``autotune.load_config("rec.json").apply(model, dataset,
        optimizer)``;
@@ -453,7 +454,7 @@ def loop_part(device: str, shape: dict[str, int], rec: Path | None, args: Any, f
               cpu_bf16: bool) -> dict[str, Any]:
     kind = "cuda" if device != "cpu" else "cpu"
     d = DEFAULTS[kind]
-    variants = [v for v in VARIANTS if v != "b" or rec is not None]
+    variants = [v for v in args.variants if v != "b" or rec is not None]
     say(f"3. the plain loop: {', '.join(f'({v}) {VARIANTS[v]}' for v in variants)} in turns, {args.loops} rounds, "
         f"{args.window:g} s windows")
     if rec is None:
@@ -552,8 +553,9 @@ def simulated_loop_part(shape: Any, rec: Path | None, args: Any, seed: int) -> d
     configs: dict[str, dict[str, Any]] = {"a": {"batch_size": args.batch}}
     if rec is not None:
         configs["b"] = dict(json.loads(rec.read_text()).get("knobs") or {})
-    configs["c"] = {"precision": "bf16", "compile": "default", "num_workers": 4, "pin_memory": True,
-                    "persistent_workers": False, "optimizer_impl": "fused", "batch_size": args.batch}
+    if "c" in args.variants:
+        configs["c"] = {"precision": "bf16", "compile": "default", "num_workers": 4, "pin_memory": True,
+                        "persistent_workers": False, "optimizer_impl": "fused", "batch_size": args.batch}
     say(f"3. the plain loop: {', '.join(f'({v}) {VARIANTS[v]}' for v in configs)} in turns, {args.loops} rounds "
         "(simulated processes)")
     runner = SimulatedRunner(shape, SimulatedClock(), seed + 1000, settings=Settings().lean())
@@ -679,6 +681,9 @@ def main() -> int:
                         help="rounds of the plain loop: processes of each variant (default 3)")
     parser.add_argument("--window", type=float, default=None, help="each loop process's timed window in seconds "
                         "(default 20 on a GPU, 5 on cpu; shortened when the rounds would not fit the budget)")
+    parser.add_argument("--variants", default="abc",
+                        help="the loop's variants, in turn: a defaults, b recommendation, c recipe (default abc; ab "
+                        "gives the claim's check more rounds in the same minutes)")
     parser.add_argument("--batch", type=int, default=32, help="the batch of the defaults and the recipe (default 32)")
     parser.add_argument("--parts", default="study,export,loop", help="which parts, in order (default: all three)")
     parser.add_argument("--simulate", action="store_true",
@@ -686,6 +691,9 @@ def main() -> int:
     parser.add_argument("--shape", default="lm-h200", help="--simulate's machine (default lm-h200, the H200 study's)")
     parser.add_argument("--seed", type=int, default=0, help="--simulate's seed (default 0)")
     args = parser.parse_args()
+    if not args.variants or set(args.variants) - set(VARIANTS) or len(set(args.variants)) != len(args.variants):
+        parser.error(f"--variants {args.variants!r}: letters of {''.join(VARIANTS)}, each once")
+    args.variants = [v for v in VARIANTS if v in args.variants]
     shape = None
     if args.simulate:
         from autotune.testing.simulated import SHAPES as MACHINES
