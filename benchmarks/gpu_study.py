@@ -86,7 +86,7 @@ DEFAULTS = {  # per device type: the study's budget, the loop's window, the whol
 }
 #: A loop process's time beside its window (start, imports, building, warm-up, compilation), guessed before the
 #: first one of its variant ran, then taken from the last one.
-OVERHEAD_GUESS = {"cuda": {"a": 15.0, "b": 15.0, "c": 45.0}, "cpu": {"a": 10.0, "b": 10.0, "c": 60.0}}
+OVERHEAD_GUESS = {"cuda": {"a": 18.0, "b": 64.0, "c": 47.0}, "cpu": {"a": 10.0, "b": 10.0, "c": 60.0}}
 START_S = 15.0  # the least a loop process needs beside its window (it is stopped before the budget ends)
 LOOP_LEAST_S = {"cuda": 90.0, "cpu": 30.0}  # kept for the loop when the study is stopped from here
 VARIANTS = {"a": "defaults", "b": "recommendation", "c": "recipe"}
