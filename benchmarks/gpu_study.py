@@ -174,9 +174,19 @@ loss = step(next(it))
 sync()
 first = time.perf_counter() - start
 steps = 1
+# the warm-up's rate by half-seconds after the first step (synchronised at each edge, as a trial's warm-up steps
+# are): whether the speed still climbs in the seconds a trial's windows measure, against this process's window
+ramp, edge, edge_samples = [], time.perf_counter(), 0
 while steps < spec["warmup_steps"] or time.perf_counter() - start < first + spec["warmup_s"]:
-    loss = step(next(it))
+    batch = next(it)
+    loss = step(batch)
     steps += 1
+    edge_samples += int(batch["input_ids"].shape[0])
+    if time.perf_counter() - edge >= 0.5:
+        sync()
+        now = time.perf_counter()
+        ramp.append(round(edge_samples / (now - edge), 1))
+        edge, edge_samples = now, 0
 sync()
 warm = time.perf_counter() - start
 samples = timed = 0
@@ -190,6 +200,7 @@ sync()
 elapsed = time.perf_counter() - begin
 print(json.dumps({"variant": variant, "samples_per_s": samples / elapsed, "batch": batch_size, "steps": timed,
                   "window_s": elapsed, "first_step_s": first, "warmup_s": warm, "warmup_steps": steps,
+                  "warmup_rates": ramp,
                   "loss": float(loss), "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if cuda else None,
                   "notes": notes}))
 """
@@ -574,6 +585,28 @@ def simulated_loop_part(shape: Any, rec: Path | None, args: Any, seed: int) -> d
     return {"variants": {v: VARIANTS[v] for v in configs}, "runs": runs, "errors": [], "skipped": None}
 
 
+def joint_check(claim: dict[str, Any], rates: dict[str, list[float]]) -> dict[str, Any] | None:
+    """The loop's (b)/(a) with its own 90% interval (Welch: each variant its own spread over its processes), and the
+    claim over the loop, their log half-widths added in quadrature: whether the two estimates of one speed-up differ
+    beyond what both sides' noise admits (the loop's ratio is itself an estimate from a few processes; None: the
+    loop has fewer than two processes of (a) or (b))."""
+    from autotune.evidence import stats
+
+    a, b = rates.get("a") or [], rates.get("b") or []
+    if len(a) < 2 or len(b) < 2 or claim.get("low") is None or claim.get("high") is None:
+        return None
+    loop = stats.welch([(str(i), v) for i, v in enumerate(b)], [(str(i), v) for i, v in enumerate(a)],
+                       stats.own_noise(b), stats.own_noise(a))
+    claimed = stats.Ratio(claim["estimate"], claim["low"], claim["high"], claim.get("processes") or 0,
+                          claim.get("processes") or 0, False)
+    both = stats.combined(claimed, loop)
+    return {"loop_interval": [loop.low, loop.high],
+            "loop_text": f"{loop.estimate:.2f}x ({loop.low:.2f}-{loop.high:.2f})",
+            "claim_over_loop": [both.estimate, both.low, both.high],
+            "claim_over_loop_text": f"{both.estimate:.2f}x ({both.low:.2f}-{both.high:.2f})",
+            "agree": bool(both.includes_one())}
+
+
 def energy_of(status: dict[str, Any]) -> float | None:
     """The recommendation's joules per sample as ``status --json`` reports it (None: not measured)."""
     for key, value in found(status, ("joules_per_sample",)).items():
@@ -642,6 +675,13 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
             out["claim_covers_loop"] = covered
             line += (f" against the plain loop's (b)/(a) {out['b_over_a']:.2f}x: "
                      + ("covered" if covered else "not covered"))
+            joint = joint_check(claim, rates)
+            if joint:
+                out.update(joint)
+                line += (f"; the loop's own {joint['loop_text']} (each side its own spread between processes); the "
+                         f"claim over the loop {joint['claim_over_loop_text']}: "
+                         + ("they agree within their joint noise" if joint["agree"] else
+                            "they differ beyond their joint noise"))
         elif out["b_over_a"] is not None:
             out["claim_covers_loop"] = None
             line += f"; the plain loop's (b)/(a) {out['b_over_a']:.2f}x (no interval to cover it)"
@@ -660,6 +700,12 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
     if ttfs:
         say("   time to first step by compile mode (the study's trials): "
             + "; ".join(f"{k} {v['median_s']:.1f} s" for k, v in sorted(ttfs.items())))
+    for v, rs in runs.items():  # the warm-up's half-seconds against the window: a climb a trial's windows sit on
+        ramps = [(r["warmup_rates"], r["samples_per_s"]) for r in rs if r.get("warmup_rates")]
+        if ramps:
+            out.setdefault("warmup_rates", {})[v] = [{"half_seconds": x, "window": w} for x, w in ramps]
+            say(f"   ({v}) the warm-up's samples/s by half-seconds after the first step, then the window: " + "; ".join(
+                " ".join(f"{x:.0f}" for x in ramp) + f" | {w:.0f}" for ramp, w in ramps))
     firsts = {v: [r["first_step_s"] for r in rs] for v, rs in runs.items() if rs}
     if firsts:
         say("   the plain loop's first step: " + "; ".join(
