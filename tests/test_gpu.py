@@ -143,10 +143,14 @@ def graphs_step():
 
 
 def test_under_reduce_overhead_the_loss_of_step_k_is_unchanged_after_step_k_plus_1():
+    from torch._dynamo.utils import counters  # torch's count of compiled graphs it ran without CUDA graphs
+
     model, step, batches = graphs_step()
     assert step.stepper.graphs and step.plan.cuda_graphs
+    skipped = counters["inductor"]["cudagraph_skips"]
     for batch in batches[:4]:  # the first call warms up, the second records, the rest replay
         step(batch)
+    assert counters["inductor"]["cudagraph_skips"] == skipped, "the step ran without CUDA graphs (torch skipped them)"
     kept, read_then = [], []
     for batch in batches[4:10]:
         loss = step(batch)
