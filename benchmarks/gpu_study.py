@@ -736,7 +736,14 @@ def main() -> int:
                         help="run the proof on the simulated GPU (autotune.testing.simulated), in simulated time")
     parser.add_argument("--shape", default="lm-h200", help="--simulate's machine (default lm-h200, the H200 study's)")
     parser.add_argument("--seed", type=int, default=0, help="--simulate's seed (default 0)")
+    parser.add_argument("--summary-of", default=None, metavar="JSON",
+                        help="print the summary of an earlier run's results .json again, with this script's summary "
+                        "(what it adds since), and stop")
     args = parser.parse_args()
+    if args.summary_of:
+        say(f"the summary of {args.summary_of}, as this version of gpu_study.py reads it")
+        summary(json.loads(Path(args.summary_of).read_text())["results"])
+        return 0
     if not args.variants or set(args.variants) - set(VARIANTS) or len(set(args.variants)) != len(args.variants):
         parser.error(f"--variants {args.variants!r}: letters of {''.join(VARIANTS)}, each once")
     args.variants = [v for v in VARIANTS if v in args.variants]
