@@ -93,7 +93,9 @@ def test_no_knob_value_is_dropped_silently(fmt):
         for value in other_values(knob):
             out = F.render(make_doc("cuda:0", **{**extra, knob.name: value}), fmt)
             assert (out["arguments"] != base["arguments"] or knob.name in manual(out)
-                    or by_callback(out).get(knob.name) == value), (fmt, knob.name, value)
+                    or by_callback(out).get(knob.name) == value
+                    or any((out.get(obj) or {}).get(knob.name) == value  # a keyword of DDPStrategy(...), ...
+                           for obj in (exports.DDP_STRATEGY, exports.DDP_KWARGS))), (fmt, knob.name, value)
 
 
 @pytest.mark.parametrize("fmt", ["hf-trainer", "lightning"])
@@ -271,6 +273,34 @@ def test_accelerate_mapping():
     assert "allow_tf32 = False" in manual(fp32)["precision"]["how"]
 
 
+def test_a_launch_of_several_ranks_in_every_format():
+    """Ranks and DDP's arguments: TrainingArguments' ddp_* where it has them, Lightning's devices and DDPStrategy,
+    Accelerate's process count and DistributedDataParallelKwargs; at DDP's defaults, nothing of them."""
+    ddp = {"bucket_cap_mb": 100, "gradient_as_bucket_view": True, "static_graph": True}
+    doc = make_doc(ranks=2, **ddp)
+    hf = F.render(doc, "hf-trainer")
+    assert hf["arguments"]["ddp_bucket_cap_mb"] == 100 and hf["arguments"]["ddp_static_graph"] is True
+    assert set(manual(hf)) == {"ranks", "gradient_as_bucket_view"}
+    assert "gradient_as_bucket_view=True" in manual(hf)["gradient_as_bucket_view"]["how"]
+    pl = F.render(doc, "lightning")
+    assert pl["arguments"]["trainer"]["devices"] == 2 and pl["arguments"]["trainer"]["strategy"] == "ddp"
+    assert pl[exports.DDP_STRATEGY] == ddp and manual(pl) == {}
+    acc = F.render(doc, "accelerate")
+    assert acc["arguments"]["num_processes"] == 2 and acc["arguments"]["distributed_type"] == "MULTI_CPU"
+    assert acc[exports.DDP_KWARGS] == ddp and "ranks" not in manual(acc)
+    gpu = F.render(make_doc("cuda:0", ranks=2), "accelerate")["arguments"]
+    assert gpu["distributed_type"] == "MULTI_GPU" and gpu["num_processes"] == 2 and gpu["gpu_ids"] == "all"
+    assert F.render(make_doc("cuda:1", ranks=2), "lightning")["arguments"]["trainer"]["devices"] == 2
+    plain = make_doc(ranks=2)
+    assert all(F.render(plain, fmt).get(obj) is None for fmt in ("lightning", "accelerate")
+               for obj in (exports.DDP_STRATEGY, exports.DDP_KWARGS))
+    snippet = F.text(doc, "lightning")
+    compile(snippet, "<lightning>", "exec")
+    assert f"trainer_kwargs['strategy'] = DDPStrategy(**{ddp!r})" in snippet
+    assert ("accelerator = Accelerator(cpu=True, mixed_precision='no', kwargs_handlers=[DistributedDataParallelKwargs("
+            "bucket_cap_mb=100, gradient_as_bucket_view=True, static_graph=True)])") in F.text(doc, "accelerate")
+
+
 # ---------------------------------------------------------------- text
 
 
@@ -379,6 +409,36 @@ def test_real_accelerate_config_and_accelerator(tmp_path):
         accelerator = accelerate.Accelerator(**out["accelerator"])
         assert accelerator.mixed_precision == config.mixed_precision
         assert accelerator.gradient_accumulation_steps == 4 and accelerator.device.type == "cpu"
+    finally:
+        AcceleratorState._reset_state(True)
+
+
+def test_real_frameworks_take_the_launch(tmp_path, monkeypatch):
+    """What each framework is given for two ranks with DDP's arguments, read back from the framework's own objects."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
+    pytest.importorskip("lightning", reason="lightning is not installed (pip install -e '.[frameworks]')")
+    accelerate = pytest.importorskip("accelerate", reason="accelerate is not installed (pip install -e '.[hf]')")
+    from accelerate.commands.config.config_args import ClusterConfig
+    from accelerate.state import AcceleratorState
+
+    ddp = {"bucket_cap_mb": 100, "gradient_as_bucket_view": True, "static_graph": True}
+    doc = make_doc(ranks=2, **ddp)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), **F.render(doc, "hf-trainer")["arguments"])
+    assert args.ddp_bucket_cap_mb == 100 and args.ddp_static_graph is True
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(F.text(doc, "lightning"), scope)  # the snippet as a user pastes it: the Trainer of two ranks is built
+    trainer = scope["trainer"]
+    assert trainer.num_devices == 2 and type(trainer.strategy).__name__ == "DDPStrategy"
+    assert all(trainer.strategy._ddp_kwargs[k] == v for k, v in ddp.items())  # the keywords DDP will get
+    (tmp_path / "accelerate.yaml").write_text(F.text(doc, "accelerate"))
+    config = ClusterConfig.from_yaml_file(str(tmp_path / "accelerate.yaml"))
+    assert config.num_processes == 2 and config.distributed_type == "MULTI_CPU"
+    out = F.render(doc, "accelerate")
+    try:
+        accelerator = accelerate.Accelerator(**out["accelerator"], kwargs_handlers=[
+            accelerate.DistributedDataParallelKwargs(**out[exports.DDP_KWARGS])])
+        assert all(getattr(accelerator.ddp_handler, k) == v for k, v in ddp.items())
     finally:
         AcceleratorState._reset_state(True)
 

@@ -248,6 +248,9 @@ def text(doc: Mapping[str, Any], fmt: str) -> str:
         lines += ["# The keyword form (as data: autotune.frameworks.render(doc, 'lightning')['arguments'])"]
         lines += _kwargs("trainer_kwargs", out["arguments"]["trainer"])
         lines += _kwargs("dataloader_kwargs", out["arguments"]["dataloader"])
+        if out.get(exports.DDP_STRATEGY):  # DistributedDataParallel's keywords, through Lightning's DDP strategy
+            lines += ["from lightning.pytorch.strategies import DDPStrategy",
+                      f"trainer_kwargs['strategy'] = DDPStrategy(**{out[exports.DDP_STRATEGY]!r})"]
         lines += callbacks
         # a copy: Lightning appends its own to the list
         given = ", callbacks=list(autotune_callbacks)" if callbacks else ""
@@ -258,9 +261,15 @@ def text(doc: Mapping[str, Any], fmt: str) -> str:
         import yaml  # PyYAML comes with Optuna
 
         kwargs = ", ".join(f"{k}={v!r}" for k, v in out["accelerator"].items())
+        imports = "Accelerator"
+        if out.get(exports.DDP_KWARGS):  # DistributedDataParallel's keywords, as Accelerate's kwargs handler
+            ddp = ", ".join(f"{k}={v!r}" for k, v in out[exports.DDP_KWARGS].items())
+            kwargs += (", " if kwargs else "") + f"kwargs_handlers=[DistributedDataParallelKwargs({ddp})]"
+            imports += ", DistributedDataParallelKwargs"
         options = "".join(f" {option} {value}" for option, value in job.launch.items())
         lines += [f"# accelerate launch --config_file THIS_FILE{options} train.py",
-                  f"# in train.py: accelerator = Accelerator({kwargs})"]
+                  f"# in train.py: from accelerate import {imports}",
+                  f"#   accelerator = Accelerator({kwargs})"]
         lines += _manual_lines(out, "the Accelerate config") + [""]
         return "\n".join(lines) + yaml.safe_dump(out["arguments"], sort_keys=False, default_flow_style=False)
     return "\n".join(lines) + "\n"

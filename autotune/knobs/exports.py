@@ -95,6 +95,23 @@ def arg(argument: str, section: str | None = None) -> Export:
     return write
 
 
+#: The objects of a format beyond its arguments that DistributedDataParallel's keywords go to (``Job.extra``):
+#: Lightning's ``DDPStrategy(**...)`` and Accelerate's ``DistributedDataParallelKwargs(**...)``, a kwargs handler.
+DDP_STRATEGY = "ddp_strategy"
+DDP_KWARGS = "ddp_kwargs"
+
+
+def keyword_of(obj: str, keyword: str) -> Export:
+    """The knob's value as a keyword of one more object of the format (``job.extra[obj]``, e.g. Lightning's
+    ``DDPStrategy``), unless it is PyTorch's default."""
+
+    def write(job: Job, name: str, value: Any) -> None:
+        if not job.is_default(name):
+            job.extra.setdefault(obj, {})[keyword] = value
+
+    return write
+
+
 def callback() -> Export:
     """Applied by autotune's callback for the format (the framework's own extension point), unless the value is
     PyTorch's default."""

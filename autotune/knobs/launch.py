@@ -14,7 +14,22 @@ from typing import Any
 
 from autotune.knobs.core import ALONE, LAUNCH, MODEL, RANK_SLOTS, Knob, KnobAbove
 from autotune.knobs.effects import DDPArg, Ranks
-from autotune.knobs.exports import ACCELERATE, HF_TRAINER, LIGHTNING, by_hand
+from autotune.knobs.exports import (ACCELERATE, DDP_KWARGS, DDP_STRATEGY, HF_TRAINER, LIGHTNING, Job, arg, by_hand,
+                                    keyword_of)
+
+
+def _lightning_ranks(job: Job, name: str, value: int) -> None:
+    """Several ranks as Lightning starts them: ``Trainer(devices=N, strategy="ddp")`` (N processes on a CPU, N GPUs)."""
+    if value > 1:
+        job.arguments["trainer"].update(devices=value, strategy="ddp")
+
+
+def _accelerate_ranks(job: Job, name: str, value: int) -> None:
+    """Several ranks as ``accelerate launch`` starts them: its config's process count and distributed type."""
+    if value > 1:
+        job.arguments.update(num_processes=value, distributed_type="MULTI_GPU" if job.cuda else "MULTI_CPU")
+        if job.cuda:
+            job.arguments["gpu_ids"] = "all"
 
 RANKS = Knob(
     "ranks",
@@ -29,19 +44,22 @@ RANKS = Knob(
                        "DistributedDataParallel and the DataLoader given a DistributedSampler (torchrun sets "
                        "OMP_NUM_THREADS=1 unless told: state threads too)" if value > 1 else "run one process"),
     exports={HF_TRAINER: by_hand("TrainingArguments has no process count: the launcher starts the ranks"),
-             LIGHTNING: by_hand("start the ranks with Trainer(devices=..., strategy='ddp') or torchrun"),
-             ACCELERATE: by_hand("the process count is accelerate launch's --num_processes")},
+             LIGHTNING: _lightning_ranks, ACCELERATE: _accelerate_ranks},
     in_process=ALONE,  # the ranks are processes of their own
     starts_processes=True,
     keyed_at_default=False,  # added after studies were stored
 )
 
 SEVERAL_RANKS = (KnobAbove(RANKS, 1),)
-DDP_BY_HAND = "DistributedDataParallel's own arguments: your script wraps the model"
+HF_BUILDS_DDP = ("the Trainer builds DistributedDataParallel itself and TrainingArguments has no argument for it: "
+                 "in your own loop")
 
 
-def _ddp_knob(keyword: str, default: Any, help: str, choices: tuple[Any, ...], torch_default: str) -> Knob:
-    """A DistributedDataParallel keyword argument as a knob: in force with several ranks only, exported by hand."""
+def _ddp_knob(keyword: str, default: Any, help: str, choices: tuple[Any, ...], torch_default: str,
+              hf: str | None) -> Knob:
+    """A DistributedDataParallel keyword argument as a knob: in force with several ranks only; exported as
+    TrainingArguments' ``hf`` argument (by hand where it has none), a keyword of Lightning's ``DDPStrategy`` and of
+    Accelerate's ``DistributedDataParallelKwargs``."""
     return Knob(
         keyword,
         MODEL,
@@ -52,17 +70,19 @@ def _ddp_knob(keyword: str, default: Any, help: str, choices: tuple[Any, ...], t
         torch_default=torch_default,
         effects=(DDPArg(keyword),),
         how=lambda value: f"DistributedDataParallel(model, ..., {keyword}={value!r})",
-        exports={HF_TRAINER: by_hand(DDP_BY_HAND), LIGHTNING: by_hand(DDP_BY_HAND), ACCELERATE: by_hand(DDP_BY_HAND)},
+        exports={HF_TRAINER: arg(hf) if hf else by_hand(HF_BUILDS_DDP), LIGHTNING: keyword_of(DDP_STRATEGY, keyword),
+                 ACCELERATE: keyword_of(DDP_KWARGS, keyword)},
         keyed_at_default=False,
     )
 
 
 BUCKET_CAP_MB = _ddp_knob("bucket_cap_mb", 25,
                           "DDP's gradient bucket size in MiB: larger buckets, fewer all-reduces that start later",
-                          (5, 25, 100), "25")
+                          (5, 25, 100), "25", hf="ddp_bucket_cap_mb")
 GRADIENT_AS_BUCKET_VIEW = _ddp_knob(
     "gradient_as_bucket_view", False,
-    "DDP's gradients as views into its all-reduce buckets: one copy and its memory fewer", (False, True), "off")
+    "DDP's gradients as views into its all-reduce buckets: one copy and its memory fewer", (False, True), "off",
+    hf=None)
 STATIC_GRAPH = _ddp_knob("static_graph", False,
                          "tell DDP the set of used parameters never changes: it plans its all-reduces once",
-                         (False, True), "off")
+                         (False, True), "off", hf="ddp_static_graph")
