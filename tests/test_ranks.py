@@ -90,6 +90,8 @@ def test_two_ranks_train_as_one(quick):
     assert res.config[reg.STATIC_GRAPH.name] is True and not res.not_applicable
     assert res.applied["intra_op_threads"] == 1  # threads is per rank
     assert len(seen) >= 3  # the trial process (the launcher) and its two ranks
+    # what else ran is measured beside the whole training: a rank's sibling is not another process using the machine
+    assert res.load["own_processes"] >= 3, res.load
 
 
 def test_two_ranks_of_a_cnn_share_its_batch_norm_buffers(quick):

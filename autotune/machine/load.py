@@ -113,8 +113,12 @@ class Meter:
         busy = _busy_cpu_s(self.cores) - self.start_busy
         tree = _tree_cpu_s(self.process) - self.start_tree
         other = max(0.0, (busy - tree) / wall) if wall > 0 else 0.0
+        try:  # the processes counted as this work's own (a training of several ranks: its agent and every rank)
+            own = 1 + len(self.process.children(recursive=True))
+        except psutil.Error:
+            own = 0
         return {"other_cores": round(other, 3), "cores": len(self.cores), "machine_cores": psutil.cpu_count() or 1,
-                "wall_s": round(wall, 3)}
+                "wall_s": round(wall, 3), "own_processes": own}
 
 
 def other_cores_now(seconds: float = 0.5) -> dict[str, Any]:

@@ -93,7 +93,9 @@ def run(request: TrialRequest, group: Group | None = None) -> R.TrialResult:
 
         progress.loop, progress.world = loop, world
         loop.sync = group
-        meter = load.Meter().start()
+        # what else ran meanwhile: beside this process's tree, or, a rank of several, beside the whole training's (the
+        # launcher's agent, this process's parent, and every rank it started: a sibling rank is not another process)
+        meter = load.Meter(os.getppid() if world > 1 else None).start()
         m = run_protocol(
             loop, settings, eager=eager, on_memory_checkpoint=memory_checkpoint,
             dominated=dominated if dominators else None,
