@@ -134,6 +134,53 @@ def test_apply_sets_every_knob(tmp_path, monkeypatch):
     assert torch.isfinite(loss) and not torch.equal(before, model.head.weight)
 
 
+RANK_SCRIPT = """
+import json, sys
+import torch, torch.distributed as dist
+import autotune
+
+cfg = autotune.load_config(sys.argv[1], check_hardware=False)
+torch.manual_seed(0)  # the same initial weights in both ranks (DDP also broadcasts rank 0's)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+dataset = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+model, loader, step = cfg.apply(model, dataset, torch.optim.SGD(model.parameters(), lr=0.1), report_speed=False)
+batches = iter(loader)
+for _ in range(3):
+    step(next(batches))
+weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+answer = {"rank": dist.get_rank(), "world": dist.get_world_size(), "model": type(model).__name__,
+      "bucket_bytes": model.bucket_bytes_cap, "static_graph": bool(model.static_graph),
+      "sampler": type(loader.sampler).__name__, "indices": sorted(list(iter(loader.sampler))[:4]),
+      "weights": round(float(weights.sum()), 5)}
+open(f"rank{dist.get_rank()}.json", "w").write(json.dumps(answer))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow  # 10 s on the 2-core VM: two ranks import torch
+def test_apply_in_a_script_torchrun_started_trains_one_ddp_training(tmp_path):
+    """The export's launch as a user runs it: torchrun starts two ranks, each applies the configuration, and the two
+    train as one (DDP with the configuration's arguments, a shard of the data each, the same weights after steps)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"schema": config.SCHEMA, "knobs": {"ranks": 2, "threads": 1, "batch_size": 8,
+                                                                   "bucket_cap_mb": 5, "static_graph": True},
+                                "context": {"device_type": "cpu", "task": "train", "input_rank": 2}}))
+    (tmp_path / "train.py").write_text(RANK_SCRIPT)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           "train.py", str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert [r["rank"] for r in ranks] == [0, 1] and all(r["world"] == 2 for r in ranks)
+    assert all(r["model"] == "DistributedDataParallel" and r["sampler"] == "DistributedSampler" for r in ranks)
+    assert all(r["bucket_bytes"] == 5 * 1024 * 1024 and r["static_graph"] for r in ranks)
+    assert not set(ranks[0]["indices"]) & set(ranks[1]["indices"])  # each rank its own shard
+    assert ranks[0]["weights"] == ranks[1]["weights"]  # one training: the all-reduced gradients kept them equal
+
+
 def test_a_document_that_does_not_say_which_optimizer_keeps_the_optimizer_kernels(tmp_path):
     # A context without optimizer_params (hand-written, or older) must not drop fused/foreach on a guess: the
     # optimizer it is applied to decides. benchmarks/paths_agree.py once measured fused against a silent default.

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -39,12 +40,14 @@ from typing import Any, Callable, Iterable, Iterator, Union
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
 
 from autotune import knobs
 from autotune.machine import hardware
 from autotune.errors import ConfigError
 from autotune.export.document import SCHEMA, SCHEMAS
 from autotune.export.training_speed import Expected, Meter
+from autotune.trial.collective import Group
 from autotune.trial.plan import Plan, Stepper
 from autotune.trial.protocol import first_tensor
 from autotune.machine import identity
@@ -301,20 +304,33 @@ class Config:
         list stays as it was (the study's trials timed that copy too); evaluation runs the uncompiled module, so the
         training's graphs are neither recompiled nor recorded again for it.
 
+        In a script that ``torchrun`` started with several processes (the export's ``launch`` line), each is one
+        rank of a DDP training: it joins the launcher's process group (unless the script did), on a GPU its own
+        (``cuda:LOCAL_RANK``); the model is wrapped in DistributedDataParallel with the configuration's DDP arguments
+        before it is compiled, as the study's trials were; the loader reads this rank's shard (a
+        ``DistributedSampler``, which ``shuffle`` goes to: call ``loader.sampler.set_epoch(epoch)`` each epoch).
+
         Once warm, the step says once, on standard error, the samples/s this
         training reaches beside what the study measured (:mod:`autotune.export.training_speed`; the figure stays as
         ``cfg.meter.samples_per_s``); ``report_speed=False`` turns it off.
         """
-        plan = self.plan(device)
+        ranked = launched()
+        plan = self.plan(device if device is not None or not ranked else rank_device(self.device))
         if plan.task != "train" and (scheduler is not None or clip_grad_norm is not None):
             raise ConfigError(f"scheduler= and clip_grad_norm= apply to training; this configuration's task is "
                               f"{plan.task!r}")
         clip = _max_norm(clip_grad_norm)
         apply_process(plan)
-        model = plan.prepare_model(model)
+        model = plan.prepare_model(model, compile=not ranked)
+        shard: dict[str, Any] = {}
+        if ranked:  # a rank of a training torchrun started: DDP (before compiling, as a trial), this rank's shard
+            join(plan.device)
+            model = plan.compile_model(plan.distribute(model))
+            if dataset is not None:
+                shard = {"sampler": DistributedSampler(dataset, shuffle=shuffle), "shuffle": False}
         opt = plan.build_optimizer(model, optimizer) if plan.task == "train" else None
-        loader = (plan.make_loader(dataset, collate_fn, shuffle=shuffle, **loader_kwargs) if dataset is not None
-                  else None)
+        loader = (plan.make_loader(dataset, collate_fn, **{"shuffle": shuffle, **loader_kwargs, **shard})
+                  if dataset is not None else None)
         stepper = plan.stepper(model, opt, loss_fn)
         meter = self.meter = (Meter(Expected.of(self.doc, self.measured_here), sync=_sync(plan.device)) if report_speed
                               else None)
@@ -325,6 +341,25 @@ class Config:
             train = TrainStep(plan, stepper, meter=meter, scheduler=sched, clip_grad_norm=clip)
             return Applied(model, loader, train, opt, sched)
         return Applied(model, loader, InferStep(plan, stepper, meter=meter), opt)
+
+
+def launched() -> bool:
+    """This process is one rank of several that a launcher started (``torchrun`` sets ``WORLD_SIZE`` and
+    ``LOCAL_RANK``): :meth:`Config.apply` then makes it a rank of one DDP training."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 and "LOCAL_RANK" in os.environ
+
+
+def rank_device(device: str) -> str:
+    """A rank's device: on a GPU the launcher's local rank's (``cuda:LOCAL_RANK``), one GPU a rank."""
+    return f"cuda:{os.environ['LOCAL_RANK']}" if str(device).startswith("cuda") else str(device)
+
+
+def join(device: torch.device) -> None:
+    """This rank in the launcher's process group (NCCL on a GPU, gloo on a CPU), unless the script joined it."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        Group.join(device)
 
 
 def _max_norm(value: float | None) -> float | None:
