@@ -175,6 +175,7 @@ class NumericsResult:
     dropout_off: int = 0
     accumulation: int | None = None
     samples_per_step: int | None = None
+    ranks: int = 1  # the processes that trained it (DDP), each on its share of every step's samples
     wall_s: float | None = None
     error: dict[str, Any] | None = None
 

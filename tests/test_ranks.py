@@ -206,3 +206,54 @@ def test_ddp_gradients_of_two_ranks_are_one_processs(tmp_path, monkeypatch):
         assert out["bucket_bytes"] == 5 * 1024 * 1024 and out["as_view"] is True
         for mine, theirs in zip((p.grad for p in net.parameters()), out["grads"], strict=True):
             torch.testing.assert_close(theirs, mine, rtol=1e-5, atol=1e-6)
+
+
+def numerics_of(model: str, config: dict) -> R.NumericsResult:
+    """Four optimizer steps of 16 samples from the seeded weights, as the numerics check trains a configuration."""
+    return Runner(WorkloadSpec(model), timeout_s=120).numerics(config, steps=4, samples_per_step=16, seed=0)
+
+
+def test_the_numerics_run_of_two_ranks_is_one_processs_on_the_same_samples():
+    one = numerics_of("autotune.examples:mlp", {reg.BATCH_SIZE.name: 16, reg.THREADS.name: 1})
+    two = numerics_of("autotune.examples:mlp", {**TWO, reg.BATCH_SIZE.name: 8})
+    assert one.ok and two.ok, (one.error, two.error)
+    assert two.initial_digest == one.initial_digest and two.data_digest == one.data_digest  # comparable runs
+    assert two.ranks == 2 and two.accumulation == 1 and two.samples_per_step == 16 and len(two.losses) == 4
+    # no BatchNorm: each rank's mean gradient over its 8 samples, averaged by DDP, is the one process's over 16
+    assert two.losses == pytest.approx(one.losses, rel=1e-4)
+    assert two.grad_norms == pytest.approx(one.grad_norms, rel=1e-4)
+
+
+def test_the_numerics_run_of_two_ranks_of_a_cnn_shows_batch_norm_over_each_ranks_share():
+    one = numerics_of("autotune.examples:cnn", {reg.BATCH_SIZE.name: 16, reg.THREADS.name: 1})
+    two = numerics_of("autotune.examples:cnn", {**TWO, reg.BATCH_SIZE.name: 8})
+    assert one.ok and two.ok, (one.error, two.error)
+    assert two.initial_digest == one.initial_digest and two.data_digest == one.data_digest
+    assert two.ranks == 2 and two.accumulation == 1  # 8 samples a rank, not 16 in one process of 2 micro-batches
+    gaps = [abs(a - b) / abs(b) for a, b in zip(two.losses, one.losses)]
+    # the first step's forward already normalises over 8 samples a rank, not 16: close, not the same
+    assert max(gaps) > 1e-5 and max(gaps) < 0.05, gaps
+
+
+@pytest.mark.slow  # 12 s: three numerics runs of the cnn, one of them two ranks
+def test_the_numerics_check_of_two_ranks_of_the_cnn_holds():
+    """The check a study runs last, on a configuration of two ranks against the defaults in one process: the same
+    samples a step (a batch in each rank), and the answer is the check's own."""
+    from autotune.evidence import numerics_answer as NU
+    from autotune.trial import trainings
+
+    defaults = knobs.defaults()
+    config = {**defaults, **TWO}
+    per_step = trainings.samples_per_step(config, defaults, None)
+    assert per_step == 2 * config[reg.BATCH_SIZE.name]  # a batch in each rank
+    record = {"number": 1, "mode": NU.WARN, "steps": 12, "samples_per_step": per_step, "seed": trainings.SEED,
+              "changes": dict(TWO), "config": config, "defaults": defaults, "runs": []}
+    trainings.check(Runner(WorkloadSpec("autotune.examples:cnn"), timeout_s=300).numerics, record)
+    check = NU.judge(record)
+    assert [run["ranks"] for run in record["runs"]] == [1, 1, 2], record["runs"]
+    assert check.holds, check.text()
+
+
+def test_a_numerics_run_whose_step_does_not_split_into_the_ranks_batches_is_not_applicable():
+    res = numerics_of("autotune.examples:mlp", {**TWO, reg.BATCH_SIZE.name: 16})  # 16 samples a step, 2 ranks of 16
+    assert res.outcome == R.NOT_APPLICABLE and "2 ranks of whole batches of 16" in res.error["message"], res.error

@@ -63,7 +63,7 @@ def answer(request: Request) -> ProbeAnswer | R.TrialResult | R.PairedResult | R
         case TrialRequest():
             return (ranks.run if ranks.ranks_of(request) > 1 else measure_one.run)(request)
         case NumericsRequest():
-            return numerics_run.run(request)
+            return (ranks.run if ranks.ranks_of(request) > 1 else numerics_run.run)(request)
     raise TypeError(f"a trial process answers no {type(request).__name__}")
 
 

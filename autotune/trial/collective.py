@@ -58,6 +58,12 @@ class Group:
         """True in every rank when it is true in any (the end of the warm-up, a cut): all ranks decide alike."""
         return bool(self._reduce(1.0 if flag else 0.0, torch.float64))
 
+    def mean(self, value: float) -> float:
+        """The mean of the ranks' values (a numerics run's loss: each rank's over its share of the step)."""
+        tensor = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor.item() / self.world
+
     def largest(self, count: int) -> int:
         """The largest of the ranks' counts (the trial's memory is its largest rank's)."""
         return int(self._reduce(count, torch.int64))

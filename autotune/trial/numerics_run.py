@@ -40,6 +40,7 @@ from torch import nn
 from autotune import knobs
 from autotune import result as R
 from autotune.trial.arm import context_for, ended, start_process
+from autotune.trial.collective import Group
 from autotune.trial.messages import NumericsRequest
 from autotune.trial.plan import NotApplicableAtRuntime, Plan
 from autotune.workloads.specs import build
@@ -99,10 +100,18 @@ def samples(dataset: Any, first: int, count: int, seed: int) -> list[Any]:
             np.random.set_state(np_state)
 
 
-def run(request: NumericsRequest) -> R.NumericsResult:
+def run(request: NumericsRequest, group: Group | None = None) -> R.NumericsResult:
     """Train ``request.config`` for ``request.steps`` optimizer steps (see the module's docstring). Never raises but
-    for Ctrl-C: every ending is a NumericsResult."""
+    for Ctrl-C: every ending is a NumericsResult.
+
+    ``group``: this process is one rank of a training of several (:mod:`autotune.trial.ranks`): the model is DDP's
+    (its arguments the configuration's), each optimizer step's samples are read as one process reads them and this
+    rank trains on its share (rank r the r-th of ``world`` equal parts), the loss recorded is the mean over all ranks;
+    the gradients, the weights and their digests are the same in every rank after each all-reduce. Against one
+    process on the same samples, what differs is what several ranks change: a BatchNorm's statistics over a rank's
+    share, a reduction's order, DDP's arguments."""
     start = time.perf_counter()
+    world, rank = (group.world, group.rank) if group is not None else (1, 0)
     device = torch.device(request.device)
     requested = dict(request.config)
     result = R.NumericsResult(outcome=R.ERROR, config=requested, device=str(device))
@@ -116,7 +125,14 @@ def run(request: NumericsRequest) -> R.NumericsResult:
             requested[knobs.BATCH_KNOB] = workload.batch_size
         resolved = knobs.resolve(requested, context_for(workload, device, len(request.bound_cpus) or None))
         result.config = dict(resolved.config)
-        plan = Plan.from_config(resolved.config, device, workload.task, request.samples_per_step)
+        whole = request.samples_per_step
+        if world > 1:
+            batch_size = int(resolved.config[knobs.BATCH_KNOB])
+            whole = whole or batch_size * world
+            if whole % (world * batch_size):
+                raise NotApplicableAtRuntime(knobs.BATCH_KNOB, f"{whole} samples a step do not split into {world} "
+                                             f"ranks of whole batches of {batch_size}")
+        plan = Plan.from_config(resolved.config, device, workload.task, whole // world if world > 1 else whole)
         plan.apply_process()
         dropouts = [m for m in workload.model.modules() if isinstance(m, DROPOUT) and m.p > 0]
         for module in dropouts:
@@ -125,22 +141,27 @@ def run(request: NumericsRequest) -> R.NumericsResult:
         start_weights = weights_of(workload.model)
         result.initial_digest = digest(iter([start_weights]))
         eager = plan.prepare_model(workload.model, compile=False)
-        model = plan.compile_model(eager)
+        model = plan.compile_model(plan.distribute(eager) if world > 1 else eager)  # DDP shares eager's parameters
         optimizer = plan.build_optimizer(model, workload.optimizer)
         stepper = plan.stepper(model, optimizer, workload.loss_fn)
-        batch, per_step = plan.batch_size, plan.samples_per_step
+        batch, mine = plan.batch_size, plan.samples_per_step  # this rank's samples a step
+        per_step = mine * world
         collate = workload.collate_fn or torch.utils.data.default_collate
         data: list[Any] = []  # a digest per leaf of the batch (inputs, target): its samples in order, however batched
         for step in range(request.steps):
             loss = torch.zeros((), device=device)
             read = samples(workload.dataset, step * per_step, per_step, request.seed)
-            for micro in range(plan.accumulation):
-                host = collate(read[micro * batch:(micro + 1) * batch])
-                for k, leaf in enumerate(_leaves(host)):
+            for chunk in range(0, per_step, batch):  # the step's samples in order, as one process batches them
+                for k, leaf in enumerate(_leaves(collate(read[chunk:chunk + batch]))):
                     if k == len(data):
                         data.append(hashlib.sha256())
                     data[k].update(leaf.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+            share = read[rank * mine:(rank + 1) * mine]
+            for micro in range(plan.accumulation):
+                host = collate(share[micro * batch:(micro + 1) * batch])
                 loss = loss + stepper.micro(plan.to_device(host)).float()  # each already divided by accumulation
+            if group is not None:
+                loss = torch.tensor(group.mean(float(loss)))
             if stepper.scaler is not None:
                 stepper.scaler.unscale_(optimizer)
             grads = [p.grad.detach().float().norm() for p in eager.parameters() if p.grad is not None]
@@ -169,6 +190,7 @@ def run(request: NumericsRequest) -> R.NumericsResult:
             os.replace(tmp, request.save_path)
         result.accumulation = plan.accumulation
         result.samples_per_step = per_step
+        result.ranks = world
     except NotApplicableAtRuntime as exc:
         result.outcome = R.NOT_APPLICABLE
         result.error = {"type": "NotApplicable", "message": str(exc), "user": False}

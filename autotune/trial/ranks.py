@@ -29,15 +29,15 @@ import sys
 import tempfile
 import time
 import uuid
-from typing import Any
+from typing import Any, Union
 
 import torch
 
 from autotune import result as R
-from autotune.trial import measure_one
+from autotune.trial import measure_one, numerics_run
 from autotune.trial.arm import ended, environment, write_atomic
 from autotune.trial.collective import Group
-from autotune.trial.messages import TrialRequest, from_wire
+from autotune.trial.messages import NumericsRequest, TrialRequest, from_wire
 from autotune.trial.plan import Plan
 
 #: How the launcher starts a rank: forked from the trial process, itself a fork of the warm server that imported torch
@@ -48,13 +48,19 @@ from autotune.trial.plan import Plan
 START_METHOD = "fork"
 
 
-def ranks_of(request: TrialRequest) -> int:
-    """How many ranks the request's configuration trains as (1: one process, :mod:`autotune.trial.measure_one`)."""
+Ranked = Union[TrialRequest, NumericsRequest]
+Answer = Union[R.TrialResult, R.NumericsResult]
+
+
+def ranks_of(request: Ranked) -> int:
+    """How many ranks the request's configuration trains as (1: one process, :mod:`autotune.trial.measure_one` or
+    :mod:`autotune.trial.numerics_run`)."""
     return Plan(dict(request.config), torch.device(request.device)).ranks
 
 
-def run(request: TrialRequest) -> R.TrialResult:
-    """Measure one configuration of several ranks, this process their launcher. Never raises but for Ctrl-C."""
+def run(request: Ranked) -> Answer:
+    """Measure one configuration of several ranks (a trial), or train it for the numerics check
+    (:mod:`autotune.trial.numerics_run`), this process their launcher. Never raises but for Ctrl-C."""
     from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -62,9 +68,12 @@ def run(request: TrialRequest) -> R.TrialResult:
     start = time.perf_counter()
     n = ranks_of(request)
     device = torch.device(request.device)
-    result = R.TrialResult(outcome=R.ERROR, config=dict(request.config), device=str(device),
-                           notes={"pid": os.getpid(), "world_size": n})
-    where = os.path.dirname(request.progress_path) if request.progress_path else None
+    result: Answer = (R.TrialResult(outcome=R.ERROR, config=dict(request.config), device=str(device),
+                                    notes={"pid": os.getpid(), "world_size": n})
+                      if isinstance(request, TrialRequest) else
+                      R.NumericsResult(outcome=R.ERROR, config=dict(request.config), device=str(device)))
+    progress = getattr(request, "progress_path", None)
+    where = os.path.dirname(progress) if progress else None
     try:
         with tempfile.TemporaryDirectory(prefix="autotune-ranks-", dir=where) as folder:
             os.environ.update(environment(request.config, device))  # the ranks start with it
@@ -82,7 +91,8 @@ def run(request: TrialRequest) -> R.TrialResult:
             result = gathered(folder, n, failure, result)
     except BaseException as exc:  # noqa: BLE001 - the launch's own failures (the rendezvous) become a result
         result.outcome, result.error = ended(exc)
-    result.notes.setdefault("world_size", n)
+    if isinstance(result, R.TrialResult):
+        result.notes.setdefault("world_size", n)
     result.wall_s = time.perf_counter() - start
     return result
 
@@ -91,8 +101,10 @@ def answer_path(folder: str, rank: int) -> str:
     return os.path.join(folder, f"rank{rank}.json")
 
 
-def gathered(folder: str, n: int, failure: Any, result: R.TrialResult) -> R.TrialResult:
-    """The trial's result from the ranks' answers (``failure``: the launcher's ChildFailedError, or None)."""
+def gathered(folder: str, n: int, failure: Any, result: Answer) -> Answer:
+    """The trial's result from the ranks' answers (``failure``: the launcher's ChildFailedError, or None); of the
+    kind of ``result`` (a trial's, or a numerics run's)."""
+    kind = type(result)
     answers: dict[int, dict[str, Any]] = {}
     for rank in range(n):
         try:
@@ -112,18 +124,21 @@ def gathered(folder: str, n: int, failure: Any, result: R.TrialResult) -> R.Tria
     if moments:
         _, _, rank = min(moments)
         if rank in killed:
-            out = R.TrialResult.failure(R.CRASHED, f"rank {rank} of {n} was killed by {killed[rank].signal_name()}",
-                                        signal=-killed[rank].exitcode)
+            out = kind.failure(R.CRASHED, f"rank {rank} of {n} was killed by {killed[rank].signal_name()}",
+                               signal=-killed[rank].exitcode)
         else:
-            out = R.TrialResult.from_dict(failed[rank]["result"])
-        out.notes.update(rank=rank, world_size=n, failed_ranks=sorted({*failed, *killed}))
+            out = kind.from_dict(failed[rank]["result"])
+        if isinstance(out, R.TrialResult):
+            out.notes.update(rank=rank, world_size=n, failed_ranks=sorted({*failed, *killed}))
+        else:
+            out.error = {**(out.error or {}), "rank": rank, "world_size": n}
         return out
     if failure is not None:
         first = min(failure.failures.values(), key=lambda f: f.timestamp)
-        return R.TrialResult.failure(R.ERROR, f"rank {first.local_rank} of {n} exited with code {first.exitcode} "
-                                     f"without an answer: {first.message}", exitcode=first.exitcode)
+        return kind.failure(R.ERROR, f"rank {first.local_rank} of {n} exited with code {first.exitcode} "
+                            f"without an answer: {first.message}", exitcode=first.exitcode)
     if 0 in answers:
-        return R.TrialResult.from_dict(answers[0]["result"])
+        return kind.from_dict(answers[0]["result"])
     result.error = {"type": "NoAnswer", "message": f"the {n} ranks ended without an answer", "user": False}
     return result
 
@@ -132,19 +147,25 @@ def rank_main(wire: dict[str, Any], folder: str) -> None:
     """One rank (in a process the launcher started): join the process group, measure, write this rank's answer.
     A rank that failed exits with code 1 at once, so that the launcher stops the others."""
     request = from_wire(wire)
-    assert isinstance(request, TrialRequest)
+    assert isinstance(request, (TrialRequest, NumericsRequest))
     rank, _, local = Group.from_environment()
     device = torch.device(request.device)
     if device.type == "cuda":
         device = torch.device("cuda", local)
-    request = dataclasses.replace(request, device=str(device),
-                                  progress_path=request.progress_path if rank == 0 else None)
+    if isinstance(request, TrialRequest):
+        request = dataclasses.replace(request, device=str(device),
+                                      progress_path=request.progress_path if rank == 0 else None)
+    else:  # rank 0's weights are the run's (DDP keeps them equal): it alone saves them
+        request = dataclasses.replace(request, device=str(device), save_path=request.save_path if rank == 0 else None)
     group: Group | None = None
+    result: Answer
     try:
         group = Group.join(device)
-        result = measure_one.run(request, group)
+        result = (measure_one.run(request, group) if isinstance(request, TrialRequest) else
+                  numerics_run.run(request, group))
     except BaseException as exc:  # noqa: BLE001 - joining can fail too: every ending is an answer
-        result = R.TrialResult(outcome=R.ERROR, config=dict(request.config), device=str(device))
+        result = (R.TrialResult if isinstance(request, TrialRequest) else R.NumericsResult)(
+            outcome=R.ERROR, config=dict(request.config), device=str(device))
         result.outcome, result.error = ended(exc)
     write_atomic(answer_path(folder, rank), json.dumps({"result": result.to_dict(), "ended_at": time.time()}))
     if result.outcome != R.OK:

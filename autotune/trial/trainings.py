@@ -20,6 +20,7 @@ from typing import Any
 from autotune import clock
 from autotune import knobs
 from autotune import result as R
+from autotune.trial import launch
 from autotune.evidence import numerics_answer as NU
 
 SEED = 0  # the weights' and the data's seed: any fixed one; the same for every run of a check
@@ -30,10 +31,12 @@ Numerics = Callable[[Mapping[str, Any], int, int, int, "str | None", Sequence[tu
 
 def samples_per_step(a: Mapping[str, Any], b: Mapping[str, Any], global_batch: int | None) -> int:
     """The samples each optimizer step takes in both runs: the study's global batch, else the least common multiple
-    of the two batch sizes (each run makes it up by gradient accumulation)."""
+    of the two steps' samples (a batch in each of a configuration's ranks; each run makes it up by gradient
+    accumulation)."""
     if global_batch:
         return int(global_batch)
-    sizes = [int(c.get(knobs.BATCH_KNOB) or knobs.KNOBS[knobs.BATCH_KNOB].default_for()) for c in (a, b)]
+    sizes = [int(c.get(knobs.BATCH_KNOB) or knobs.KNOBS[knobs.BATCH_KNOB].default_for()) * launch.ranks_of(c)
+             for c in (a, b)]
     return math.lcm(*sizes)
 
 
