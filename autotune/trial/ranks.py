@@ -1,5 +1,6 @@
 """A trial of several ranks: one configuration trained by N processes of one DDP process group on this machine,
-measured as one training.
+measured as one training (and the numerics check's run of such a configuration, trained the same way:
+:func:`autotune.trial.numerics_run.run`).
 
 Why a module of its own: a configuration with ``ranks`` above 1 is not one process's step but a launch, as a user runs
 it with ``torchrun --nproc-per-node N``. The trial process (forked by the runner's fork server, in its own process
