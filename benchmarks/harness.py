@@ -109,6 +109,22 @@ def say(line: str = "", *, keep: bool = True) -> None:
         _said.append(line)
 
 
+def start_on_this_machine() -> None:
+    """The opening of a benchmark of trials on this CPU: the warm server started, then a line naming the machine, its
+    C library and how busy other processes kept it at the start (a figure from a busy machine says so)."""
+    import platform
+    import time
+
+    from autotune.machine import hardware, identity, load
+    from autotune.trial.runner import warm_up
+
+    warm_up()
+    busy = load.other_cores_now(2.0)
+    say(f"machine: {identity.short(hardware.fingerprint('cpu'))}, {load.cpu_count()} cores, "
+        f"Python {platform.python_version()}, {platform.libc_ver()[0]} {platform.libc_ver()[1]}; "
+        f"{time.strftime('%Y-%m-%d %H:%M')}; other processes used {busy['other_cores']:.1f} cores at the start")
+
+
 def said() -> list[str]:
     """The lines kept so far."""
     return list(_said)

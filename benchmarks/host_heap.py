@@ -14,10 +14,7 @@ Writes benchmarks/results/host_heap-<date>.json and .txt (what it printed). Run 
 
 from __future__ import annotations
 
-import os
-import platform
 import statistics
-import time
 
 import harness
 from harness import say
@@ -32,18 +29,12 @@ def main() -> None:
     args = ap.parse_args()
 
     from autotune import knobs
-    from autotune.machine import hardware, identity
-    from autotune.machine import load
     from autotune.evidence import stats
     from autotune.trial.protocol import Settings
-    from autotune.trial.runner import Runner, warm_up
+    from autotune.trial.runner import Runner
     from autotune.workloads.contract import WorkloadSpec
 
-    warm_up()
-    busy = load.other_cores_now(2.0)
-    say(f"machine: {identity.short(hardware.fingerprint('cpu'))}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}, {platform.libc_ver()[0]} {platform.libc_ver()[1]}; "
-        f"{time.strftime('%Y-%m-%d %H:%M')}; other processes used {busy['other_cores']:.1f} cores at the start")
+    harness.start_on_this_machine()
     say(f"the defaults against the defaults with host_allocator=retain, each in a process of its own, "
         f"{args.rounds} rounds")
     base = knobs.defaults()

@@ -23,9 +23,7 @@ Writes benchmarks/results/launch-<date>.json and .txt (what it printed). Run it 
 from __future__ import annotations
 
 import os
-import platform
 import statistics
-import time
 from typing import Any
 
 import harness
@@ -71,18 +69,14 @@ def main() -> None:
 
     from autotune import knobs
     from autotune.evidence import stats
-    from autotune.machine import hardware, identity, load, preload
+    from autotune.machine import load, preload
     from autotune.trial.protocol import Settings
-    from autotune.trial.runner import Runner, warm_up
+    from autotune.trial.runner import Runner
     from autotune.workloads.contract import WorkloadSpec
 
-    warm_up()
-    busy = load.other_cores_now(2.0)
+    harness.start_on_this_machine()
     cores = load.cpu_count()
     libraries = preload.found()
-    say(f"machine: {identity.short(hardware.fingerprint('cpu'))}, {cores} cores, Python {platform.python_version()}, "
-        f"{platform.libc_ver()[0]} {platform.libc_ver()[1]}; {time.strftime('%Y-%m-%d %H:%M')}; other processes used "
-        f"{busy['other_cores']:.1f} cores at the start")
     base = knobs.defaults()
     table, missing = arms(base, cores, libraries)
     reference = next(iter(table))
