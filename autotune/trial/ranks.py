@@ -35,11 +35,10 @@ from typing import Any, Union
 import torch
 
 from autotune import result as R
-from autotune.trial import measure_one, numerics_run
+from autotune.trial import launch, measure_one, numerics_run
 from autotune.trial.arm import ended, environment, write_atomic
 from autotune.trial.collective import Group
 from autotune.trial.messages import NumericsRequest, TrialRequest, from_wire
-from autotune.trial.plan import Plan
 
 #: How the launcher starts a rank: forked from the trial process, itself a fork of the warm server that imported torch
 #: and never ran a torch op nor touched CUDA (:mod:`autotune.trial.forkserver`), so each rank starts as a one-process
@@ -56,7 +55,7 @@ Answer = Union[R.TrialResult, R.NumericsResult]
 def ranks_of(request: Ranked) -> int:
     """How many ranks the request's configuration trains as (1: one process, :mod:`autotune.trial.measure_one` or
     :mod:`autotune.trial.numerics_run`)."""
-    return Plan(dict(request.config), torch.device(request.device)).ranks
+    return launch.ranks_of(request.config)
 
 
 def run(request: Ranked) -> Answer:
