@@ -68,15 +68,18 @@ def own_cores() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
-def _tree_cpu_s(process: psutil.Process) -> float:
-    """CPU seconds of a process, its children that ended (reaped) and those still alive."""
+def _tree(process: psutil.Process) -> tuple[float, int]:
+    """CPU seconds of a process, its children that ended (reaped) and those still alive; and how many processes the
+    tree holds now (0: the process is gone)."""
     import psutil
 
-    total = 0.0
+    total, count = 0.0, 0
     try:
         t = process.cpu_times()
         total += t.user + t.system + t.children_user + t.children_system
-        for child in process.children(recursive=True):
+        children = process.children(recursive=True)
+        count = 1 + len(children)
+        for child in children:
             try:
                 c = child.cpu_times()
                 total += c.user + c.system
@@ -84,7 +87,7 @@ def _tree_cpu_s(process: psutil.Process) -> float:
                 pass
     except psutil.Error:
         pass
-    return total
+    return total, count
 
 
 class Meter:
@@ -103,7 +106,7 @@ class Meter:
     def start(self) -> Meter:
         self.start_wall = self.clock.monotonic()
         self.start_busy = _busy_cpu_s(self.cores)
-        self.start_tree = _tree_cpu_s(self.process)
+        self.start_tree = _tree(self.process)[0]
         return self
 
     def stop(self) -> dict[str, Any]:
@@ -111,12 +114,9 @@ class Meter:
 
         wall = self.clock.monotonic() - self.start_wall
         busy = _busy_cpu_s(self.cores) - self.start_busy
-        tree = _tree_cpu_s(self.process) - self.start_tree
+        tree, own = _tree(self.process)  # own: the processes counted as this work's (several ranks: the agent, each)
+        tree -= self.start_tree
         other = max(0.0, (busy - tree) / wall) if wall > 0 else 0.0
-        try:  # the processes counted as this work's own (a training of several ranks: its agent and every rank)
-            own = 1 + len(self.process.children(recursive=True))
-        except psutil.Error:
-            own = 0
         return {"other_cores": round(other, 3), "cores": len(self.cores), "machine_cores": psutil.cpu_count() or 1,
                 "wall_s": round(wall, 3), "own_processes": own}
 
