@@ -152,14 +152,13 @@ def run(request: NumericsRequest, group: Group | None = None) -> R.NumericsResul
             loss = torch.zeros((), device=device)
             read = samples(workload.dataset, step * per_step, per_step, request.seed)
             for chunk in range(0, per_step, batch):  # the step's samples in order, as one process batches them
-                for k, leaf in enumerate(_leaves(collate(read[chunk:chunk + batch]))):
+                host = collate(read[chunk:chunk + batch])
+                for k, leaf in enumerate(_leaves(host)):
                     if k == len(data):
                         data.append(hashlib.sha256())
                     data[k].update(leaf.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-            share = read[rank * mine:(rank + 1) * mine]
-            for micro in range(plan.accumulation):
-                host = collate(share[micro * batch:(micro + 1) * batch])
-                loss = loss + stepper.micro(plan.to_device(host)).float()  # each already divided by accumulation
+                if rank * mine <= chunk < (rank + 1) * mine:  # this rank's share (whole batches), a micro-batch each
+                    loss = loss + stepper.micro(plan.to_device(host)).float()  # each already divided by accumulation
             if group is not None:
                 loss = torch.tensor(group.mean(float(loss)))
             if stepper.scaler is not None:
