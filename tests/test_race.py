@@ -24,6 +24,7 @@ from autotune.knobs import space
 from autotune.testing import fake as M
 from autotune import result as R
 from autotune.tuning import loop
+from autotune.evidence import claim as CL
 from autotune.evidence import evidence_of
 from autotune.tuning.phases import Bench, Seeds, floor, race
 from autotune.request import DEFAULT_CONFIRM
@@ -104,6 +105,21 @@ def test_all_equal_gives_no_gain_and_no_claim():
             claims_excluding_one += doc["speedup"]["low"] > 1.0
     assert no_gain >= 18, f"'no significant gain' in only {no_gain} of 20 seeds"
     assert claims_excluding_one <= 20 - no_gain
+
+
+def test_no_gain_beyond_the_noise_comes_with_the_fastests_interval_measured_apart():
+    """Where nothing pays, the verdict keeps the defaults and bounds what the fastest configuration found would buy:
+    its claim measured apart, in at least MIN_PROCESSES fresh processes, with an interval (not one process's figure)."""
+    for seed in range(3):
+        study, summary = tune(lambda c: 1.0, seed)
+        verdict = summary.verdict
+        if verdict.state != "no_gain":
+            continue
+        assert summary.confirm is not None and summary.confirm.chosen == verdict.leader, verdict.text
+        assert verdict.speedup.has_interval and verdict.speedup.processes >= CL.MIN_PROCESSES, verdict.text
+        assert f"the fastest, #{verdict.leader} (" in verdict.text and "measured apart" in verdict.text, verdict.text
+        return
+    raise AssertionError("no seed of 3 ended in no gain where nothing pays")
 
 
 @pytest.mark.slow  # 51 s in a full run on a 2-core CPU
@@ -211,14 +227,16 @@ def test_a_stopped_race_resumes_where_it_stopped():
 @pytest.mark.slow  # 3 s: the quick loop (-m 'not slow') has a test of this part that takes less
 def test_a_race_that_spent_its_budget_is_extended_by_a_bigger_confirm():
     """Every configuration a little slower than the defaults: one round cannot choose (nothing beats them, and a race
-    is not futile before its third round), so it stops with its budget spent, and a bigger --confirm goes on."""
+    is not futile before its third round), so it stops with its budget spent, and a bigger --confirm goes on. The first
+    run measures no claim apart: the fastest's fresh processes would settle the race before it is extended."""
     seed = 4
 
     def truth(config):
         return 1.0 if all(config[k] == v for k, v in {"precision": "fp32", "optimizer_impl": "default",
                                                       "num_workers": 0}.items()) else 0.8
 
-    live, summary = tune_live(truth, seed, options=loop.Options(trials=12, max_repeats=500, race_rounds=1))
+    live, summary = tune_live(truth, seed, options=loop.Options(trials=12, max_repeats=500, race_rounds=1,
+                                                                 confirm=False))
     assert summary.race is not None and summary.race.stop is RaceStop.ROUNDS and summary.race.rounds == 1
     more = tuner(live, noisy(truth, seed + 100), loop.Options(trials=12, max_repeats=500, race_rounds=4)).run()
     assert more.new == 0 and more.race is not None, "the finished race was not extended"

@@ -165,14 +165,10 @@ class Choices(Comparisons):
                   and r.low >= 1.0 / (1.0 + INDIFFERENCE)]
         return min(within, key=lambda n: (len(self.configs[n].changes), -self.configs[n].samples_per_s))
 
-    def chosen(self) -> int | None:
-        """The race's choice (what the claim measured apart is about): :meth:`pick` among the candidates the latest
-        race kept (before a race, every configuration measured), when the fastest of them beats the defaults at
-        plain 90% in the measurements that selected it; None when none does (no gain beyond the noise). A race the
-        time budget stopped before it could settle (its share held no more rounds) chooses its fastest when it
-        looks faster than the defaults by more than the indifference zone: the claim, measured apart, decides."""
-        if self.baseline is None:
-            return None
+    def _race_pool(self) -> tuple[list[int], bool]:
+        """The configurations the race's choice is made among: the candidates the latest race kept (before a race,
+        every configuration measured) that may be recommended; and whether the time budget stopped that race before
+        it could settle."""
         races = self.study.races()
         unsettled = False
         if races:
@@ -181,8 +177,25 @@ class Choices(Comparisons):
             unsettled = record.stop is RaceStop.TIME
         else:
             pool = [c.number for c in self.ok() if not c.is_baseline]
-        pool = [n for n in pool if self.configs[n].feasible and not self.configs[n].busy_only
-                and self.configs[n].role != Role.MINIMAL and not (self.load.was_busy and D.only_sensitive(self, n))]
+        return [n for n in pool if self.recommendable(n)], unsettled
+
+    def recommendable(self, number: int) -> bool:
+        """A measured configuration a verdict may recommend: it fits, it did not run on a busy machine only, it is not
+        a least change measured to be reported, and on a busy machine its gain does not rest on load-sensitive knobs
+        alone."""
+        c = self.configs[number]
+        return (c.feasible and not c.busy_only and c.role != Role.MINIMAL
+                and not (self.load.was_busy and D.only_sensitive(self, number)))
+
+    def chosen(self) -> int | None:
+        """The race's choice (what the claim measured apart is about): :meth:`pick` among the candidates the latest
+        race kept (before a race, every configuration measured), when the fastest of them beats the defaults at
+        plain 90% in the measurements that selected it; None when none does (no gain beyond the noise). A race the
+        time budget stopped before it could settle (its share held no more rounds) chooses its fastest when it
+        looks faster than the defaults by more than the indifference zone: the claim, measured apart, decides."""
+        if self.baseline is None:
+            return None
+        pool, unsettled = self._race_pool()
         if not pool:
             return None
         leader = max(pool, key=lambda n: self.configs[n].samples_per_s)
@@ -191,3 +204,15 @@ class Choices(Comparisons):
             return None
         picked = self.pick(pool)
         return None if picked == self.baseline.number else picked  # the defaults tied with the fastest: no change
+
+    def fastest(self) -> int | None:
+        """When the race chose nothing (no gain beyond the noise in the measurements that selected), the fastest
+        configuration it could have chosen from (the candidates it kept; every one it may recommend when it kept none):
+        the claim measured apart bounds what the best found would buy, so "no gain beyond the noise" comes with its
+        interval. None before the baseline, when the race chose, or when nothing else was measured."""
+        if self.baseline is None or self.chosen() is not None:
+            return None
+        pool = [n for n in self._race_pool()[0] if n != self.baseline.number]
+        if not pool:
+            pool = [c.number for c in self.ok() if not c.is_baseline and self.recommendable(c.number)]
+        return max(pool, key=lambda n: self.configs[n].samples_per_s) if pool else None

@@ -87,7 +87,8 @@ def confirmed(ev: Any, conf: CL.Confirmed) -> Verdict:
     if ev.load.was_busy and sensitive(ev, n):  # its load-sensitive knobs could not be reverted: the race's rule
         return raced(ev)
     c = ev.configs[n]
-    behind = (f"{int(round(100 * stats.LEVEL))}% interval, measured apart from the search that chose it: "
+    behind = (f"{int(round(100 * stats.LEVEL))}% interval, measured apart from the search that "
+              f"{'found' if conf.record.fastest else 'chose'} it: "
               f"{plural(s.processes, 'process')} against {s.reference_processes} of the defaults")
     details = []
     if conf.record.unreduced and n == conf.record.chosen:
@@ -107,10 +108,15 @@ def confirmed(ev: Any, conf: CL.Confirmed) -> Verdict:
     elif s.above_one():
         text = f"use #{n} ({changes_text(c.changes)}): {s.text()} as fast as PyTorch's defaults ({behind})"
         verdict = Verdict(State.GAIN, n, conf.record.chosen, s, (), True, bool(conf.reverted), Said(text))
+        if conf.record.fastest:
+            details.append("the measurements that selected it had not told it from the noise; its processes apart "
+                           "did")
     else:
         measured = f"{s.text()} ({behind})" if s.has_interval else quoted_text(s)
-        text = (f"keep the defaults: no configuration beats PyTorch's defaults beyond the noise; #{n} "
-                f"({changes_text(c.changes) or 'defaults'}), chosen by the race, measured {measured}")
+        which = (f"the fastest, #{n} ({changes_text(c.changes) or 'defaults'}),"
+                 if conf.record.fastest else f"#{n} ({changes_text(c.changes) or 'defaults'}), chosen by the race,")
+        text = (f"keep the defaults: no configuration beats PyTorch's defaults beyond the noise; {which} measured "
+                f"{measured}")
         verdict = Verdict(State.NO_GAIN, ev.baseline.number, n, s, (), True, False, Said(text))
     verdict = V.detailed(verdict, *details)
     if conf.reverted and verdict.recommends:

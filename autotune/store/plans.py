@@ -171,12 +171,14 @@ class ConfirmRecord:
     decided_at: int | None = None
     processes: int = 0
     unreduced: str | None = None  # why no least change was proposed though the search showed knobs that buy nothing
+    fastest: bool = False  # the race chose nothing: the claim bounds the fastest configuration (Evidence.fastest)
 
     def to_dict(self) -> dict[str, Any]:
         return {"chosen": self.chosen, "race_id": self.race_id, "started": self.started, "reduced": self.reduced,
                 "reverted": dict(self.reverted), "rounds": self.rounds, "width": self.width, "owner": dict(self.owner),
                 "done": self.done, "stop": self.stop.value if self.stop else None, "reduction": self.reduction,
-                "decided_at": self.decided_at, "processes": self.processes, "unreduced": self.unreduced}
+                "decided_at": self.decided_at, "processes": self.processes, "unreduced": self.unreduced,
+                "fastest": self.fastest}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ConfirmRecord:
@@ -190,4 +192,4 @@ class ConfirmRecord:
                    int(d.get("rounds") or 0), float(d.get("width") or 1.4), dict(d.get("owner") or {}),
                    bool(d.get("done")), stop, d.get("reduction"),
                    int(d["decided_at"]) if d.get("decided_at") is not None else None, int(d.get("processes") or 0),
-                   d.get("unreduced"))
+                   d.get("unreduced"), bool(d.get("fastest")))

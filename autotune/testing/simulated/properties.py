@@ -122,7 +122,10 @@ def check(study: SimulatedStudy) -> Checked:
     views = _speedups(status, export)
     claim = verdict.get("speedup")
     problems = _sound(views, str(verdict.get("text") or ""))
-    about = verdict.get("winner") if verdict.get("winner") is not None else verdict.get("leader")
+    # whose figure the verdict's speed-up is: the recommendation's, or with no gain the configuration it measured (the
+    # winner is then the defaults)
+    about = verdict.get("leader") if verdict.get("state") == "no_gain" or verdict.get("winner") is None \
+        else verdict.get("winner")
     truth = study.truth(trials[about].config) if about in trials else None
     covered = width = None
     if claim and claim.get("low") is not None and claim.get("high") is not None and truth is not None:

@@ -60,6 +60,9 @@ def run(live: LiveStudy, bench: Bench, search: Search, rounds: int = CL.ROUNDS, 
     view = live.view()
     ev = evidence_of(view)
     chosen = ev.chosen()
+    fastest = chosen is None
+    if fastest:  # no gain beyond the noise: the claim bounds the fastest, so that answer comes with its interval
+        chosen = ev.fastest()
     if chosen is None or ev.baseline is None or view.races() == []:
         return None
     race_id = view.races()[-1][0]
@@ -71,7 +74,7 @@ def run(live: LiveStudy, bench: Bench, search: Search, rounds: int = CL.ROUNDS, 
         if owned_elsewhere(live, record.owner):
             return None
     else:
-        confirm_id, record = _plan(live, ev, chosen, race_id, deadline)
+        confirm_id, record = _plan(live, ev, chosen, race_id, deadline, fastest)
     report = ConfirmReport(confirm_id, record.chosen, record.reduced)
     if record.reverted and record.reduced is None:  # the reduced configuration is measured first, on its own
         rec = _measure_reduced(live, search, ev, record, deadline)
@@ -140,10 +143,11 @@ def _enough(record: ConfirmRecord, ev: Any, target: int, taken: list[Any]) -> bo
     return width is not None and width <= CL.width_target(ev.noise.sigma)
 
 
-def _plan(live: LiveStudy, ev: Any, chosen: int, race_id: str, deadline: float | None = None
+def _plan(live: LiveStudy, ev: Any, chosen: int, race_id: str, deadline: float | None = None, fastest: bool = False
           ) -> tuple[str, ConfirmRecord]:
     """The claim's plan: the chosen configuration, the least change proposed for it (none when the time left cannot
-    hold deciding it: the chosen configuration is then claimed whole, and says so), the processes to measure."""
+    hold deciding it: the chosen configuration is then claimed whole, and says so; none for the fastest of a race that
+    chose nothing, claimed as measured), the processes to measure."""
     c = ev.configs[chosen]
     base = ev.baseline.config
     ab = ev.ablation()
@@ -164,12 +168,14 @@ def _plan(live: LiveStudy, ev: Any, chosen: int, race_id: str, deadline: float |
             if proposed:
                 reverted.update({k: c.config[k] for k in [*idle, *proposed]})
                 measured, reduced = False, None
+    elif fastest:
+        reverted = {}
     else:
         reverted = {k: c.config[k] for k in CL.propose(c.changes, rows, ev.noise.sigma)}
     if c.changes and set(reverted) >= set(c.changes):  # never the defaults themselves: the race chose a change
         reverted = {k: c.config[k] for k in CL.propose(c.changes, rows, ev.noise.sigma)}
         measured, reduced = False, None
-    loaded = {k: c.config[k] for k in c.changes if D.sensitive_knob(k)} if ev.load.was_busy else {}
+    loaded = {k: c.config[k] for k in c.changes if D.sensitive_knob(k)} if ev.load.was_busy and not fastest else {}
     if loaded and not set(loaded) >= set(c.changes):
         # On a busy machine a load-sensitive knob (threads, loader workers) is reverted by itself, never the whole gain
         # with it: what a quiet machine could contradict is not claimed. Decided, not measured against the chosen
@@ -199,7 +205,7 @@ def _plan(live: LiveStudy, ev: Any, chosen: int, race_id: str, deadline: float |
         reverted, reduced = {}, None
     record = ConfirmRecord(chosen, race_id, clock.now(), reduced if reverted else None, reverted, 0,
                            CL.width_target(noise.sigma), owner(), reduction=True if measured and reverted else None,
-                           processes=processes, unreduced=unreduced)
+                           processes=processes, unreduced=unreduced, fastest=fastest)
     confirm_id = uuid.uuid4().hex[:8]
     live.save_confirm(confirm_id, record)
     return confirm_id, record
