@@ -275,3 +275,40 @@ def test_the_launch_of_a_configuration_is_the_line_a_user_types():
     assert two["environment"]["OMP_PROC_BIND"] == "close" and two["binding"] == "taskset -c 0-1"
     assert two["command"] == ("MKL_NUM_THREADS=1 OMP_NUM_THREADS=1 OMP_PLACES=cores OMP_PROC_BIND=close "
                               "taskset -c 0-1 torchrun --standalone --nproc-per-node=2 train.py")
+
+
+def test_ranks_above_one_is_not_applicable_on_one_gpu_nor_without_the_backend_and_says_why():
+    """Several ranks need a GPU each (NCCL) or a core each (gloo), and the distributed backend in the PyTorch build:
+    where one is missing, ranks stop at 1, a value above is refused with the reason, and the space leaves it out
+    with the same reason."""
+    from autotune.knobs import space as spaces
+    from autotune.knobs.launch import RANKS
+
+    one_gpu = knobs.Context(device_type="cuda", task="train", input_rank=4, cpu_count=4, devices=1,
+                            backends=("gloo", "nccl"))
+    with pytest.raises(KnobError, match=r"2 is out of range \[1, 1\] \(1 GPU here, a rank a GPU\)"):
+        RANKS.validate(2, one_gpu)
+    two_gpus = knobs.Context(device_type="cuda", task="train", input_rank=4, cpu_count=4, devices=2,
+                             backends=("gloo", "nccl"))
+    assert RANKS.validate(2, two_gpus) == 2
+    no_nccl = knobs.Context(device_type="cuda", task="train", input_rank=4, cpu_count=4, devices=2,
+                            backends=("gloo",))
+    with pytest.raises(KnobError, match="need torch.distributed's nccl backend, which this PyTorch build does not"):
+        RANKS.validate(2, no_nccl)
+    no_gloo = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=4, backends=())
+    assert RANKS.bounds(no_gloo) == (1, 1) and RANKS.bounds(CPU) == (1, 4)  # unknown backends: nothing left out
+    fitted = spaces.fit(spaces.load("launch"), no_gloo, knobs.defaults(no_gloo))
+    assert "ranks" not in fitted.space.search
+    assert any(x.knob == "ranks" and "gloo backend" in x.reason for x in fitted.left_out), fitted.left_out
+
+
+def test_a_trial_records_the_distributed_backends_its_pytorch_build_has(monkeypatch):
+    import torch.distributed as dist
+
+    from autotune.trial.arm import distributed_backends
+
+    assert "gloo" in distributed_backends()  # the CPU wheels have gloo
+    monkeypatch.setattr(dist, "is_gloo_available", lambda: False)
+    assert "gloo" not in distributed_backends()
+    monkeypatch.setattr(dist, "is_available", lambda: False)
+    assert distributed_backends() == ()

@@ -76,6 +76,14 @@ class Context:
     # The allocator libraries a trial can preload here (autotune.machine.preload.found: jemalloc, tcmalloc). None where
     # not known (a study stored before it was recorded): nothing is left out on a guess.
     libraries: tuple[str, ...] | None = None
+    # torch.distributed's backends in this PyTorch build (gloo, nccl): several ranks need gloo on a CPU, NCCL on GPUs.
+    # None where not known.
+    backends: tuple[str, ...] | None = None
+
+    @property
+    def rank_backend(self) -> str:
+        """The backend several ranks train with here: NCCL on GPUs, gloo elsewhere."""
+        return "nccl" if self.device_type == "cuda" else "gloo"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -90,6 +98,7 @@ class Context:
             "glibc": self.glibc,
             "devices": self.devices,
             "libraries": None if self.libraries is None else list(self.libraries),
+            "backends": None if self.backends is None else list(self.backends),
         }
 
     @classmethod
@@ -106,6 +115,7 @@ class Context:
             glibc=bool(d.get("glibc", True)),
             devices=int(d.get("devices", 1)),
             libraries=None if d.get("libraries") is None else tuple(d["libraries"]),
+            backends=None if d.get("backends") is None else tuple(d["backends"]),
         )
 
 
@@ -339,7 +349,20 @@ class Knob:
             high = ctx.cpu_count if ctx else 1024
         elif high == RANK_SLOTS:
             high = (ctx.devices if ctx.device_type == "cuda" else ctx.cpu_count) if ctx else 1024
+            if ctx is not None and ctx.backends is not None and ctx.rank_backend not in ctx.backends:
+                high = 1
         return self.low, int(high)
+
+    def bound_why(self, ctx: Context) -> str:
+        """Why this range knob's highest value here is what :meth:`bounds` says (the CPUs, the GPUs, or the
+        distributed backend several ranks need)."""
+        high = self.bounds(ctx)[1]
+        if self.high == RANK_SLOTS and ctx.backends is not None and ctx.rank_backend not in ctx.backends:
+            return (f"several ranks need torch.distributed's {ctx.rank_backend} backend, which this PyTorch build "
+                    "does not have")
+        if self.high == RANK_SLOTS and ctx.device_type == "cuda":
+            return f"{high} GPU{'s' if high != 1 else ''} here, a rank a GPU"
+        return f"{high} CPU{'s' if high != 1 else ''} here"
 
     def default_for(self, ctx: Context | None = None) -> Any:
         if self.default == CPUS:
@@ -379,7 +402,9 @@ class Knob:
         if self.is_range:
             low, high = self.bounds(ctx)
             if not low <= value <= high:
-                raise KnobError(f"knob {self.name!r}: {value} is out of range [{low}, {high}]")
+                why = f" ({self.bound_why(ctx)})" if ctx is not None and value > high and not isinstance(
+                    self.high, int) else ""
+                raise KnobError(f"knob {self.name!r}: {value} is out of range [{low}, {high}]{why}")
         return value
 
     def values_text(self) -> str:

@@ -273,7 +273,7 @@ def fit(space: Space, ctx: knobs.Context, base: Mapping[str, Any]) -> Fitted:
         if knob.is_range:
             low, high = knob.bounds(ctx)
             if any(v > high for v in values):  # only a bound of this machine's CPUs depends on where it runs
-                left.append(LeftOut(name, f"{name} above {high}", f"{high} CPUs here"))
+                left.append(LeftOut(name, f"{name} above {high}", knob.bound_why(ctx)))
             values = [v for v in values if low <= v <= high]
         if not values:
             continue

@@ -99,7 +99,18 @@ def context_for(workload: Workload, device: torch.device, cpus: int | None = Non
         glibc=heap.available(),
         devices=torch.cuda.device_count() if device.type == "cuda" else 1,
         libraries=preload.found(),
+        backends=distributed_backends(),
     )
+
+
+def distributed_backends() -> tuple[str, ...]:
+    """torch.distributed's backends this PyTorch build has, of those several ranks train with (gloo, NCCL)."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return ()
+    return tuple(name for name, present in (("gloo", dist.is_gloo_available()), ("nccl", dist.is_nccl_available()))
+                 if present)
 
 
 def environment(requested: Mapping[str, Any], device: torch.device) -> dict[str, str]:
