@@ -61,7 +61,7 @@ def depends_on(knob: knobs.Knob) -> dict:
     """Other knobs' values a knob is in force only at (prefetching needs loader workers, DDP's arguments ranks)."""
     if knob.name in ("prefetch_factor", "persistent_workers"):
         return {"num_workers": 2}
-    if knob.name in ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph"):
+    if knob.name in ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "comm_hook"):
         return {"ranks": 2}
     return {}
 

@@ -22,7 +22,7 @@ def test_registry_has_every_knob_once():
         # beyond the knobs experts name first: glibc's heap (autotune.machine.heap), found by benchmarks/paths_agree.py
         "host_allocator",
         # a launch: several ranks of one DDP training (autotune.trial.ranks), and DDP's own arguments
-        "ranks", "bucket_cap_mb", "gradient_as_bucket_view", "static_graph",
+        "ranks", "bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "comm_hook",
         # how a process is launched: its cores bound (autotune.machine.binding)
         "core_binding",
     }
@@ -271,7 +271,10 @@ def test_the_launch_of_a_configuration_is_the_line_a_user_types():
     assert one["command"].endswith("torchrun --standalone --nproc-per-node=1 train.py")
     two = knobs.launch_of({**knobs.defaults(), THREADS.name: 1, RANKS.name: 2, BUCKET_CAP_MB.name: 5,
                            CORE_BINDING.name: "compact"})
-    assert two["ranks"] == 2 and two["ddp"][BUCKET_CAP_MB.name] == 5
+    assert two["ranks"] == 2 and two["ddp"][BUCKET_CAP_MB.name] == 5 and two["comm_hook"] is None
+    hooked = knobs.launch_of({**knobs.defaults(), RANKS.name: 2, "comm_hook": "fp16"})
+    assert hooked["comm_hook"] == "fp16_compress_hook" and "comm_hook" not in hooked["ddp"]  # not DDP's keyword
+    assert knobs.launch_of({**knobs.defaults(), "comm_hook": "fp16"})["comm_hook"] is None  # one rank: no hook
     assert two["environment"]["OMP_PROC_BIND"] == "close" and two["binding"] == "taskset -c 0-1"
     assert two["command"] == ("MKL_NUM_THREADS=1 OMP_NUM_THREADS=1 OMP_PLACES=cores OMP_PROC_BIND=close "
                               "taskset -c 0-1 torchrun --standalone --nproc-per-node=2 train.py")

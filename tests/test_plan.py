@@ -296,3 +296,55 @@ def test_under_cuda_graphs_accumulated_gradients_live_in_their_own_memory():
     stepper.graphs = False
     stepper.finish()
     assert all(q.grad is None for q in model.parameters())
+
+
+HOOK_SCRIPT = """
+import json, sys
+import torch, torch.distributed as dist
+from autotune.trial.plan import Plan
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(1)
+x, y = torch.randn(32, 8) * 300, torch.randn(32, 1)  # gradients large enough that 16 bits round them
+answer = {}
+for hook in ("none", "fp16"):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    ddp = Plan({"ranks": 2, "comm_hook": hook}, torch.device("cpu"), "train").distribute(model)
+    half = slice(16 * rank, 16 * (rank + 1))
+    torch.nn.functional.mse_loss(ddp(x[half]), y[half]).backward()
+    answer[hook] = torch.cat([p.grad.flatten() for p in model.parameters()]).tolist()
+    if rank == 0:  # one process, the whole batch, from the same weights
+        torch.manual_seed(0)
+        one = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+        torch.nn.functional.mse_loss(one(x), y).backward()
+        answer["one"] = torch.cat([p.grad.flatten() for p in one.parameters()]).tolist()
+open(f"rank{rank}.json", "w").write(json.dumps(answer))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow  # 8 s on the 2-core VM: two ranks import torch
+def test_the_fp16_communication_hook_all_reduces_one_process_gradients_rounded_to_16_bits_on_gloo(tmp_path):
+    """comm_hook=fp16 on gloo, two ranks started by torchrun: each rank's gradients after the all-reduce are one
+    process's gradients over the whole batch within fp16's rounding, and not the uncompressed all-reduce's (the hook
+    ran); without the hook they agree to fp32's rounding."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "train.py").write_text(HOOK_SCRIPT)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    one = torch.tensor(ranks[0]["one"])
+    for r in ranks:
+        plain, fp16 = torch.tensor(r["none"]), torch.tensor(r["fp16"])
+        assert torch.allclose(plain, one, rtol=1e-5, atol=1e-5)
+        assert torch.allclose(fp16, one, rtol=2e-3, atol=1e-3)  # fp16 keeps 11 bits: a relative 2^-11
+        assert not torch.equal(fp16, plain)  # rounded to 16 bits: the hook ran
+    assert ranks[0]["fp16"] == ranks[1]["fp16"]  # one all-reduced sum in both ranks

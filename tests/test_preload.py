@@ -221,10 +221,10 @@ def test_autotune_knobs_lists_both_with_where_each_applies():
 
 
 def test_the_launch_space_is_the_cpu_space_with_the_launch_knobs():
-    from autotune.knobs.launch import BUCKET_CAP_MB, GRADIENT_AS_BUCKET_VIEW, RANKS, STATIC_GRAPH
+    from autotune.knobs.launch import BUCKET_CAP_MB, COMM_HOOK, GRADIENT_AS_BUCKET_VIEW, RANKS, STATIC_GRAPH
 
     cpu, launched = space.load("cpu"), space.load("launch")
-    ddp = {RANKS.name, BUCKET_CAP_MB.name, GRADIENT_AS_BUCKET_VIEW.name, STATIC_GRAPH.name}
+    ddp = {RANKS.name, BUCKET_CAP_MB.name, GRADIENT_AS_BUCKET_VIEW.name, STATIC_GRAPH.name, COMM_HOOK.name}
     assert set(launched.search) == set(cpu.search) | {HOST_ALLOCATOR.name, CORE_BINDING.name} | ddp
     assert launched.search[HOST_ALLOCATOR.name].choices == HOST_ALLOCATOR.choices
     assert launched.search[CORE_BINDING.name].choices == CORE_BINDING.choices

@@ -185,6 +185,15 @@ class DDPArg(Effect):
     keyword: str
 
 
+@dataclass(frozen=True)
+class CommHook(Effect):
+    """A communication hook registered on the DistributedDataParallel model (``register_comm_hook``): at each value
+    the name of one of ``torch.distributed.algorithms.ddp_comm_hooks.default_hooks``' hooks (a value not here:
+    none); left out where the knob is not in force (a single rank)."""
+
+    hooks: Mapping[Any, str] = field(default_factory=dict)
+
+
 # ---------------------------------------------------------------- the step
 
 

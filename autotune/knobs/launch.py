@@ -1,7 +1,8 @@
 """The knobs of a launch: how many ranks train as one (DistributedDataParallel, started as ``torchrun
---nproc-per-node N`` starts them) and DDP's own arguments, declared as the registry's knobs are.
+--nproc-per-node N`` starts them), DDP's own arguments and the communication hook that compresses its gradients,
+declared as the registry's knobs are.
 
-Why a module of its own: these four are one topic, the processes a training runs as rather than its step, and the
+Why a module of its own: these five are one topic, the processes a training runs as rather than its step, and the
 registry's module holds no more (at most 500 lines). :mod:`autotune.knobs.registry` lists them in ``REGISTRY`` (after
 every knob of one process; DDP's arguments after ``ranks``, whose value they depend on), and a trial of several ranks
 (:mod:`autotune.trial.ranks`) carries them out. Each is keyed at its default as if it were not there: studies stored
@@ -12,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.knobs.core import ALONE, LAUNCH, MODEL, RANK_SLOTS, Knob, KnobAbove
-from autotune.knobs.effects import DDPArg, Ranks
-from autotune.knobs.exports import (ACCELERATE, DDP_KWARGS, DDP_STRATEGY, HF_TRAINER, LIGHTNING, Job, arg, by_hand,
-                                    keyword_of)
+from autotune.knobs.core import ALONE, LAUNCH, MODEL, RANK_SLOTS, Knob, KnobAbove, OnDevice
+from autotune.knobs.effects import CommHook, DDPArg, Ranks
+from autotune.knobs.exports import (ACCELERATE, DDP_KWARGS, DDP_STRATEGY, HF_TRAINER, LIGHTNING, Export, Job, arg,
+                                    by_hand, keyword_of)
 
 
 def _lightning_ranks(job: Job, name: str, value: int) -> None:
@@ -86,3 +87,45 @@ GRADIENT_AS_BUCKET_VIEW = _ddp_knob(
 STATIC_GRAPH = _ddp_knob("static_graph", False,
                          "tell DDP the set of used parameters never changes: it plans its all-reduces once",
                          (False, True), "off", hf="ddp_static_graph")
+
+
+# ---------------------------------------------------------------- comm_hook
+
+#: The gradients' compression before DDP's all-reduce, as ``default_hooks``' hooks: bf16's keeps fp32's range.
+HOOKS = {"fp16": "fp16_compress_hook", "bf16": "bf16_compress_hook"}
+HOOK_IMPORT = "from torch.distributed.algorithms.ddp_comm_hooks import default_hooks"
+
+
+def _hook_by_hand(how: Any, why: str) -> Export:
+    """The hook as the framework takes it (``how(value)``), written by hand: it is a function, not a setting."""
+
+    def write(job: Job, name: str, value: Any) -> None:
+        if not job.is_default(name):
+            job.by_hand(name, why, how(value))
+
+    return write
+
+
+COMM_HOOK = Knob(
+    "comm_hook",
+    MODEL,
+    "none",
+    "DDP's gradients compressed to 16 bits for their all-reduce (a communication hook): half the bytes sent, the "
+    "summed gradients rounded to 16 bits",
+    choices=("none", "fp16", "bf16"),
+    when=SEVERAL_RANKS,
+    value_when={"bf16": (OnDevice("cuda"),)},  # torch registers bf16's hook on NCCL (CUDA 11+) only
+    torch_default="none (the gradients all-reduced at their own precision)",
+    effects=(CommHook(HOOKS),),
+    how=lambda value: (f"{HOOK_IMPORT}; model.register_comm_hook(None, default_hooks.{HOOKS[value]}) after "
+                       "wrapping the model in DistributedDataParallel" if value in HOOKS
+                       else "register no communication hook"),
+    exports={HF_TRAINER: by_hand(HF_BUILDS_DDP),
+             LIGHTNING: _hook_by_hand(lambda value: f"{HOOK_IMPORT}; Trainer(strategy=DDPStrategy("
+                                      f"ddp_comm_hook=default_hooks.{HOOKS[value]}))",
+                                      "DDPStrategy takes the hook as a function: in your script"),
+             ACCELERATE: _hook_by_hand(lambda value: "Accelerator(kwargs_handlers=[DistributedDataParallelKwargs("
+                                       f"comm_hook=DDPCommunicationHookType.{value.upper()})])",
+                                       "Accelerate takes the hook as its enum, in the script's kwargs handler")},
+    keyed_at_default=False,
+)

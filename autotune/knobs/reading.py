@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from autotune.errors import KnobError, named
 from autotune.knobs.core import ALONE, PER_ARM, Context, Knob
-from autotune.knobs.effects import BatchSize, BindCores, Compile, DDPArg, Env, NumThreads, Ranks
+from autotune.knobs.effects import BatchSize, BindCores, Compile, CommHook, DDPArg, Env, NumThreads, Ranks
 from autotune.knobs.registry import KNOBS, NAMES, REGISTRY
 
 
@@ -189,10 +189,11 @@ def compile_knobs() -> tuple[str, ...]:
 def launch_of(config: Mapping[str, Any], script: str = "train.py") -> dict[str, Any]:
     """How a training of ``config`` (resolved: every knob at a value) is started, as a user types it: the environment
     its knobs set before Python starts (``LD_PRELOAD``, ``OMP_NUM_THREADS``, ``OMP_PROC_BIND``...), the processes of
-    one training (torchrun's ``--nproc-per-node``, one included), DDP's keyword arguments (with several), the cores the
-    processes are bound to, and all of it as one ``command`` line running ``script``."""
+    one training (torchrun's ``--nproc-per-node``, one included), DDP's keyword arguments and the name of the
+    communication hook of ``default_hooks`` to register on it (with several), the cores the processes are bound to,
+    and all of it as one ``command`` line running ``script``."""
     env: dict[str, str] = {}
-    ranks, threads, ddp, bound = 1, None, {}, False
+    ranks, threads, ddp, bound, hook = 1, None, {}, False, None
     for knob in REGISTRY:
         value = config.get(knob.name, knob.default_for())
         for effect in knob.effects:
@@ -204,6 +205,8 @@ def launch_of(config: Mapping[str, Any], script: str = "train.py") -> dict[str, 
                 threads = int(value) if value else None
             elif isinstance(effect, DDPArg):
                 ddp[effect.keyword] = value
+            elif isinstance(effect, CommHook):
+                hook = effect.hooks.get(value)  # registered on the DDP model, not a keyword of it
             elif isinstance(effect, BindCores):
                 bound = bound or value == effect.on
     cores = (threads or 1) * ranks
@@ -211,4 +214,4 @@ def launch_of(config: Mapping[str, Any], script: str = "train.py") -> dict[str, 
     words = [f"{name}={shlex.quote(text)}" for name, text in sorted(env.items())]
     words += [*(binding.split() if binding else []), "torchrun", "--standalone", f"--nproc-per-node={ranks}", script]
     return {"ranks": ranks, "environment": dict(sorted(env.items())), "ddp": ddp if ranks > 1 else {},
-            "binding": binding, "command": " ".join(words)}
+            "comm_hook": hook if ranks > 1 else None, "binding": binding, "command": " ".join(words)}

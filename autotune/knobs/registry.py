@@ -62,7 +62,7 @@ from autotune.knobs.effects import (
 )
 from autotune.knobs.exports import (ACCELERATE, CALLBACKS, FRAMEWORKS, HF_TRAINER, LIGHTNING, Job, arg, by_hand,
                                     by_hand_at, callback)
-from autotune.knobs.launch import BUCKET_CAP_MB, GRADIENT_AS_BUCKET_VIEW, RANKS, STATIC_GRAPH
+from autotune.knobs.launch import BUCKET_CAP_MB, COMM_HOOK, GRADIENT_AS_BUCKET_VIEW, RANKS, STATIC_GRAPH
 
 # ---------------------------------------------------------------- precision
 
@@ -493,7 +493,7 @@ CORE_BINDING = Knob(
 REGISTRY: tuple[Knob, ...] = (
     PRECISION, COMPILE, MEMORY_FORMAT, BATCH_SIZE, NUM_WORKERS, PREFETCH_FACTOR, PERSISTENT_WORKERS, PIN_MEMORY,
     ACTIVATION_CHECKPOINTING, CUDNN_BENCHMARK, OPTIMIZER_IMPL, THREADS, CUDA_ALLOCATOR, HOST_ALLOCATOR, CORE_BINDING,
-    RANKS, BUCKET_CAP_MB, GRADIENT_AS_BUCKET_VIEW, STATIC_GRAPH,
+    RANKS, BUCKET_CAP_MB, GRADIENT_AS_BUCKET_VIEW, STATIC_GRAPH, COMM_HOOK,
 )
 
 KNOBS: dict[str, Knob] = {k.name: k for k in REGISTRY}

@@ -38,7 +38,7 @@ E = TypeVar("E", bound=fx.Effect)
 # nothing, which tests/test_plan.py forbids.
 CARRIED_OUT: tuple[type[fx.Effect], ...] = (
     fx.Env, fx.NumThreads, fx.Mallopt, fx.Flag, fx.LoaderArg, fx.ChannelsLast, fx.CheckpointBlocks, fx.Compile,
-    fx.OptimizerImpl, fx.Autocast, fx.GradScaler, fx.Ranks, fx.DDPArg, fx.BindCores,
+    fx.OptimizerImpl, fx.Autocast, fx.GradScaler, fx.Ranks, fx.DDPArg, fx.CommHook, fx.BindCores,
 )
 
 
@@ -273,7 +273,13 @@ class Plan:
         kwargs = {effect.keyword: knob.parse(value) for knob, effect, value in self.applied(fx.DDPArg)
                   if knob.in_force(self.config, self.task)}
         ids = [self.device.index] if self.device.type == "cuda" and self.device.index is not None else None
-        return DistributedDataParallel(model, device_ids=ids, **kwargs)
+        ddp = DistributedDataParallel(model, device_ids=ids, **kwargs)
+        for knob, effect, value in self.applied(fx.CommHook):
+            if knob.in_force(self.config, self.task) and value in effect.hooks:
+                from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+                ddp.register_comm_hook(None, getattr(default_hooks, effect.hooks[value]))  # the default process group
+        return ddp
 
     def compile_model(self, model: nn.Module) -> nn.Module:
         for _, effect, mode in self.applied(fx.Compile):
