@@ -296,7 +296,7 @@ def test_ranks_above_one_is_not_applicable_on_one_gpu_nor_without_the_backend_an
     assert RANKS.validate(2, two_gpus) == 2
     no_nccl = knobs.Context(device_type="cuda", task="train", input_rank=4, cpu_count=4, devices=2,
                             backends=("gloo",))
-    with pytest.raises(KnobError, match="need torch.distributed's nccl backend, which this PyTorch build does not"):
+    with pytest.raises(KnobError, match="need torch.distributed's nccl backend, which this PyTorch build lacks"):
         RANKS.validate(2, no_nccl)
     no_gloo = knobs.Context(device_type="cpu", task="train", input_rank=4, cpu_count=4, backends=())
     assert RANKS.bounds(no_gloo) == (1, 1) and RANKS.bounds(CPU) == (1, 4)  # unknown backends: nothing left out

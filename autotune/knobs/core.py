@@ -76,13 +76,11 @@ class Context:
     # The allocator libraries a trial can preload here (autotune.machine.preload.found: jemalloc, tcmalloc). None where
     # not known (a study stored before it was recorded): nothing is left out on a guess.
     libraries: tuple[str, ...] | None = None
-    # torch.distributed's backends in this PyTorch build (gloo, nccl): several ranks need gloo on a CPU, NCCL on GPUs.
-    # None where not known.
+    # torch.distributed's backends in this PyTorch build: several ranks need NCCL on GPUs, gloo on a CPU (None: unknown)
     backends: tuple[str, ...] | None = None
 
     @property
     def rank_backend(self) -> str:
-        """The backend several ranks train with here: NCCL on GPUs, gloo elsewhere."""
         return "nccl" if self.device_type == "cuda" else "gloo"
 
     def to_dict(self) -> dict[str, Any]:
@@ -354,15 +352,11 @@ class Knob:
         return self.low, int(high)
 
     def bound_why(self, ctx: Context) -> str:
-        """Why this range knob's highest value here is what :meth:`bounds` says (the CPUs, the GPUs, or the
-        distributed backend several ranks need)."""
-        high = self.bounds(ctx)[1]
+        """Why this range knob's highest value here is what :meth:`bounds` says: the CPUs, the GPUs, the backend."""
+        high, gpus = self.bounds(ctx)[1], self.high == RANK_SLOTS and ctx.device_type == "cuda"
         if self.high == RANK_SLOTS and ctx.backends is not None and ctx.rank_backend not in ctx.backends:
-            return (f"several ranks need torch.distributed's {ctx.rank_backend} backend, which this PyTorch build "
-                    "does not have")
-        if self.high == RANK_SLOTS and ctx.device_type == "cuda":
-            return f"{high} GPU{'s' if high != 1 else ''} here, a rank a GPU"
-        return f"{high} CPU{'s' if high != 1 else ''} here"
+            return f"several ranks need torch.distributed's {ctx.rank_backend} backend, which this PyTorch build lacks"
+        return f"{high} {'GPU' if gpus else 'CPU'}{'s' if high != 1 else ''} here" + (", a rank a GPU" if gpus else "")
 
     def default_for(self, ctx: Context | None = None) -> Any:
         if self.default == CPUS:
@@ -402,8 +396,7 @@ class Knob:
         if self.is_range:
             low, high = self.bounds(ctx)
             if not low <= value <= high:
-                why = f" ({self.bound_why(ctx)})" if ctx is not None and value > high and not isinstance(
-                    self.high, int) else ""
+                why = f" ({self.bound_why(ctx)})" if ctx and value > high and not isinstance(self.high, int) else ""
                 raise KnobError(f"knob {self.name!r}: {value} is out of range [{low}, {high}]{why}")
         return value
 
