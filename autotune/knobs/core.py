@@ -396,7 +396,7 @@ class Knob:
         if self.is_range:
             low, high = self.bounds(ctx)
             if not low <= value <= high:
-                why = f" ({self.bound_why(ctx)})" if ctx and value > high and not isinstance(self.high, int) else ""
+                why = f" ({self.bound_why(ctx)})" if ctx and value > high and self.high == RANK_SLOTS else ""
                 raise KnobError(f"knob {self.name!r}: {value} is out of range [{low}, {high}]{why}")
         return value
 
