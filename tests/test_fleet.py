@@ -310,11 +310,40 @@ def test_each_gpu_worker_sees_its_own_gpu_of_an_inherited_mask_and_a_share_of_th
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaa,GPU-bbb")
     monkeypatch.setattr(daemon.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     store = Store(f"sqlite:///{tmp_path}/s.db")
-    daemon.spawn_local("s", store, 1, [1, 0], "cuda:0")
+    daemon.spawn_local("s", store, 1, [[1], [0]], "cuda:0")
     masks = [env["CUDA_VISIBLE_DEVICES"] for _, env in started]
     assert masks == ["GPU-bbb", "GPU-aaa"]
     assert all(cmd[cmd.index("--device") + 1] == "cuda:0" for cmd, _ in started)
     assert [cmd[cmd.index("--cpus") + 1] for cmd, _ in started] == ["0,1", "2,3"]  # its sibling's cores are not its own
+
+
+def test_a_trial_of_n_ranks_counts_as_n_gpus_a_worker_holding_that_many(monkeypatch, tmp_path):
+    """--devices 0-7 with 2-rank trials: 4 workers, each seeing its two GPUs (of the inherited mask) and a share of the
+    cores; the most ranks of the space decide; fewer GPUs than a trial's ranks is one clear line."""
+    from types import SimpleNamespace
+
+    from autotune.knobs.space import Dimension
+
+    assert daemon.device_groups(list(range(8)), 2) == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert daemon.device_groups([0, 1, 2], 2) == [[0, 1]]  # the GPU left over is not used
+    assert daemon.device_groups([3, 1], 1) == [[3], [1]]
+    with pytest.raises(DeviceError, match="1 GPU given, but a configuration of this study trains as 2 ranks"):
+        daemon.device_groups([0], 2)
+    searched = SimpleNamespace(space=SimpleNamespace(search={"ranks": Dimension("ranks", (1, 2))}), base={"ranks": 1})
+    fixed = SimpleNamespace(space=SimpleNamespace(search={}), base={"ranks": 4})
+    assert daemon.ranks_per_trial(searched) == 2 and daemon.ranks_per_trial(fixed) == 4
+    started = []
+
+    class Popen:
+        def __init__(self, cmd, env, **kwargs):
+            started.append((cmd, env))
+
+    monkeypatch.setattr(daemon.subprocess, "Popen", Popen)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    monkeypatch.setattr(daemon.os, "sched_getaffinity", lambda pid: set(range(8)))
+    daemon.spawn_local("s", Store(f"sqlite:///{tmp_path}/s.db"), 1, daemon.device_groups([0, 1, 2, 3], 2), "cuda:0")
+    assert [env["CUDA_VISIBLE_DEVICES"] for _, env in started] == ["4,5", "6,7"]
+    assert [cmd[cmd.index("--cpus") + 1] for cmd, _ in started] == ["0,1,2,3", "4,5,6,7"]
 
 
 def test_a_worker_that_sees_one_gpu_of_several_joins_the_study_made_where_all_were_seen():

@@ -212,10 +212,13 @@ class Here:
 
     def run(self, prepared: Any) -> Any:
         """Tune ``prepared`` here: in this process alone, or with worker processes that measure (this one waits for
-        them, then runs the final race and the verdict); an interrupt stops the workers too (SIGTERM) and goes on."""
+        them, then runs the final race and the verdict); an interrupt stops the workers too (SIGTERM) and goes on.
+        With ``devices``, a worker holds as many GPUs as the most ranks a configuration of the study's space trains
+        as (:func:`device_groups`): a trial of N ranks counts as N devices."""
+        groups = device_groups(self.devices, ranks_per_trial(prepared.tuner.seeds))
         if self.processes <= 1:
             return prepared.run()
-        procs = spawn_local(prepared.name, prepared.store, self.workers, list(self.devices), prepared.device)
+        procs = spawn_local(prepared.name, prepared.store, self.workers, groups, prepared.device)
         try:
             for p in procs:
                 p.wait()
@@ -244,14 +247,37 @@ def device_masks(devices: Sequence[int], visible: str | None) -> list[str]:
     return out
 
 
-def spawn_local(name: str, store: Store, workers: int, devices: Sequence[int] | None, base_device: str,
+def ranks_per_trial(seeds: Any) -> int:
+    """The most ranks a configuration of the study trains as: the largest ``ranks`` its space searches, else the
+    one every configuration takes (1: one process, one GPU)."""
+    dim = seeds.space.search.get("ranks")
+    values = dim.values() if dim is not None else [seeds.base.get("ranks") or 1]
+    return max(1, *(int(v) for v in values))
+
+
+def device_groups(devices: Sequence[int], per_trial: int) -> list[list[int]]:
+    """``--devices`` split into each worker's GPUs: a trial of N ranks takes N GPUs (a rank a GPU), so a worker holds
+    ``per_trial`` of them, the most ranks a trial of the study trains as; ``--devices 0,1,2,3,4,5,6,7`` with 2-rank
+    trials runs 4 at a time. GPUs left over (fewer than a group) are not used. Fewer GPUs than a trial's ranks is
+    a DeviceError (none without ``--devices``)."""
+    per = max(1, per_trial)
+    if devices and len(devices) < per:
+        raise DeviceError(f"{option('devices')}: {len(devices)} GPU{'s' if len(devices) != 1 else ''} given, but a "
+                          f"configuration of this study trains as {per} ranks, a GPU each: give {per} or more, or "
+                          "search fewer ranks")
+    return [list(devices[i : i + per]) for i in range(0, len(devices) - per + 1, per)]
+
+
+def spawn_local(name: str, store: Store, workers: int, devices: Sequence[Sequence[int]] | None, base_device: str,
                 quiet: bool = False) -> list[subprocess.Popen]:
-    """Start the worker processes of ``run --workers K`` (CPU: a share of cores each) or ``--devices`` (one GPU each,
-    and a share of the cores where there are as many cores as GPUs: a trial's "other processes" are then those on
-    its own cores and GPU, never the study's other workers)."""
+    """Start the worker processes of ``run --workers K`` (CPU: a share of cores each) or ``--devices`` (``devices``:
+    each worker's GPUs, :func:`device_groups`; it sees only those, and a share of the cores where there are as many
+    cores as workers: a trial's "other processes" are then those on its own cores and GPUs, never the study's other
+    workers)."""
     procs = []
     if devices:
-        masks = device_masks(devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        masks = [",".join(device_masks(group, visible)) for group in devices]
         cores = os.sched_getaffinity(0)
         split: list[list[int] | None] = (list(shares(len(devices))) if len(cores) >= len(devices)
                                          else [None] * len(devices))
