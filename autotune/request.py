@@ -386,8 +386,8 @@ WHERE: dict[str, Declared] = {
         help="Trials at once on this machine, each worker pinned to its share of the cores."),
     "devices": Declared(
         what="the GPUs", flag="--devices", name="devices", default=None,
-        help="GPUs to use at once, e.g. 0,1,2,3: one trial per GPU, each trial sees only its GPU "
-             "(and a share of the cores)."),
+        help="GPUs to use at once, e.g. 0,1,2,3 or 0-7: one trial per GPU (a trial of N ranks takes N), each "
+             "trial sees only its GPUs (and a share of the cores)."),
 }
 
 #: Every declared field by name: the workload's, the job's, the measurement's and where a job runs.

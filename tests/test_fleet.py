@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from autotune.tuning import fleet as daemon
 from autotune.cli import main
-from autotune.errors import DeviceError
+from autotune.errors import AutotuneError, DeviceError
 from autotune.store import LiveStudy, Store, StoredStudy, StoredTrial
 from autotune.machine import identity
 
@@ -324,6 +324,10 @@ def test_a_trial_of_n_ranks_counts_as_n_gpus_a_worker_holding_that_many(monkeypa
 
     from autotune.knobs.space import Dimension
 
+    assert daemon.parse_devices("0-7") == tuple(range(8)) and daemon.parse_devices("0-1, 4") == (0, 1, 4)
+    for bad in ("0-x", "3-1", "a"):
+        with pytest.raises(AutotuneError, match="expected GPU numbers such as 0,1,2,3 or 0-7"):
+            daemon.parse_devices(bad)
     assert daemon.device_groups(list(range(8)), 2) == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert daemon.device_groups([0, 1, 2], 2) == [[0, 1]]  # the GPU left over is not used
     assert daemon.device_groups([3, 1], 1) == [[3], [1]]

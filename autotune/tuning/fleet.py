@@ -187,10 +187,7 @@ class Here:
         if devices is None or devices == "" or (not isinstance(devices, str) and not list(devices)):
             return cls(int(workers))
         if isinstance(devices, str):
-            try:
-                ids = tuple(int(x) for x in devices.split(",") if x.strip())
-            except ValueError:
-                raise FIELDS["devices"].error("expected GPU numbers such as 0,1,2,3", devices, valued=True) from None
+            ids = parse_devices(devices)
         else:
             if not all(isinstance(d, int) and not isinstance(d, bool) for d in devices):
                 raise FIELDS["devices"].error("expected GPU numbers such as [0, 1, 2, 3]", devices, valued=True)
@@ -229,6 +226,23 @@ class Here:
                 p.wait()
             raise
         return prepared.run(poll_s=0.5)  # the budget is spent: this records nothing new but races and decides
+
+
+def parse_devices(text: str) -> tuple[int, ...]:
+    """GPU numbers as ``--devices`` takes them: ``0,1,2,3``, ranges ``0-7``, or both (``0-3,6``)."""
+    ids: list[int] = []
+    try:
+        for part in (p.strip() for p in text.split(",")):
+            if "-" in part:
+                first, last = (int(x) for x in part.split("-", 1))
+                if last < first:
+                    raise ValueError(part)
+                ids.extend(range(first, last + 1))
+            elif part:
+                ids.append(int(part))
+    except ValueError:
+        raise FIELDS["devices"].error("expected GPU numbers such as 0,1,2,3 or 0-7", text, valued=True) from None
+    return tuple(ids)
 
 
 def device_masks(devices: Sequence[int], visible: str | None) -> list[str]:
