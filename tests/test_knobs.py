@@ -275,9 +275,14 @@ def test_the_launch_of_a_configuration_is_the_line_a_user_types():
     hooked = knobs.launch_of({**knobs.defaults(), RANKS.name: 2, "comm_hook": "fp16"})
     assert hooked["comm_hook"] == "fp16_compress_hook" and "comm_hook" not in hooked["ddp"]  # not DDP's keyword
     assert knobs.launch_of({**knobs.defaults(), "comm_hook": "fp16"})["comm_hook"] is None  # one rank: no hook
-    assert two["environment"]["OMP_PROC_BIND"] == "close" and two["binding"] == "taskset -c 0-1"
-    assert two["command"] == ("MKL_NUM_THREADS=1 OMP_NUM_THREADS=1 OMP_PLACES=cores OMP_PROC_BIND=close "
-                              "taskset -c 0-1 torchrun --standalone --nproc-per-node=2 train.py")
+    # each rank on its own core: torchrun starts it through taskset; OpenMP's binding is each rank's own mask
+    assert "OMP_PROC_BIND" not in two["environment"] and two["binding"] == "taskset -c 0-1"
+    assert two["command"] == ("MKL_NUM_THREADS=1 OMP_NUM_THREADS=1 taskset -c 0-1 torchrun --standalone "
+                              "--nproc-per-node=2 --no-python sh -c "
+                              "'exec taskset -c $((LOCAL_RANK*1))-$((LOCAL_RANK*1+0)) python train.py'")
+    bound_one = knobs.launch_of({**knobs.defaults(), THREADS.name: 2, CORE_BINDING.name: "compact"})
+    assert bound_one["environment"]["OMP_PROC_BIND"] == "close" and bound_one["command"].endswith(
+        "taskset -c 0-1 torchrun --standalone --nproc-per-node=1 train.py")
 
 
 def test_ranks_above_one_is_not_applicable_on_one_gpu_nor_without_the_backend_and_says_why():

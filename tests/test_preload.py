@@ -143,6 +143,11 @@ def test_the_launch_is_the_configurations_start_only_environment_and_cores():
 
     ranked = launch.launch_for({CORE_BINDING.name: "compact", THREADS.name: 1, RANKS.name: 2}, "cpu")
     assert ranked.cpus == tuple(binding.compact_cpus(2))
+    # ... each rank binds itself to its slice of them: OpenMP's binding, read in the process the ranks are forked
+    # from, would put every rank on its first core
+    assert "OMP_PROC_BIND" not in dict(ranked.environment)
+    assert binding.rank_cpus([4, 5, 6, 7], 1, 2) == [6, 7] and binding.rank_cpus([0, 1], 1, 1) == [1]
+    assert binding.rank_cpus([0], 1, 1) == [0]  # too few: all of them
 
 
 def test_compact_cores_are_one_a_physical_core_first(monkeypatch):
@@ -205,6 +210,21 @@ def test_a_trial_bound_to_compact_cores_records_its_affinity(quick):
     assert res.notes["thread_cpus"] == [first]  # every thread of it, the steps' included
     launched = next(iter(forkserver._launched.values()))
     assert launched.command[:1] == [("numactl" if shutil.which("numactl") else "taskset")]
+
+
+@pytest.mark.slow  # two ranks: 8 s on the 2-core VM
+def test_two_ranks_bound_to_compact_cores_run_each_on_a_core_of_its_own(quick):
+    if not (shutil.which("numactl") or shutil.which("taskset")):
+        need("neither numactl nor taskset is installed: apt-get install numactl")
+    if len(binding.allowed()) < 2:
+        pytest.skip("two ranks of one thread need two cores")
+    from autotune.knobs.launch import RANKS
+
+    cores = binding.compact_cpus(2)
+    res = trial(quick, {CORE_BINDING.name: "compact", THREADS.name: 1, RANKS.name: 2})
+    assert res.outcome == R.OK, res.error
+    assert res.notes["bound_cpus"] == cores
+    assert res.notes["rank_affinity"] == [[cores[0]], [cores[1]]]  # not both on the first core
 
 
 def test_autotune_knobs_lists_both_with_where_each_applies():

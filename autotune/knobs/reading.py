@@ -190,14 +190,18 @@ def launch_of(config: Mapping[str, Any], script: str = "train.py") -> dict[str, 
     """How a training of ``config`` (resolved: every knob at a value) is started, as a user types it: the environment
     its knobs set before Python starts (``LD_PRELOAD``, ``OMP_NUM_THREADS``, ``OMP_PROC_BIND``...), the processes of
     one training (torchrun's ``--nproc-per-node``, one included), DDP's keyword arguments and the name of the
-    communication hook of ``default_hooks`` to register on it (with several), the cores the processes are bound to,
-    and all of it as one ``command`` line running ``script``."""
+    communication hook of ``default_hooks`` to register on it (with several), the cores the processes are bound to
+    (with several ranks, each rank on its own: torchrun starts each through ``taskset``), and all of it as one
+    ``command`` line running ``script``."""
     env: dict[str, str] = {}
     ranks, threads, ddp, bound, hook = 1, None, {}, False, None
+    several = any(isinstance(e, Ranks) and int(config.get(k.name, k.default_for()) or 1) > 1
+                  for k in REGISTRY for e in k.effects)
     for knob in REGISTRY:
         value = config.get(knob.name, knob.default_for())
+        binds = any(isinstance(e, BindCores) and value == e.on for e in knob.effects)
         for effect in knob.effects:
-            if isinstance(effect, Env):
+            if isinstance(effect, Env) and not (binds and several):  # several ranks: each binds its own process
                 env.update(effect.variables(value))
             elif isinstance(effect, Ranks):
                 ranks = max(1, int(value or 1))
@@ -209,9 +213,15 @@ def launch_of(config: Mapping[str, Any], script: str = "train.py") -> dict[str, 
                 hook = effect.hooks.get(value)  # registered on the DDP model, not a keyword of it
             elif isinstance(effect, BindCores):
                 bound = bound or value == effect.on
-    cores = (threads or 1) * ranks
-    binding = f"taskset -c 0-{cores - 1}" if bound else None  # compact: a core a thread of every rank
+    per = threads or 1
+    binding = f"taskset -c 0-{per * ranks - 1}" if bound else None  # compact: a core a thread of every rank
     words = [f"{name}={shlex.quote(text)}" for name, text in sorted(env.items())]
-    words += [*(binding.split() if binding else []), "torchrun", "--standalone", f"--nproc-per-node={ranks}", script]
+    words += [*(binding.split() if binding else []), "torchrun", "--standalone", f"--nproc-per-node={ranks}"]
+    if bound and ranks > 1:  # each rank on its own cores: torchrun starts it through taskset (--no-python)
+        first = f"$((LOCAL_RANK*{per}))"
+        words += ["--no-python", "sh", "-c", shlex.quote(f"exec taskset -c {first}-$((LOCAL_RANK*{per}+{per - 1})) "
+                                                         f"python {script}")]
+    else:
+        words.append(script)
     return {"ranks": ranks, "environment": dict(sorted(env.items())), "ddp": ddp if ranks > 1 else {},
             "comm_hook": hook if ranks > 1 else None, "binding": binding, "command": " ".join(words)}

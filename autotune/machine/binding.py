@@ -48,6 +48,13 @@ def compact_cpus(count: int, cpus: Iterable[int] | None = None) -> list[int]:
     return sorted((first + siblings)[:max(1, count)])
 
 
+def rank_cpus(cpus: Iterable[int], rank: int, threads: int) -> list[int]:
+    """The cores of rank ``rank`` of a training whose ranks run ``threads`` threads each, bound together to ``cpus``:
+    its own slice, a core a thread, so that no two ranks share one (all of ``cpus`` where they are too few)."""
+    ordered, per = sorted(cpus), max(1, threads)
+    return ordered[rank * per:(rank + 1) * per] or ordered
+
+
 def cpu_list(cpus: Iterable[int]) -> str:
     """CPUs as ``taskset -c`` and ``numactl --physcpubind`` take them: ``0,1,4``."""
     return ",".join(str(c) for c in sorted(cpus))

@@ -81,8 +81,11 @@ def launch_for(config: Mapping[str, Any], device_type: str) -> Launch:
     env: dict[str, str] = {}
     cpus: tuple[int, ...] = ()
     for knob, value in _started(config, device_type):
+        binds = any(isinstance(e, fx.BindCores) and value == e.on for e in knob.effects)
         for effect in knob.effects:
-            if isinstance(effect, fx.Env):
+            if isinstance(effect, fx.Env) and not (binds and ranks_of(config) > 1):
+                # several ranks: each rank binds its own process to its cores (autotune.trial.ranks); OpenMP's own
+                # binding, read once in the process the ranks are forked from, would put them all on its first cores
                 env.update(effect.variables(value))
             elif isinstance(effect, fx.BindCores) and value == effect.on:
                 # a core a thread of every rank: the ranks' threads together stay on compact cores

@@ -35,6 +35,7 @@ from typing import Any, Union
 import torch
 
 from autotune import result as R
+from autotune.machine import binding
 from autotune.trial import launch, measure_one, numerics_run
 from autotune.trial.arm import ended, environment, write_atomic
 from autotune.trial.collective import Group
@@ -138,7 +139,11 @@ def gathered(folder: str, n: int, failure: Any, result: Answer) -> Answer:
         return kind.failure(R.ERROR, f"rank {first.local_rank} of {n} exited with code {first.exitcode} "
                             f"without an answer: {first.message}", exitcode=first.exitcode)
     if 0 in answers:
-        return kind.from_dict(answers[0]["result"])
+        out = kind.from_dict(answers[0]["result"])
+        bound = [answers[r]["result"].get("notes", {}).get("affinity") for r in sorted(answers)]
+        if isinstance(out, R.TrialResult) and any(bound):
+            out.notes["rank_affinity"] = bound  # the cores each rank ran on (core_binding)
+        return out
     result.error = {"type": "NoAnswer", "message": f"the {n} ranks ended without an answer", "user": False}
     return result
 
@@ -149,6 +154,8 @@ def rank_main(wire: dict[str, Any], folder: str) -> None:
     request = from_wire(wire)
     assert isinstance(request, (TrialRequest, NumericsRequest))
     rank, _, local = Group.from_environment()
+    if isinstance(request, TrialRequest) and request.bound_cpus:  # compact cores: a slice of its own for each rank
+        binding.bind(binding.rank_cpus(request.bound_cpus, local, launch.threads_of(request.config)))
     device = torch.device(request.device)
     if device.type == "cuda":
         device = torch.device("cuda", local)

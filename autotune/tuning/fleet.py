@@ -264,8 +264,10 @@ def device_masks(devices: Sequence[int], visible: str | None) -> list[str]:
 def ranks_per_trial(seeds: Any) -> int:
     """The most ranks a configuration of the study trains as: the largest ``ranks`` its space searches, else the
     one every configuration takes (1: one process, one GPU)."""
-    dim = seeds.space.search.get("ranks")
-    values = dim.values() if dim is not None else [seeds.base.get("ranks") or 1]
+    from autotune.knobs.launch import RANKS
+
+    dim = seeds.space.search.get(RANKS.name)
+    values = dim.values() if dim is not None else [seeds.base.get(RANKS.name) or 1]
     return max(1, *(int(v) for v in values))
 
 
