@@ -299,14 +299,21 @@ def test_devices_are_the_gpus_of_the_mask_this_process_was_given():
         daemon.device_masks([2], "4,5")
 
 
-def test_each_gpu_worker_sees_its_own_gpu_of_an_inherited_mask_and_a_share_of_the_cores(monkeypatch, tmp_path):
-    started = []
+@pytest.fixture
+def started(monkeypatch):
+    """The (command, environment) of each worker process spawn_local starts, none of them started."""
+    out = []
 
     class Popen:
         def __init__(self, cmd, env, **kwargs):
-            started.append((cmd, env))
+            out.append((cmd, env))
 
     monkeypatch.setattr(daemon.subprocess, "Popen", Popen)
+    return out
+
+
+def test_each_gpu_worker_sees_its_own_gpu_of_an_inherited_mask_and_a_share_of_the_cores(started, monkeypatch,
+                                                                                        tmp_path):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaa,GPU-bbb")
     monkeypatch.setattr(daemon.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     store = Store(f"sqlite:///{tmp_path}/s.db")
@@ -317,7 +324,7 @@ def test_each_gpu_worker_sees_its_own_gpu_of_an_inherited_mask_and_a_share_of_th
     assert [cmd[cmd.index("--cpus") + 1] for cmd, _ in started] == ["0,1", "2,3"]  # its sibling's cores are not its own
 
 
-def test_a_trial_of_n_ranks_counts_as_n_gpus_a_worker_holding_that_many(monkeypatch, tmp_path):
+def test_a_trial_of_n_ranks_counts_as_n_gpus_a_worker_holding_that_many(started, monkeypatch, tmp_path):
     """--devices 0-7 with 2-rank trials: 4 workers, each seeing its two GPUs (of the inherited mask) and a share of the
     cores; the most ranks of the space decide; fewer GPUs than a trial's ranks is one clear line."""
     from types import SimpleNamespace
@@ -336,13 +343,6 @@ def test_a_trial_of_n_ranks_counts_as_n_gpus_a_worker_holding_that_many(monkeypa
     searched = SimpleNamespace(space=SimpleNamespace(search={"ranks": Dimension("ranks", (1, 2))}), base={"ranks": 1})
     fixed = SimpleNamespace(space=SimpleNamespace(search={}), base={"ranks": 4})
     assert daemon.ranks_per_trial(searched) == 2 and daemon.ranks_per_trial(fixed) == 4
-    started = []
-
-    class Popen:
-        def __init__(self, cmd, env, **kwargs):
-            started.append((cmd, env))
-
-    monkeypatch.setattr(daemon.subprocess, "Popen", Popen)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
     monkeypatch.setattr(daemon.os, "sched_getaffinity", lambda pid: set(range(8)))
     daemon.spawn_local("s", Store(f"sqlite:///{tmp_path}/s.db"), 1, daemon.device_groups([0, 1, 2, 3], 2), "cuda:0")

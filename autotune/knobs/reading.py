@@ -186,6 +186,21 @@ def compile_knobs() -> tuple[str, ...]:
     return tuple(k.name for k in REGISTRY if any(isinstance(e, Compile) for e in k.effects))
 
 
+def ranks_of(config: Mapping[str, Any]) -> int:
+    """The processes of one training ``config`` runs as (its knob's default: one)."""
+    for knob in REGISTRY:
+        if any(isinstance(e, Ranks) for e in knob.effects):
+            return max(1, int(config.get(knob.name, knob.default_for()) or 1))
+    return 1
+
+
+def bound_per_rank(knob: Knob, value: Any, config: Mapping[str, Any]) -> bool:
+    """``knob`` binds cores at ``value`` and ``config`` trains as several ranks: each rank then binds its own process to
+    cores of its own (:mod:`autotune.trial.ranks`, the export's per-rank ``taskset``), and the knob's environment
+    (OpenMP's binding) is left out: read once in a process the ranks share, it would put them all on its first cores."""
+    return ranks_of(config) > 1 and any(isinstance(e, BindCores) and value == e.on for e in knob.effects)
+
+
 def launch_of(config: Mapping[str, Any], script: str = "train.py") -> dict[str, Any]:
     """How a training of ``config`` (resolved: every knob at a value) is started, as a user types it: the environment
     its knobs set before Python starts (``LD_PRELOAD``, ``OMP_NUM_THREADS``, ``OMP_PROC_BIND``...), the processes of
@@ -194,17 +209,12 @@ def launch_of(config: Mapping[str, Any], script: str = "train.py") -> dict[str, 
     (with several ranks, each rank on its own: torchrun starts each through ``taskset``), and all of it as one
     ``command`` line running ``script``."""
     env: dict[str, str] = {}
-    ranks, threads, ddp, bound, hook = 1, None, {}, False, None
-    several = any(isinstance(e, Ranks) and int(config.get(k.name, k.default_for()) or 1) > 1
-                  for k in REGISTRY for e in k.effects)
+    ranks, threads, ddp, bound, hook = ranks_of(config), None, {}, False, None
     for knob in REGISTRY:
         value = config.get(knob.name, knob.default_for())
-        binds = any(isinstance(e, BindCores) and value == e.on for e in knob.effects)
         for effect in knob.effects:
-            if isinstance(effect, Env) and not (binds and several):  # several ranks: each binds its own process
+            if isinstance(effect, Env) and not bound_per_rank(knob, value, config):
                 env.update(effect.variables(value))
-            elif isinstance(effect, Ranks):
-                ranks = max(1, int(value or 1))
             elif isinstance(effect, NumThreads):
                 threads = int(value) if value else None
             elif isinstance(effect, DDPArg):

@@ -68,28 +68,17 @@ def threads_of(config: Mapping[str, Any]) -> int:
     return len(binding.allowed())
 
 
-def ranks_of(config: Mapping[str, Any]) -> int:
-    """The processes of one training ``config`` runs as (its knob's default: one)."""
-    for knob in knobs.REGISTRY:
-        if any(isinstance(e, fx.Ranks) for e in knob.effects):
-            return max(1, int(config.get(knob.name, knob.default_for())))
-    return 1
-
-
 def launch_for(config: Mapping[str, Any], device_type: str) -> Launch:
     """How a process measuring ``config`` on a device of ``device_type`` must be started."""
     env: dict[str, str] = {}
     cpus: tuple[int, ...] = ()
     for knob, value in _started(config, device_type):
-        binds = any(isinstance(e, fx.BindCores) and value == e.on for e in knob.effects)
         for effect in knob.effects:
-            if isinstance(effect, fx.Env) and not (binds and ranks_of(config) > 1):
-                # several ranks: each rank binds its own process to its cores (autotune.trial.ranks); OpenMP's own
-                # binding, read once in the process the ranks are forked from, would put them all on its first cores
+            if isinstance(effect, fx.Env) and not knobs.bound_per_rank(knob, value, config):
                 env.update(effect.variables(value))
             elif isinstance(effect, fx.BindCores) and value == effect.on:
                 # a core a thread of every rank: the ranks' threads together stay on compact cores
-                cpus = tuple(binding.compact_cpus(threads_of(config) * ranks_of(config)))
+                cpus = tuple(binding.compact_cpus(threads_of(config) * knobs.ranks_of(config)))
     return Launch(tuple(sorted(env.items())), cpus)
 
 

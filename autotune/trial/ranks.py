@@ -34,6 +34,7 @@ from typing import Any, Union
 
 import torch
 
+from autotune import knobs
 from autotune import result as R
 from autotune.machine import binding
 from autotune.trial import launch, measure_one, numerics_run
@@ -56,7 +57,7 @@ Answer = Union[R.TrialResult, R.NumericsResult]
 def ranks_of(request: Ranked) -> int:
     """How many ranks the request's configuration trains as (1: one process, :mod:`autotune.trial.measure_one` or
     :mod:`autotune.trial.numerics_run`)."""
-    return launch.ranks_of(request.config)
+    return knobs.ranks_of(request.config)
 
 
 def run(request: Ranked) -> Answer:

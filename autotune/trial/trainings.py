@@ -20,7 +20,6 @@ from typing import Any
 from autotune import clock
 from autotune import knobs
 from autotune import result as R
-from autotune.trial import launch
 from autotune.evidence import numerics_answer as NU
 
 SEED = 0  # the weights' and the data's seed: any fixed one; the same for every run of a check
@@ -35,7 +34,7 @@ def samples_per_step(a: Mapping[str, Any], b: Mapping[str, Any], global_batch: i
     accumulation)."""
     if global_batch:
         return int(global_batch)
-    sizes = [int(c.get(knobs.BATCH_KNOB) or knobs.KNOBS[knobs.BATCH_KNOB].default_for()) * launch.ranks_of(c)
+    sizes = [int(c.get(knobs.BATCH_KNOB) or knobs.KNOBS[knobs.BATCH_KNOB].default_for()) * knobs.ranks_of(c)
              for c in (a, b)]
     return math.lcm(*sizes)
 

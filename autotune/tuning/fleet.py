@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 from autotune import clock
 from autotune.tuning import preparation
 from autotune.errors import AutotuneError, DeviceError, StorageError, StorageUnreachable
+from autotune.knobs.launch import RANKS
 from autotune.request import DEFAULT_POLL_S, FIELDS, TuneConfig, option
 from autotune.store import Store, StoredStudy
 
@@ -264,8 +265,6 @@ def device_masks(devices: Sequence[int], visible: str | None) -> list[str]:
 def ranks_per_trial(seeds: Any) -> int:
     """The most ranks a configuration of the study trains as: the largest ``ranks`` its space searches, else the
     one every configuration takes (1: one process, one GPU)."""
-    from autotune.knobs.launch import RANKS
-
     dim = seeds.space.search.get(RANKS.name)
     values = dim.values() if dim is not None else [seeds.base.get(RANKS.name) or 1]
     return max(1, *(int(v) for v in values))
