@@ -39,7 +39,7 @@ def checked(model: str, defaults: dict, config: dict, seed: int, steps: int = NU
     changes = {k: v for k, v in config.items() if defaults.get(k, knobs.KNOBS[k].default_for()) != v}
     record = {"number": 1, "mode": NU.WARN, "steps": steps, "seed": seed, "changes": changes, "config": config,
               "defaults": defaults, "runs": [],
-              "samples_per_step": trainings.samples_per_step(config, defaults, None)}
+              "samples_per_step": trainings.samples_per_step(config, defaults, None, changes)}
     return NU.judge(trainings.check(in_process(spec(model, seed)), record))
 
 
@@ -194,6 +194,12 @@ def test_a_difference_names_the_knob_whose_revert_holds_or_says_no_one_knob_alon
     alone = judged([2.0] * 5 + [1.8] * 5, reverts=[run("revert:precision", [2.0] * 5 + [1.8] * 5)])
     assert alone.causes == () and "below the defaults" in alone.text()
     assert alone.text().endswith(": no one knob alone: precision=bf16 compile=default")
+    why = "32 samples a step do not split into 2 ranks of whole batches of 32"  # a revert the check cannot run
+    unrun = judged([2.0] * 5 + [1.8] * 5, reverts=[
+        {"label": "revert:compile", "outcome": "not_applicable", "error": {"message": why}}])
+    assert unrun.unrun == {"compile": why} and unrun.reverted == {}
+    assert unrun.text().endswith(f": no one knob alone: precision=bf16 compile=default (compile's revert could not "
+                                 f"run: {why})")
 
 
 def test_a_failed_or_missing_run_leaves_the_numerics_not_checked():
@@ -211,6 +217,10 @@ def test_the_steps_fit_a_tenth_of_the_study_from_thirty_to_a_hundred():
     assert NU.steps_for(study_s=60, step_s=1.0, overhead_s=5.0) == NU.MIN_STEPS  # never fewer than thirty
     assert trainings.samples_per_step({"batch_size": 48}, {"batch_size": 64}, None) == 192
     assert trainings.samples_per_step({"batch_size": 48}, {}, 96) == 96  # the study's global batch
+    two_of_8, changes = {"ranks": 2, "batch_size": 8}, ("ranks", "batch_size")
+    assert trainings.samples_per_step(two_of_8, {"batch_size": 32}, None) == 32  # a batch in each rank, in both
+    # and the reverts: two ranks of the defaults' 32 take 64 (one process of 8 takes 8)
+    assert trainings.samples_per_step(two_of_8, {"batch_size": 32}, None, changes) == 64
 
 
 # ---------------------------------------------------------------- the phase, after a verdict

@@ -235,23 +235,43 @@ def test_the_numerics_run_of_two_ranks_of_a_cnn_shows_batch_norm_over_each_ranks
     assert max(gaps) > 1e-5 and max(gaps) < 0.05, gaps
 
 
-@pytest.mark.slow  # 12 s: three numerics runs of the cnn, one of them two ranks
-def test_the_numerics_check_of_two_ranks_of_the_cnn_holds():
-    """The check a study runs last, on a configuration of two ranks against the defaults in one process: the same
-    samples a step (a batch in each rank), and the answer is the check's own."""
+def checked_on_the_cnn(changes: dict, steps: int):
+    """The check a study runs last, of the defaults with ``changes`` against the defaults in one process, as the
+    phase plans it: the samples a step fit every run it may need, the reverts included. Returns the check's record
+    and its answer."""
     from autotune.evidence import numerics_answer as NU
     from autotune.trial import trainings
 
     defaults = knobs.defaults()
-    config = {**defaults, **TWO}
-    per_step = trainings.samples_per_step(config, defaults, None)
-    assert per_step == 2 * config[reg.BATCH_SIZE.name]  # a batch in each rank
-    record = {"number": 1, "mode": NU.WARN, "steps": 12, "samples_per_step": per_step, "seed": trainings.SEED,
-              "changes": dict(TWO), "config": config, "defaults": defaults, "runs": []}
+    config = {**defaults, **changes}
+    record = {"number": 1, "mode": NU.WARN, "steps": steps, "seed": trainings.SEED, "changes": dict(changes),
+              "config": config, "defaults": defaults, "runs": [],
+              "samples_per_step": trainings.samples_per_step(config, defaults, None, changes)}
     trainings.check(Runner(WorkloadSpec("autotune.examples:cnn"), timeout_s=300).numerics, record)
-    check = NU.judge(record)
+    return record, NU.judge(record)
+
+
+@pytest.mark.slow  # 12 s: three numerics runs of the cnn, one of them two ranks
+def test_the_numerics_check_of_two_ranks_of_the_cnn_holds():
+    """Two ranks of the defaults' batch against the defaults in one process: the same samples a step (a batch in
+    each rank), and the answer is the check's own."""
+    record, check = checked_on_the_cnn(TWO, steps=12)
+    assert record["samples_per_step"] == 2 * knobs.defaults()[reg.BATCH_SIZE.name]  # a batch in each rank
     assert [run["ranks"] for run in record["runs"]] == [1, 1, 2], record["runs"]
     assert check.holds, check.text()
+
+
+@pytest.mark.slow  # 40 s: six numerics runs of the cnn, three of them two ranks
+def test_the_numerics_check_of_two_ranks_of_a_smaller_batch_names_the_batch_size():
+    """Two ranks of 8 samples normalise the cnn's BatchNorm over 8 samples each, the defaults over 32: the numerics
+    differ, and the revert that holds is the batch size's (two ranks of 32, which the check's 64 samples a step were
+    sized to run), not the ranks' (one process of 8 still normalises over 8)."""
+    record, check = checked_on_the_cnn({**TWO, reg.BATCH_SIZE.name: 8}, steps=12)
+    assert record["samples_per_step"] == 64, record["samples_per_step"]  # 2 ranks of the defaults' 32
+    assert [r["outcome"] for r in record["runs"]] == [R.OK] * 6, record["runs"]
+    assert not check.holds and check.causes == (reg.BATCH_SIZE.name,), check.text()
+    assert check.reverted == {reg.RANKS.name: False, reg.THREADS.name: False, reg.BATCH_SIZE.name: True}
+    assert check.text().endswith(": batch_size=8"), check.text()
 
 
 def test_a_numerics_run_whose_step_does_not_split_into_the_ranks_batches_is_not_applicable():

@@ -152,6 +152,7 @@ class Check:
     floor: Gap | None = None
     causes: tuple[str, ...] = ()
     reverted: Mapping[str, bool] = field(default_factory=dict)  # knob -> whether its revert holds
+    unrun: Mapping[str, str] = field(default_factory=dict)  # knob -> why its revert could not run
     reason: str | None = None
     dropout_off: int = 0
     cost_s: float = 0.0
@@ -177,14 +178,16 @@ class Check:
                     f"(floor {floor}){weights}{off}")
         side = "above" if g.loss_signed >= 0 else "below"
         cause = (changes_text({k: self.changes[k] for k in self.causes if k in self.changes}) if self.causes
-                 else "no one knob alone: " + (changes_text(self.changes) if self.changes else "the configuration"))
+                 else "no one knob alone: " + (changes_text(self.changes) if self.changes else "the configuration")
+                 + "".join(f" ({k}'s revert could not run: {why})" for k, why in self.unrun.items()))
         return (f"numerics differ: loss {loss} {side} the defaults over steps {self.steps // 2 + 1}-{self.steps} "
                 f"(floor {floor}){weights}: {cause}{off}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"state": self.state, "number": self.number, "mode": self.mode, "steps": self.steps,
                 "gap": self.gap.to_dict() if self.gap else None, "floor": self.floor.to_dict() if self.floor else None,
-                "causes": list(self.causes), "reverted": dict(self.reverted), "reason": self.reason,
+                "causes": list(self.causes), "reverted": dict(self.reverted), "unrun": dict(self.unrun),
+                "reason": self.reason,
                 "dropout_off": self.dropout_off, "cost_s": self.cost_s, "text": self.text(),
                 "samples_per_step": self.samples_per_step, "seed": self.seed,
                 "tolerance": {"loss": LOSS_TOLERANCE, "weights": WEIGHTS_TOLERANCE, "floor_times": FLOOR_TIMES},
@@ -236,5 +239,7 @@ def judge(record: Mapping[str, Any], candidate: int | None = None) -> Check:
                 if label.startswith(REVERT) and x.ok and x.initial_digest == d.initial_digest
                 and x.data_digest == d.data_digest}
     causes = tuple(k for k, ok in reverted.items() if ok)
+    unrun = {label[len(REVERT):]: x.error or x.outcome for label, x in runs.items()
+             if label.startswith(REVERT) and not x.ok}
     return Check(HOLD if holds else DIFFER, gap=g, floor=floor, causes=() if holds else causes, reverted=reverted,
-                 dropout_off=r.dropout_off, **base)  # type: ignore[arg-type]
+                 unrun={} if holds else unrun, dropout_off=r.dropout_off, **base)  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +28,29 @@ SEED = 0  # the weights' and the data's seed: any fixed one; the same for every 
 Numerics = Callable[[Mapping[str, Any], int, int, int, "str | None", Sequence[tuple[str, str]]], R.NumericsResult]
 
 
-def samples_per_step(a: Mapping[str, Any], b: Mapping[str, Any], global_batch: int | None) -> int:
-    """The samples each optimizer step takes in both runs: the study's global batch, else the least common multiple
-    of the two steps' samples (a batch in each of a configuration's ranks; each run makes it up by gradient
-    accumulation)."""
+def samples_per_step(a: Mapping[str, Any], b: Mapping[str, Any], global_batch: int | None,
+                     changes: Iterable[str] = ()) -> int:
+    """The samples each optimizer step takes in every run of a check of ``a`` against the defaults ``b``: the study's
+    global batch, else the least common multiple of the steps' samples (a batch in each of a configuration's ranks;
+    each run makes it up by gradient accumulation) of both and of ``a`` with each knob of ``changes`` reverted, so
+    that every revert the check may run is comparable: two ranks of the defaults' batch take twice its samples, and
+    only there does a revert of the batch size tell a BatchNorm's statistics over a smaller batch a rank from the
+    ranks themselves."""
     if global_batch:
         return int(global_batch)
-    sizes = [int(c.get(knobs.BATCH_KNOB) or knobs.KNOBS[knobs.BATCH_KNOB].default_for()) * knobs.ranks_of(c)
-             for c in (a, b)]
-    return math.lcm(*sizes)
+    configs = [a, b, *(reverted(a, b, knob) for knob in changes)]
+    return math.lcm(*(int(c.get(knobs.BATCH_KNOB) or knobs.KNOBS[knobs.BATCH_KNOB].default_for()) * knobs.ranks_of(c)
+                      for c in configs))
+
+
+def reverted(config: Mapping[str, Any], defaults: Mapping[str, Any], knob: str) -> dict[str, Any]:
+    """``config`` with ``knob`` at the defaults' value (left out, where the defaults do not name it)."""
+    out = dict(config)
+    if knob in defaults:
+        out[knob] = defaults[knob]
+    else:
+        out.pop(knob, None)
+    return out
 
 
 RUNS = 3  # the runs a check needs for an answer: the defaults, the defaults again (the floor), the recommendation
@@ -75,12 +89,7 @@ def check(numerics: Numerics, record: dict[str, Any], on_run: Callable[[], None]
         if (one(NU.DEFAULTS, defaults, save=True) and one(NU.FLOOR, defaults) and one(NU.RECOMMENDATION, config)
                 and NU.judge(record).state == NU.DIFFER):
             for knob in record.get("changes") or {}:
-                reverted = dict(config)
-                if knob in defaults:
-                    reverted[knob] = defaults[knob]
-                else:
-                    reverted.pop(knob, None)
-                if not one(NU.REVERT + knob, reverted):
+                if not one(NU.REVERT + knob, reverted(config, defaults, knob)):
                     break
             if record.get("mode") == NU.STRICT and "reason" not in record:
                 record["strict_pick"] = strict_pick(record, one)

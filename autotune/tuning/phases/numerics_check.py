@@ -3,7 +3,8 @@
 Runs last, once the verdict is reached (:mod:`autotune.evidence.numerics_answer` says what is compared and why). Three
 fresh processes (:mod:`autotune.trial.numerics_run`): the defaults, the defaults again (the floor: what nondeterminism
 alone changes) and the recommendation, each from the same seeded weights on the same samples per optimizer step
-(the larger batch size's multiple of the smaller, or the study's ``--global-batch``), for as many steps as keep the
+(as many as every run it may need splits into whole batches, the reverts included, or the study's
+``--global-batch``), for as many steps as keep the
 check within :data:`autotune.evidence.numerics_answer.COST_SHARE` of the study's time (at least 30). When the numerics
 differ, each knob of the recommendation is reverted to the defaults' value in a run of its own, so that the answer
 names the knob that causes it; with ``--numerics strict`` the next fastest configurations measured faster than the
@@ -56,7 +57,7 @@ def run(live: LiveStudy, bench: Bench, mode: str = NU.WARN, deadline: float | No
     done = [r for _, r in view.numerics_checks() if r.get("number") == number and r.get("done")]
     if done:
         return None
-    per_step = trainings.samples_per_step(rec.config, defaults.config, view.global_batch)
+    per_step = trainings.samples_per_step(rec.config, defaults.config, view.global_batch, rec.changes)
     slower = min(c.samples_per_s for c in (rec, defaults) if c.samples_per_s) or 1.0
     first = max(float(t.result.get("time_to_first_step_s") or 0.0) for t in view.trials
                 if t.number in (number, defaults.number)) if view.trials else 0.0
