@@ -206,11 +206,11 @@ class Choices(Comparisons):
         return None if picked == self.baseline.number else picked  # the defaults tied with the fastest: no change
 
     def fastest(self) -> int | None:
-        """When the race chose nothing (no gain beyond the noise in the measurements that selected), the fastest
-        configuration it could have chosen from (the candidates it kept; every one it may recommend when it kept none):
-        the claim measured apart bounds what the best found would buy, so "no gain beyond the noise" comes with its
-        interval. None before the baseline, when the race chose, or when nothing else was measured."""
-        if self.baseline is None or self.chosen() is not None:
+        """The fastest configuration the race could have chosen from (the candidates it kept; every one it may
+        recommend when it kept none): where it chose nothing (no gain beyond the noise in the measurements that
+        selected), the claim measured apart bounds what the best found would buy, so "no gain beyond the noise" comes
+        with its interval. None before the baseline, or when nothing else was measured."""
+        if self.baseline is None:
             return None
         pool = [n for n in self._race_pool()[0] if n != self.baseline.number]
         if not pool:

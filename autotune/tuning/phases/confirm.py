@@ -147,7 +147,8 @@ def _plan(live: LiveStudy, ev: Any, chosen: int, race_id: str, deadline: float |
           ) -> tuple[str, ConfirmRecord]:
     """The claim's plan: the chosen configuration, the least change proposed for it (none when the time left cannot
     hold deciding it: the chosen configuration is then claimed whole, and says so; none for the fastest of a race that
-    chose nothing, claimed as measured), the processes to measure."""
+    chose nothing, claimed as measured; on a busy machine either without its load-sensitive knobs), the processes to
+    measure."""
     c = ev.configs[chosen]
     base = ev.baseline.config
     ab = ev.ablation()
@@ -175,7 +176,7 @@ def _plan(live: LiveStudy, ev: Any, chosen: int, race_id: str, deadline: float |
     if c.changes and set(reverted) >= set(c.changes):  # never the defaults themselves: the race chose a change
         reverted = {k: c.config[k] for k in CL.propose(c.changes, rows, ev.noise.sigma)}
         measured, reduced = False, None
-    loaded = {k: c.config[k] for k in c.changes if D.sensitive_knob(k)} if ev.load.was_busy and not fastest else {}
+    loaded = {k: c.config[k] for k in c.changes if D.sensitive_knob(k)} if ev.load.was_busy else {}
     if loaded and not set(loaded) >= set(c.changes):
         # On a busy machine a load-sensitive knob (threads, loader workers) is reverted by itself, never the whole gain
         # with it: what a quiet machine could contradict is not claimed. Decided, not measured against the chosen
