@@ -5,9 +5,10 @@ knobs, the workload, the defaults it was measured against, its speed-up with a 9
 fingerprint of the machine that measured it), then measures the defaults and the exported configuration
 again on this machine, each in a fresh process, interleaved, the order alternating by round, and says:
 
-- ``holds``: the speed-up measured here is at least the claim's lower bound;
-- ``weaker``: below it, but still faster than the defaults beyond the noise ("weaker: 1.90x (1.80-2.00),
-  claimed 3.08x (2.87-3.31)");
+- ``holds``: the speed-up measured here is at least the claim's lower bound, or short of it by no more than the
+  noise (its interval reaches the bound; the line says so);
+- ``weaker``: below it beyond the noise (the interval wholly below the bound), but still faster than the defaults
+  beyond the noise ("weaker: 1.90x (1.80-2.00), claimed 3.08x (2.87-3.31)");
 - ``gone``: not faster than the defaults beyond the noise;
 - ``busy``: weaker or gone, but measured while other processes used the machine: the evidence cannot tell
   a lost gain from a loaded machine, so the re-check needs a quiet one;
@@ -233,7 +234,9 @@ class Verification:
         measured = (f"{self.measured.text()}{stats.interval_label(self.measured.to_dict())}, {claimed}, "
                     f"{self.rounds} rounds")
         if self.verdict == HOLDS:
-            return f"holds: {measured}"
+            short = (f"; below the claim's {self.claim.low:.2f}x, but within the noise (more rounds tell them "
+                     f"apart: --rounds)" if within_noise(self.measured, self.claim) else "")
+            return f"holds: {measured}{short}"
         if self.verdict == WEAKER:
             return f"weaker: {measured}"
         if self.verdict == GONE:
@@ -296,13 +299,23 @@ def _figures(measured: Mapping[str, Measured], cores: int, looks: int) -> tuple[
 
 
 def decide(measured: Ratio, claim: Claim, load: Load) -> str:
-    """holds (the estimate reaches the claim's lower bound), weaker (below it, but beyond the noise faster than
-    the defaults), gone (not faster beyond the noise); busy instead of weaker or gone on a busy machine."""
-    if measured.estimate >= claim.low:
+    """holds (the estimate reaches the claim's lower bound, or falls short of it by no more than the noise: faster
+    than the defaults beyond the noise, with the interval reaching the bound), weaker (the interval wholly below the
+    bound, but beyond the noise faster than the defaults), gone (not faster beyond the noise); busy instead of weaker
+    or gone on a busy machine. A true claim measured again falls below its own lower bound by chance, often where the
+    claim's interval is narrower than the noise of a few rounds here, and the CI step this is for would fail on the
+    noise."""
+    if measured.estimate >= claim.low or within_noise(measured, claim):
         return HOLDS
     if load.was_busy:
         return BUSY
     return WEAKER if measured.above_one() else GONE
+
+
+def within_noise(measured: Ratio, claim: Claim) -> bool:
+    """Below the claim's lower bound, but not beyond the noise: faster than the defaults, the interval reaching it."""
+    return (measured.estimate < claim.low and measured.has_interval and measured.above_one()
+            and measured.high >= claim.low)  # type: ignore[operator]
 
 
 def settled(measured: Ratio, claim: Claim) -> bool:
