@@ -4,8 +4,8 @@ Runs last, once the verdict is reached (:mod:`autotune.evidence.numerics_answer`
 fresh processes (:mod:`autotune.trial.numerics_run`): the defaults, the defaults again (the floor: what nondeterminism
 alone changes) and the recommendation, each from the same seeded weights on the same samples per optimizer step
 (as many as every run it may need splits into whole batches, the reverts included, or the study's
-``--global-batch``), for as many steps as keep the
-check within :data:`autotune.evidence.numerics_answer.COST_SHARE` of the study's time (at least 30). When the numerics
+``--global-batch``), for as many steps as keep the check within
+:data:`autotune.evidence.numerics_answer.COST_SHARE` of the study's time (at least 30). When the numerics
 differ, each knob of the recommendation is reverted to the defaults' value in a run of its own, so that the answer
 names the knob that causes it; with ``--numerics strict`` the next fastest configurations measured faster than the
 defaults are then checked, fastest first, until one holds, and the verdict recommends it (or the defaults, when none
