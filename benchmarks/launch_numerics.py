@@ -51,10 +51,8 @@ def main() -> None:
         out["models"][model] = {}
         for name, changes in ARMS.items():
             config = {**defaults, **changes}
-            per_step = trainings.samples_per_step(config, defaults, None, changes)
-            record = {"number": 1, "mode": NU.WARN, "steps": args.steps, "samples_per_step": per_step,
-                      "seed": trainings.SEED, "changes": dict(changes), "config": config, "defaults": defaults,
-                      "runs": []}
+            record = trainings.plan(config, defaults, changes, args.steps, number=1)
+            per_step = record["samples_per_step"]
             start = time.perf_counter()
             check = NU.judge(trainings.check(runner.numerics, record))
             wall = time.perf_counter() - start

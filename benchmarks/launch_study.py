@@ -21,8 +21,7 @@ from typing import Any
 import harness
 from harness import say
 
-LAUNCHED = {"ranks": lambda v: int(v) > 1, "host_allocator": lambda v: v != "default",
-            "core_binding": lambda v: v != "none"}
+LAUNCHED = ("ranks", "host_allocator", "core_binding")  # the knobs of a launch counted here, off their defaults
 
 
 def cli(folder: Path, *args: str) -> tuple[int, str, float]:
@@ -35,6 +34,8 @@ def main() -> None:
     ap = harness.arguments(__doc__, trials=12)
     ap.add_argument("--model", default="autotune.examples:cnn")
     args = ap.parse_args()
+    from autotune import knobs
+
     harness.start_on_this_machine()
     out: dict[str, Any] = {"model": args.model, "trials": args.trials}
     with tempfile.TemporaryDirectory(prefix="autotune-launch-study-") as tmp:
@@ -44,10 +45,11 @@ def main() -> None:
         out["run"] = {"rc": rc, "wall_s": wall}
         study = next(line.split()[1] for line in text.splitlines() if line.startswith("study "))
         doc = json.loads(cli(folder, "status", study, "--json")[1])
+        defaults = knobs.defaults()
         launched: dict[str, list[int]] = {k: [] for k in LAUNCHED}
         for row in json.loads(cli(folder, "trials", study, "--json")[1]):
-            for knob, on in LAUNCHED.items():
-                if knob in (row.get("config") or {}) and on(row["config"][knob]) and row.get("outcome") == "ok":
+            for knob in LAUNCHED:
+                if row.get("outcome") == "ok" and (row.get("config") or {}).get(knob, defaults[knob]) != defaults[knob]:
                     launched[knob].append(row["number"])
         for knob, numbers in launched.items():
             say(f"  trials measured with {knob} changed: {', '.join(f'#{n}' for n in numbers) or 'none'}")

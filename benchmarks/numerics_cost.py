@@ -45,8 +45,7 @@ def main() -> None:
     probe_s = time.perf_counter() - start
     step_s = first.wall_s / 2 if first.wall_s else 1.0
     steps = NU.steps_for(args.study_s, step_s, probe_s)
-    record = {"number": 1, "mode": NU.WARN, "steps": steps, "samples_per_step": per_step, "seed": trainings.SEED,
-              "changes": config, "config": config, "defaults": {}, "runs": []}
+    record = trainings.plan(config, {}, config, steps, per_step=per_step, number=1)
     start = time.perf_counter()
     check = NU.judge(trainings.check(runner.numerics, record))
     wall = time.perf_counter() - start

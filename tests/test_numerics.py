@@ -37,9 +37,7 @@ def in_process(workload: WorkloadSpec):
 def checked(model: str, defaults: dict, config: dict, seed: int, steps: int = NU.MIN_STEPS) -> NU.Check:
     """The check as the phase runs it, of ``config`` against ``defaults`` on ``model`` built with ``seed``."""
     changes = {k: v for k, v in config.items() if defaults.get(k, knobs.KNOBS[k].default_for()) != v}
-    record = {"number": 1, "mode": NU.WARN, "steps": steps, "seed": seed, "changes": changes, "config": config,
-              "defaults": defaults, "runs": [],
-              "samples_per_step": trainings.samples_per_step(config, defaults, None, changes)}
+    record = trainings.plan(config, defaults, changes, steps, seed=seed, number=1)
     return NU.judge(trainings.check(in_process(spec(model, seed)), record))
 
 

@@ -244,9 +244,7 @@ def checked_on_the_cnn(changes: dict, steps: int):
 
     defaults = knobs.defaults()
     config = {**defaults, **changes}
-    record = {"number": 1, "mode": NU.WARN, "steps": steps, "seed": trainings.SEED, "changes": dict(changes),
-              "config": config, "defaults": defaults, "runs": [],
-              "samples_per_step": trainings.samples_per_step(config, defaults, None, changes)}
+    record = trainings.plan(config, defaults, changes, steps, number=1)
     trainings.check(Runner(WorkloadSpec("autotune.examples:cnn"), timeout_s=300).numerics, record)
     return record, NU.judge(record)
 

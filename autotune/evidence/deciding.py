@@ -113,11 +113,14 @@ def confirmed(ev: Any, conf: CL.Confirmed) -> Verdict:
                            "did")
     else:
         measured = f"{s.text()} ({behind})" if s.has_interval else quoted_text(s)
-        which = (f"the fastest, #{n} ({changes_text(c.changes) or 'defaults'}),"
-                 if conf.record.fastest else f"#{n} ({changes_text(c.changes) or 'defaults'}), chosen by the race,")
-        if conf.record.fastest and n != conf.record.chosen:  # its load-sensitive knobs reverted, as a busy machine asks
+        named = f"#{n} ({changes_text(c.changes) or 'defaults'})"
+        if not conf.record.fastest:
+            which = f"{named}, chosen by the race,"
+        elif n != conf.record.chosen:  # its load-sensitive knobs reverted, as a busy machine asks
             which = (f"the fastest without what depends on the load (#{conf.record.chosen} without "
-                     f"{changes_text(conf.record.reverted)}), #{n} ({changes_text(c.changes) or 'defaults'}),")
+                     f"{changes_text(conf.record.reverted)}), {named},")
+        else:
+            which = f"the fastest, {named},"
         text = (f"keep the defaults: no configuration beats PyTorch's defaults beyond the noise; {which} measured "
                 f"{measured}")
         verdict = Verdict(State.NO_GAIN, ev.baseline.number, n, s, (), True, False, Said(text))

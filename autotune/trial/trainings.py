@@ -53,6 +53,17 @@ def reverted(config: Mapping[str, Any], defaults: Mapping[str, Any], knob: str) 
     return out
 
 
+def plan(config: Mapping[str, Any], defaults: Mapping[str, Any], changes: Mapping[str, Any], steps: int, *,
+         global_batch: int | None = None, per_step: int | None = None, seed: int = SEED, mode: str = NU.WARN,
+         number: int | None = None) -> dict[str, Any]:
+    """The record of a check of ``config`` (the defaults with ``changes``) against ``defaults``, before its runs: what
+    :func:`check` runs and :func:`autotune.evidence.numerics_answer.judge` reads. Its samples a step are
+    :func:`samples_per_step`'s unless given (``per_step``)."""
+    per_step = per_step or samples_per_step(config, defaults, global_batch, changes)
+    return {"number": number, "mode": mode, "steps": steps, "samples_per_step": per_step, "seed": seed,
+            "changes": dict(changes), "config": dict(config), "defaults": dict(defaults), "runs": []}
+
+
 RUNS = 3  # the runs a check needs for an answer: the defaults, the defaults again (the floor), the recommendation
 
 

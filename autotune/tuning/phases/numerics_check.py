@@ -64,9 +64,8 @@ def run(live: LiveStudy, bench: Bench, mode: str = NU.WARN, deadline: float | No
     study_s = ev.time_spent()["wall_s"]
     steps = NU.steps_for(study_s, per_step / slower, first + 1.0)
     check_id = uuid.uuid4().hex[:8]
-    record: dict[str, Any] = {"number": number, "mode": mode, "steps": steps, "samples_per_step": per_step,
-                              "seed": trainings.SEED, "changes": dict(rec.changes), "config": dict(rec.config),
-                              "defaults": dict(defaults.config), "started": clock.now(), "done": False, "runs": []}
+    record = {**trainings.plan(rec.config, defaults.config, rec.changes, steps, per_step=per_step, mode=mode,
+                               number=number), "started": clock.now(), "done": False}
     if mode == NU.STRICT:  # the configurations to check next, fastest first, should the recommendation's differ
         faster = [c for c in sorted(ev.ok(), key=lambda c: -c.samples_per_s)
                   if c.number not in (number, defaults.number) and (r := ev.speedup(c.number)) is not None
